@@ -1,0 +1,34 @@
+"""Error kinds shared by the core and every adapter.
+
+The consumer's classifier decides what to do with a failed delivery from the error's
+type alone: :class:`Retryable` errors are redelivered with backoff and count toward the
+queue's failure budget; :class:`NonRetryable` errors go straight to the dead-letter
+stream. Store errors are deliberately *neither*: a missing request is non-retryable for
+process but an expected branch for ingest, so each caller classifies them.
+"""
+
+from __future__ import annotations
+
+
+class StovepipeError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class NotFound(StovepipeError):
+    """A key (request, queue, commit) does not exist."""
+
+
+class AlreadyExists(StovepipeError):
+    """A create found the key already present."""
+
+
+class VersionMismatch(StovepipeError):
+    """A compare-and-set lost: the stored version is not the caller's old version."""
+
+
+class Retryable(StovepipeError):
+    """A transient failure (connection, timeout, lost race); redeliver later."""
+
+
+class NonRetryable(StovepipeError):
+    """A failure redelivery cannot fix (missing row, bad payload); dead-letter it."""

@@ -1,0 +1,63 @@
+"""Hook events announced on the hook topic.
+
+The payload names the queue and the request only: a hook resolves commit, strategy and
+baseline from the request store instead of trusting a snapshot off the wire. The event
+id is derived from the admit transition (request id and the version the admit wrote),
+never from the clock, so every re-announce of one admission dedupes downstream.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+VALIDATION_STARTED = "validation.repository.started"
+SOURCE = "stovepipe"
+ENVELOPE_VERSION = 1
+_NAMESPACE = uuid.UUID("6f1c7d3e-5b0a-4d8e-9a51-2f3c4b5d6e7f")
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    id: str
+    type: str
+    timestamp_ms: int
+    payload: dict[str, str] = field(default_factory=dict)
+    source: str = SOURCE
+    version: int = ENVELOPE_VERSION
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "type": self.type,
+            "timestamp_ms": self.timestamp_ms,
+            "version": self.version,
+            "payload": dict(self.payload),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HookEvent:
+        return cls(
+            id=str(data["id"]),
+            type=str(data["type"]),
+            timestamp_ms=int(data["timestamp_ms"]),
+            payload={str(k): str(v) for k, v in dict(data["payload"]).items()},
+            source=str(data.get("source", SOURCE)),
+            version=int(data.get("version", ENVELOPE_VERSION)),
+        )
+
+
+def admission_event_id(request_id: str, admitted_version: int) -> str:
+    """Stable id of the start event of one admission."""
+    return str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_STARTED}|{request_id}|{admitted_version}"))
+
+
+def started_event(queue: str, request_id: str, admitted_version: int, now_ms: int) -> HookEvent:
+    return HookEvent(
+        id=admission_event_id(request_id, admitted_version),
+        type=VALIDATION_STARTED,
+        timestamp_ms=now_ms,
+        payload={"queue": queue, "request_id": request_id},
+    )

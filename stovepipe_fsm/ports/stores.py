@@ -1,0 +1,53 @@
+"""Storage ports: single-key reads and compare-and-set writes, nothing more.
+
+Contract (shared by every implementation, checked by ``tests/contracts``):
+
+- ``get`` returns a snapshot equal to the last successful write, or raises ``NotFound``.
+  Storage is read-after-write consistent.
+- ``create`` writes a new key or raises ``AlreadyExists``; it never overwrites.
+- ``update(entity, old_version, new_version)`` writes ``entity`` with ``version =
+  new_version`` only if the stored version equals ``old_version``; otherwise it raises
+  ``VersionMismatch`` (or ``NotFound`` when the key is gone). The store does no version
+  arithmetic: the caller computes ``new_version = old_version + 1`` and assigns it to its
+  own value only after the call succeeds.
+- Stores never mutate a caller's value (entities are frozen) and never return an object
+  a later write could change.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..domain.entities import Queue, Request
+
+
+class RequestStore(Protocol):
+    async def create(self, request: Request) -> None: ...
+
+    async def get(self, request_id: str) -> Request: ...
+
+    async def update(self, request: Request, old_version: int, new_version: int) -> None: ...
+
+
+class QueueStore(Protocol):
+    async def create(self, queue: Queue) -> None: ...
+
+    async def get(self, name: str) -> Queue: ...
+
+    async def update(self, queue: Queue, old_version: int, new_version: int) -> None: ...
+
+
+class UriIndex(Protocol):
+    """Dedup index on (queue, uri) → request id; entries are immutable once created."""
+
+    async def get(self, queue: str, uri: str) -> str | None: ...
+
+    async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
+        """Store ``request_id`` unless an entry exists; return the id that is stored."""
+        ...
+
+
+class Counter(Protocol):
+    """Per-queue monotonic counter; values start at 1 and are never reused."""
+
+    async def next(self, queue: str) -> int: ...

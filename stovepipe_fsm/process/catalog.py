@@ -1,0 +1,51 @@
+"""The registries the shipped machines are checked against, and their compiled form.
+
+``REGISTRIES`` maps a machine name to the Python callables its YAML may name; the
+``validate`` command lints machine files against it, and :func:`load_process_machines`
+refuses to compile anything that does not pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..spec.compiler import CompiledFlow, CompiledLifecycle
+from ..spec.loader import load_machine_dir
+from ..spec.model import MachineSpec
+from ..spec.registry import Registry
+from .gate import GATE
+
+REQUEST_TRIGGERS = ("admit", "supersede", "succeed", "fail", "cancel", "fail_closed")
+
+REQUEST = Registry("request", required_triggers=REQUEST_TRIGGERS)
+
+REGISTRIES: dict[str, Registry] = {"request": REQUEST, "queue_gate": GATE}
+
+DEFAULT_MACHINES_DIR = Path("machines")
+
+
+@dataclass(frozen=True)
+class ProcessMachines:
+    """The two compiled machines the process stage runs on."""
+
+    request: CompiledLifecycle
+    queue_gate: CompiledFlow
+
+    @classmethod
+    def from_specs(cls, specs: dict[str, MachineSpec]) -> ProcessMachines:
+        return cls(
+            request=CompiledLifecycle(specs["request"], REQUEST),
+            queue_gate=CompiledFlow(specs["queue_gate"], GATE),
+        )
+
+
+def load_process_machines(
+    directory: str | Path = DEFAULT_MACHINES_DIR, *, lint: bool = True
+) -> ProcessMachines:
+    """Load, lint and compile ``request.yaml`` and ``queue_gate.yaml`` from ``directory``.
+
+    ``lint=False`` exists for the model checker's mutation tests, which must be able to
+    run a machine lint would reject to show the checker catches it independently.
+    """
+    return ProcessMachines.from_specs(load_machine_dir(directory, REGISTRIES, lint=lint))

@@ -1,0 +1,146 @@
+"""Request state changes and the slot effects derived from ``machines/request.yaml``.
+
+Every writer of a Request (process, record, the DLQ reconciler) goes through here, so the
+rules hold in one place:
+
+- the compiled ``request`` machine decides whether a trigger is legal and where it leads;
+- the Request write is a compare-and-set on ``version`` (new = old + 1, assigned only
+  after the store accepted it);
+- *taking* a slot happens before entering a slot-holding state (``claim_slot``, its own
+  ordered CAS on the queue row), so a processing request always holds a slot;
+- *releasing* happens after entering a terminal state, from any source state, and is
+  idempotent: a retry that finds the request already terminal still makes sure the slot
+  is free. A crash between the two writes leaves a terminal holder, which
+  ``release_stale_holders`` reclaims on the next gate check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ..domain.entities import Queue, Request
+from ..domain.errors import NotFound, Retryable, VersionMismatch
+from ..ports.stores import QueueStore, RequestStore
+from ..spec.compiler import CompiledLifecycle, IllegalTransition, Step
+
+log = logging.getLogger("stovepipe_fsm.lifecycle")
+
+QUEUE_CAS_ATTEMPTS = 16
+QueueChange = Callable[[Queue], Queue]
+
+
+class RequestLifecycle:
+    def __init__(
+        self, machine: CompiledLifecycle, requests: RequestStore, queues: QueueStore
+    ) -> None:
+        self.machine = machine
+        self.requests = requests
+        self.queues = queues
+
+    def plan(self, request: Request, trigger: str) -> Step:
+        """What firing ``trigger`` would do, without writing anything."""
+        return self.machine.fire(request.state, trigger, request)
+
+    def is_terminal(self, request: Request) -> bool:
+        return self.machine.is_terminal(request.state)
+
+    async def claim_slot(self, queue: Queue, request: Request, trigger: str) -> Queue:
+        """CAS the queue row so ``request`` holds a slot, if ``trigger`` takes one.
+
+        Idempotent: a queue that already lists the request is returned unchanged with no
+        write. A lost race raises ``VersionMismatch``; the caller reloads and re-gates.
+        """
+        step = self.plan(request, trigger)
+        if not step.takes_slot or queue.holds(request.id):
+            return queue
+        claimed = queue.with_holder(request.id)
+        new_version = queue.version + 1
+        await self.queues.update(claimed, queue.version, new_version)
+        return claimed.with_version(new_version)
+
+    async def apply(
+        self,
+        request: Request,
+        trigger: str,
+        *,
+        queue_change: QueueChange | None = None,
+        **changes: Any,
+    ) -> Request:
+        """Fire ``trigger`` on ``request`` and persist it; release the slot on terminal.
+
+        ``queue_change`` is applied to the queue row in the same CAS as the release (record
+        advances last green that way). Raises ``IllegalTransition`` when the machine
+        refuses and ``VersionMismatch`` when the request changed underneath.
+        """
+        step = self.plan(request, trigger)
+        updated = replace(request, state=step.dest, **changes)
+        new_version = request.version + 1
+        await self.requests.update(updated, request.version, new_version)
+        updated = updated.with_version(new_version)
+        if step.releases_slot or queue_change is not None:
+            await self.settle_queue(updated, queue_change)
+        return updated
+
+    async def settle_queue(
+        self, request: Request, queue_change: QueueChange | None = None
+    ) -> Queue:
+        """Make the queue row reflect a terminal ``request``: slot freed, change applied.
+
+        Safe to repeat: releasing a slot that is not held and re-applying a monotonic
+        change both leave the row as it is, with no write.
+        """
+
+        def change(queue: Queue) -> Queue:
+            if self.machine.is_terminal(request.state):
+                queue = queue.without_holder(request.id)
+            return queue_change(queue) if queue_change else queue
+
+        return await self.update_queue(request.queue, change)
+
+    async def update_queue(self, name: str, change: QueueChange) -> Queue:
+        """Read-modify-CAS the queue row, retrying lost races a bounded number of times."""
+        for _ in range(QUEUE_CAS_ATTEMPTS):
+            queue = await self.queues.get(name)
+            target = change(queue)
+            if target == queue:
+                return queue
+            try:
+                await self.queues.update(target, queue.version, queue.version + 1)
+            except VersionMismatch:
+                continue
+            return target.with_version(queue.version + 1)
+        raise Retryable(f"queue {name!r}: row contended; gave up after {QUEUE_CAS_ATTEMPTS} CAS")
+
+    async def release_stale_holders(self, queue: Queue, keep: str) -> Queue:
+        """Free slots still held by terminal requests (a crash after the terminal write).
+
+        Only terminal holders are released; an accepted holder is mid-admit and its own
+        redelivery will finish or supersede it. ``keep`` (the request in hand) is skipped.
+        """
+        stale = []
+        for holder in queue.slot_holders:
+            if holder == keep:
+                continue
+            try:
+                held = await self.requests.get(holder)
+            except NotFound:
+                log.warning("queue %s: slot holder %s has no request row", queue.name, holder)
+                continue
+            if self.machine.is_terminal(held.state):
+                stale.append(holder)
+        if not stale:
+            return queue
+        log.warning("queue %s: releasing slots of terminal requests %s", queue.name, stale)
+
+        def release(row: Queue) -> Queue:
+            for holder in stale:
+                row = row.without_holder(holder)
+            return row
+
+        return await self.update_queue(queue.name, release)
+
+
+__all__ = ["IllegalTransition", "RequestLifecycle"]

@@ -1,0 +1,1 @@
+"""Spec layer: machine and config files as data, validated and compiled."""

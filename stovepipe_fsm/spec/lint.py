@@ -1,0 +1,396 @@
+"""Semantic lint: what the schema cannot see.
+
+Each rule has an id (shown in ``--format json``) and reports at the YAML location that
+needs the edit. Rules:
+
+- ``duplicate-state``        a state declared twice
+- ``undeclared-state``       initial/source/dest naming a state that is not declared
+- ``unknown-machine``        no Python registry serves this machine name
+- ``unregistered``           a condition/action name without a registered callable
+- ``missing-trigger``        a trigger the code fires is not declared
+- ``unreachable``            a state no path from ``initial`` reaches
+- ``dead-end``               a non-terminal state with no way out
+- ``terminal-exit``          a terminal state with an outgoing transition
+- ``never-fires``            a name both in ``conditions`` and ``unless``
+- ``nondeterministic``       two transitions on one trigger and source that can both fire
+- ``slot-terminal``          a terminal state declared slot-holding
+- ``flow-trigger``           a flow state whose way out uses more than one trigger
+- ``flow-exhaustive``        a flow state where some combination of conditions fires nothing
+- ``flow-finish``            a flow must settle the delivery exactly on entering a terminal state
+- ``persist-before-publish`` an action that needs a persisted fact runs on a path where that
+                             fact has not been established (e.g. publish before the write)
+
+Non-determinism and exhaustiveness are decided exactly by enumerating the truth table of
+the conditions involved (treated as independent), so the YAML must say ``unless`` where
+two branches exclude each other, just as a decision table would.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+from .errors import Location, SpecIssue
+from .model import FLOW, MachineSpec, TransitionSpec
+from .registry import Registry
+
+MAX_TRUTH_TABLE_VARIABLES = 12
+
+
+def lint_machine(
+    spec: MachineSpec, registries: Mapping[str, Registry] | None = None
+) -> list[SpecIssue]:
+    """Every lint issue of ``spec``; empty when the machine is sound."""
+    issues = _structure(spec)
+    if any(i.rule in ("duplicate-state", "undeclared-state") for i in issues):
+        return issues  # graph rules would only repeat the same mistake
+    registry = None
+    if registries is not None:
+        registry = registries.get(spec.name)
+        if registry is None:
+            known = ", ".join(sorted(registries)) or "none"
+            issues.append(
+                SpecIssue(
+                    spec.location,
+                    f"no Python registry serves machine {spec.name!r}; known machines: {known}",
+                    "unknown-machine",
+                )
+            )
+        else:
+            issues += _registration(spec, registry)
+    reachable = _reachable(spec)
+    issues += _graph(spec, reachable)
+    issues += _determinism(spec)
+    if spec.kind == FLOW:
+        issues += _flow_shape(spec, registry)
+    if registry is not None and not any(i.rule == "unregistered" for i in issues):
+        issues += _persist_before_publish(spec, registry, reachable)
+    return issues
+
+
+def _structure(spec: MachineSpec) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    seen: dict[str, SpecIssue | None] = {}
+    for state in spec.states:
+        if state.name in seen:
+            first = spec.state_map[state.name].location
+            issues.append(
+                SpecIssue(
+                    state.location,
+                    f"state {state.name!r} is declared twice (first at line {first.line})",
+                    "duplicate-state",
+                )
+            )
+        seen[state.name] = None
+        if state.terminal and state.holds_slot:
+            issues.append(
+                SpecIssue(
+                    state.location,
+                    f"terminal state {state.name!r} is declared slot-holding; entering a "
+                    "terminal state releases the slot, so a request there would leak it",
+                    "slot-terminal",
+                )
+            )
+    declared = set(seen)
+    refs = [spec.initial]
+    for t in spec.transitions:
+        refs += [*t.sources, t.dest]
+    for ref in refs:
+        if ref.name not in declared:
+            issues.append(
+                SpecIssue(
+                    ref.location,
+                    f"state {ref.name!r} is not declared; declared states: "
+                    f"{', '.join(spec.state_names)}",
+                    "undeclared-state",
+                )
+            )
+    return issues
+
+
+def _registration(spec: MachineSpec, registry: Registry) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for t in spec.transitions:
+        for ref in t.conditions + t.unless:
+            if ref.name not in registry.conditions:
+                issues.append(_unregistered(ref.name, ref.location, "condition", registry))
+        for ref in t.actions:
+            if ref.name not in registry.actions:
+                issues.append(_unregistered(ref.name, ref.location, "action", registry))
+    declared = set(spec.triggers)
+    for trigger in registry.required_triggers:
+        if trigger not in declared:
+            issues.append(
+                SpecIssue(
+                    spec.location,
+                    f"machine {spec.name!r} must declare trigger {trigger!r}: the process "
+                    "stage fires it",
+                    "missing-trigger",
+                )
+            )
+    return issues
+
+
+def _unregistered(name: str, location: Location, kind: str, registry: Registry) -> SpecIssue:
+    pool = registry.conditions if kind == "condition" else registry.actions
+    return SpecIssue(
+        location,
+        f"no {kind} named {name!r} is registered for machine {registry.machine!r}; "
+        f"registered {kind}s: {', '.join(sorted(pool)) or 'none'}",
+        "unregistered",
+    )
+
+
+def _reachable(spec: MachineSpec) -> set[str]:
+    seen = {spec.initial.name}
+    frontier = [spec.initial.name]
+    while frontier:
+        state = frontier.pop()
+        for t in spec.outgoing(state):
+            if t.dest.name not in seen:
+                seen.add(t.dest.name)
+                frontier.append(t.dest.name)
+    return seen
+
+
+def _graph(spec: MachineSpec, reachable: set[str]) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for state in spec.states:
+        if state.name not in reachable:
+            issues.append(
+                SpecIssue(
+                    state.location,
+                    f"state {state.name!r} is unreachable from initial state {spec.initial.name!r}",
+                    "unreachable",
+                )
+            )
+        outgoing = spec.outgoing(state.name)
+        if state.terminal:
+            for t in outgoing:
+                if t.wildcard_source:
+                    where = next(s.location for s in t.sources if s.name == state.name)
+                    text = f"source '*' includes terminal state {state.name!r}; list sources"
+                else:
+                    where = next(s.location for s in t.sources if s.name == state.name)
+                    text = f"terminal state {state.name!r} has an outgoing transition"
+                issues.append(SpecIssue(where, f"{text} (trigger {t.trigger!r})", "terminal-exit"))
+        elif not outgoing:
+            issues.append(
+                SpecIssue(
+                    state.location,
+                    f"non-terminal state {state.name!r} has no way out; add a transition "
+                    "or mark it terminal",
+                    "dead-end",
+                )
+            )
+    return issues
+
+
+def _groups(spec: MachineSpec) -> dict[tuple[str, str], list[TransitionSpec]]:
+    groups: dict[tuple[str, str], list[TransitionSpec]] = {}
+    for t in spec.transitions:
+        for source in t.source_names:
+            groups.setdefault((source, t.trigger), []).append(t)
+    return groups
+
+
+def _fires(t: TransitionSpec, values: Mapping[str, bool]) -> bool:
+    return all(values[c.name] for c in t.conditions) and not any(values[u.name] for u in t.unless)
+
+
+def _truth_table(transitions: list[TransitionSpec]) -> list[dict[str, bool]] | None:
+    names = sorted({r.name for t in transitions for r in t.conditions + t.unless})
+    if len(names) > MAX_TRUTH_TABLE_VARIABLES:
+        return None
+    return [
+        dict(zip(names, combo, strict=True))
+        for combo in itertools.product((False, True), repeat=len(names))
+    ]
+
+
+def _determinism(spec: MachineSpec) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for t in spec.transitions:
+        both = {c.name for c in t.conditions} & {u.name for u in t.unless}
+        for name in sorted(both):
+            issues.append(
+                SpecIssue(
+                    t.location,
+                    f"condition {name!r} is both required and excluded; this transition "
+                    "can never fire",
+                    "never-fires",
+                )
+            )
+    reported: set[tuple[int, int]] = set()
+    for (source, trigger), group in _groups(spec).items():
+        if len(group) < 2:
+            continue
+        table = _truth_table(group)
+        if table is None:
+            continue
+        for values in table:
+            firing = [t for t in group if _fires(t, values)]
+            for first, second in itertools.combinations(firing, 2):
+                if (first.index, second.index) in reported:
+                    continue
+                reported.add((first.index, second.index))
+                issues.append(
+                    SpecIssue(
+                        second.location,
+                        f"non-deterministic: this transition and the one at line "
+                        f"{first.location.line} both fire on trigger {trigger!r} from state "
+                        f"{source!r} when {_describe(values)}; add 'unless' to separate them",
+                        "nondeterministic",
+                    )
+                )
+    return issues
+
+
+def _describe(values: Mapping[str, bool]) -> str:
+    if not values:
+        return "no condition guards them"
+    return ", ".join(f"{k}={'true' if v else 'false'}" for k, v in values.items())
+
+
+def _flow_shape(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for state in spec.states:
+        outgoing = spec.outgoing(state.name)
+        triggers = sorted({t.trigger for t in outgoing})
+        if len(triggers) > 1:
+            issues.append(
+                SpecIssue(
+                    state.location,
+                    f"flow state {state.name!r} leaves on several triggers "
+                    f"({', '.join(triggers)}); a flow step needs exactly one",
+                    "flow-trigger",
+                )
+            )
+            continue
+        if not outgoing or state.terminal:
+            continue
+        table = _truth_table(list(outgoing))
+        for values in table or []:
+            if not any(_fires(t, values) for t in outgoing):
+                issues.append(
+                    SpecIssue(
+                        state.location,
+                        f"flow state {state.name!r} has no transition when "
+                        f"{_describe(values)}; the delivery would stop there",
+                        "flow-exhaustive",
+                    )
+                )
+                break
+    if registry is None:
+        return issues
+    terminal = spec.terminal_states
+    for t in spec.transitions:
+        actions = t.actions
+        finishing = [i for i, a in enumerate(actions) if _finishes(registry, a.name)]
+        if t.dest.name in terminal:
+            if not finishing or finishing[-1] != len(actions) - 1 or len(finishing) > 1:
+                issues.append(
+                    SpecIssue(
+                        t.location,
+                        f"transition into terminal state {t.dest.name!r} must end with "
+                        "exactly one finishing action (ack or hold) as its last action",
+                        "flow-finish",
+                    )
+                )
+        elif finishing:
+            ref = actions[finishing[0]]
+            issues.append(
+                SpecIssue(
+                    ref.location,
+                    f"action {ref.name!r} settles the delivery but the flow goes on to "
+                    f"non-terminal state {t.dest.name!r}",
+                    "flow-finish",
+                )
+            )
+    return issues
+
+
+def _finishes(registry: Registry, name: str) -> bool:
+    info = registry.actions.get(name)
+    return bool(info and info.finishes)
+
+
+def _persist_before_publish(
+    spec: MachineSpec, registry: Registry, reachable: set[str]
+) -> list[SpecIssue]:
+    """Must-analysis of facts along every path from ``initial``.
+
+    A fact is established by an action's ``provides`` or by a condition's outcome; an
+    action's ``requires`` must hold on *every* path reaching it. This is the classic
+    forward data-flow fixed point with intersection at joins.
+    """
+    universe: frozenset[str] = frozenset().union(
+        *(a.provides for a in registry.actions.values()),
+        *(c.provides | c.provides_unless for c in registry.conditions.values()),
+    )
+    facts_in: dict[str, frozenset[str]] = {s: universe for s in reachable}
+    facts_in[spec.initial.name] = frozenset()
+
+    def entry_facts(t: TransitionSpec, source: str) -> frozenset[str]:
+        facts = set(facts_in[source])
+        for c in t.conditions:
+            facts |= registry.conditions[c.name].provides
+        for u in t.unless:
+            facts |= registry.conditions[u.name].provides_unless
+        return frozenset(facts)
+
+    changed = True
+    while changed:
+        changed = False
+        for t in spec.transitions:
+            for source in t.source_names:
+                if source not in reachable:
+                    continue
+                out = set(entry_facts(t, source))
+                for a in t.actions:
+                    out |= registry.actions[a.name].provides
+                dest = t.dest.name
+                merged = facts_in[dest] & frozenset(out)
+                if dest == spec.initial.name:
+                    merged = frozenset()
+                if merged != facts_in[dest]:
+                    facts_in[dest] = merged
+                    changed = True
+
+    issues: list[SpecIssue] = []
+    providers = {
+        fact: sorted(a.name for a in registry.actions.values() if fact in a.provides)
+        for fact in universe
+    }
+    for t in spec.transitions:
+        for source in t.source_names:
+            if source not in reachable:
+                continue
+            facts = set(entry_facts(t, source))
+            for a in t.actions:
+                info = registry.actions[a.name]
+                missing = sorted(info.requires - facts)
+                for fact in missing:
+                    by = ", ".join(providers.get(fact, [])) or "a condition"
+                    issues.append(
+                        SpecIssue(
+                            a.location,
+                            f"persist before publish: {a.name!r} needs {fact!r} (established "
+                            f"by {by}) but runs from state {source!r} on a path where it "
+                            "is not yet established",
+                            "persist-before-publish",
+                        )
+                    )
+                facts |= info.provides
+    return _dedupe(issues)
+
+
+def _dedupe(issues: list[SpecIssue]) -> list[SpecIssue]:
+    seen: set[tuple[object, str]] = set()
+    out = []
+    for issue in issues:
+        key = (issue.location, issue.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(issue)
+    return out

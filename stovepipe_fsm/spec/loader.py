@@ -1,0 +1,143 @@
+"""Machine files: YAML → JSON Schema → :class:`MachineSpec` → lint.
+
+Loading never stops at the first problem: syntax problems end parsing, but every schema
+issue is reported together, and every lint issue is reported together. A caller that
+gets a :class:`MachineSpec` back can compile it; anything else raises
+:class:`SpecError` carrying all the issues with their ``file:line:column``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError, SpecIssue
+from .lint import lint_machine
+from .model import LIFECYCLE, MachineSpec, NameRef, StateSpec, TransitionSpec
+from .registry import Registry
+from .schema import schema_issues
+from .yaml_source import JsonPath, SourceDocument, read_yaml
+
+MACHINE_FILES = ("request.yaml", "queue_gate.yaml")
+
+
+def parse_machine(doc: SourceDocument) -> MachineSpec:
+    """Build a spec from a parsed document, raising on schema violations."""
+    issues = schema_issues(doc, "machine")
+    if issues:
+        raise SpecError(issues)
+    data: dict[str, Any] = doc.data
+    states = tuple(_state(doc, item, ("states", i)) for i, item in enumerate(data["states"]))
+    all_states = tuple(s.name for s in states)
+    transitions = tuple(
+        _transition(doc, item, i, all_states) for i, item in enumerate(data["transitions"])
+    )
+    return MachineSpec(
+        name=data["name"],
+        kind=data.get("kind", LIFECYCLE),
+        initial=NameRef(data["initial"], doc.locate(("initial",))),
+        states=states,
+        transitions=transitions,
+        file=doc.file,
+        description=data.get("description", ""),
+        location=doc.locate(()),
+    )
+
+
+def _state(doc: SourceDocument, item: str | dict[str, Any], path: JsonPath) -> StateSpec:
+    if isinstance(item, str):
+        return StateSpec(name=item, location=doc.locate(path))
+    return StateSpec(
+        name=item["name"],
+        location=doc.locate((*path, "name")),
+        terminal=bool(item.get("terminal", False)),
+        holds_slot=bool(item.get("holds_slot", False)),
+        description=item.get("description", ""),
+    )
+
+
+def _names(doc: SourceDocument, value: Any, path: JsonPath) -> tuple[NameRef, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (NameRef(value, doc.locate(path)),)
+    return tuple(NameRef(v, doc.locate((*path, i))) for i, v in enumerate(value))
+
+
+def _transition(
+    doc: SourceDocument, item: dict[str, Any], index: int, all_states: tuple[str, ...]
+) -> TransitionSpec:
+    path: JsonPath = ("transitions", index)
+    source = item["source"]
+    wildcard = source == "*"
+    if wildcard:
+        where = doc.locate((*path, "source"))
+        sources = tuple(NameRef(s, where) for s in all_states)
+    else:
+        sources = _names(doc, source, (*path, "source"))
+    return TransitionSpec(
+        index=index,
+        trigger=item["trigger"],
+        sources=sources,
+        dest=NameRef(item["dest"], doc.locate((*path, "dest"))),
+        location=doc.locate(path),
+        conditions=_names(doc, item.get("conditions"), (*path, "conditions")),
+        unless=_names(doc, item.get("unless"), (*path, "unless")),
+        before=_names(doc, item.get("before"), (*path, "before")),
+        after=_names(doc, item.get("after"), (*path, "after")),
+        description=item.get("description", ""),
+        wildcard_source=wildcard,
+    )
+
+
+def load_machine(
+    path: str | Path,
+    registries: Mapping[str, Registry] | None = None,
+    *,
+    lint: bool = True,
+    display_name: str | None = None,
+) -> MachineSpec:
+    """Read, schema-check and (by default) lint one machine file."""
+    spec = parse_machine(read_yaml(path, display_name=display_name))
+    if lint:
+        issues = lint_machine(spec, registries)
+        if issues:
+            raise SpecError(issues)
+    return spec
+
+
+def check_machine(
+    path: str | Path, registries: Mapping[str, Registry] | None = None
+) -> tuple[MachineSpec | None, list[SpecIssue]]:
+    """Every issue of one machine file, without raising: for ``validate``."""
+    try:
+        spec = parse_machine(read_yaml(path))
+    except SpecError as exc:
+        return None, list(exc.issues)
+    return spec, lint_machine(spec, registries)
+
+
+def load_machine_dir(
+    directory: str | Path,
+    registries: Mapping[str, Registry] | None = None,
+    *,
+    lint: bool = True,
+    files: Iterable[str] = MACHINE_FILES,
+) -> dict[str, MachineSpec]:
+    """Load the machines the process stage needs, keyed by machine name.
+
+    All files are read before raising so one run reports the problems of all of them.
+    """
+    specs: dict[str, MachineSpec] = {}
+    issues: list[SpecIssue] = []
+    for filename in files:
+        try:
+            spec = load_machine(Path(directory) / filename, registries, lint=lint)
+        except SpecError as exc:
+            issues.extend(exc.issues)
+            continue
+        specs[spec.name] = spec
+    if issues:
+        raise SpecError(issues)
+    return specs

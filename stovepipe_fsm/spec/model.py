@@ -1,0 +1,98 @@
+"""The in-memory form of a machine file: plain frozen values with source locations.
+
+A :class:`MachineSpec` is what the loader produces after the schema accepted the file,
+what lint inspects, what the compiler turns into a ``transitions`` machine, and what the
+diagram writer draws. Every name carries the location it was written at, so every later
+complaint can point at the YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .errors import Location
+
+LIFECYCLE = "lifecycle"
+FLOW = "flow"
+
+
+@dataclass(frozen=True)
+class NameRef:
+    """A state, condition or action name as written, with where it was written."""
+
+    name: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    name: str
+    location: Location
+    terminal: bool = False
+    holds_slot: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TransitionSpec:
+    """One transition entry; ``sources`` is already expanded from '*' or a list."""
+
+    index: int
+    trigger: str
+    sources: tuple[NameRef, ...]
+    dest: NameRef
+    location: Location
+    conditions: tuple[NameRef, ...] = ()
+    unless: tuple[NameRef, ...] = ()
+    before: tuple[NameRef, ...] = ()
+    after: tuple[NameRef, ...] = ()
+    description: str = ""
+    wildcard_source: bool = False
+
+    @property
+    def actions(self) -> tuple[NameRef, ...]:
+        """Actions in execution order: ``before`` ones, then ``after`` ones."""
+        return self.before + self.after
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.sources)
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    name: str
+    kind: str
+    initial: NameRef
+    states: tuple[StateSpec, ...]
+    transitions: tuple[TransitionSpec, ...]
+    file: str
+    description: str = ""
+    location: Location = field(default_factory=lambda: Location("<memory>", 1, 1))
+
+    @cached_property
+    def state_map(self) -> dict[str, StateSpec]:
+        return {s.name: s for s in self.states}
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.states)
+
+    @property
+    def terminal_states(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.states if s.terminal)
+
+    @property
+    def slot_states(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.states if s.holds_slot)
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.transitions:
+            seen.setdefault(t.trigger, None)
+        return tuple(seen)
+
+    def outgoing(self, state: str) -> tuple[TransitionSpec, ...]:
+        return tuple(t for t in self.transitions if state in t.source_names)

@@ -1,0 +1,103 @@
+"""Registries: the small named Python callables a machine file refers to.
+
+The YAML is the table; Python registers conditions and actions under the names the
+YAML uses. Each registration also declares the *facts* the callable establishes or
+relies on (``provides`` / ``requires``), which is how lint proves, from the YAML alone,
+that no publish step runs before the state write it depends on.
+
+A registry belongs to one machine name (``request`` or ``queue_gate``) and may declare
+the triggers code fires on that machine (``required_triggers``): a YAML edit that drops
+one is a load error instead of a runtime surprise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+Condition = Callable[[Any], bool]
+Action = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class ConditionInfo:
+    name: str
+    fn: Condition
+    provides: frozenset[str] = frozenset()
+    provides_unless: frozenset[str] = frozenset()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class ActionInfo:
+    name: str
+    fn: Action
+    provides: frozenset[str] = frozenset()
+    requires: frozenset[str] = frozenset()
+    finishes: bool = False
+    doc: str = ""
+
+
+@dataclass
+class Registry:
+    """Named conditions and actions for one machine."""
+
+    machine: str
+    required_triggers: tuple[str, ...] = ()
+    conditions: dict[str, ConditionInfo] = field(default_factory=dict)
+    actions: dict[str, ActionInfo] = field(default_factory=dict)
+
+    def condition(
+        self,
+        name: str | None = None,
+        *,
+        provides: Iterable[str] = (),
+        provides_unless: Iterable[str] = (),
+    ) -> Callable[[Condition], Condition]:
+        """Register a predicate over the machine's context.
+
+        ``provides``: facts that hold when it is true; ``provides_unless``: when false.
+        """
+
+        def register(fn: Condition) -> Condition:
+            key = name or fn.__name__
+            self._check_free(key)
+            self.conditions[key] = ConditionInfo(
+                key, fn, frozenset(provides), frozenset(provides_unless), _doc(fn)
+            )
+            return fn
+
+        return register
+
+    def action(
+        self,
+        name: str | None = None,
+        *,
+        provides: Iterable[str] = (),
+        requires: Iterable[str] = (),
+        finishes: bool = False,
+    ) -> Callable[[Action], Action]:
+        """Register an action (sync or async) over the machine's context.
+
+        ``requires``: facts that must hold on every path before it runs (lint checks).
+        ``finishes``: it settles the delivery (ack/hold); only the last step of a flow.
+        """
+
+        def register(fn: Action) -> Action:
+            key = name or fn.__name__
+            self._check_free(key)
+            self.actions[key] = ActionInfo(
+                key, fn, frozenset(provides), frozenset(requires), finishes, _doc(fn)
+            )
+            return fn
+
+        return register
+
+    def _check_free(self, key: str) -> None:
+        if key in self.conditions or key in self.actions:
+            raise ValueError(f"{self.machine}: {key!r} is registered twice")
+
+
+def _doc(fn: Callable[..., Any]) -> str:
+    return (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
