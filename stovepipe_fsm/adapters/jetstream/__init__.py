@@ -1,0 +1,64 @@
+"""JetStream adapter: the storage and publisher ports on NATS JetStream, plus the topology.
+
+- ``server``     a local ``nats-server -js`` process (tests, ``serve --embedded``, demo)
+- ``names``      the reversible encoding of queue names into subject tokens and KV keys
+- ``codec``      JSON values with a schema version; malformed values are ``NonRetryable``
+- ``topology``   stream / subject / bucket names, and idempotent, non-clobbering creation
+- ``kv_cell``    conditional single-key KV access with domain errors
+- ``entity_stores``, ``uri_index``, ``counter``, ``stores``: the storage ports on KV
+- ``publisher``  the publisher port, every message with a ``Nats-Msg-Id``
+
+See ``docs/jetstream.md`` for the contracts and the server behaviour they rely on.
+"""
+
+from .codec import SCHEMA_VERSION, UriEntry, WorkMessage
+from .counter import KvCounter
+from .entity_stores import KvQueueStore, KvRequestStore
+from .errors import TopologyMismatch
+from .kv_cell import KvCell, KvEntry
+from .names import (
+    InvalidToken,
+    decode_queue_token,
+    decode_token,
+    encode_queue_token,
+    encode_token,
+    queue_key,
+    request_key,
+    uri_key,
+)
+from .publisher import JetStreamPublisher
+from .server import NatsServer, NatsServerError, find_nats_server_binary
+from .stores import KvStores, open_cell, open_kv_stores
+from .topology import Topology, TopologyReport, ensure_topology
+from .uri_index import KvUriIndex
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "InvalidToken",
+    "JetStreamPublisher",
+    "KvCell",
+    "KvCounter",
+    "KvEntry",
+    "KvQueueStore",
+    "KvRequestStore",
+    "KvStores",
+    "KvUriIndex",
+    "NatsServer",
+    "NatsServerError",
+    "Topology",
+    "TopologyMismatch",
+    "TopologyReport",
+    "UriEntry",
+    "WorkMessage",
+    "decode_queue_token",
+    "decode_token",
+    "encode_queue_token",
+    "encode_token",
+    "ensure_topology",
+    "find_nats_server_binary",
+    "open_cell",
+    "open_kv_stores",
+    "queue_key",
+    "request_key",
+    "uri_key",
+]

@@ -1,0 +1,338 @@
+"""Names and shapes of every stream, subject and KV bucket the service uses.
+
+One frozen :class:`Topology` value is the whole broker-side contract, so that the service,
+the operator commands and the tests agree on names by construction, and a test can run on
+a fresh prefix without touching anyone else's streams.
+
+Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
+
+    <prefix>.process.<q>          process work, one durable consumer per queue
+    <prefix>.build.<q>            build work, read by the build stage
+    <prefix>.hooks.<event type>   hook events (``validation.repository.started`` ...)
+    <prefix>.dlq.<stage>.<q>      dead letters
+
+:func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
+a stream: a stream created by someone else with different subjects, retention or storage
+is an operator decision this service must not overwrite, so it stops with an error naming
+the stream and every differing field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.js import JetStreamContext, api
+
+from .errors import STREAM_NAME_IN_USE_CODE, TopologyMismatch, translated
+from .names import InvalidToken, decode_queue_token, encode_name_token, encode_queue_token
+
+DEFAULT_PREFIX = "stovepipe"
+DAY_S = 24 * 3600.0
+_SIMPLE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """The configuration this service creates a stream with, and the fields it checks."""
+
+    name: str
+    subjects: tuple[str, ...]
+    retention: api.RetentionPolicy
+    storage: api.StorageType
+    replicas: int
+    duplicate_window_s: float
+    max_age_s: float | None = None
+    max_consumers: int | None = None
+
+    def to_config(self) -> api.StreamConfig:
+        return api.StreamConfig(
+            name=self.name,
+            subjects=list(self.subjects),
+            retention=self.retention,
+            storage=self.storage,
+            num_replicas=self.replicas,
+            duplicate_window=self.duplicate_window_s,
+            max_age=self.max_age_s,
+            max_consumers=self.max_consumers,
+            discard=api.DiscardPolicy.OLD,
+        )
+
+    def differences(self, actual: api.StreamConfig) -> list[str]:
+        """Human-readable ``field: have X, want Y`` for each field that matters."""
+        diffs: list[str] = []
+        have_subjects = sorted(actual.subjects or [])
+        if have_subjects != sorted(self.subjects):
+            diffs.append(f"subjects: have {have_subjects}, want {sorted(self.subjects)}")
+        if _enum_value(actual.retention) != self.retention.value:
+            diffs.append(
+                f"retention: have {_enum_value(actual.retention)}, want {self.retention.value}"
+            )
+        if _enum_value(actual.storage) != self.storage.value:
+            diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
+        if (actual.duplicate_window or 0) < self.duplicate_window_s:
+            diffs.append(
+                f"duplicate_window: have {actual.duplicate_window or 0}s, want at least "
+                f"{self.duplicate_window_s}s (Nats-Msg-Id dedup relies on it)"
+            )
+        return diffs
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    name: str
+    storage: api.StorageType
+    replicas: int
+    history: int
+
+    def to_config(self) -> api.KeyValueConfig:
+        # direct=False: reads go through the stream leader, so a read after a write on
+        # a replicated bucket sees that write (the store contract is read-after-write).
+        return api.KeyValueConfig(
+            bucket=self.name,
+            history=self.history,
+            storage=self.storage,
+            replicas=self.replicas,
+            direct=False,
+        )
+
+    def differences(self, actual: api.StreamConfig) -> list[str]:
+        diffs: list[str] = []
+        if _enum_value(actual.storage) != self.storage.value:
+            diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
+        if actual.max_msgs_per_subject < 1:
+            diffs.append(f"history: have {actual.max_msgs_per_subject}, want {self.history}")
+        return diffs
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Every broker-side name the service uses, plus the shape of what it creates."""
+
+    prefix: str = DEFAULT_PREFIX
+    process_stream: str = "STOVEPIPE_PROCESS"
+    build_stream: str = "STOVEPIPE_BUILD"
+    hooks_stream: str = "STOVEPIPE_HOOKS"
+    dead_letter_stream: str = "STOVEPIPE_DLQ"
+    requests_bucket: str = "stovepipe-requests"
+    queues_bucket: str = "stovepipe-queues"
+    uris_bucket: str = "stovepipe-uris"
+    counters_bucket: str = "stovepipe-counters"
+    attempts_bucket: str = "stovepipe-attempts"
+    storage: api.StorageType = api.StorageType.FILE
+    replicas: int = 1
+    #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
+    duplicate_window_s: float = 120.0
+    #: Age after which build and hook messages are discarded (dead letters are kept).
+    message_max_age_s: float = 7 * DAY_S
+    #: One process consumer per queue: this is the cap on queues. Set explicitly because
+    #: nats-server 2.15 caps streams that leave it unset at 1000 consumers.
+    max_queues: int = 10_000
+    kv_history: int = 1
+
+    def __post_init__(self) -> None:
+        tokens = self.prefix.split(".")
+        if not all(_SIMPLE_NAME_RE.match(token) for token in tokens):
+            raise ValueError(
+                f"subject prefix {self.prefix!r} must be dot-separated tokens of [A-Za-z0-9_-]"
+            )
+        for name in (*self.stream_names(), *self.bucket_names()):
+            if not _SIMPLE_NAME_RE.match(name):
+                raise ValueError(f"stream/bucket name {name!r} must match [A-Za-z0-9_-]+")
+        if self.max_queues < 1 or self.replicas < 1 or not 1 <= self.kv_history <= 64:
+            raise ValueError("max_queues and replicas must be >= 1, kv_history in 1..64")
+
+    @classmethod
+    def isolated(cls, tag: str, **overrides: object) -> Topology:
+        """A topology whose every name carries ``tag``: disjoint from any other tag's."""
+        if not _SIMPLE_NAME_RE.match(tag):
+            raise ValueError(f"topology tag {tag!r} must match [A-Za-z0-9_-]+")
+        upper = tag.upper().replace("-", "_")
+        names: dict[str, object] = {
+            "prefix": f"{DEFAULT_PREFIX}-{tag}",
+            "process_stream": f"STOVEPIPE_{upper}_PROCESS",
+            "build_stream": f"STOVEPIPE_{upper}_BUILD",
+            "hooks_stream": f"STOVEPIPE_{upper}_HOOKS",
+            "dead_letter_stream": f"STOVEPIPE_{upper}_DLQ",
+            "requests_bucket": f"stovepipe-{tag}-requests",
+            "queues_bucket": f"stovepipe-{tag}-queues",
+            "uris_bucket": f"stovepipe-{tag}-uris",
+            "counters_bucket": f"stovepipe-{tag}-counters",
+            "attempts_bucket": f"stovepipe-{tag}-attempts",
+        }
+        names.update(overrides)
+        return cls(**names)  # type: ignore[arg-type]  # values checked by __post_init__
+
+    # -- subjects ---------------------------------------------------------------------
+
+    def process_subject(self, queue: str) -> str:
+        return f"{self.prefix}.process.{encode_queue_token(queue)}"
+
+    def process_filter(self) -> str:
+        return f"{self.prefix}.process.*"
+
+    def queue_of_process_subject(self, subject: str) -> str:
+        """The queue a process message was published for (inverse of process_subject)."""
+        head = f"{self.prefix}.process."
+        token = subject[len(head) :] if subject.startswith(head) else ""
+        try:
+            return decode_queue_token(token)
+        except InvalidToken as exc:
+            raise ValueError(f"{subject!r} is not a process subject of {head}*: {exc}") from None
+
+    def process_consumer_name(self, queue: str) -> str:
+        """Durable name of the queue's process consumer (a name, so ``/`` is escaped too)."""
+        return f"process-{encode_name_token(queue)}"
+
+    def build_subject(self, queue: str) -> str:
+        return f"{self.prefix}.build.{encode_queue_token(queue)}"
+
+    def hook_subject(self, event_type: str) -> str:
+        tokens = event_type.split(".")
+        if not all(_SIMPLE_NAME_RE.match(token) for token in tokens):
+            raise ValueError(f"hook event type {event_type!r} is not a dotted name")
+        return f"{self.prefix}.hooks.{event_type}"
+
+    def dead_letter_subject(self, queue: str, stage: str = "process") -> str:
+        if not _SIMPLE_NAME_RE.match(stage):
+            raise ValueError(f"stage {stage!r} must match [A-Za-z0-9_-]+")
+        return f"{self.prefix}.dlq.{stage}.{encode_queue_token(queue)}"
+
+    # -- what ensure_topology creates -------------------------------------------------
+
+    def stream_names(self) -> tuple[str, ...]:
+        return (self.process_stream, self.build_stream, self.hooks_stream, self.dead_letter_stream)
+
+    def bucket_names(self) -> tuple[str, ...]:
+        return (
+            self.requests_bucket,
+            self.queues_bucket,
+            self.uris_bucket,
+            self.counters_bucket,
+            self.attempts_bucket,
+        )
+
+    def stream_specs(self) -> tuple[StreamSpec, ...]:
+        """Process is a work queue: each message is consumed once by its queue's consumer,
+        acked messages go away, and the server refuses a second consumer with an
+        overlapping filter, so two consumers can never serialize one queue twice.
+        """
+
+        def spec(
+            name: str,
+            subject: str,
+            retention: api.RetentionPolicy,
+            max_age_s: float | None = None,
+            max_consumers: int | None = None,
+        ) -> StreamSpec:
+            return StreamSpec(
+                name=name,
+                subjects=(subject,),
+                retention=retention,
+                storage=self.storage,
+                replicas=self.replicas,
+                duplicate_window_s=self.duplicate_window_s,
+                max_age_s=max_age_s,
+                max_consumers=max_consumers,
+            )
+
+        limits = api.RetentionPolicy.LIMITS
+        return (
+            spec(
+                self.process_stream,
+                self.process_filter(),
+                api.RetentionPolicy.WORK_QUEUE,
+                max_consumers=self.max_queues,
+            ),
+            spec(self.build_stream, f"{self.prefix}.build.*", limits, self.message_max_age_s),
+            spec(self.hooks_stream, f"{self.prefix}.hooks.>", limits, self.message_max_age_s),
+            spec(self.dead_letter_stream, f"{self.prefix}.dlq.>", limits),
+        )
+
+    def bucket_specs(self) -> tuple[BucketSpec, ...]:
+        return tuple(
+            BucketSpec(name, self.storage, self.replicas, self.kv_history)
+            for name in self.bucket_names()
+        )
+
+
+@dataclass(frozen=True)
+class TopologyReport:
+    """What :func:`ensure_topology` found: created now vs. already there (and matching)."""
+
+    created_streams: tuple[str, ...]
+    existing_streams: tuple[str, ...]
+    created_buckets: tuple[str, ...]
+    existing_buckets: tuple[str, ...]
+
+
+async def ensure_topology(js: JetStreamContext, topology: Topology) -> TopologyReport:
+    """Create missing streams and buckets; verify existing ones; never modify anything.
+
+    Safe to run from every replica at startup: a create racing another replica's
+    identical create succeeds (the server treats it as a no-op), and one racing a
+    *different* create is re-read and reported as a mismatch.
+    """
+    created_streams: list[str] = []
+    existing_streams: list[str] = []
+    for spec in topology.stream_specs():
+        created = await _ensure_stream(js, spec)
+        (created_streams if created else existing_streams).append(spec.name)
+    created_buckets: list[str] = []
+    existing_buckets: list[str] = []
+    for bucket in topology.bucket_specs():
+        created = await _ensure_bucket(js, bucket)
+        (created_buckets if created else existing_buckets).append(bucket.name)
+    return TopologyReport(
+        tuple(created_streams),
+        tuple(existing_streams),
+        tuple(created_buckets),
+        tuple(existing_buckets),
+    )
+
+
+async def _ensure_stream(js: JetStreamContext, spec: StreamSpec) -> bool:
+    with translated(f"ensure stream {spec.name}"):
+        try:
+            info = await js.stream_info(spec.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.add_stream(spec.to_config())
+                return True
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != STREAM_NAME_IN_USE_CODE:
+                    raise
+                info = await js.stream_info(spec.name)
+        _raise_on_mismatch("stream", spec.name, spec.differences(info.config))
+        return False
+
+
+async def _ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> bool:
+    stream = f"KV_{spec.name}"
+    with translated(f"ensure bucket {spec.name}"):
+        try:
+            info = await js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.create_key_value(spec.to_config())
+                return True
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != STREAM_NAME_IN_USE_CODE:
+                    raise
+                info = await js.stream_info(stream)
+        _raise_on_mismatch("bucket", spec.name, spec.differences(info.config))
+        return False
+
+
+def _raise_on_mismatch(kind: str, name: str, diffs: list[str]) -> None:
+    if diffs:
+        raise TopologyMismatch(
+            f"{kind} {name!r} exists with a configuration this service cannot use "
+            f"({'; '.join(diffs)}). It was left unchanged: fix the service's topology "
+            f"settings, or migrate the {kind} deliberately."
+        )
+
+
+def _enum_value(value: object) -> object:
+    return getattr(value, "value", value)

@@ -1,0 +1,84 @@
+"""Pytest helpers for tests that need a real JetStream broker.
+
+- ``nats_server`` (session): one ``nats-server -js`` on a free loopback port with a
+  temporary store directory, stopped when the session ends.
+- ``js_env`` (function): a connected client, its JetStream context and a :class:`Topology`
+  whose every stream, subject and bucket name is unique to the test, created with
+  ``ensure_topology`` and deleted afterwards, so tests share the broker but not state.
+
+Tests that restart or kill a broker start their own :class:`NatsServer` instead of
+touching the shared one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.js.errors
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from stovepipe_fsm.adapters.jetstream import NatsServer, Topology, ensure_topology
+
+CONNECT_TIMEOUT_S = 5.0
+CLEANUP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class JsEnv:
+    server: NatsServer
+    nc: Client
+    js: JetStreamContext
+    topology: Topology
+
+
+def unique_tag() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+async def connect(server: NatsServer, **options: Any) -> Client:
+    """A client with bounded connect time (tests must never hang on a dead broker).
+
+    Reconnects are off unless asked for, so a broken broker fails a test instead of
+    stalling it.
+    """
+    options.setdefault("max_reconnect_attempts", 0)
+    return await nats.connect(server.url, connect_timeout=CONNECT_TIMEOUT_S, **options)
+
+
+async def delete_topology(js: JetStreamContext, topology: Topology) -> None:
+    """Delete every stream and bucket of ``topology`` that exists (best effort, bounded)."""
+    streams = (*topology.stream_names(), *(f"KV_{b}" for b in topology.bucket_names()))
+    for stream in streams:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream(stream)
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path_factory.mktemp("nats-store"))
+    with server:
+        yield server
+
+
+@pytest.fixture
+async def js_env(nats_server: NatsServer) -> AsyncIterator[JsEnv]:
+    nc = await connect(nats_server)
+    js = nc.jetstream()
+    topology = Topology.isolated(unique_tag())
+    try:
+        await asyncio.wait_for(ensure_topology(js, topology), timeout=CLEANUP_TIMEOUT_S)
+        yield JsEnv(server=nats_server, nc=nc, js=js, topology=topology)
+    finally:
+        try:
+            if nc.is_connected:
+                await asyncio.wait_for(delete_topology(js, topology), timeout=CLEANUP_TIMEOUT_S)
+        finally:
+            await asyncio.wait_for(nc.close(), timeout=CLEANUP_TIMEOUT_S)
