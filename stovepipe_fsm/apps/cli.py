@@ -1,0 +1,197 @@
+"""``stovepipe-fsm``: the command line.
+
+Exit codes: 0 success; 1 the checked thing is wrong (validate found issues, diagrams
+stale, a model-check counterexample); 2 bad input (unreadable or invalid file or
+arguments). Errors name ``file:line:column``; no traceback reaches a user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..spec.errors import SpecError, SpecIssue
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+DEFAULT_MACHINES = "machines"
+DEFAULT_CONFIG = "config/queues.yaml"
+DEFAULT_DIAGRAMS = "docs/diagrams"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except SpecError as exc:
+        for issue in exc.issues:
+            print(issue, file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into a pager or head that closed early
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stovepipe-fsm",
+        description="Process stage of a trunk-validation pipeline, declared as YAML machines.",
+    )
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="schema + lint of machines and queue config")
+    p.add_argument("paths", nargs="*", help="files or directories (default: the shipped ones)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("diagram", help="write state diagrams to docs/diagrams")
+    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p.add_argument("--out", default=DEFAULT_DIAGRAMS)
+    p.add_argument("--check", action="store_true", help="exit 1 if the diagrams are stale")
+    p.set_defaults(handler=cmd_diagram)
+
+    p = sub.add_parser("simulate", help="replay a timeline on in-memory adapters")
+    p.add_argument("timeline")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.set_defaults(handler=cmd_simulate)
+
+    for register in _extensions():
+        register(sub)
+    return parser
+
+
+def _extensions() -> list:  # type: ignore[type-arg]
+    """Subcommands that live in their own modules (check, service, operators)."""
+    registrars = []
+    for module in ("check.command", "service.command"):
+        try:
+            imported = __import__(f"stovepipe_fsm.apps.{module}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("stovepipe_fsm.apps."):
+                continue
+            raise
+        registrars.append(imported.register)
+    return registrars
+
+
+# --- validate -----------------------------------------------------------------------
+
+
+def default_validate_paths() -> list[Path]:
+    return [
+        Path(DEFAULT_MACHINES) / "request.yaml",
+        Path(DEFAULT_MACHINES) / "queue_gate.yaml",
+        Path(DEFAULT_CONFIG),
+    ]
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from ..config.loader import check_queue_config
+    from ..process.catalog import REGISTRIES
+    from ..spec.loader import check_machine
+    from ..spec.yaml_source import read_yaml
+
+    paths: list[Path] = []
+    for raw in args.paths or default_validate_paths():
+        path = Path(raw)
+        paths += sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    issues: list[SpecIssue] = []
+    for path in paths:
+        kind = _file_kind(path, read_yaml)
+        if kind == "config":
+            issues += check_queue_config(path)
+        else:
+            issues += check_machine(path, REGISTRIES)[1]
+    if args.format == "json":
+        print(
+            json.dumps(
+                {"files": [str(p) for p in paths], "issues": [i.as_dict() for i in issues]},
+                indent=2,
+            )
+        )
+    else:
+        for issue in issues:
+            print(issue)
+        status = f"{len(issues)} issue(s)" if issues else "ok"
+        print(f"validated {len(paths)} file(s): {status}", file=sys.stderr)
+    return EXIT_FAIL if issues else EXIT_OK
+
+
+def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
+    try:
+        data = read_yaml(path).data
+    except SpecError:
+        return "machine"  # the machine check reports the same syntax error with location
+    if (
+        isinstance(data, dict)
+        and ("defaults" in data or "queues" in data)
+        and ("transitions" not in data)
+    ):
+        return "config"
+    return "machine"
+
+
+# --- diagram ------------------------------------------------------------------------
+
+
+def cmd_diagram(args: argparse.Namespace) -> int:
+    from ..process.catalog import REGISTRIES
+    from ..spec.diagrams import diagram_outputs, stale_diagrams, write_diagrams
+    from ..spec.loader import load_machine_dir
+
+    specs = load_machine_dir(args.machines, REGISTRIES)
+    outputs = diagram_outputs(specs, REGISTRIES)
+    out_dir = Path(args.out)
+    if args.check:
+        stale = stale_diagrams(outputs, out_dir)
+        if stale:
+            for name in stale:
+                print(f"{out_dir / name}: stale; run `stovepipe-fsm diagram`", file=sys.stderr)
+            return EXIT_FAIL
+        print(f"diagrams in {out_dir} are up to date", file=sys.stderr)
+        return EXIT_OK
+    written = write_diagrams(outputs, out_dir)
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print(f"diagrams in {out_dir} are up to date", file=sys.stderr)
+    return EXIT_OK
+
+
+# --- simulate -----------------------------------------------------------------------
+
+
+def load_policy_store(config_path: str):  # type: ignore[no-untyped-def]
+    from ..adapters.memory.config import StaticConfigStore
+    from ..config.loader import load_queue_config
+
+    return StaticConfigStore(load_queue_config(config_path))
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ..process.catalog import load_process_machines
+    from .simulate.runner import render_table, result_json, simulate
+    from .simulate.timeline import load_timeline
+
+    timeline = load_timeline(args.timeline)
+    machines = load_process_machines(args.machines)
+    sim = simulate(timeline, machines, load_policy_store(args.config))
+    if args.json:
+        print(json.dumps(result_json(sim.world), indent=2))
+    else:
+        print(render_table(sim))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Ingest: turn a reported trunk head into an accepted Request and a process message.
+
+Order of writes, each one safe to repeat:
+
+1. claim (queue, uri) in the dedup index with a freshly minted id; a re-ingest finds the
+   existing id instead (a counter value spent on a lost race is never reused);
+2. get-or-create the Queue row;
+3. create the Request (``AlreadyExists`` after a crash between 1 and 3 is fine);
+4. CAS ``latest_request_id`` forward only, never backward;
+5. publish the ProcessRequest - last, so the consumer always finds 1-4 durable.
+
+A re-ingest of a URI whose Request is still ``accepted`` redoes 2-5: it heals a crash
+anywhere in the sequence and a lost publish. A re-ingest of a Request past accepted
+publishes nothing (a superseded URI is never re-validated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+
+from ..domain.entities import Queue, Request
+from ..domain.errors import AlreadyExists, NotFound
+from ..domain.ids import compare_request_id, format_request_id
+from ..domain.queue_names import validate_queue_name
+from ..ports.publisher import Publisher
+from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
+from ..process.lifecycle import RequestLifecycle
+
+ACCEPTED = "accepted"
+
+
+class InvalidUri(ValueError):
+    """A URI that cannot name a commit (empty, whitespace, control characters)."""
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    request_id: str
+    created: bool
+    published: bool
+
+
+def validate_uri(uri: object) -> str:
+    if not isinstance(uri, str) or not uri:
+        raise InvalidUri("uri must be a non-empty string")
+    if any(c.isspace() or ord(c) < 32 for c in uri):
+        raise InvalidUri(f"uri {uri!r} contains whitespace or control characters")
+    if len(uri) > 1024:
+        raise InvalidUri(f"uri is {len(uri)} characters; at most 1024 allowed")
+    return uri
+
+
+class Ingest:
+    def __init__(
+        self,
+        *,
+        requests: RequestStore,
+        queues: QueueStore,
+        uri_index: UriIndex,
+        counter: Counter,
+        publisher: Publisher,
+        lifecycle: RequestLifecycle,
+    ) -> None:
+        self.requests = requests
+        self.queues = queues
+        self.uri_index = uri_index
+        self.counter = counter
+        self.publisher = publisher
+        self.lifecycle = lifecycle
+
+    async def ingest(self, queue: str, uri: str) -> IngestResult:
+        validate_queue_name(queue)
+        validate_uri(uri)
+        request_id = await self.uri_index.get(queue, uri)
+        created = False
+        if request_id is None:
+            minted = format_request_id(queue, await self.counter.next(queue))
+            request_id = await self.uri_index.put_if_absent(queue, uri, minted)
+            created = request_id == minted
+        await self._ensure_queue(queue)
+        request = await self._ensure_request(request_id, queue, uri)
+        if request.state != ACCEPTED:
+            return IngestResult(request_id, created, published=False)
+        await self._stamp_latest(queue, request_id)
+        await self.publisher.publish_process(queue, request_id)
+        return IngestResult(request_id, created, published=True)
+
+    async def _ensure_queue(self, name: str) -> None:
+        try:
+            await self.queues.get(name)
+        except NotFound:
+            with contextlib.suppress(AlreadyExists):
+                await self.queues.create(Queue(name=name))
+
+    async def _ensure_request(self, request_id: str, queue: str, uri: str) -> Request:
+        try:
+            return await self.requests.get(request_id)
+        except NotFound:
+            pass
+        request = Request(id=request_id, queue=queue, uri=uri)
+        try:
+            await self.requests.create(request)
+        except AlreadyExists:
+            return await self.requests.get(request_id)
+        return request
+
+    async def _stamp_latest(self, queue: str, request_id: str) -> None:
+        def forward(row: Queue) -> Queue:
+            latest = row.latest_request_id
+            if latest and compare_request_id(queue, request_id, latest) <= 0:
+                return row
+            return replace(row, latest_request_id=request_id)
+
+        await self.lifecycle.update_queue(queue, forward)

@@ -1,0 +1,208 @@
+"""Replay a :class:`Timeline` on a :class:`World`, recording a readable log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...domain.entities import Request
+from ...domain.errors import NotFound, StovepipeError
+from ...domain.ids import parse_request_id
+from ...ports.config import ConfigStore
+from ...process.catalog import ProcessMachines
+from ...spec.errors import SpecError, SpecIssue
+from .timeline import Timeline, TimelineStep
+from .world import DeliveryReport, OverrideConfigStore, World, run_sync
+
+MAX_DELIVERIES_PER_RUN = 10_000
+
+
+@dataclass
+class LogRow:
+    step: int
+    time_ms: int
+    action: str
+    result: str
+
+
+@dataclass
+class Simulation:
+    world: World
+    rows: list[LogRow] = field(default_factory=list)
+
+
+def build_world(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> World:
+    if timeline.config:
+        config = OverrideConfigStore(config, timeline.config)
+    return World(machines, config, timeline.history)
+
+
+def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
+    """Run every step; a step that cannot apply raises SpecError at its location."""
+    sim = Simulation(build_world(timeline, machines, config))
+    for number, step in enumerate(timeline.steps, start=1):
+        try:
+            results = apply_step(sim.world, step)
+        except (StovepipeError, ValueError) as exc:
+            message = f"step {number} ({step.describe()}): {exc}"
+            raise SpecError([SpecIssue(step.location, message)]) from None
+        for result in results or ["-"]:
+            sim.rows.append(LogRow(number, sim.world.clock.now_ms(), step.describe(), result))
+    return sim
+
+
+def apply_step(world: World, step: TimelineStep) -> list[str]:
+    kind = step.kind
+    if kind == "ingest":
+        result = world.ingest(step.queue, step.uri)
+        verb = "created" if result.created else "existing"
+        sent = "published" if result.published else "not published"
+        return [f"{result.request_id} ({verb}, {sent})"]
+    if kind == "deliver":
+        report = world.deliver_next()
+        return [explain(world, report)] if report else ["nothing due"]
+    if kind == "run":
+        out = []
+        for _ in range(MAX_DELIVERIES_PER_RUN):
+            report = world.deliver_next()
+            if report is None:
+                break
+            out.append(explain(world, report))
+        else:
+            raise ValueError(f"run did not settle after {MAX_DELIVERIES_PER_RUN} deliveries")
+        return out or ["nothing due"]
+    if kind == "advance_ms":
+        world.advance(step.amount)
+        return [f"clock at {world.clock.now_ms()} ms"]
+    if kind == "crash":
+        world.armed_crash = step.value
+        return [f"next delivery reaching {step.value} dies there"]
+    if kind == "source_control":
+        world.graph.set_available(step.value == "up")
+        return [f"source control {step.value}"]
+    request_id = _request_id(world, step)
+    if kind == "complete":
+        request = world.complete(request_id, step.outcome)
+        return [f"{request.id} {request.state}; {_queue_summary(world, request.queue)}"]
+    if kind == "redeliver":
+        world.redeliver(request_id)
+        return [f"duplicate process message for {request_id}"]
+    if kind == "dead_letter":
+        request = world.dead_letter(request_id)
+        state = request.state if request else "missing"
+        return [f"{request_id} {state}; {_queue_summary(world, step.queue)}"]
+    raise ValueError(f"unknown step {kind!r}")
+
+
+def _request_id(world: World, step: TimelineStep) -> str:
+    request_id = world.request_for(step.queue, step.uri)
+    if request_id is None:
+        raise ValueError(f"no request for uri {step.uri!r} in queue {step.queue!r}")
+    return request_id
+
+
+def _queue_summary(world: World, queue: str) -> str:
+    try:
+        row = run_sync(world.queues.get(queue))
+    except NotFound:
+        return f"queue {queue} missing"
+    return f"in_flight={row.in_flight_count}"
+
+
+def explain(world: World, report: DeliveryReport) -> str:
+    request = _request(world, report.request_id)
+    label = f"{report.request_id} ({request.uri})" if request else report.request_id
+    if report.outcome in ("crashed", "retry", "dead_letter"):
+        return f"{label}: {report.outcome} ({report.detail})"
+    if request is None:
+        return f"{label}: {report.outcome}"
+    if report.outcome == "held":
+        return f"{label}: held (gate closed or not yet stamped)"
+    if request.state == "processing":
+        base = f" base {request.base_uri}" if request.base_uri else ""
+        return f"{label}: admitted {request.build_strategy}{base} -> build"
+    if request.state == "superseded":
+        return f"{label}: superseded by {request.superseded_by}"
+    return f"{label}: {request.state}, acked"
+
+
+def _request(world: World, request_id: str) -> Request | None:
+    try:
+        return run_sync(world.requests.get(request_id))
+    except (NotFound, ValueError):
+        return None
+
+
+def result_json(world: World) -> dict[str, Any]:
+    """The ``simulate --json`` document (shape shared with ``status --json``)."""
+    requests = sorted(world.requests.snapshot(), key=lambda r: _order(r.id))
+    return {
+        "requests": [request_json(r) for r in requests],
+        "queues": [queue_json(q) for q in sorted(world.queues.snapshot(), key=lambda q: q.name)],
+        "builds": [p.request_id for p in world.published.builds()],
+        "hooks": [
+            {"id": p.dedup_id, "type": p.event_type, "request_id": p.request_id, "queue": p.queue}
+            for p in world.published.hooks()
+        ],
+        "holds": world.holds,
+        "pending": len(world.broker.messages),
+    }
+
+
+def request_json(r: Request) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "queue": r.queue,
+        "uri": r.uri,
+        "state": r.state,
+        "build_strategy": r.build_strategy,
+        "base_uri": r.base_uri,
+    }
+
+
+def queue_json(q: Any) -> dict[str, Any]:
+    return {
+        "name": q.name,
+        "in_flight_count": q.in_flight_count,
+        "last_green_uri": q.last_green_uri,
+        "latest_request_id": q.latest_request_id,
+    }
+
+
+def _order(request_id: str) -> tuple[str, int]:
+    rid = parse_request_id(request_id)
+    return (rid.queue, rid.counter)
+
+
+def render_table(sim: Simulation) -> str:
+    rows = [("#", "t(ms)", "step", "result")]
+    rows += [(str(r.step), str(r.time_ms), r.action, r.result) for r in sim.rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append("  ".join(row[c].ljust(widths[c]) for c in range(3)) + "  " + row[3])
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
+    lines.append("")
+    lines.append(final_table(sim.world))
+    return "\n".join(lines)
+
+
+def final_table(world: World) -> str:
+    doc = result_json(world)
+    lines = ["final requests:"]
+    for r in doc["requests"]:
+        strategy = r["build_strategy"] or "-"
+        base = r["base_uri"] or "-"
+        lines.append(f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}")
+    lines.append("queues:")
+    for q in doc["queues"]:
+        lines.append(
+            f"  {q['name']}: in_flight={q['in_flight_count']} "
+            f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
+        )
+    lines.append(
+        f"builds: {', '.join(doc['builds']) or '-'}; hooks: {len(doc['hooks'])}; "
+        f"holds: {doc['holds']}; pending: {doc['pending']}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""Timeline files for ``simulate``: parsed once, validated with located errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...domain.queue_names import InvalidQueueName, validate_queue_name
+from ...spec.errors import Location, SpecError, SpecIssue
+from ...spec.schema import schema_issues
+from ...spec.yaml_source import read_yaml
+
+DEFAULT_QUEUE = "monorepo/main"
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    """One step: ``kind`` is the step's key (deliver, ingest, complete, ...)."""
+
+    kind: str
+    location: Location
+    uri: str = ""
+    queue: str = ""
+    outcome: str = ""
+    amount: int = 0
+    value: str = ""
+
+    def describe(self) -> str:
+        if self.kind in ("deliver", "run"):
+            return self.kind
+        if self.kind == "advance_ms":
+            return f"advance_ms {self.amount}"
+        if self.kind == "complete":
+            return f"complete {self.uri} {self.outcome}"
+        if self.kind in ("crash", "source_control"):
+            return f"{self.kind} {self.value}"
+        return f"{self.kind} {self.uri}"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    file: str
+    queue: str
+    steps: tuple[TimelineStep, ...]
+    config: dict[str, int] = field(default_factory=dict)
+    history: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def load_timeline(path: str | Path) -> Timeline:
+    doc = read_yaml(path)
+    issues = schema_issues(doc, "timeline")
+    if issues:
+        raise SpecError(issues)
+    data: dict[str, Any] = doc.data
+    queue = data.get("queue", DEFAULT_QUEUE)
+    _check_queue(queue, doc.locate(("queue",)), issues)
+    steps = []
+    for index, raw in enumerate(data["steps"]):
+        where = doc.locate(("steps", index))
+        step = _step(raw, where, queue)
+        if step.queue != queue:
+            _check_queue(step.queue, where, issues)
+        steps.append(step)
+    if issues:
+        raise SpecError(issues)
+    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
+    return Timeline(doc.file, queue, tuple(steps), dict(data.get("config", {})), history)
+
+
+def _check_queue(queue: str, where: Location, issues: list[SpecIssue]) -> None:
+    try:
+        validate_queue_name(queue)
+    except InvalidQueueName as exc:
+        issues.append(SpecIssue(where, str(exc)))
+
+
+def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineStep:
+    if isinstance(raw, str):
+        return TimelineStep(raw, where, queue=queue)
+    ((kind, value),) = raw.items()
+    if kind == "advance_ms":
+        return TimelineStep(kind, where, queue=queue, amount=int(value))
+    if kind in ("crash", "source_control"):
+        return TimelineStep(kind, where, queue=queue, value=str(value))
+    if kind == "complete":
+        return TimelineStep(
+            kind, where, uri=value["uri"], queue=value.get("queue", queue), outcome=value["outcome"]
+        )
+    if isinstance(value, str):
+        return TimelineStep(kind, where, uri=value, queue=queue)
+    return TimelineStep(kind, where, uri=value["uri"], queue=value.get("queue", queue))
