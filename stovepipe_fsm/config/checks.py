@@ -1,0 +1,73 @@
+"""Checks on ``queues:`` keys that JSON Schema cannot express.
+
+Schema validation covers the shape and the values; these rules need code: an exact key
+must be a name ingest would accept, a pattern must be able to match such a name, and
+equally specific patterns must not overlap. They run even when the schema found
+problems, so one ``validate`` run reports everything at once.
+"""
+
+from __future__ import annotations
+
+from ..domain.queue_names import InvalidQueueName, validate_queue_name
+from ..spec.errors import Location, SpecIssue
+from ..spec.yaml_source import SourceDocument
+from .globs import STAR, is_pattern
+from .policy import tie_issues
+
+QUEUES = "queues"
+
+
+def key_issues(doc: SourceDocument) -> list[SpecIssue]:
+    """Invalid exact names, patterns that can match nothing, and ties, all located."""
+    data = doc.data
+    if not isinstance(data, dict) or not isinstance(data.get(QUEUES), dict):
+        return []
+    keys = [(key, doc.locate((QUEUES, key), key=True)) for key in data[QUEUES]]
+    issues: list[SpecIssue] = []
+    usable: list[tuple[str, Location]] = []
+    for key, where in keys:
+        problem = pattern_problem(key) if is_pattern(key) else name_problem(key)
+        if problem is None:
+            usable.append((key, where))
+        else:
+            rule = "pattern" if is_pattern(key) else "queue-name"
+            issues.append(SpecIssue(where, problem, rule))
+    # A key already reported as unusable would only add noise as one side of a tie.
+    issues.extend(tie_issues(usable))
+    return issues
+
+
+def name_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid exact queue name, or None."""
+    try:
+        validate_queue_name(key)
+    except InvalidQueueName as exc:
+        return (
+            f"invalid queue name {key!r}: {exc}; use the exact name ingest accepts, "
+            "or '*' to match several queues"
+        )
+    return None
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is unusable, or None.
+
+    A pattern is usable when at least one valid queue name matches it. Replacing every
+    ``*`` by one ordinary character gives the most permissive candidate: literal text is
+    kept as is, and no ``*`` can then create a leading, trailing or doubled ``/``. So the
+    pattern can match a valid name exactly when that candidate is one; checking it with
+    the domain's own rule keeps the two from drifting apart. The candidate has the same
+    length as the pattern, so reported positions refer to the pattern.
+    """
+    if STAR * 2 in pattern:
+        return (
+            f"pattern {pattern!r} contains '**', which means the same as '*' here "
+            "('*' already matches '/'); write a single '*'"
+        )
+    probe = pattern.replace(STAR, "x")
+    try:
+        validate_queue_name(probe)
+    except InvalidQueueName as exc:
+        reason = str(exc).replace(repr(probe), repr(pattern))
+        return f"pattern {pattern!r} can never match a valid queue name: {reason}"
+    return None
