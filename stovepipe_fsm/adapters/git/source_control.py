@@ -1,0 +1,177 @@
+"""``SourceControl`` answered by a local git repository.
+
+``is_ancestor(a, b)`` runs ``git -C <repo> merge-base --is-ancestor a b``, whose exit
+status is the answer: 0 yes, 1 no. Exit 128 is either "this name is not a commit here"
+(``NotFound``: the caller falls back to a full build, which is always a valid superset)
+or a problem with the repository itself, which is reported as ``Retryable`` with git's
+own message so an operator can see what broke (missing clone, permissions, ownership).
+
+Definitive answers about two *full* commit ids are cached: ancestry between immutable
+commits never changes, and the strategy decision asks the same question on every
+redelivery of a held head. The cache assumes a complete history; a shallow clone can
+answer ``False`` for commits beyond its depth, with or without the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from ...domain.errors import NotFound, Retryable
+from .cache import AncestryCache
+from .commits import check_commitish, is_full_commit_id
+from .runner import GitResult, GitRunner, git_environment, subprocess_runner
+
+StrPath = str | os.PathLike[str]
+
+# Fragments of git's (forced-English) messages that mean "no such commit here".
+_UNKNOWN_COMMIT_MESSAGES = ("Not a valid commit name", "Not a valid object name")
+
+
+def _runner_for(repo_path: str, runner: GitRunner | None) -> GitRunner:
+    return runner if runner is not None else subprocess_runner(git_environment(repo_path))
+
+
+def _failure(what: str, repo_path: str, result: GitResult) -> Retryable:
+    detail = result.stderr or "(no output)"
+    return Retryable(f"git {what} failed in {repo_path!r} (exit {result.returncode}): {detail}")
+
+
+class GitSourceControl:
+    """Ancestry queries against the repository at ``repo_path``.
+
+    ``runner`` replaces the subprocess launcher (tests count launches with it);
+    ``cache_size=0`` disables the cache.
+    """
+
+    def __init__(
+        self,
+        repo_path: StrPath,
+        *,
+        git: str = "git",
+        timeout_s: float = 10.0,
+        cache_size: int = 4096,
+        runner: GitRunner | None = None,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self._repo_path = os.fspath(repo_path)
+        self._git = git
+        self._timeout_s = timeout_s
+        self._run = _runner_for(self._repo_path, runner)
+        self._cache = AncestryCache(cache_size)
+
+    @property
+    def repo_path(self) -> str:
+        return self._repo_path
+
+    @property
+    def cache(self) -> AncestryCache:
+        return self._cache
+
+    async def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        check_commitish(ancestor)
+        check_commitish(descendant)
+        cacheable = is_full_commit_id(ancestor) and is_full_commit_id(descendant)
+        if cacheable:
+            cached = self._cache.get(ancestor, descendant)
+            if cached is not None:
+                return cached
+        result = await self._run(
+            [self._git, "-C", self._repo_path, "merge-base", "--is-ancestor", ancestor, descendant],
+            self._timeout_s,
+        )
+        if result.returncode in (0, 1):
+            answer = result.returncode == 0
+            if cacheable:
+                self._cache.put(ancestor, descendant, answer)
+            return answer
+        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_COMMIT_MESSAGES):
+            raise NotFound(
+                f"commit not found in {self._repo_path!r} "
+                f"(asked {ancestor!r} → {descendant!r}): {result.stderr}"
+            )
+        raise _failure("merge-base --is-ancestor", self._repo_path, result)
+
+    async def rev_parse(self, ref: str) -> str:
+        """The full id of the commit ``ref`` names in this repository."""
+        return await rev_parse(
+            self._repo_path, ref, git=self._git, timeout_s=self._timeout_s, runner=self._run
+        )
+
+
+async def rev_parse(
+    repo_path: StrPath,
+    ref: str,
+    *,
+    git: str = "git",
+    timeout_s: float = 10.0,
+    runner: GitRunner | None = None,
+) -> str:
+    """Resolve ``ref`` to the full id of a commit; ``NotFound`` when it names none.
+
+    ``^{commit}`` makes a tag resolve to its commit and a tree or blob id count as
+    not found, so the result is always something ``is_ancestor`` can be asked about.
+    """
+    check_commitish(ref)
+    path = os.fspath(repo_path)
+    run = _runner_for(path, runner)
+    result = await run(
+        [git, "-C", path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], timeout_s
+    )
+    if result.returncode == 0:
+        return result.stdout.strip()
+    if result.returncode == 1:
+        raise NotFound(f"{ref!r} does not name a commit in {path!r}")
+    raise _failure("rev-parse", path, result)
+
+
+class GitSourceControlProvider:
+    """``SourceControlProvider`` mapping queues to local repositories.
+
+    ``repos`` is a queue → path mapping, or a function returning a queue's path (or
+    ``None``), e.g. one reading ``QueueConfig.repository``. ``default`` serves queues
+    with no path of their own. Queues that share a repository share one
+    :class:`GitSourceControl`, and so one cache.
+    """
+
+    def __init__(
+        self,
+        repos: Mapping[str, StrPath] | Callable[[str], StrPath | None],
+        *,
+        default: StrPath | None = None,
+        git: str = "git",
+        timeout_s: float = 10.0,
+        cache_size: int = 4096,
+        runner: GitRunner | None = None,
+    ) -> None:
+        if callable(repos):
+            self._resolve: Callable[[str], StrPath | None] = repos
+        else:
+            table = {queue: os.fspath(path) for queue, path in repos.items()}
+            self._resolve = table.get
+        self._default = None if default is None else os.fspath(default)
+        self._git = git
+        self._timeout_s = timeout_s
+        self._cache_size = cache_size
+        self._runner = runner
+        self._by_path: dict[str, GitSourceControl] = {}
+
+    def for_queue(self, queue: str) -> GitSourceControl | None:
+        path = self._resolve(queue)
+        if path is None:
+            path = self._default
+        if path is None:
+            return None
+        key = os.path.abspath(os.fspath(path))
+        source_control = self._by_path.get(key)
+        if source_control is None:
+            source_control = GitSourceControl(
+                key,
+                git=self._git,
+                timeout_s=self._timeout_s,
+                cache_size=self._cache_size,
+                runner=self._runner,
+            )
+            self._by_path[key] = source_control
+        return source_control

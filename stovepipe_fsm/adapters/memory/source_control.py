@@ -1,0 +1,157 @@
+"""In-memory source control: a commit graph given as ``commit → parents``.
+
+It answers ``is_ancestor`` with the same three outcomes as the git adapter (a bool,
+``NotFound`` for an unknown commit, ``Retryable`` while "unavailable"), so the build
+strategy decision can be driven through every branch without a repository: a
+fast-forward is a new commit whose parents reach the last green, a force-push is a new
+root (or a commit on a branch that does not contain it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from ...domain.errors import NotFound, Retryable
+from ...ports.source_control import SourceControl
+
+UNAVAILABLE_MESSAGE = "source control unavailable"
+
+
+class MemorySourceControl:
+    """``SourceControl`` over an immutable-per-commit graph.
+
+    Commits are immutable, as in git: a commit's parents are fixed when it is added and
+    every parent must already be known. That makes ancestry answers stable, and turns a
+    typo in a test graph into an immediate ``ValueError`` rather than a silent ``False``.
+    """
+
+    def __init__(self, parents: Mapping[str, Sequence[str]] | None = None) -> None:
+        self._parents: dict[str, tuple[str, ...]] = {}
+        self._available = True
+        self.calls = 0
+        pending = dict(parents or {})
+        # Accept the mapping in any order: add a commit once all its parents are in.
+        while pending:
+            progressed = False
+            for commit in list(pending):
+                if all(p in self._parents for p in pending[commit]):
+                    self.add_commit(commit, pending.pop(commit))
+                    progressed = True
+            if not progressed:
+                missing = sorted(
+                    {p for ps in pending.values() for p in ps if p not in self._parents}
+                    - set(pending)
+                )
+                detail = f"unknown parents {missing}" if missing else "a parent cycle"
+                raise ValueError(f"commit graph has {detail}: {sorted(pending)}")
+
+    @property
+    def available(self) -> bool:
+        return self._available
+
+    @available.setter
+    def available(self, value: bool) -> None:
+        self._available = bool(value)
+
+    def set_available(self, value: bool) -> None:
+        """Switch transient failure on (``False``) or off; every call obeys it."""
+        self.available = value
+
+    def add_commit(self, sha: str, parents: Iterable[str] = ()) -> None:
+        """Add ``sha`` with ``parents``; re-adding it with the same parents is a no-op."""
+        if isinstance(parents, str):
+            raise TypeError(f"parents of {sha!r} must be a sequence of ids, not a string")
+        parent_ids = tuple(parents)
+        unknown = [p for p in parent_ids if p not in self._parents]
+        if unknown:
+            raise ValueError(f"commit {sha!r} has unknown parents {unknown}")
+        existing = self._parents.get(sha)
+        if existing is not None and existing != parent_ids:
+            raise ValueError(
+                f"commit {sha!r} already exists with parents {list(existing)}; "
+                "commits are immutable"
+            )
+        self._parents[sha] = parent_ids
+
+    def commits(self) -> tuple[str, ...]:
+        return tuple(sorted(self._parents))
+
+    def parents_of(self, sha: str) -> tuple[str, ...]:
+        try:
+            return self._parents[sha]
+        except KeyError:
+            raise NotFound(f"commit {sha!r} not found") from None
+
+    async def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        self.calls += 1
+        if not self._available:
+            raise Retryable(UNAVAILABLE_MESSAGE)
+        for sha in (ancestor, descendant):
+            if sha not in self._parents:
+                raise NotFound(f"commit {sha!r} not found")
+        seen: set[str] = set()
+        frontier = [descendant]
+        while frontier:
+            sha = frontier.pop()
+            if sha == ancestor:
+                return True
+            if sha in seen:
+                continue
+            seen.add(sha)
+            frontier.extend(self._parents[sha])
+        return False
+
+    def clone(self) -> MemorySourceControl:
+        """An independent copy: the graph and the availability switch are forked."""
+        twin = MemorySourceControl()
+        twin._parents = dict(self._parents)
+        twin._available = self._available
+        twin.calls = self.calls
+        return twin
+
+    def copy(self) -> MemorySourceControl:
+        """Alias of :meth:`clone`."""
+        return self.clone()
+
+
+class MemorySourceControlProvider:
+    """``SourceControlProvider`` from a queue → source-control mapping.
+
+    ``default`` answers for every queue the mapping does not name; without it such a
+    queue has no source control (``None``), which the caller treats as "no ancestry
+    information" exactly like an unconfigured repository.
+    """
+
+    def __init__(
+        self,
+        by_queue: Mapping[str, SourceControl] | None = None,
+        *,
+        default: SourceControl | None = None,
+    ) -> None:
+        self._by_queue: dict[str, SourceControl] = dict(by_queue or {})
+        self._default = default
+
+    def for_queue(self, queue: str) -> SourceControl | None:
+        return self._by_queue.get(queue, self._default)
+
+    def register(self, queue: str, source_control: SourceControl) -> None:
+        self._by_queue[queue] = source_control
+
+    def clone(self) -> MemorySourceControlProvider:
+        """Clone every member that can be cloned, keeping shared members shared."""
+        memo: dict[int, SourceControl] = {}
+
+        def fork(member: SourceControl) -> SourceControl:
+            if id(member) not in memo:
+                clone = getattr(member, "clone", None)
+                memo[id(member)] = clone() if callable(clone) else member
+            return memo[id(member)]
+
+        return MemorySourceControlProvider(
+            {queue: fork(member) for queue, member in self._by_queue.items()},
+            default=None if self._default is None else fork(self._default),
+        )
+
+    def copy(self) -> MemorySourceControlProvider:
+        """Alias of :meth:`clone`."""
+        return self.clone()

@@ -1,0 +1,206 @@
+"""In-memory stores: the storage ports as plain dictionaries of frozen values.
+
+They keep the exact contract of ``stovepipe_fsm.ports.stores`` (compare-and-set on
+``version``, ``NotFound``, ``AlreadyExists``) so that a controller tested here behaves
+the same on JetStream KV. Nothing inside awaits: every operation completes in one step
+of the event loop, which makes each call atomic and every run deterministic.
+
+Two extras serve simulation and model checking, not the core:
+
+- ``snapshot()`` / ``all()`` return the stored values sorted by key, so a whole world
+  state can be compared or hashed;
+- ``clone()`` / ``copy()`` return an independent store. Stored values are immutable, so
+  copying the dictionary is a complete (and cheap) fork: no later write to either store
+  can be seen by the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Generic, Self, TypeVar
+
+from ...domain.entities import Queue, Request
+from ...domain.errors import AlreadyExists, NotFound, VersionMismatch
+
+E = TypeVar("E", Request, Queue)
+
+
+class _VersionedStore(Generic[E]):
+    """Create/get/CAS-update of one entity type, keyed by a field of the entity.
+
+    The store does no version arithmetic: ``update`` writes the caller's entity with the
+    caller's ``new_version``, guarded only by ``old_version`` (see the port docstring).
+    """
+
+    _entity_type: type[E]
+    _kind: str
+
+    def __init__(self, entities: Iterable[E] = ()) -> None:
+        self._items: dict[str, E] = {}
+        for entity in entities:
+            self._items[self._key(entity)] = self._freeze(entity)
+
+    def _key(self, entity: E) -> str:
+        raise NotImplementedError
+
+    def _freeze(self, entity: E) -> E:
+        """The value to store: a frozen entity of exactly the expected type.
+
+        Checking the type here turns a wiring mistake (a dict, a mutable stand-in) into
+        an immediate error instead of a store that hands out objects callers can change.
+        """
+        if not isinstance(entity, self._entity_type):
+            raise TypeError(
+                f"{type(self).__name__} stores {self._entity_type.__name__} values, "
+                f"got {type(entity).__name__}"
+            )
+        return entity
+
+    async def create(self, entity: E) -> None:
+        value = self._freeze(entity)
+        key = self._key(value)
+        if key in self._items:
+            raise AlreadyExists(f"{self._kind} {key!r} already exists")
+        self._items[key] = value
+
+    async def get(self, key: str) -> E:
+        try:
+            return self._items[key]
+        except KeyError:
+            raise NotFound(f"{self._kind} {key!r} not found") from None
+
+    async def update(self, entity: E, old_version: int, new_version: int) -> None:
+        value = self._freeze(entity)
+        key = self._key(value)
+        stored = self._items.get(key)
+        if stored is None:
+            raise NotFound(f"{self._kind} {key!r} not found")
+        if stored.version != old_version:
+            raise VersionMismatch(
+                f"{self._kind} {key!r}: stored version is {stored.version}, "
+                f"update expected {old_version}"
+            )
+        self._items[key] = dataclasses.replace(value, version=new_version)
+
+    def snapshot(self) -> tuple[E, ...]:
+        """Every stored value, sorted by key (hashable: the values are frozen)."""
+        return tuple(self._items[key] for key in sorted(self._items))
+
+    def all(self) -> tuple[E, ...]:
+        """Alias of :meth:`snapshot`."""
+        return self.snapshot()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def clone(self) -> Self:
+        """An independent store holding the same values (values are immutable)."""
+        twin = object.__new__(type(self))
+        twin._items = dict(self._items)
+        return twin
+
+    def copy(self) -> Self:
+        """Alias of :meth:`clone`."""
+        return self.clone()
+
+
+class MemoryRequestStore(_VersionedStore[Request]):
+    """``RequestStore`` keyed by ``Request.id``."""
+
+    _entity_type = Request
+    _kind = "request"
+
+    def _key(self, entity: Request) -> str:
+        return entity.id
+
+
+class MemoryQueueStore(_VersionedStore[Queue]):
+    """``QueueStore`` keyed by ``Queue.name``."""
+
+    _entity_type = Queue
+    _kind = "queue"
+
+    def _key(self, entity: Queue) -> str:
+        return entity.name
+
+    def _freeze(self, entity: Queue) -> Queue:
+        # A frozen dataclass still holds whatever sequence it was given; a list of slot
+        # holders would let the caller change the stored row behind the store's back.
+        value = super()._freeze(entity)
+        if type(value.slot_holders) is not tuple:
+            value = dataclasses.replace(value, slot_holders=tuple(value.slot_holders))
+        return value
+
+
+class MemoryUriIndex:
+    """``UriIndex``: (queue, uri) → request id, each entry written once.
+
+    ``put_if_absent`` is the dedup point of ingest: two ingests of one commit must end
+    with one request id, so the first stored id wins and is returned to both.
+    """
+
+    def __init__(self, entries: Iterable[tuple[tuple[str, str], str]] = ()) -> None:
+        self._items: dict[tuple[str, str], str] = dict(entries)
+
+    async def get(self, queue: str, uri: str) -> str | None:
+        return self._items.get((queue, uri))
+
+    async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
+        return self._items.setdefault((queue, uri), request_id)
+
+    def snapshot(self) -> tuple[tuple[tuple[str, str], str], ...]:
+        """Every ``((queue, uri), request_id)`` entry, sorted by key."""
+        return tuple(sorted(self._items.items()))
+
+    def all(self) -> tuple[tuple[tuple[str, str], str], ...]:
+        """Alias of :meth:`snapshot`."""
+        return self.snapshot()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clone(self) -> MemoryUriIndex:
+        return MemoryUriIndex(self._items.items())
+
+    def copy(self) -> MemoryUriIndex:
+        """Alias of :meth:`clone`."""
+        return self.clone()
+
+
+class MemoryCounter:
+    """``Counter``: one monotonic sequence per queue, the first value is 1.
+
+    The stored number is the last value handed out, so a clone continues each sequence
+    exactly where the original stood and no value is ever issued twice by one store.
+    """
+
+    def __init__(self, last: Iterable[tuple[str, int]] = ()) -> None:
+        self._last: dict[str, int] = dict(last)
+
+    async def next(self, queue: str) -> int:
+        value = self._last.get(queue, 0) + 1
+        self._last[queue] = value
+        return value
+
+    def peek(self, queue: str) -> int:
+        """The last value issued for ``queue`` (0 when none was)."""
+        return self._last.get(queue, 0)
+
+    def snapshot(self) -> tuple[tuple[str, int], ...]:
+        """Every ``(queue, last issued value)`` pair, sorted by queue."""
+        return tuple(sorted(self._last.items()))
+
+    def all(self) -> tuple[tuple[str, int], ...]:
+        """Alias of :meth:`snapshot`."""
+        return self.snapshot()
+
+    def clone(self) -> MemoryCounter:
+        return MemoryCounter(self._last.items())
+
+    def copy(self) -> MemoryCounter:
+        """Alias of :meth:`clone`."""
+        return self.clone()

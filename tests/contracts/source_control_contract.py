@@ -1,0 +1,102 @@
+"""Contract of the source-control port (``stovepipe_fsm.ports.source_control``).
+
+Fixture a subclass provides:
+
+- ``build_graph``: an async callable taking ``{name: [parent names]}`` (parents listed
+  before children) and returning a :class:`CommitGraph`: the source control under test,
+  the backend id of every named commit, and one id the backend does not know.
+
+The memory adapter maps names to themselves; the git adapter builds a real repository
+with those commits. The graph below covers the three answers the build-strategy
+decision branches on: fast-forward (``True``), history rewrite (``False``) and
+ancestry uncertainty (``NotFound``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from stovepipe_fsm.domain import NotFound
+from stovepipe_fsm.ports import SourceControl
+
+# root ─ a ─ b ─ c ─────── m      (trunk; m merges the side branch)
+#         └─ x ─ y ───────┘
+# r1 ─ r2                          (a rewritten history sharing nothing with trunk)
+GRAPH: Mapping[str, Sequence[str]] = {
+    "root": [],
+    "a": ["root"],
+    "b": ["a"],
+    "c": ["b"],
+    "x": ["a"],
+    "y": ["x"],
+    "m": ["c", "y"],
+    "r1": [],
+    "r2": ["r1"],
+}
+
+
+@dataclass(frozen=True)
+class CommitGraph:
+    source_control: SourceControl
+    ids: Mapping[str, str]
+    missing: str
+
+    async def ancestor(self, a: str, b: str) -> bool:
+        return await self.source_control.is_ancestor(self.ids[a], self.ids[b])
+
+
+GraphBuilder = Callable[[Mapping[str, Sequence[str]]], Awaitable[CommitGraph]]
+
+
+class SourceControlContract:
+    """Contract tests for ``SourceControl.is_ancestor``."""
+
+    @pytest.mark.parametrize(
+        ("a", "b"),
+        [("root", "c"), ("a", "b"), ("b", "c"), ("a", "y"), ("c", "m"), ("y", "m"), ("r1", "r2")],
+    )
+    async def test_ancestor_of_descendant_is_true(
+        self, build_graph: GraphBuilder, a: str, b: str
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        assert await graph.ancestor(a, b) is True
+
+    @pytest.mark.parametrize(
+        ("a", "b"),
+        [("c", "root"), ("b", "a"), ("m", "c"), ("b", "x"), ("x", "c"), ("r1", "c"), ("c", "r2")],
+    )
+    async def test_non_ancestor_is_false(self, build_graph: GraphBuilder, a: str, b: str) -> None:
+        graph = await build_graph(GRAPH)
+        assert await graph.ancestor(a, b) is False
+
+    @pytest.mark.parametrize("name", ["root", "c", "m", "r2"])
+    async def test_commit_is_its_own_ancestor(self, build_graph: GraphBuilder, name: str) -> None:
+        graph = await build_graph(GRAPH)
+        assert await graph.ancestor(name, name) is True
+
+    async def test_unknown_ancestor_raises_not_found(self, build_graph: GraphBuilder) -> None:
+        graph = await build_graph(GRAPH)
+        with pytest.raises(NotFound):
+            await graph.source_control.is_ancestor(graph.missing, graph.ids["c"])
+
+    async def test_unknown_descendant_raises_not_found(self, build_graph: GraphBuilder) -> None:
+        graph = await build_graph(GRAPH)
+        with pytest.raises(NotFound):
+            await graph.source_control.is_ancestor(graph.ids["root"], graph.missing)
+
+    async def test_unknown_commit_equal_to_itself_raises_not_found(
+        self, build_graph: GraphBuilder
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        with pytest.raises(NotFound):
+            await graph.source_control.is_ancestor(graph.missing, graph.missing)
+
+    async def test_answers_are_stable_when_asked_again(self, build_graph: GraphBuilder) -> None:
+        graph = await build_graph(GRAPH)
+        pairs = [("a", "m"), ("m", "a"), ("r1", "c")]
+        first = [await graph.ancestor(a, b) for a, b in pairs]
+        second = [await graph.ancestor(a, b) for a, b in pairs]
+        assert first == second == [True, False, False]
