@@ -64,13 +64,40 @@ def _describe(doc: SourceDocument, error: ValidationError) -> list[SpecIssue]:
             for key in extras
         ]
     if error.validator in ("oneOf", "anyOf") and error.context:
-        # Report the branch that got furthest: the one whose error path is deepest.
-        best = max(error.context, key=lambda e: (len(e.absolute_path), -len(str(e.message))))
-        if len(best.absolute_path) > len(error.absolute_path):
-            return _describe(doc, best)
+        branch = _fitting_branch(error)
+        if branch:
+            return [issue for sub in branch for issue in _describe(doc, sub)]
     message = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
     text = message or error.message
     return [SpecIssue(doc.locate(path), f"{where}: {text}")]
+
+
+def _fitting_branch(error: ValidationError) -> list[ValidationError]:
+    """Errors of the alternative the value was evidently written for, or ``[]``.
+
+    A state is a name *or* a mapping: a mapping with an unknown key fails both branches at
+    the same depth, so picking "the deepest error" would drop to the useless "not valid
+    under any of the given schemas" and lose the key's location. Branches the value does
+    not even have the shape of (a ``type``/``const``/``enum`` miss on the value itself) are
+    discarded, and so are branches missing a required key when another branch is not (the
+    required key is what tells object alternatives apart). Of the rest, the one whose
+    errors reach deepest wins and all its errors are reported, so one run shows every
+    defect. When the choice stays ambiguous the caller keeps the generic message.
+    """
+    branches: dict[object, list[ValidationError]] = {}
+    for sub in error.context or ():
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    depth = len(error.absolute_path)
+
+    def misses(errors: list[ValidationError], validators: tuple[str, ...]) -> bool:
+        return any(e.validator in validators and len(e.absolute_path) == depth for e in errors)
+
+    fitting = [e for e in branches.values() if not misses(e, ("type", "const", "enum"))]
+    complete = [e for e in fitting if not misses(e, ("required",))]
+    candidates = complete or (fitting if len(fitting) == 1 else [])
+    if not candidates:
+        return []
+    return max(candidates, key=lambda errors: max(len(e.absolute_path) for e in errors))
 
 
 def _display_path(path: JsonPath) -> str:
