@@ -70,10 +70,11 @@ def lint_machine(
 
 def _structure(spec: MachineSpec) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
-    seen: dict[str, SpecIssue | None] = {}
+    seen: dict[str, Location] = {}
     for state in spec.states:
         if state.name in seen:
-            first = spec.state_map[state.name].location
+            # Not spec.state_map: it keeps the *last* declaration, i.e. this one.
+            first = seen[state.name]
             issues.append(
                 SpecIssue(
                     state.location,
@@ -81,7 +82,7 @@ def _structure(spec: MachineSpec) -> list[SpecIssue]:
                     "duplicate-state",
                 )
             )
-        seen[state.name] = None
+        seen.setdefault(state.name, state.location)
         if state.terminal and state.holds_slot:
             issues.append(
                 SpecIssue(
