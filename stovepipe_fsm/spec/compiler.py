@@ -104,7 +104,22 @@ class _Compiled:
         return record
 
     def fire(self, state: str, trigger: str, ctx: Any) -> Step:
-        """Fire ``trigger`` from ``state``; atomic (no await inside)."""
+        """Fire ``trigger`` from ``state``; atomic (no await inside).
+
+        A trigger or state the machine does not declare (code out of step with the YAML,
+        or a row written under an older machine) is refused up front: ``transitions``
+        would raise ``AttributeError``/``ValueError``, which no caller classifies.
+        """
+        if trigger not in self.machine.events:
+            raise IllegalTransition(
+                f"{self.spec.name}: trigger {trigger!r} is not declared; declared triggers: "
+                f"{', '.join(self.spec.triggers)}"
+            )
+        if state not in self.machine.states:
+            raise IllegalTransition(
+                f"{self.spec.name}: {state!r} is not a state of this machine; declared "
+                f"states: {', '.join(self.spec.state_names)}"
+            )
         cursor = self._cursor
         cursor.state = state
         pending = self._pending
