@@ -207,7 +207,9 @@ class CompiledFlow(_Compiled):
                 return state
             step = self.fire(state, self.trigger_for[state], ctx)
             if on_step is not None:
-                on_step(step)
+                observed = on_step(step)
+                if inspect.isawaitable(observed):  # the signature allows async observers
+                    await observed
             await self.run_actions(step.actions, ctx, probe)
             state = step.dest
         if state in self.terminal:
