@@ -53,18 +53,31 @@ class _Builder:
         self.keys: dict[JsonPath, Location] = {}
         self.issues: list[SpecIssue] = []
         self._scalars = SafeConstructor()
+        # Collections being built right now: an alias back to one of them is a cycle
+        # (``a: &x [*x]``), which would otherwise recurse until RecursionError.
+        self._open: set[int] = set()
 
     def loc(self, node: Node) -> Location:
         return Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
 
     def build(self, node: Node, path: JsonPath) -> Any:
         self.values[path] = self.loc(node)
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
+        if isinstance(node, ScalarNode):
+            return self._scalars.construct_object(node, deep=True)
+        if id(node) in self._open:
+            self._issue(node, "recursive alias: a value cannot contain itself")
+            return None
+        self._open.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
+            assert isinstance(node, SequenceNode)
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        assert isinstance(node, ScalarNode)
-        return self._scalars.construct_object(node, deep=True)
+        finally:
+            self._open.discard(id(node))
+
+    def _issue(self, node: Node, message: str) -> None:
+        self.issues.append(SpecIssue(self.loc(node), message, "syntax"))
 
     def _mapping(self, node: MappingNode, path: JsonPath) -> dict[str, Any]:
         self._scalars.flatten_mapping(node)  # resolves YAML merge keys (<<)
@@ -118,7 +131,8 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
         where = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
         raise SpecError([SpecIssue(where, f"YAML error: {exc.problem}", "syntax")]) from None
     if builder.issues:
-        raise SpecError(builder.issues)
+        # An alias builds its node once per use: report each defect once.
+        raise SpecError(dict.fromkeys(builder.issues))
     return SourceDocument(file, data, builder.values, builder.keys)
 
 
