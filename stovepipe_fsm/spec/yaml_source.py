@@ -44,6 +44,10 @@ class SourceDocument:
         return self.value_locations.get(probe, Location(self.file, 1, 1))
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+Pair = tuple[Node, Node]
+
+
 class _Builder:
     """Turns a composed node tree into plain data and location maps."""
 
@@ -79,33 +83,68 @@ class _Builder:
     def _issue(self, node: Node, message: str) -> None:
         self.issues.append(SpecIssue(self.loc(node), message, "syntax"))
 
+    def _key(self, key_node: Node) -> str | None:
+        if not isinstance(key_node, ScalarNode):
+            self._issue(key_node, "mapping keys must be plain scalars")
+            return None
+        key = self._scalars.construct_object(key_node)
+        return key if isinstance(key, str) else str(key)
+
     def _mapping(self, node: MappingNode, path: JsonPath) -> dict[str, Any]:
-        self._scalars.flatten_mapping(node)  # resolves YAML merge keys (<<)
+        """Build a mapping; a key written twice is an error, a key merged in (<<) is not.
+
+        YAML merge keys give the mapping's own keys precedence over merged ones, and the
+        first listed merge source precedence over later ones, so overriding a merged key
+        is the point of a merge, not a duplicate.
+        """
+        merged, own = self._expand(node, frozenset({id(node)}))
+        own_keys: dict[str, Location] = {}
+        entries: dict[str, Pair] = {}
+        for key_node, value_node in own:
+            key = self._key(key_node)
+            if key is None:
+                continue
+            if key in own_keys:
+                first = own_keys[key]
+                self._issue(
+                    key_node,
+                    f"duplicate key {key!r} (first defined at line {first.line}); "
+                    "remove one of them",
+                )
+                continue
+            own_keys[key] = self.loc(key_node)
+            entries[key] = (key_node, value_node)
+        inherited: dict[str, Pair] = {}
+        for key_node, value_node in merged:  # lowest precedence first: later ones win
+            key = self._key(key_node)
+            if key is not None and key not in own_keys:
+                inherited[key] = (key_node, value_node)
         result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, ScalarNode):
-                self.issues.append(
-                    SpecIssue(self.loc(key_node), "mapping keys must be plain scalars", "syntax")
-                )
-                continue
-            key = self._scalars.construct_object(key_node)
-            if not isinstance(key, str):
-                key = str(key)
+        for key, (key_node, value_node) in (*inherited.items(), *entries.items()):
             child = (*path, key)
-            if key in result:
-                first = self.keys[child]
-                self.issues.append(
-                    SpecIssue(
-                        self.loc(key_node),
-                        f"duplicate key {key!r} (first defined at line {first.line}); "
-                        "remove one of them",
-                        "syntax",
-                    )
-                )
-                continue
             self.keys[child] = self.loc(key_node)
             result[key] = self.build(value_node, child)
         return result
+
+    def _expand(self, node: MappingNode, visiting: frozenset[int]) -> tuple[list[Pair], list[Pair]]:
+        """``(merged, own)`` key/value pairs of a mapping; merged ones lowest precedence first."""
+        merged: list[Pair] = []
+        own: list[Pair] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != MERGE_TAG:
+                own.append((key_node, value_node))
+                continue
+            sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            for source in reversed(sources):  # the first listed source takes precedence
+                if not isinstance(source, MappingNode):
+                    self._issue(source, "a merge key (<<) takes a mapping or a list of mappings")
+                    continue
+                if id(source) in visiting:
+                    self._issue(source, "recursive alias: a mapping cannot merge itself")
+                    continue
+                inner_merged, inner_own = self._expand(source, visiting | {id(source)})
+                merged += inner_merged + inner_own
+        return merged, own
 
 
 def parse_yaml(text: str, file: str) -> SourceDocument:
