@@ -155,7 +155,9 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
         mark = exc.problem_mark or exc.context_mark
         where = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
         problem = exc.problem or exc.context or "invalid YAML"
-        raise SpecError([SpecIssue(where, f"YAML syntax error: {problem}", "syntax")]) from None
+        raise SpecError(
+            [SpecIssue(where, f"YAML syntax error: {problem}{_context(exc)}", "syntax")]
+        ) from None
     except yaml.YAMLError as exc:  # composer errors without marks (e.g. several documents)
         raise SpecError([SpecIssue(Location(file, 1, 1), f"YAML error: {exc}", "syntax")]) from None
     if node is None:
@@ -173,6 +175,20 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
         # An alias builds its node once per use: report each defect once.
         raise SpecError(dict.fromkeys(builder.issues))
     return SourceDocument(file, data, builder.values, builder.keys)
+
+
+def _context(exc: yaml.MarkedYAMLError) -> str:
+    """Where the construct the parser was in began, when that is elsewhere.
+
+    An unclosed ``[`` is only noticed lines later, at the next ``key:``; the problem mark
+    points there, and without the context mark the user has no pointer to the bracket.
+    """
+    mark, start = exc.problem_mark, exc.context_mark
+    if not (exc.problem and exc.context and start):
+        return ""
+    if mark is not None and (mark.line, mark.column) == (start.line, start.column):
+        return ""
+    return f" ({exc.context} at line {start.line + 1}, column {start.column + 1})"
 
 
 def read_yaml(path: str | Path, *, display_name: str | None = None) -> SourceDocument:
