@@ -195,15 +195,28 @@ def read_yaml(path: str | Path, *, display_name: str | None = None) -> SourceDoc
     """Read and parse a YAML file; unreadable or non-UTF-8 files become located errors."""
     name = display_name or str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise SpecError([SpecIssue(Location(name, 1, 1), "file not found", "io")]) from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(
-            [SpecIssue(Location(name, 1, 1), f"file is not valid UTF-8: {exc.reason}", "io")]
-        ) from None
     except OSError as exc:
         raise SpecError(
             [SpecIssue(Location(name, 1, 1), f"cannot read: {exc.strerror}", "io")]
         ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError([_undecodable(raw, exc, name)]) from None
     return parse_yaml(text, name)
+
+
+def _undecodable(raw: bytes, exc: UnicodeDecodeError, name: str) -> SpecIssue:
+    """Locate the first byte that is not UTF-8 (typically a Latin-1 accent pasted in)."""
+    line_start = raw.rfind(b"\n", 0, exc.start) + 1
+    line = raw.count(b"\n", 0, exc.start) + 1
+    column = len(raw[line_start : exc.start].decode("utf-8")) + 1
+    return SpecIssue(
+        Location(name, line, column),
+        f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x}: {exc.reason}); "
+        "save it as UTF-8",
+        "io",
+    )
