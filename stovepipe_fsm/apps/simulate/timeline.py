@@ -9,7 +9,7 @@ from typing import Any
 from ...domain.queue_names import InvalidQueueName, validate_queue_name
 from ...spec.errors import Location, SpecError, SpecIssue
 from ...spec.schema import schema_issues
-from ...spec.yaml_source import read_yaml
+from ...spec.yaml_source import SourceDocument, read_yaml
 
 DEFAULT_QUEUE = "monorepo/main"
 
@@ -62,9 +62,10 @@ def load_timeline(path: str | Path) -> Timeline:
         if step.queue != queue:
             _check_queue(step.queue, where, issues)
         steps.append(step)
+    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
+    _check_history(history, doc, issues)
     if issues:
         raise SpecError(issues)
-    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     return Timeline(doc.file, queue, tuple(steps), dict(data.get("config", {})), history)
 
 
@@ -73,6 +74,45 @@ def _check_queue(queue: str, where: Location, issues: list[SpecIssue]) -> None:
         validate_queue_name(queue)
     except InvalidQueueName as exc:
         issues.append(SpecIssue(where, str(exc)))
+
+
+def _check_history(
+    history: dict[str, tuple[str, ...]], doc: SourceDocument, issues: list[SpecIssue]
+) -> None:
+    """Report parents the graph does not define, and parent cycles, at their location.
+
+    The in-memory source control refuses such a graph; checking here turns what would be
+    a crash mid-run into a located input error like every other timeline mistake.
+    """
+    for commit, parents in history.items():
+        for index, parent in enumerate(parents):
+            if parent not in history:
+                issues.append(
+                    SpecIssue(
+                        doc.locate(("history", commit, index)),
+                        f"history: parent {parent!r} of commit {commit!r} is not a commit "
+                        "of the history; list it with its own parents (a root has [])",
+                    )
+                )
+    # Peel off commits whose parents are all placed; what never peels off is a cycle
+    # (an undefined parent, already reported above, counts as placed).
+    known: set[str] = set()
+    pending = dict(history)
+    progressed = True
+    while progressed:
+        progressed = False
+        for commit in list(pending):
+            if all(p in known or p not in history for p in pending[commit]):
+                known.add(commit)
+                del pending[commit]
+                progressed = True
+    for commit in sorted(pending):
+        issues.append(
+            SpecIssue(
+                doc.locate(("history", commit)),
+                f"history: commit {commit!r} is on or descends from a parent cycle",
+            )
+        )
 
 
 def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineStep:

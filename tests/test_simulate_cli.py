@@ -1,0 +1,174 @@
+"""``stovepipe-fsm simulate``: the text table a user reads, and located input errors.
+
+The JSON end states are covered timeline by timeline in ``test_timelines.py``; here we
+check what only the command shows: the per-step log rows, exit codes, and that every
+kind of bad timeline is reported as ``file:line:column`` with exit code 2 and no
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from stovepipe_fsm.apps.cli import EXIT_USAGE, main
+
+ROOT = Path(__file__).resolve().parent.parent
+WALKTHROUGH = ROOT / "tests" / "timelines" / "waiting_for_a_slot.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI finds the shipped machines/ and config/ relative to the working directory."""
+    monkeypatch.chdir(ROOT)
+
+
+def simulate(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["simulate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def table_rows(out: str) -> list[tuple[int, int, str, str]]:
+    """(step, time, action, result) for every log row of the text output."""
+    rows = []
+    for line in out.splitlines():
+        match = re.match(r"^(\d+)\s+(\d+)\s+(\S.*?\S)\s{2,}(\S.*)$", line)
+        if match:
+            step, time_ms, action, result = match.groups()
+            rows.append((int(step), int(time_ms), action, result))
+    return rows
+
+
+def test_table_shows_every_decision_of_the_walkthrough(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = simulate([str(WALKTHROUGH)], capsys)
+    assert code == 0, err
+    rows = table_rows(out)
+    rid = "request/monorepo/main/"
+    expected = [
+        (2, 0, "run", f"{rid}1 (A): admitted full -> build"),
+        (6, 0, "run", f"{rid}2 (B): superseded by {rid}4"),
+        (6, 0, "run", f"{rid}3 (C): superseded by {rid}4"),
+        (6, 0, "run", f"{rid}4 (D): held (gate closed or not yet stamped)"),
+        (9, 0, "run", "nothing due"),
+        (11, 1000, "run", f"{rid}4 (D): superseded by {rid}6"),
+        (11, 1000, "run", f"{rid}5 (E): superseded by {rid}6"),
+        (11, 1000, "run", f"{rid}6 (F): held (gate closed or not yet stamped)"),
+        (12, 1000, "complete A succeeded", f"{rid}1 succeeded; in_flight=0"),
+        (14, 2000, "run", f"{rid}6 (F): admitted incremental_since_green base A -> build"),
+    ]
+    for row in expected:
+        assert row in rows, f"missing row {row}\n{out}"
+    # Rows come in step order and the decisions above are the only deliveries.
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    deliveries = [r for r in rows if r[2] == "run" and r[3] != "nothing due"]
+    assert len(deliveries) == 8
+
+
+def test_table_ends_with_the_final_state(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = simulate([str(WALKTHROUGH)], capsys)
+    assert code == 0
+    final = out[out.index("final requests:") :]
+    f_row = r"request/monorepo/main/6\s+F\s+processing\s+incremental_since_green\s+A"
+    assert re.search(f_row, final)
+    assert re.search(r"request/monorepo/main/1\s+A\s+succeeded\s+full\s+-", final)
+    assert "monorepo/main: in_flight=1 last_green=A latest=request/monorepo/main/6" in final
+    assert "holds: 2; pending: 0" in final
+
+
+def test_table_shows_crash_retry_and_redelivery(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeline = tmp_path / "t.yaml"
+    timeline.write_text(
+        "history: {A: [], B: [A]}\n"
+        "steps:\n"
+        "  - ingest: A\n"
+        "  - crash: after_announce\n"
+        "  - deliver\n"
+        "  - deliver\n"
+        "  - complete: {uri: A, outcome: succeeded}\n"
+        "  - source_control: down\n"
+        "  - ingest: B\n"
+        "  - deliver\n"
+        "  - redeliver: A\n"
+    )
+    code, out, err = simulate([str(timeline)], capsys)
+    assert code == 0, err
+    results = [r[3] for r in table_rows(out)]
+    assert "request/monorepo/main/1 (A): crashed (after_announce)" in results
+    assert (
+        "request/monorepo/main/1 (A): already processing -> start re-announced, build re-published"
+    ) in results
+    assert "request/monorepo/main/2 (B): retry (Retryable: source control unavailable)" in results
+    assert "duplicate process message for request/monorepo/main/1" in results
+
+
+def test_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = simulate([str(WALKTHROUGH), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"requests", "queues", "builds", "hooks", "holds", "pending"}
+
+
+BAD_TIMELINES = {
+    "unknown_step": (
+        "queue: monorepo/main\nsteps:\n  - ingest: A\n  - explode: B\n",
+        4,
+        5,
+        "not a step",
+    ),
+    "yaml_syntax": ("steps: [\n", 2, 1, "YAML syntax error"),
+    "bad_queue_name": ('queue: "bad queue"\nsteps:\n  - ingest: A\n', 1, 8, "whitespace"),
+    "negative_advance": ("steps:\n  - advance_ms: -5\n", 2, 17, "minimum"),
+    "unknown_uri": (
+        "steps:\n  - ingest: A\n  - complete: {uri: Q, outcome: succeeded}\n",
+        3,
+        5,
+        "no request for uri 'Q'",
+    ),
+    "complete_before_admit": (
+        "steps:\n  - ingest: A\n  - complete: {uri: A, outcome: succeeded}\n",
+        3,
+        5,
+        "not allowed from state 'accepted'",
+    ),
+    "unknown_parent": ("history: {A: [Q]}\nsteps:\n  - ingest: A\n", 1, 15, "parent 'Q'"),
+    "parent_cycle": (
+        "history:\n  A: [B]\n  B: [A]\nsteps:\n  - ingest: A\n",
+        2,
+        6,
+        "parent cycle",
+    ),
+    "bad_config_knob": ("config: {max_concurrent: 0}\nsteps: [run]\n", 1, 26, "minimum"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TIMELINES))
+@pytest.mark.parametrize("as_json", [False, True])
+def test_invalid_timeline_exits_2_with_location(
+    name: str, as_json: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text, line, column, fragment = BAD_TIMELINES[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    code, out, err = simulate([str(path), *(["--json"] if as_json else [])], capsys)
+    assert code == EXIT_USAGE
+    assert out == ""
+    assert "Traceback" not in err
+    first = err.splitlines()[0]
+    assert first.startswith(f"{path}:{line}:{column}: "), err
+    assert fragment in err
+
+
+def test_missing_timeline_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "absent.yaml"
+    code, _, err = simulate([str(path)], capsys)
+    assert code == EXIT_USAGE
+    assert err.startswith(f"{path}:1:1: ")
