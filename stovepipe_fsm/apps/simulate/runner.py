@@ -118,6 +118,8 @@ def explain(world: World, report: DeliveryReport) -> str:
         return f"{label}: {report.outcome}"
     if report.outcome == "held":
         return f"{label}: held (gate closed or not yet stamped)"
+    if request.state == "processing" and report.state_before == "processing":
+        return f"{label}: already processing -> start re-announced, build re-published"
     if request.state == "processing":
         base = f" base {request.base_uri}" if request.base_uri else ""
         return f"{label}: admitted {request.build_strategy}{base} -> build"

@@ -28,7 +28,7 @@ from ...adapters.memory import (
     MemoryUriIndex,
 )
 from ...domain.entities import QueueConfig, Request
-from ...domain.errors import NonRetryable
+from ...domain.errors import NonRetryable, NotFound
 from ...domain.hooks import HookEvent
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
@@ -175,6 +175,7 @@ class DeliveryReport:
     request_id: str
     outcome: str  # acked | held | crashed | retry | dead_letter
     detail: str = ""
+    state_before: str = ""  # the request's state when the delivery started ("" if none)
 
 
 class SingleSourceControl:
@@ -263,21 +264,30 @@ class World:
         message.deliveries += 1
         delivery = SimDelivery(self, message)
         probe = self._probe if self.armed_crash else None
+        # Recorded so a report can tell an admission from the re-announce of a request
+        # that was already processing: both end with the request processing.
+        before = self._state_of(message.request_id)
         try:
             outcome = run_sync(self.controller.handle(delivery, probe=probe))
         except Crash as crash:
             message.due_ms = self.clock.now_ms()
-            return DeliveryReport(message.seq, message.request_id, "crashed", str(crash))
+            return DeliveryReport(message.seq, message.request_id, "crashed", str(crash), before)
         except NonRetryable as exc:
             self.broker.remove(message)
             self.dead_letters.append((message.request_id, str(exc)))
-            return DeliveryReport(message.seq, message.request_id, "dead_letter", str(exc))
+            return DeliveryReport(message.seq, message.request_id, "dead_letter", str(exc), before)
         except Exception as exc:  # the runtime's classifier: anything else is retryable
             message.due_ms = self.clock.now_ms() + RETRY_DELAY_MS
             return DeliveryReport(
-                message.seq, message.request_id, "retry", f"{type(exc).__name__}: {exc}"
+                message.seq, message.request_id, "retry", f"{type(exc).__name__}: {exc}", before
             )
-        return DeliveryReport(message.seq, message.request_id, outcome)
+        return DeliveryReport(message.seq, message.request_id, outcome, "", before)
+
+    def _state_of(self, request_id: str) -> str:
+        try:
+            return run_sync(self.requests.get(request_id)).state
+        except NotFound:
+            return ""
 
     def _probe(self, action: str) -> None:
         point = f"after_{action}"
