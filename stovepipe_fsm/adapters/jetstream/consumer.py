@@ -1,0 +1,431 @@
+"""The JetStream runtime of the process stage: deliveries, per-queue runners, dead letters.
+
+Theory of operation
+-------------------
+Each queue has one durable pull consumer on the process stream, filtered to the queue's
+subject, with ``max_ack_pending = 1``: the server hands out the queue's next message only
+after the previous one is acked or terminated, so the queue is strictly serialized even
+when several service replicas pull from the same consumer. A hold is a NAK with delay;
+the held message stays pending, so it remains the queue's barrier, and only that queue's.
+
+A runner loops on ``fetch(1)`` (never a batch: with one message allowed in flight, a
+batch request just waits out its timeout) and settles every message exactly one way:
+
+- the controller acked or held it;
+- it raised a retryable error: the failure is counted in the attempts bucket (holds are
+  never counted) and the message is NAKed with backoff;
+- it raised ``NonRetryable``, its payload is undecodable, or the failures reached the
+  queue's ``max_attempts``: a dead-letter record is published *first*, then the message
+  is terminated. Nothing leaves the process stream without a dead-letter record.
+
+The dead-letter consumer reads those records and fails the request closed through
+:class:`~stovepipe_fsm.apps.dlq.DeadLetterReconciler`, which frees its slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from ...domain.entities import QueueConfig
+from ...domain.errors import NonRetryable
+from .attempts import AttemptsLedger
+from .codec import decode_work
+from .errors import translated
+from .publisher import MSG_ID_HEADER
+from .topology import Topology
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+DEFAULT_ACK_WAIT_S = 30.0
+DEFAULT_FETCH_TIMEOUT_S = 1.0
+DEFAULT_RETRY_BASE_S = 1.0
+DEFAULT_RETRY_CAP_S = 60.0
+DEAD_LETTER_RETRY_S = 2.0
+DEAD_LETTER_KIND = "dead_letter"
+
+#: ``observer(event, queue, request_id, detail)``: the service's metrics and the demo's
+#: live timeline both hang off this one hook.
+Observer = Callable[[str, str, str, str], None]
+
+
+class Handler(Protocol):
+    async def handle(self, delivery: Any) -> str: ...
+
+
+class ConfigSource(Protocol):
+    def get(self, queue: str) -> QueueConfig: ...
+
+
+def _ignore(event: str, queue: str, request_id: str, detail: str) -> None:
+    return None
+
+
+class JetStreamDelivery:
+    """The Delivery port over one JetStream message; remembers how it was settled."""
+
+    def __init__(self, msg: Msg, queue: str, request_id: str) -> None:
+        self._msg = msg
+        self._queue = queue
+        self._request_id = request_id
+        self.outcome = ""
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    @property
+    def request_id(self) -> str:
+        return self._request_id
+
+    async def ack(self) -> None:
+        with translated(f"ack {self._request_id}"):
+            await self._msg.ack()
+        self.outcome = "acked"
+
+    async def hold(self, delay_ms: int) -> None:
+        with translated(f"hold {self._request_id}"):
+            await self._msg.nak(delay=max(delay_ms, 0) / 1000.0)
+        self.outcome = "held"
+
+    async def in_progress(self) -> None:
+        with translated(f"in-progress {self._request_id}"):
+            await self._msg.in_progress()
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """The record that replaces a message the process stage gave up on."""
+
+    queue: str
+    request_id: str
+    error: str
+    attempts: int
+    stream_seq: int
+
+    def encode(self) -> bytes:
+        body = {
+            "kind": DEAD_LETTER_KIND,
+            "queue": self.queue,
+            "request_id": self.request_id,
+            "error": self.error,
+            "attempts": self.attempts,
+            "stream_seq": self.stream_seq,
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> DeadLetter:
+        try:
+            body = json.loads(data)
+            return cls(
+                queue=str(body["queue"]),
+                request_id=str(body["request_id"]),
+                error=str(body["error"]),
+                attempts=int(body["attempts"]),
+                stream_seq=int(body["stream_seq"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise NonRetryable(f"dead letter is malformed: {exc}") from None
+
+
+async def publish_dead_letter(
+    js: JetStreamContext, topology: Topology, letter: DeadLetter, *, timeout: float = 5.0
+) -> None:
+    """Store ``letter``; its msg id is the process sequence, so a re-publish dedupes."""
+    with translated(f"dead-letter {letter.request_id or '(unknown request)'}"):
+        await js.publish(
+            topology.dead_letter_subject(letter.queue),
+            letter.encode(),
+            timeout=timeout,
+            stream=topology.dead_letter_stream,
+            headers={MSG_ID_HEADER: f"process-{letter.stream_seq}"},
+        )
+
+
+def retry_delay_s(failures: int, base_s: float, cap_s: float) -> float:
+    """Exponential backoff: base, 2·base, 4·base ... capped."""
+    return float(min(cap_s, base_s * (2 ** max(failures - 1, 0))))
+
+
+async def ensure_pull_consumer(
+    js: JetStreamContext, stream: str, config: api.ConsumerConfig
+) -> None:
+    """Create the durable consumer unless it exists (replicas race here harmlessly)."""
+    name = config.durable_name
+    assert name is not None
+    with translated(f"ensure consumer {stream}/{name}"):
+        try:
+            await js.consumer_info(stream, name)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        try:
+            await js.add_consumer(stream, config=config)
+        except nats.js.errors.APIError:
+            # Another replica created it first (with our config): fine. Anything else
+            # (e.g. the stream's consumer limit) shows up in this re-read.
+            try:
+                await js.consumer_info(stream, name)
+            except nats.js.errors.NotFoundError:
+                raise
+            return
+
+
+class ProcessConsumer:
+    """Pulls one queue's process messages one at a time and settles each one."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        topology: Topology,
+        queue: str,
+        *,
+        handler: Handler,
+        config: ConfigSource,
+        ledger: AttemptsLedger,
+        observer: Observer = _ignore,
+        ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+        fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
+        retry_base_s: float = DEFAULT_RETRY_BASE_S,
+        retry_cap_s: float = DEFAULT_RETRY_CAP_S,
+    ) -> None:
+        self.js = js
+        self.topology = topology
+        self.queue = queue
+        self.handler = handler
+        self.config = config
+        self.ledger = ledger
+        self.observer = observer
+        self.ack_wait_s = ack_wait_s
+        self.fetch_timeout_s = fetch_timeout_s
+        self.retry_base_s = retry_base_s
+        self.retry_cap_s = retry_cap_s
+        self.subject = topology.process_subject(queue)
+        self.durable = topology.process_consumer_name(queue)
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    def consumer_config(self) -> api.ConsumerConfig:
+        return api.ConsumerConfig(
+            durable_name=self.durable,
+            name=self.durable,
+            filter_subject=self.subject,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            max_ack_pending=1,
+            max_deliver=-1,
+            ack_wait=self.ack_wait_s,
+        )
+
+    async def open(self) -> None:
+        await ensure_pull_consumer(self.js, self.topology.process_stream, self.consumer_config())
+        with translated(f"bind consumer {self.durable}"):
+            self._sub = await self.js.pull_subscribe_bind(
+                durable=self.durable, stream=self.topology.process_stream
+            )
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fetch and settle until ``stop`` is set; the message in hand is always settled."""
+        if self._sub is None:
+            await self.open()
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broker hiccup: log, back off, keep the queue alive
+                log.warning(
+                    "consumer loop error: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"queue": self.queue},
+                )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+    async def poll_once(self) -> bool:
+        """Fetch at most one message and settle it; ``False`` when none was waiting."""
+        assert self._sub is not None, "open() first"
+        try:
+            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return False
+        for msg in msgs:
+            await self.settle(msg)
+        return bool(msgs)
+
+    async def settle(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        try:
+            work = decode_work(msg.data)
+        except NonRetryable as exc:
+            await self._dead_letter(msg, seq, "", f"undecodable payload: {exc}", 0)
+            return
+        delivery = JetStreamDelivery(msg, self.queue, work.request_id)
+        try:
+            outcome = await self.handler.handle(delivery)
+        except asyncio.CancelledError:
+            # Shutdown ran out of patience mid-step: hand the message straight back
+            # (every step is safe to repeat) instead of leaving it to the ack deadline.
+            if not delivery.outcome:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(msg.nak())
+            raise
+        except NonRetryable as exc:
+            failures = await self.ledger.failures(seq)
+            await self._dead_letter(msg, seq, work.request_id, _describe(exc), failures)
+            return
+        except Exception as exc:
+            await self._retry_or_give_up(msg, seq, work.request_id, exc)
+            return
+        if outcome == "acked":
+            await self.ledger.forget(seq)
+        self.observer(outcome, self.queue, work.request_id, "")
+        log.info(outcome, extra={"queue": self.queue, "request_id": work.request_id})
+
+    async def _retry_or_give_up(
+        self, msg: Msg, seq: int, request_id: str, exc: BaseException
+    ) -> None:
+        failures = await self.ledger.record_failure(seq)
+        max_attempts = self.config.get(self.queue).max_attempts
+        if failures >= max_attempts:
+            await self._dead_letter(
+                msg,
+                seq,
+                request_id,
+                f"gave up after {failures} attempts: {_describe(exc)}",
+                failures,
+            )
+            return
+        delay = retry_delay_s(failures, self.retry_base_s, self.retry_cap_s)
+        with translated(f"nak {request_id}"):
+            await msg.nak(delay=delay)
+        self.observer("retry", self.queue, request_id, _describe(exc))
+        log.warning(
+            "retry %d/%d in %.1fs: %s",
+            failures,
+            max_attempts,
+            delay,
+            _describe(exc),
+            extra={"queue": self.queue, "request_id": request_id},
+        )
+
+    async def _dead_letter(
+        self, msg: Msg, seq: int, request_id: str, error: str, attempts: int
+    ) -> None:
+        letter = DeadLetter(self.queue, request_id, error, attempts, seq)
+        await publish_dead_letter(self.js, self.topology, letter)
+        with translated(f"terminate {request_id}"):
+            await msg.term()
+        await self.ledger.forget(seq)
+        self.observer("dead_letter", self.queue, request_id, error)
+        log.error("dead-lettered: %s", error, extra={"queue": self.queue, "request_id": request_id})
+
+
+class DeadLetterConsumer:
+    """Fails dead-lettered requests closed so that their queues move on."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        topology: Topology,
+        reconcile: Callable[[str], Awaitable[object]],
+        *,
+        observer: Observer = _ignore,
+        fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
+        retry_s: float = DEAD_LETTER_RETRY_S,
+        ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+    ) -> None:
+        self.js = js
+        self.topology = topology
+        self.reconcile = reconcile
+        self.observer = observer
+        self.fetch_timeout_s = fetch_timeout_s
+        self.retry_s = retry_s
+        self.ack_wait_s = ack_wait_s
+        self.durable = "dlq-process-reconciler"
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    async def open(self) -> None:
+        config = api.ConsumerConfig(
+            durable_name=self.durable,
+            name=self.durable,
+            filter_subject=f"{self.topology.prefix}.dlq.process.*",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            max_deliver=-1,
+            ack_wait=self.ack_wait_s,
+        )
+        await ensure_pull_consumer(self.js, self.topology.dead_letter_stream, config)
+        with translated(f"bind consumer {self.durable}"):
+            self._sub = await self.js.pull_subscribe_bind(
+                durable=self.durable, stream=self.topology.dead_letter_stream
+            )
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if self._sub is None:
+            await self.open()
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("dead-letter loop error: %s: %s", type(exc).__name__, exc)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+    async def poll_once(self) -> bool:
+        assert self._sub is not None, "open() first"
+        try:
+            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return False
+        for msg in msgs:
+            await self.settle(msg)
+        return bool(msgs)
+
+    async def settle(self, msg: Msg) -> None:
+        try:
+            letter = DeadLetter.decode(msg.data)
+        except NonRetryable as exc:
+            log.error("unreadable dead letter left as is: %s", exc)
+            await msg.ack()  # nothing to reconcile; the record stays in the stream
+            return
+        extra = {"queue": letter.queue, "request_id": letter.request_id}
+        if letter.request_id:
+            try:
+                await self.reconcile(letter.request_id)
+            except Exception as exc:
+                log.warning("reconcile failed, retrying: %s", _describe(exc), extra=extra)
+                await msg.nak(delay=self.retry_s)
+                return
+        await msg.ack()
+        self.observer("reconciled", letter.queue, letter.request_id, letter.error)
+        log.info("dead letter reconciled: request failed closed", extra=extra)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,310 @@
+"""The service: the process stage wired on JetStream, one consumer per queue.
+
+This is :class:`~stovepipe_fsm.apps.simulate.world.World` with real adapters: KV stores,
+the JetStream publisher, the file config store (hot reload), git ancestry per queue's
+``repository`` and the system clock. It runs
+
+- one :class:`ProcessConsumer` per queue: every queue ``config.configured_queues()``
+  names, plus every queue ingest creates later, found by polling the queues bucket
+  (a new queue gets its consumer without a restart);
+- one :class:`DeadLetterConsumer` that fails dead-lettered requests closed.
+
+Stopping is graceful: runners finish (or hand back) the message in hand, then the
+subscriptions are drained. Nothing here holds state a replica could lose: all of it is in
+JetStream, so any number of replicas may run against the same broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from ...adapters.git import GitSourceControlProvider
+from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
+from ...adapters.jetstream.attempts import AttemptsLedger
+from ...adapters.jetstream.consumer import (
+    DEFAULT_ACK_WAIT_S,
+    DEFAULT_FETCH_TIMEOUT_S,
+    DEFAULT_RETRY_BASE_S,
+    DEFAULT_RETRY_CAP_S,
+    DeadLetterConsumer,
+    Observer,
+    ProcessConsumer,
+)
+from ...adapters.jetstream.errors import translated
+from ...adapters.jetstream.names import InvalidToken, decode_queue_token
+from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.memory import SystemClock
+from ...ports.clock import Clock
+from ...ports.config import ConfigStore
+from ...ports.source_control import SourceControlProvider
+from ...process.catalog import ProcessMachines
+from ...process.controller import ProcessController
+from ...process.lifecycle import RequestLifecycle
+from ...process.metrics import Metrics
+from ..dlq import DeadLetterReconciler
+from ..ingest import Ingest
+from ..record import Record
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    ack_wait_s: float = DEFAULT_ACK_WAIT_S
+    fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
+    retry_base_s: float = DEFAULT_RETRY_BASE_S
+    retry_cap_s: float = DEFAULT_RETRY_CAP_S
+    #: How often the queues bucket is polled for queues that ingest created.
+    discover_interval_s: float = 2.0
+    #: How long a stop waits for in-hand messages before handing them back.
+    shutdown_timeout_s: float = 10.0
+
+
+def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
+    """Ancestry from each queue's ``repository`` setting, re-read on every lookup."""
+    return GitSourceControlProvider(lambda queue: config.get(queue).repository)
+
+
+@dataclass
+class Pipeline:
+    """The application objects of one broker, shared by the service and operator commands."""
+
+    js: JetStreamContext
+    topology: Topology
+    controller: ProcessController
+    ingest: Ingest
+    record: Record
+    reconciler: DeadLetterReconciler
+    ledger: AttemptsLedger
+    lifecycle: RequestLifecycle
+
+
+async def open_pipeline(
+    js: JetStreamContext,
+    topology: Topology,
+    machines: ProcessMachines,
+    config: ConfigStore,
+    *,
+    source_control: SourceControlProvider | None = None,
+    clock: Clock | None = None,
+    metrics: Metrics | None = None,
+) -> Pipeline:
+    """Create the topology if missing, open the stores and wire every app on them."""
+    await ensure_topology(js, topology)
+    stores = await open_kv_stores(js, topology)
+    publisher = JetStreamPublisher(js, topology)
+    lifecycle = RequestLifecycle(machines.request, stores.requests, stores.queues)
+    controller = ProcessController(
+        machines,
+        requests=stores.requests,
+        queues=stores.queues,
+        config=config,
+        source_control=source_control or config_repositories(config),
+        publisher=publisher,
+        clock=clock or SystemClock(),
+        metrics=metrics,
+    )
+    controller.lifecycle = lifecycle
+    ingest = Ingest(
+        requests=stores.requests,
+        queues=stores.queues,
+        uri_index=stores.uris,
+        counter=stores.counters,
+        publisher=publisher,
+        lifecycle=lifecycle,
+    )
+    with translated(f"open bucket {topology.attempts_bucket}"):
+        attempts_kv = await js.key_value(topology.attempts_bucket)
+    return Pipeline(
+        js=js,
+        topology=topology,
+        controller=controller,
+        ingest=ingest,
+        record=Record(lifecycle),
+        reconciler=DeadLetterReconciler(lifecycle),
+        ledger=AttemptsLedger(attempts_kv),
+        lifecycle=lifecycle,
+    )
+
+
+async def known_queues(js: JetStreamContext, topology: Topology) -> list[str]:
+    """Every queue with a row in the queues bucket (ingest creates the row)."""
+    with translated(f"list {topology.queues_bucket}"):
+        kv = await js.key_value(topology.queues_bucket)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+    queues = []
+    for key in keys:
+        try:
+            queues.append(decode_queue_token(key))
+        except InvalidToken:
+            log.warning("queues bucket holds a key that is no queue: %r", key)
+    return sorted(queues)
+
+
+class Service:
+    """Runs the process stage against one JetStream until stopped."""
+
+    def __init__(
+        self,
+        nc: Client,
+        topology: Topology,
+        machines: ProcessMachines,
+        config: ConfigStore,
+        *,
+        source_control: SourceControlProvider | None = None,
+        clock: Clock | None = None,
+        options: ServiceOptions | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.topology = topology
+        self.machines = machines
+        self.config = config
+        self.source_control = source_control
+        self.clock = clock
+        self.options = options or ServiceOptions()
+        self.metrics = Metrics()
+        self.events: Counter[tuple[str, str]] = Counter()
+        self._external_observer = observer
+        self.pipeline: Pipeline | None = None
+        self.consumers: dict[str, ProcessConsumer] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stop = asyncio.Event()
+        self._dead_letters: DeadLetterConsumer | None = None
+        self.started = False
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.pipeline = await open_pipeline(
+            self.js,
+            self.topology,
+            self.machines,
+            self.config,
+            source_control=self.source_control,
+            clock=self.clock,
+            metrics=self.metrics,
+        )
+        pipeline = self.pipeline
+        self._dead_letters = DeadLetterConsumer(
+            self.js,
+            self.topology,
+            pipeline.reconciler.reconcile,
+            observer=self._observe,
+            fetch_timeout_s=self.options.fetch_timeout_s,
+            ack_wait_s=self.options.ack_wait_s,
+        )
+        await self._dead_letters.open()
+        self._spawn("dead-letters", self._dead_letters.run(self._stop))
+        for queue in self.config.configured_queues():
+            await self.add_queue(queue)
+        await self.discover()
+        self._spawn("discover", self._discover_loop())
+        self.started = True
+        log.info("service started with %d queue consumer(s)", len(self.consumers))
+
+    async def add_queue(self, queue: str) -> bool:
+        """Start the queue's consumer unless it runs already; ``True`` if started now."""
+        if queue in self.consumers or self._stop.is_set():
+            return False
+        assert self.pipeline is not None, "start() first"
+        consumer = ProcessConsumer(
+            self.js,
+            self.topology,
+            queue,
+            handler=self.pipeline.controller,
+            config=self.config,
+            ledger=self.pipeline.ledger,
+            observer=self._observe,
+            ack_wait_s=self.options.ack_wait_s,
+            fetch_timeout_s=self.options.fetch_timeout_s,
+            retry_base_s=self.options.retry_base_s,
+            retry_cap_s=self.options.retry_cap_s,
+        )
+        await consumer.open()
+        self.consumers[queue] = consumer
+        self._spawn(f"queue:{queue}", consumer.run(self._stop))
+        log.info("consumer started", extra={"queue": queue})
+        return True
+
+    async def discover(self) -> list[str]:
+        """Start consumers for queues that appeared in the queues bucket."""
+        started = []
+        for queue in await known_queues(self.js, self.topology):
+            if await self.add_queue(queue):
+                started.append(queue)
+        return started
+
+    async def stop(self) -> None:
+        """Let runners settle the message in hand, then hand back whatever is left."""
+        self._stop.set()
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.options.shutdown_timeout_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=self.options.shutdown_timeout_s)
+        for consumer in self.consumers.values():
+            await consumer.close()
+        if self._dead_letters is not None:
+            await self._dead_letters.close()
+        log.info("service stopped")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start, serve until ``stop`` is set, stop gracefully."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    @property
+    def healthy(self) -> bool:
+        alive = all(not task.done() for task in self._tasks.values())
+        return self.started and not self._stop.is_set() and self.nc.is_connected and alive
+
+    # -- internals --------------------------------------------------------------------
+
+    def _spawn(self, name: str, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        task.set_name(name)
+        self._tasks[name] = task
+
+    async def _discover_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.options.discover_interval_s)
+            if self._stop.is_set():
+                return
+            try:
+                await self.discover()
+            except Exception as exc:  # the broker may be reconnecting; try next round
+                log.warning("queue discovery failed: %s: %s", type(exc).__name__, exc)
+
+    def _observe(self, event: str, queue: str, request_id: str, detail: str) -> None:
+        self.events[(event, queue)] += 1
+        if self._external_observer is not None:
+            self._external_observer(event, queue, request_id, detail)
+
+
+__all__ = [
+    "Pipeline",
+    "Service",
+    "ServiceOptions",
+    "config_repositories",
+    "known_queues",
+    "open_pipeline",
+]
