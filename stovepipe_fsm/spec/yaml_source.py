@@ -45,6 +45,7 @@ class SourceDocument:
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+NULL_TAG = "tag:yaml.org,2002:null"
 Pair = tuple[Node, Node]
 
 
@@ -160,7 +161,7 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
         ) from None
     except yaml.YAMLError as exc:  # composer errors without marks (e.g. several documents)
         raise SpecError([SpecIssue(Location(file, 1, 1), f"YAML error: {exc}", "syntax")]) from None
-    if node is None:
+    if node is None or (node.tag == NULL_TAG and node.value == ""):  # nothing, or a bare ---
         raise SpecError(
             [SpecIssue(Location(file, 1, 1), "file is empty; expected a YAML mapping", "syntax")]
         )
