@@ -46,6 +46,8 @@ class SourceDocument:
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 NULL_TAG = "tag:yaml.org,2002:null"
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
 Pair = tuple[Node, Node]
 
 
@@ -71,6 +73,12 @@ class _Builder:
             return self._scalars.construct_object(node, deep=True)
         if id(node) in self._open:
             self._issue(node, "recursive alias: a value cannot contain itself")
+            return None
+        if node.tag not in (MAP_TAG, SEQ_TAG):
+            # Scalars with an unknown tag already fail in the constructor; a tagged
+            # collection (``!include {...}``, ``!!python/object/apply:f []``) would
+            # otherwise be read as if the tag were not there.
+            self._issue(node, f"unsupported tag {node.tag!r}: use plain mappings and lists")
             return None
         self._open.add(id(node))
         try:
