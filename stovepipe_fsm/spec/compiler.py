@@ -33,7 +33,7 @@ from typing import Any
 from transitions import Machine, MachineError
 
 from ..domain.errors import Retryable, StovepipeError
-from .model import FLOW, LIFECYCLE, MachineSpec
+from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
 from .registry import Registry
 
 Probe = Callable[[str], None]
@@ -84,7 +84,7 @@ class _Compiled:
             for name, info in registry.actions.items()
         }
 
-    def _transition(self, t: Any) -> dict[str, Any]:
+    def _transition(self, t: TransitionSpec) -> dict[str, Any]:
         conditions = self.registry.conditions
         return {
             "trigger": t.trigger,

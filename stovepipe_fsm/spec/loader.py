@@ -137,6 +137,16 @@ def load_machine_dir(
         except SpecError as exc:
             issues.extend(exc.issues)
             continue
+        if spec.name in specs:
+            first = specs[spec.name].file
+            issues.append(
+                SpecIssue(
+                    spec.location,
+                    f"machine name {spec.name!r} is already used by {first}; names must be unique",
+                    "duplicate-machine",
+                )
+            )
+            continue
         specs[spec.name] = spec
     if issues:
         raise SpecError(issues)

@@ -100,4 +100,6 @@ class Registry:
 
 
 def _doc(fn: Callable[..., Any]) -> str:
-    return (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+    """The first paragraph of a docstring on one line (shown in diagram legends)."""
+    paragraph = (fn.__doc__ or "").strip().split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
