@@ -1,0 +1,213 @@
+"""CLI subcommands of the service: ``serve`` and the operator commands.
+
+``serve`` runs until SIGTERM or SIGINT and then stops gracefully (the delivery in hand
+is finished or handed back). ``ingest``, ``complete`` and ``status`` talk to the same
+JetStream; ``demo`` brings its own embedded one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from ...adapters.jetstream import NatsServer, Topology
+from ...domain.errors import NotFound, StovepipeError
+from ..ingest import InvalidUri
+from ..record import OUTCOME_TRIGGERS
+from .connect import NatsOptions, connect, default_url
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+DEFAULT_MACHINES = "machines"
+DEFAULT_CONFIG = "config/queues.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("serve", help="run the process stage as a JetStream consumer service")
+    _broker_args(p)
+    p.add_argument("--embedded", action="store_true", help="start a local nats-server")
+    p.add_argument("--data-dir", help="store directory of the embedded server")
+    p.add_argument("--http-port", type=int, help="serve /healthz and /metrics on loopback")
+    p.set_defaults(handler=cmd_serve)
+
+    p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
+    _broker_args(p)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--uri", required=True)
+    p.set_defaults(handler=cmd_ingest)
+
+    p = sub.add_parser("complete", help="record a build outcome of a head")
+    _broker_args(p)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--uri", required=True)
+    p.add_argument("--outcome", required=True, choices=sorted(OUTCOME_TRIGGERS))
+    p.set_defaults(handler=cmd_complete)
+
+    p = sub.add_parser("status", help="requests and queues as stored in JetStream")
+    _broker_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
+    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p.set_defaults(handler=cmd_demo)
+
+
+def _broker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nats", default=None, help="server URL (env STOVEPIPE_NATS_URL)")
+    p.add_argument("--creds", help="NATS credentials file")
+    p.add_argument("--user")
+    p.add_argument("--password")
+    p.add_argument("--token")
+    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument(
+        "--topology-tag",
+        help="use streams and buckets named for this tag (several pipelines on one broker)",
+    )
+
+
+def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
+    return NatsOptions(
+        url=url or args.nats or default_url(),
+        creds=args.creds,
+        user=args.user,
+        password=args.password,
+        token=args.token,
+        max_reconnect_attempts=-1 if service else 3,
+    )
+
+
+def topology_of(args: argparse.Namespace) -> Topology:
+    return Topology.isolated(args.topology_tag) if args.topology_tag else Topology()
+
+
+# --- serve --------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .logs import configure_json_logging
+
+    configure_json_logging()
+    return asyncio.run(serve(args))
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+    from ...adapters.file import FileConfigStore
+    from ...process.catalog import load_process_machines
+    from .http import HttpEndpoint
+    from .runtime import Service
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        url = ""
+        if args.embedded:
+            data_dir = args.data_dir or stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="stovepipe-nats-")
+            )
+            server = await stack.enter_async_context(NatsServer(Path(data_dir)))
+            url = server.url
+        nc = await connect(nats_options(args, service=True, url=url))
+        stack.push_async_callback(nc.drain)
+        service = Service(
+            nc,
+            topology_of(args),
+            load_process_machines(args.machines),
+            FileConfigStore(args.config),
+        )
+        await service.start()
+        http = None
+        if args.http_port is not None:
+            http = await HttpEndpoint(service, args.http_port).start()
+        try:
+            await stop.wait()
+        finally:
+            await service.stop()
+            if http is not None:
+                await http.close()
+    return EXIT_OK
+
+
+# --- operators ----------------------------------------------------------------------
+
+
+def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
+    try:
+        return int(asyncio.run(coro))
+    except (NotFound, InvalidUri, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StovepipeError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except (OSError, TimeoutError) as exc:
+        print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from .operators import operator_pipeline
+
+    async def run() -> int:
+        async with operator_pipeline(
+            nats_options(args), topology_of(args), args.machines, args.config
+        ) as pipeline:
+            result = await pipeline.ingest.ingest(args.queue, args.uri)
+        print(
+            json.dumps(
+                {
+                    "request_id": result.request_id,
+                    "created": result.created,
+                    "published": result.published,
+                }
+            )
+        )
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    from ..simulate.runner import request_json
+    from .operators import operator_pipeline, request_for_uri
+
+    async def run() -> int:
+        async with operator_pipeline(
+            nats_options(args), topology_of(args), args.machines, args.config
+        ) as pipeline:
+            request_id = await request_for_uri(pipeline, args.queue, args.uri)
+            request = await pipeline.record.complete(request_id, args.outcome)
+        print(json.dumps(request_json(request)))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .operators import render_status, status_document
+
+    async def run() -> int:
+        nc = await connect(nats_options(args))
+        try:
+            doc = await status_document(nc.jetstream(), topology_of(args))
+        finally:
+            await nc.close()
+        print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return int(asyncio.run(run_demo(machines_dir=args.machines)))

@@ -1,0 +1,135 @@
+"""``/healthz`` and Prometheus-text ``/metrics`` on a loopback port.
+
+A tiny stdlib server on purpose: two read-only GET endpoints do not justify a web
+framework in a consumer service, and it shares the service's event loop, so a wedged
+loop shows up as a failing health check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from ...domain.errors import NotFound
+from .runtime import Service
+
+log = logging.getLogger("stovepipe_fsm.service")
+LOOPBACK = "127.0.0.1"
+READ_TIMEOUT_S = 5.0
+IN_FLIGHT_READ_TIMEOUT_S = 2.0
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+async def render_metrics(service: Service) -> str:
+    """Counters of the controller and the runtime, and slots in use per queue."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+
+    counters = service.metrics.counters
+    family("stovepipe_process_events_total", "counter", "Controller events per queue.")
+    for (name, queue), value in sorted(counters.items()):
+        lines.append(
+            f'stovepipe_process_events_total{{event="{_label(name)}",queue="{_label(queue)}"}} '
+            f"{value}"
+        )
+    family("stovepipe_runtime_events_total", "counter", "Settled deliveries by outcome.")
+    for (event, queue), value in sorted(service.events.items()):
+        lines.append(
+            f'stovepipe_runtime_events_total{{event="{_label(event)}",queue="{_label(queue)}"}} '
+            f"{value}"
+        )
+    family("stovepipe_dead_letters_total", "counter", "Messages dead-lettered by this replica.")
+    dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
+    lines.append(f"stovepipe_dead_letters_total {dead}")
+    latencies = service.metrics.latency_ms
+    family("stovepipe_delivery_latency_ms_max", "gauge", "Slowest recent delivery (ms).")
+    lines.append(f"stovepipe_delivery_latency_ms_max {max(latencies) if latencies else 0:.3f}")
+    family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
+    lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
+    family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
+    lines += await _in_flight_lines(service)
+    return "\n".join(lines) + "\n"
+
+
+async def _in_flight_lines(service: Service) -> list[str]:
+    if service.pipeline is None:
+        return []
+    queues = service.pipeline.lifecycle.queues
+    out = []
+    for name in sorted(service.consumers):
+        try:
+            row = await asyncio.wait_for(queues.get(name), IN_FLIGHT_READ_TIMEOUT_S)
+        except NotFound:
+            continue
+        except Exception:  # a scrape must not fail because one read did
+            continue
+        out.append(f'stovepipe_queue_in_flight{{queue="{_label(name)}"}} {row.in_flight_count}')
+    return out
+
+
+class HttpEndpoint:
+    """Serves the two endpoints until :meth:`close`."""
+
+    def __init__(self, service: Service, port: int, host: str = LOOPBACK) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> HttpEndpoint:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        sockets = self._server.sockets or []
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        log.info("http endpoint on %s:%d", self.host, self.port)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), READ_TIMEOUT_S)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+            while (await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)) not in (
+                b"\r\n",
+                b"\n",
+                b"",
+            ):
+                pass
+            parts = request.decode("latin-1").split()
+            path = parts[1] if len(parts) >= 2 else ""
+            method = parts[0] if parts else ""
+            status, body, kind = await self._route(method, path)
+        except Exception:
+            status, body, kind = "400 Bad Request", "bad request\n", "text/plain"
+        payload = body.encode()
+        head = (
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        )
+        with contextlib.suppress(Exception):
+            writer.write(head.encode() + payload)
+            await writer.drain()
+            writer.close()
+
+    async def _route(self, method: str, path: str) -> tuple[str, str, str]:
+        if method != "GET":
+            return "405 Method Not Allowed", "GET only\n", "text/plain"
+        if path == "/healthz":
+            if self.service.healthy:
+                return "200 OK", "ok\n", "text/plain"
+            return "503 Service Unavailable", "unhealthy\n", "text/plain"
+        if path == "/metrics":
+            body = await render_metrics(self.service)
+            return "200 OK", body, "text/plain; version=0.0.4"
+        return "404 Not Found", "not found\n", "text/plain"

@@ -1,0 +1,153 @@
+"""The service and operator commands as an operator runs them: real processes, real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from nats_server import connect, delete_topology
+
+from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.adapters.jetstream.server import free_port
+
+CLI = [sys.executable, "-m", "stovepipe_fsm.apps.cli"]
+TIMEOUT_S = 30.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def tag(nats_server: NatsServer):
+    value = f"c{uuid.uuid4().hex[:10]}"
+    yield value
+
+    async def cleanup() -> None:
+        nc = await connect(nats_server)
+        try:
+            await delete_topology(nc.jetstream(), Topology.isolated(value))
+        finally:
+            await nc.close()
+
+    asyncio.run(cleanup())
+
+
+def cli(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def status(url: str, tag: str) -> dict:
+    done = cli("status", "--json", "--nats", url, "--topology-tag", tag)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_until(check, what: str, timeout: float = TIMEOUT_S):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_path) -> None:
+    url, port = nats_server.url, free_port()
+    config = tmp_path / "queues.yaml"
+    config.write_text("defaults: {gate_wait_delay_ms: 200}\nqueues: {}\n", encoding="utf-8")
+    common = ["--nats", url, "--topology-tag", tag, "--config", str(config)]
+    serve = subprocess.Popen(
+        [*CLI, "serve", *common, "--http-port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        wait_until(lambda: http_get(port, "/healthz")[0] == 200, "healthz 200")
+        done = cli("ingest", *common, "--queue", "team/app", "--uri", "A")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["request_id"] == "request/team/app/1"
+
+        def processing() -> bool:
+            return [r["state"] for r in status(url, tag)["requests"]] == ["processing"]
+
+        wait_until(processing, "A processing (consumer started by discovery)")
+        assert cli("ingest", *common, "--queue", "team/app", "--uri", "B").returncode == 0
+        metrics = wait_until(
+            lambda: (body := http_get(port, "/metrics")[1]) and 'event="held"' in body and body,
+            "a hold in the metrics",
+        )
+        assert 'stovepipe_queue_in_flight{queue="team/app"} 1' in metrics
+        assert "stovepipe_dead_letters_total 0" in metrics
+        done = cli(
+            "complete", *common, "--queue", "team/app", "--uri", "A", "--outcome", "succeeded"
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["state"] == "succeeded"
+
+        def b_processing() -> dict | None:
+            doc = status(url, tag)
+            states = [r["state"] for r in doc["requests"]]
+            return doc if states == ["succeeded", "processing"] else None
+
+        doc = wait_until(b_processing, "B admitted")
+        assert doc["queues"] == [
+            {
+                "name": "team/app",
+                "in_flight_count": 1,
+                "last_green_uri": "A",
+                "latest_request_id": "request/team/app/2",
+            }
+        ]
+        missing = cli(
+            "complete", *common, "--queue", "team/app", "--uri", "Z", "--outcome", "failed"
+        )
+        assert missing.returncode == 2 and "no request" in missing.stderr
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        _out, err = serve.communicate(timeout=TIMEOUT_S)
+    assert serve.returncode == 0, err
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert records and all({"level", "message"} <= r.keys() for r in records)
+    assert any(r.get("queue") == "team/app" and r.get("request_id") for r in records)
+    assert records[-1]["message"] == "service stopped"
+
+
+def test_demo_runs_the_walkthrough_and_exits_zero() -> None:
+    started = time.monotonic()
+    done = cli("demo", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 45
+    final = done.stdout.split("requests:")[-1]
+    rows = [line.split() for line in final.splitlines() if line.startswith("  request/")]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("A", "succeeded"),
+        ("B", "superseded"),
+        ("C", "superseded"),
+        ("D", "superseded"),
+        ("E", "superseded"),
+        ("F", "succeeded"),
+    ]
+    assert rows[-1][3:] == ["incremental_since_green", "A"]
+    assert "held" in done.stdout
