@@ -359,8 +359,15 @@ def _persist_before_publish(
                     changed = True
 
     issues: list[SpecIssue] = []
+    # What the message suggests as the fix: the actions to run first, or the guards that
+    # establish the fact (``unless: slot_conflict`` proves the slot was won).
+    conditions = registry.conditions.values()
     providers = {
-        fact: sorted(a.name for a in registry.actions.values() if fact in a.provides)
+        fact: [
+            *sorted(a.name for a in registry.actions.values() if fact in a.provides),
+            *sorted(f"conditions: {c.name}" for c in conditions if fact in c.provides),
+            *sorted(f"unless: {c.name}" for c in conditions if fact in c.provides_unless),
+        ]
         for fact in universe
     }
     for t in spec.transitions:
@@ -372,7 +379,7 @@ def _persist_before_publish(
                 info = registry.actions[a.name]
                 missing = sorted(info.requires - facts)
                 for fact in missing:
-                    by = ", ".join(providers.get(fact, [])) or "a condition"
+                    by = ", ".join(providers.get(fact, [])) or "nothing registered"
                     issues.append(
                         SpecIssue(
                             a.location,
