@@ -1,0 +1,600 @@
+"""Semantic lint: one broken machine per rule, each reported at the line to edit.
+
+Most cases are copies of the shipped machines with one realistic edit (the kind of
+change a reviewer would make in a pull request), so the tests also prove lint catches
+mistakes in the real tables, not only in toy ones. A test parses the rule list out of
+``spec/lint.py``'s docstring so a new rule without a case here fails the suite.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
+from stovepipe_fsm.spec import lint as lint_module
+from stovepipe_fsm.spec.errors import SpecError, SpecIssue
+from stovepipe_fsm.spec.lint import lint_machine
+from stovepipe_fsm.spec.loader import load_machine, parse_machine
+from stovepipe_fsm.spec.registry import Registry
+from stovepipe_fsm.spec.yaml_source import parse_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINES = ROOT / "machines"
+REQUEST = (MACHINES / "request.yaml").read_text(encoding="utf-8")
+GATE = (MACHINES / "queue_gate.yaml").read_text(encoding="utf-8")
+NAME = "m.yaml"
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """Replace exactly one occurrence, so a drifting fixture fails loudly."""
+    assert text.count(old) == 1, f"expected exactly one {old!r}"
+    return text.replace(old, new)
+
+
+def line_of(text: str, needle: str, nth: int = 1) -> int:
+    """1-based line of the ``nth`` line containing ``needle``."""
+    hits = [i for i, line in enumerate(text.splitlines(), 1) if needle in line]
+    assert len(hits) >= nth, f"{needle!r} occurs on {len(hits)} line(s)"
+    return hits[nth - 1]
+
+
+def column_of(text: str, line: int, needle: str) -> int:
+    return text.splitlines()[line - 1].index(needle) + 1
+
+
+def lint_text(text: str, registries: dict[str, Registry] | None = REGISTRIES) -> list[SpecIssue]:
+    return lint_machine(parse_machine(parse_yaml(text, NAME)), registries)
+
+
+def by_rule(issues: list[SpecIssue], rule: str) -> list[SpecIssue]:
+    return [i for i in issues if i.rule == rule]
+
+
+# --- a toy registry for shapes the shipped tables do not have ------------------------
+
+TOY = Registry("toy")
+
+
+@TOY.condition()
+def ready(ctx: object) -> bool:
+    """Always true; lint never calls it."""
+    return True
+
+
+@TOY.condition()
+def late(ctx: object) -> bool:
+    """Always false; lint never calls it."""
+    return False
+
+
+@TOY.condition(provides=["fresh"])
+def cached(ctx: object) -> bool:
+    """Establishes 'fresh' when true."""
+    return True
+
+
+@TOY.action(provides=["fresh"])
+def fetch(ctx: object) -> None:
+    """Establishes 'fresh'."""
+
+
+@TOY.action(requires=["fresh"])
+def send(ctx: object) -> None:
+    """Needs 'fresh' on every path."""
+
+
+@TOY.action(finishes=True)
+def done(ctx: object) -> None:
+    """Settles the flow."""
+
+
+TOYS = {"toy": TOY}
+
+TOY_LIFECYCLE = """\
+name: toy
+initial: open
+states:
+  - open
+  - name: busy
+    holds_slot: true
+  - name: closed
+    terminal: true
+transitions:
+  - {trigger: start, source: open, dest: busy}
+  - {trigger: stop, source: [open, busy], dest: closed}
+"""
+
+TOY_FLOW = """\
+name: toy
+kind: flow
+initial: begin
+states:
+  - begin
+  - middle
+  - name: end
+    terminal: true
+transitions:
+  - {trigger: step, source: begin, dest: middle, conditions: ready}
+  - {trigger: step, source: begin, dest: middle, unless: ready, after: fetch}
+  - {trigger: finish, source: middle, dest: end, after: [send, done]}
+"""
+
+
+def test_toy_machines_are_clean() -> None:
+    # Baselines: each broken variant below differs from these by one edit.
+    assert lint_text(TOY_LIFECYCLE, TOYS) == []
+    flow = edit(TOY_FLOW, "conditions: ready}", "conditions: ready, after: fetch}")
+    assert lint_text(flow, TOYS) == []
+
+
+# --- the shipped machines ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("filename", ["request.yaml", "queue_gate.yaml"])
+def test_shipped_machines_lint_clean_against_the_registries(filename: str) -> None:
+    spec = load_machine(MACHINES / filename, lint=False)
+    assert lint_machine(spec, REGISTRIES) == []
+    assert lint_machine(spec, None) == []
+
+
+def test_shipped_machines_load_and_compile() -> None:
+    machines = load_process_machines(MACHINES)
+    assert machines.request.spec.name == "request"
+    assert machines.queue_gate.spec.name == "queue_gate"
+
+
+# --- one case per rule ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """A broken machine, the rule it must trigger, where, and a phrase of the message."""
+
+    id: str
+    rule: str
+    text: str
+    line: int
+    fragment: str
+    registries: dict[str, Registry] | None = None
+    column: int | None = None
+    also: frozenset[str] = frozenset()  # rules the same edit rightly triggers as well
+
+
+def _cases() -> list[Case]:
+    cases: list[Case] = []
+
+    def add(
+        id: str,
+        rule: str,
+        text: str,
+        line: int,
+        fragment: str,
+        registries: dict[str, Registry] | None = REGISTRIES,
+        column: int | None = None,
+        also: frozenset[str] = frozenset(),
+    ) -> None:
+        cases.append(Case(id, rule, text, line, fragment, registries, column, also))
+
+    text = edit(REQUEST, "  - name: cancelled\n", "  - name: accepted\n  - name: cancelled\n")
+    add(
+        "duplicate-state",
+        "duplicate-state",
+        text,
+        line_of(text, "- name: accepted", 2),
+        f"state 'accepted' is declared twice (first at line {line_of(text, '- name: accepted')})",
+    )
+
+    text = edit(REQUEST, "    dest: cancelled\n", "    dest: canceled\n")
+    add(
+        "undeclared-dest",
+        "undeclared-state",
+        text,
+        line_of(text, "dest: canceled"),
+        "state 'canceled' is not declared; declared states: accepted, processing,",
+        column=len("    dest: ") + 1,
+    )
+    text = edit(REQUEST, "initial: accepted\n", "initial: ingested\n")
+    add(
+        "undeclared-initial",
+        "undeclared-state",
+        text,
+        line_of(text, "initial: ingested"),
+        "state 'ingested' is not declared",
+    )
+
+    text = edit(REQUEST, "name: request\n", "name: requests\n")
+    add(
+        "unknown-machine",
+        "unknown-machine",
+        text,
+        line_of(text, "name: requests"),
+        "no Python registry serves machine 'requests'; known machines: queue_gate, request",
+    )
+
+    text = edit(GATE, "    after: load_request\n", "    after: load_requests\n")
+    add(
+        "unregistered-action",
+        "unregistered",
+        text,
+        line_of(text, "after: load_requests"),
+        "no action named 'load_requests' is registered for machine 'queue_gate'; "
+        "registered actions: ack, announce,",
+        column=len("    after: ") + 1,
+    )
+    text = edit(GATE, "    conditions: gate_closed\n", "    conditions: gate_shut\n")
+    add(
+        "unregistered-condition",
+        "unregistered",
+        text,
+        line_of(text, "conditions: gate_shut"),
+        "no condition named 'gate_shut' is registered for machine 'queue_gate'",
+        # 'gate_shut' and 'unless: gate_closed' no longer exclude each other.
+        also=frozenset({"nondeterministic", "flow-exhaustive"}),
+    )
+
+    text = edit(
+        REQUEST,
+        "  - trigger: fail_closed\n    source: [accepted, processing]\n    dest: failed\n"
+        "    description: dead-letter reconciler forces a conservative outcome\n",
+        "",
+    )
+    add(
+        "missing-trigger",
+        "missing-trigger",
+        text,
+        line_of(text, "name: request"),
+        "machine 'request' must declare trigger 'fail_closed': the process stage fires it",
+    )
+
+    text = TOY_LIFECYCLE + "  - {trigger: stop, source: limbo, dest: closed}\n"
+    text = edit(text, "  - open\n", "  - open\n  - limbo\n")
+    add(
+        "unreachable",
+        "unreachable",
+        text,
+        line_of(text, "- limbo"),
+        "state 'limbo' is unreachable from initial state 'open'",
+        TOYS,
+    )
+
+    text = edit(
+        TOY_LIFECYCLE, "source: [open, busy], dest: closed}", "source: open, dest: closed}"
+    )
+    add(
+        "dead-end",
+        "dead-end",
+        text,
+        line_of(text, "- name: busy"),
+        "non-terminal state 'busy' has no way out; add a transition or mark it terminal",
+        TOYS,
+    )
+
+    text = TOY_LIFECYCLE + "  - {trigger: reopen, source: closed, dest: open}\n"
+    add(
+        "terminal-exit-listed",
+        "terminal-exit",
+        text,
+        line_of(text, "trigger: reopen"),
+        "terminal state 'closed' has an outgoing transition (trigger 'reopen')",
+        TOYS,
+        column=column_of(text, line_of(text, "trigger: reopen"), "closed"),
+    )
+    text = edit(REQUEST, "    source: [accepted, processing]\n", "    source: '*'\n")
+    add(
+        "terminal-exit-wildcard",
+        "terminal-exit",
+        text,
+        line_of(text, "source: '*'"),
+        "source '*' includes terminal state 'cancelled'; list sources (trigger 'fail_closed')",
+        column=len("    source: ") + 1,
+    )
+
+    text = edit(
+        GATE,
+        "    conditions: gate_closed\n    after: hold\n",
+        "    conditions: gate_closed\n    unless: gate_closed\n    after: hold\n",
+    )
+    add(
+        "never-fires",
+        "never-fires",
+        text,
+        line_of(text, "trigger: gate", 1),
+        "condition 'gate_closed' is both required and excluded; this transition can never fire",
+        also=frozenset({"flow-exhaustive"}),  # nothing leaves 'latest' when the gate is closed
+    )
+
+    text = edit(GATE, "    unless: slot_conflict\n", "")
+    add(
+        "nondeterministic",
+        "nondeterministic",
+        text,
+        line_of(text, "trigger: admit", 2),
+        f"this transition and the one at line {line_of(text, 'trigger: admit')} both fire "
+        "on trigger 'admit' from state 'slot_claimed' when slot_conflict=true",
+        also=frozenset({"persist-before-publish"}),  # nothing proves the slot was won
+    )
+
+    text = edit(
+        REQUEST, "  - name: cancelled\n    terminal: true\n",
+        "  - name: cancelled\n    terminal: true\n    holds_slot: true\n",
+    )
+    add(
+        "slot-terminal",
+        "slot-terminal",
+        text,
+        line_of(text, "- name: cancelled"),
+        "terminal state 'cancelled' is declared slot-holding",
+    )
+
+    text = edit(
+        GATE,
+        "    after: [publish_build, ack]\n",
+        "    after: [publish_build, ack]\n"
+        "  - trigger: ack_only\n    source: reannounced\n    dest: acked\n    after: ack\n",
+    )
+    add(
+        "flow-trigger",
+        "flow-trigger",
+        text,
+        line_of(text, "- name: reannounced"),
+        "flow state 'reannounced' leaves on several triggers (ack_only, republish); "
+        "a flow step needs exactly one",
+    )
+
+    text = edit(
+        GATE,
+        "    unless: gate_closed\n",
+        "    conditions: request_is_processing\n    unless: gate_closed\n",
+    )
+    add(
+        "flow-exhaustive",
+        "flow-exhaustive",
+        text,
+        line_of(text, "- name: latest"),
+        "flow state 'latest' has no transition when gate_closed=false, "
+        "request_is_processing=false; the delivery would stop there",
+    )
+
+    text = edit(GATE, "    after: [supersede, ack]\n", "    after: supersede\n")
+    add(
+        "flow-finish-missing",
+        "flow-finish",
+        text,
+        line_of(text, "trigger: coalesce", 1),
+        "transition into terminal state 'acked' must end with exactly one finishing action",
+    )
+    text = edit(GATE, "    after: [supersede, ack]\n", "    after: [ack, supersede]\n")
+    add(
+        "flow-finish-not-last",
+        "flow-finish",
+        text,
+        line_of(text, "trigger: coalesce", 1),
+        "must end with exactly one finishing action (ack or hold) as its last action",
+    )
+    text = edit(GATE, "    after: load_request\n", "    after: [load_request, ack]\n")
+    add(
+        "flow-finish-early",
+        "flow-finish",
+        text,
+        line_of(text, "after: [load_request, ack]"),
+        "action 'ack' settles the delivery but the flow goes on to non-terminal state 'loaded'",
+        column=column_of(text, line_of(text, "[load_request, ack]"), "ack]"),
+    )
+
+    text = edit(
+        GATE,
+        "    after: [mark_processing, announce, publish_build, ack]\n",
+        "    after: [publish_build, mark_processing, announce, ack]\n",
+    )
+    add(
+        "publish-before-mark-processing",
+        "persist-before-publish",
+        text,
+        line_of(text, "[publish_build, mark_processing"),
+        "persist before publish: 'publish_build' needs 'request_processing' (established by "
+        "mark_processing, conditions: request_is_processing) but runs from state "
+        "'slot_claimed' on a path where it is not yet established",
+        column=len("    after: [") + 1,
+    )
+    text = edit(
+        GATE,
+        "    after: [mark_processing, announce, publish_build, ack]\n",
+        "    after: [announce, mark_processing, publish_build, ack]\n",
+    )
+    add(
+        "announce-before-mark-processing",
+        "persist-before-publish",
+        text,
+        line_of(text, "[announce, mark_processing"),
+        "persist before publish: 'announce' needs 'request_processing'",
+        column=len("    after: [") + 1,
+    )
+    text = edit(
+        GATE,
+        "    after: [derive_strategy, claim_slot]\n",
+        "    after: [claim_slot, derive_strategy]\n",
+    )
+    add(
+        "claim-before-derive",
+        "persist-before-publish",
+        text,
+        line_of(text, "[claim_slot, derive_strategy]"),
+        "'claim_slot' needs 'strategy_derived' (established by derive_strategy)",
+    )
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_rule_fires_at_the_line_to_edit(case: Case) -> None:
+    issues = lint_text(case.text, case.registries)
+    hits = by_rule(issues, case.rule)
+    assert hits, f"no {case.rule} issue; got {[str(i) for i in issues]}"
+    assert {i.rule for i in issues} == {case.rule, *case.also}, [str(i) for i in issues]
+    hit = next((i for i in hits if case.fragment in i.message), None)
+    assert hit is not None, f"no message with {case.fragment!r}: {[i.message for i in hits]}"
+    assert hit.location.file == NAME
+    assert hit.location.line == case.line, str(hit)
+    if case.column is not None:
+        assert hit.location.column == case.column, str(hit)
+    assert str(hit) == f"{NAME}:{hit.location.line}:{hit.location.column}: {hit.message}"
+
+
+def test_every_rule_in_the_lint_docstring_has_a_case() -> None:
+    documented = set(re.findall(r"^- ``([a-z-]+)``", lint_module.__doc__ or "", re.MULTILINE))
+    assert len(documented) >= 15
+    assert documented == {c.rule for c in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_loading_a_broken_machine_raises_with_the_same_issues(case: Case, tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(case.text, encoding="utf-8")
+    with pytest.raises(SpecError) as caught:
+        load_machine(path, case.registries, display_name=NAME)
+    expected = lint_text(case.text, case.registries)
+    assert sorted(caught.value.issues, key=str) == sorted(expected, key=str)
+
+
+# --- details of particular rules -----------------------------------------------------
+
+
+def test_undeclared_states_stop_the_graph_rules() -> None:
+    # Every reference to the misspelt state is reported once; no unreachable/dead-end noise.
+    text = edit(REQUEST, "    dest: cancelled\n", "    dest: canceled\n")
+    issues = lint_text(text)
+    assert [i.rule for i in issues] == ["undeclared-state"]
+
+
+def test_wildcard_source_reports_every_terminal_state_at_the_star() -> None:
+    text = edit(REQUEST, "    source: [accepted, processing]\n", "    source: '*'\n")
+    hits = by_rule(lint_text(text), "terminal-exit")
+    star = line_of(text, "source: '*'")
+    assert {i.location.line for i in hits} == {star}
+    assert sorted(re.findall(r"terminal state '(\w+)'", " ".join(i.message for i in hits))) == [
+        "cancelled",
+        "failed",
+        "succeeded",
+        "superseded",
+    ]
+
+
+def test_wildcard_source_over_non_terminal_states_only_is_fine() -> None:
+    text = TOY_LIFECYCLE.replace("  - name: closed\n    terminal: true\n", "  - closed\n")
+    text += "  - {trigger: reset, source: '*', dest: open}\n"
+    issues = lint_text(text, TOYS)
+    assert by_rule(issues, "terminal-exit") == []
+    assert by_rule(issues, "dead-end") == []
+
+
+def test_missing_trigger_names_each_dropped_trigger() -> None:
+    text = edit(REQUEST, "  - trigger: cancel\n", "  - trigger: abort\n")
+    hits = by_rule(lint_text(text), "missing-trigger")
+    assert [i.message.split(":")[0] for i in hits] == [
+        "machine 'request' must declare trigger 'cancel'"
+    ]
+
+
+def test_unregistered_names_are_all_reported_and_suppress_persist_check() -> None:
+    text = edit(GATE, "    after: load_request\n", "    after: load_requests\n")
+    text = text.replace(": gate_closed\n", ": gate_shut\n")
+    text = edit(
+        text,
+        "    after: [mark_processing, announce, publish_build, ack]\n",
+        "    after: [publish_build, mark_processing, announce, ack]\n",
+    )
+    issues = lint_text(text)
+    assert [(i.rule, i.location.line) for i in issues] == [
+        ("unregistered", line_of(text, "load_requests")),
+        ("unregistered", line_of(text, "conditions: gate_shut")),
+        ("unregistered", line_of(text, "unless: gate_shut")),
+    ]
+
+
+def test_without_registries_names_are_not_checked() -> None:
+    text = edit(GATE, "    after: load_request\n", "    after: load_requests\n")
+    assert lint_text(text, None) == []
+
+
+def test_nondeterministic_also_breaks_the_admit_persist_order() -> None:
+    # Without 'unless: slot_conflict' nothing proves the slot was won before the write.
+    text = edit(GATE, "    unless: slot_conflict\n", "")
+    issues = lint_text(text)
+    assert {i.rule for i in issues} == {"nondeterministic", "persist-before-publish"}
+    [persist] = by_rule(issues, "persist-before-publish")
+    assert "'mark_processing' needs 'slot_held' (established by unless: slot_conflict)" in (
+        persist.message
+    )
+
+
+def test_unguarded_pair_is_nondeterministic_whatever_the_conditions() -> None:
+    text = TOY_LIFECYCLE + "  - {trigger: start, source: open, dest: closed}\n"
+    [hit] = by_rule(lint_text(text, TOYS), "nondeterministic")
+    assert hit.location.line == len(text.splitlines())  # the added, second one
+    assert "when no condition guards them" in hit.message
+
+
+def test_mutually_exclusive_pair_is_deterministic() -> None:
+    text = TOY_LIFECYCLE + (
+        "  - {trigger: poke, source: busy, dest: open, conditions: ready}\n"
+        "  - {trigger: poke, source: busy, dest: closed, unless: ready}\n"
+    )
+    assert lint_text(text, TOYS) == []
+
+
+def test_flow_exhaustive_needs_unless_even_for_complementary_names() -> None:
+    # 'ready' and 'late' mean opposite things to a reader, but lint treats conditions as
+    # independent: both false leaves the delivery stuck.
+    text = edit(TOY_FLOW, "unless: ready, after: fetch}", "conditions: late, after: fetch}")
+    text = edit(text, "conditions: ready}", "conditions: ready, unless: late, after: fetch}")
+    [hit] = by_rule(lint_text(text, TOYS), "flow-exhaustive")
+    assert hit.location.line == line_of(text, "  - begin")
+    assert "late=false, ready=false" in hit.message
+
+
+def test_persist_check_intersects_facts_where_paths_join() -> None:
+    # 'fresh' is fetched on one branch only: 'send' on the joined path is flagged...
+    [hit] = by_rule(lint_text(TOY_FLOW, TOYS), "persist-before-publish")
+    assert hit.location.line == line_of(TOY_FLOW, "after: [send, done]")
+    assert "'send' needs 'fresh' (established by fetch, conditions: cached) but runs" in (
+        hit.message
+    )
+    # ...a condition that establishes the fact on the other branch satisfies it...
+    text = edit(TOY_FLOW, "conditions: ready}", "conditions: cached}")
+    text = edit(text, "unless: ready,", "unless: cached,")
+    assert lint_text(text, TOYS) == []
+    # ...and so does fetching on both branches.
+    text = edit(TOY_FLOW, "conditions: ready}", "conditions: ready, after: fetch}")
+    assert lint_text(text, TOYS) == []
+
+
+def test_persist_check_follows_loops_back_to_an_earlier_state() -> None:
+    # The gate's conflict loop returns to queue_loaded; facts from the first pass must not
+    # leak into the second. Dropping derive_strategy makes claim_slot unsafe on every path.
+    text = edit(
+        GATE, "    after: [derive_strategy, claim_slot]\n", "    after: claim_slot\n"
+    )
+    issues = lint_text(text)
+    hits = by_rule(issues, "persist-before-publish")
+    assert {i.message.split(" needs ")[0] for i in hits} == {
+        "persist before publish: 'claim_slot'",
+        "persist before publish: 'mark_processing'",
+    }
+
+
+def test_issues_of_several_rules_are_reported_together() -> None:
+    text = edit(
+        REQUEST, "  - name: cancelled\n    terminal: true\n",
+        "  - name: cancelled\n    terminal: true\n    holds_slot: true\n",
+    )
+    text = edit(text, "    source: [accepted, processing]\n", "    source: '*'\n")
+    text = edit(text, "  - trigger: cancel\n", "  - trigger: abort\n")
+    rules = sorted({i.rule for i in lint_text(text)})
+    assert rules == ["missing-trigger", "slot-terminal", "terminal-exit"]
+
