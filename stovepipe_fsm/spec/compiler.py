@@ -205,7 +205,12 @@ class CompiledFlow(_Compiled):
         for _ in range(self.max_steps):
             if state in self.terminal:
                 return state
-            step = self.fire(state, self.trigger_for[state], ctx)
+            trigger = self.trigger_for.get(state)
+            if trigger is None:  # only reachable with lint off (dead end, several triggers)
+                raise IllegalTransition(
+                    f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
+                )
+            step = self.fire(state, trigger, ctx)
             if on_step is not None:
                 observed = on_step(step)
                 if inspect.isawaitable(observed):  # the signature allows async observers
