@@ -1,0 +1,405 @@
+"""Ingest, record and the dead-letter reconciler: the other writers of Request and Queue.
+
+Process relies on them for three things the spec states outright: ingest dedups on
+(queue, uri) and moves ``latest_request_id`` forward only; record and the reconciler
+free a slot on every terminal transition; record advances last green monotonically by
+ingest order. Each is checked here together with the crash and retry windows between
+their writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from stovepipe_fsm.adapters.memory import (
+    MemoryCounter,
+    MemoryPublisher,
+    MemoryQueueStore,
+    MemoryRequestStore,
+    MemoryUriIndex,
+)
+from stovepipe_fsm.apps.dlq import DeadLetterReconciler
+from stovepipe_fsm.apps.ingest import Ingest, InvalidUri
+from stovepipe_fsm.apps.record import Record
+from stovepipe_fsm.domain.entities import FULL, Queue, Request
+from stovepipe_fsm.domain.errors import NonRetryable, Retryable, VersionMismatch
+from stovepipe_fsm.domain.queue_names import InvalidQueueName
+from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.process.lifecycle import QUEUE_CAS_ATTEMPTS, RequestLifecycle
+from stovepipe_fsm.spec.compiler import IllegalTransition
+
+ROOT = Path(__file__).resolve().parent.parent
+MACHINES = load_process_machines(ROOT / "machines")
+Q = "monorepo/main"
+
+
+def rid(n: int, queue: str = Q) -> str:
+    return f"request/{queue}/{n}"
+
+
+class FlakyRequestStore(MemoryRequestStore):
+    """Loses the next ``conflicts`` updates to a concurrent writer (version bumped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conflicts = 0
+
+    async def update(self, request: Request, old_version: int, new_version: int) -> None:
+        if self.conflicts:
+            self.conflicts -= 1
+            stored = await self.get(request.id)
+            await super().update(stored, stored.version, stored.version + 1)
+        await super().update(request, old_version, new_version)
+
+
+class ContendedQueueStore(MemoryQueueStore):
+    """Every update loses while ``contended`` is set."""
+
+    contended = False
+
+    async def update(self, queue: Queue, old_version: int, new_version: int) -> None:
+        if self.contended:
+            raise VersionMismatch(f"queue {queue.name!r} contended")
+        await super().update(queue, old_version, new_version)
+
+
+@dataclass
+class Pipeline:
+    requests: FlakyRequestStore = field(default_factory=FlakyRequestStore)
+    queues: ContendedQueueStore = field(default_factory=ContendedQueueStore)
+    uri_index: MemoryUriIndex = field(default_factory=MemoryUriIndex)
+    counter: MemoryCounter = field(default_factory=MemoryCounter)
+    publisher: MemoryPublisher = field(default_factory=MemoryPublisher)
+
+    def __post_init__(self) -> None:
+        self.lifecycle = RequestLifecycle(MACHINES.request, self.requests, self.queues)
+        self.ingester = Ingest(
+            requests=self.requests,
+            queues=self.queues,
+            uri_index=self.uri_index,
+            counter=self.counter,
+            publisher=self.publisher,
+            lifecycle=self.lifecycle,
+        )
+        self.record = Record(self.lifecycle)
+        self.dlq = DeadLetterReconciler(self.lifecycle)
+
+    async def queue(self, name: str = Q) -> Queue:
+        return await self.queues.get(name)
+
+    async def request(self, n: int, queue: str = Q) -> Request:
+        return await self.requests.get(rid(n, queue))
+
+    async def admit(self, n: int, strategy: str = FULL, base: str = "") -> Request:
+        """What process does on admit: claim the slot, then mark processing."""
+        request = await self.request(n)
+        await self.lifecycle.claim_slot(await self.queue(request.queue), request, "admit")
+        return await self.lifecycle.apply(request, "admit", build_strategy=strategy, base_uri=base)
+
+    def processes(self) -> list[str]:
+        return [p.request_id for p in self.publisher.processes()]
+
+
+# --- ingest -------------------------------------------------------------------------
+
+
+async def test_first_ingest_creates_queue_request_pointer_and_message() -> None:
+    p = Pipeline()
+    result = await p.ingester.ingest(Q, "A")
+    assert (result.request_id, result.created, result.published) == (rid(1), True, True)
+    assert await p.request(1) == Request(id=rid(1), queue=Q, uri="A")
+    queue = await p.queue()
+    assert (queue.latest_request_id, queue.in_flight_count, queue.last_green_uri) == (
+        rid(1),
+        0,
+        "",
+    )
+    assert p.processes() == [rid(1)]
+
+
+async def test_reingest_returns_the_same_id_and_creates_nothing() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    before = (p.requests.snapshot(), p.queues.snapshot(), p.uri_index.snapshot())
+    again = await p.ingester.ingest(Q, "A")
+    assert (again.request_id, again.created) == (rid(1), False)
+    assert (p.requests.snapshot(), p.queues.snapshot(), p.uri_index.snapshot()) == before
+    assert p.counter.peek(Q) == 1, "a re-ingest must not spend a counter value"
+
+
+async def test_same_uri_in_two_queues_is_two_requests() -> None:
+    p = Pipeline()
+    a = await p.ingester.ingest(Q, "A")
+    b = await p.ingester.ingest("mobile/ios", "A")
+    assert (a.request_id, b.request_id) == (rid(1), rid(1, "mobile/ios"))
+    assert len(p.requests) == 2
+
+
+async def test_latest_request_id_only_moves_forward() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.ingester.ingest(Q, "B")
+    # A is still accepted: its re-ingest re-publishes but must not pull the pointer back.
+    again = await p.ingester.ingest(Q, "A")
+    assert again.published
+    assert (await p.queue()).latest_request_id == rid(2)
+    await p.ingester.ingest(Q, "C")
+    assert (await p.queue()).latest_request_id == rid(3)
+
+
+async def test_latest_request_id_compares_by_counter_not_by_text() -> None:
+    """request/q/10 is newer than request/q/9 although it sorts before it as a string."""
+    p = Pipeline()
+    for n in range(1, 11):
+        await p.ingester.ingest(Q, f"C{n}")
+    assert (await p.queue()).latest_request_id == rid(10)
+    await p.ingester.ingest(Q, "C9")
+    assert (await p.queue()).latest_request_id == rid(10)
+
+
+async def test_reingest_of_an_accepted_uri_heals_a_lost_publish() -> None:
+    p = Pipeline()
+    p.publisher.fail_next("process")
+    with pytest.raises(Retryable):
+        await p.ingester.ingest(Q, "A")
+    # Everything before the publish is durable, so the consumer will find it ...
+    assert (await p.request(1)).state == "accepted"
+    assert (await p.queue()).latest_request_id == rid(1)
+    assert p.processes() == []
+    # ... and the poller's next report of the same head publishes it.
+    again = await p.ingester.ingest(Q, "A")
+    assert (again.request_id, again.created, again.published) == (rid(1), False, True)
+    assert p.processes() == [rid(1)]
+
+
+async def test_ingest_heals_a_crash_between_the_index_claim_and_the_request_create() -> None:
+    p = Pipeline()
+    await p.uri_index.put_if_absent(Q, "A", rid(7))
+    result = await p.ingester.ingest(Q, "A")
+    assert result.request_id == rid(7)
+    assert (await p.request(7)).uri == "A"
+    assert (await p.queue()).latest_request_id == rid(7)
+    assert p.processes() == [rid(7)]
+
+
+@pytest.mark.parametrize("state", ["superseded", "processing", "succeeded", "failed"])
+async def test_reingest_past_accepted_publishes_nothing(state: str) -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    stored = await p.request(1)
+    await p.requests.update(replace(stored, state=state), stored.version, stored.version + 1)
+    result = await p.ingester.ingest(Q, "A")
+    assert (result.request_id, result.published) == (rid(1), False)
+    assert p.processes() == [rid(1)]
+    assert (await p.request(1)).state == state
+
+
+@pytest.mark.parametrize("uri", ["", " A", "A\nB", "x" * 1025, None])
+async def test_invalid_uri_writes_nothing(uri: object) -> None:
+    p = Pipeline()
+    with pytest.raises(InvalidUri):
+        await p.ingester.ingest(Q, uri)  # type: ignore[arg-type]
+    assert len(p.requests) == 0 and len(p.queues) == 0 and p.publisher.records == ()
+
+
+async def test_invalid_queue_name_writes_nothing() -> None:
+    p = Pipeline()
+    with pytest.raises(InvalidQueueName):
+        await p.ingester.ingest("bad queue", "A")
+    assert len(p.requests) == 0 and len(p.queues) == 0
+
+
+# --- record -------------------------------------------------------------------------
+
+
+async def test_success_frees_the_slot_and_advances_last_green() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    request = await p.record.complete(rid(1), "succeeded")
+    assert request.state == "succeeded"
+    queue = await p.queue()
+    assert (queue.slot_holders, queue.last_green_uri, queue.last_green_request_id) == (
+        (),
+        "A",
+        rid(1),
+    )
+
+
+@pytest.mark.parametrize("outcome", ["failed", "cancelled"])
+async def test_failure_and_cancel_free_the_slot_and_keep_last_green(outcome: str) -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    await p.record.complete(rid(1), "succeeded")
+    await p.ingester.ingest(Q, "B")
+    await p.admit(2)
+    request = await p.record.complete(rid(2), outcome)
+    assert request.state == outcome
+    queue = await p.queue()
+    assert (queue.slot_holders, queue.last_green_uri) == ((), "A")
+
+
+async def test_a_late_green_of_an_older_head_never_moves_last_green_back() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    await p.ingester.ingest(Q, "B")
+    await p.admit(2)
+    await p.record.complete(rid(2), "succeeded")
+    await p.record.complete(rid(1), "succeeded")
+    queue = await p.queue()
+    assert (queue.last_green_uri, queue.last_green_request_id) == ("B", rid(2))
+    assert queue.slot_holders == ()
+
+
+async def test_recording_the_same_outcome_again_is_idempotent() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    first = await p.record.complete(rid(1), "succeeded")
+    queue = await p.queue()
+    again = await p.record.complete(rid(1), "succeeded")
+    assert again == first
+    assert await p.request(1) == first
+    assert await p.queue() == queue, "a repeated record must not write the queue row"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("succeeded", "failed"), ("failed", "cancelled"), ("cancelled", "succeeded")],
+)
+async def test_recording_another_outcome_on_a_terminal_request_fails(
+    first: str, second: str
+) -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    await p.record.complete(rid(1), first)
+    with pytest.raises(NonRetryable, match=f"already {first}; cannot record {second}"):
+        await p.record.complete(rid(1), second)
+    assert (await p.request(1)).state == first
+
+
+async def test_recording_on_a_superseded_request_fails() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.lifecycle.apply(await p.request(1), "supersede")
+    with pytest.raises(NonRetryable, match="already superseded"):
+        await p.record.complete(rid(1), "succeeded")
+
+
+async def test_recording_before_admit_is_illegal() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    with pytest.raises(IllegalTransition, match="'succeed' is not allowed from state 'accepted'"):
+        await p.record.complete(rid(1), "succeeded")
+    assert (await p.request(1)).state == "accepted"
+
+
+async def test_unknown_outcome_is_rejected() -> None:
+    p = Pipeline()
+    with pytest.raises(ValueError, match="outcome 'green'"):
+        await p.record.complete(rid(1), "green")
+
+
+async def test_repeated_record_finishes_a_crash_between_its_two_writes() -> None:
+    """Request written succeeded, queue row not yet: the retry frees and advances."""
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    admitted = await p.admit(1)
+    await p.requests.update(
+        replace(admitted, state="succeeded"), admitted.version, admitted.version + 1
+    )
+    assert (await p.queue()).slot_holders == (rid(1),)
+    await p.record.complete(rid(1), "succeeded")
+    queue = await p.queue()
+    assert (queue.slot_holders, queue.last_green_uri) == ((), "A")
+
+
+async def test_record_under_permanent_queue_contention_gives_up_retryably() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    p.queues.contended = True
+    with pytest.raises(Retryable, match=f"gave up after {QUEUE_CAS_ATTEMPTS} CAS"):
+        await p.record.complete(rid(1), "succeeded")
+    p.queues.contended = False
+    await p.record.complete(rid(1), "succeeded")
+    assert (await p.queue()).slot_holders == ()
+
+
+# --- dead-letter reconciler -----------------------------------------------------------
+
+
+async def test_reconciler_fails_a_processing_request_and_frees_its_slot() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    admitted = await p.admit(1)
+    request = await p.dlq.reconcile(rid(1))
+    assert request is not None
+    assert (request.state, request.build_strategy) == ("failed", admitted.build_strategy)
+    queue = await p.queue()
+    assert (queue.slot_holders, queue.last_green_uri) == ((), "")
+
+
+async def test_reconciler_frees_the_slot_of_an_accepted_holder() -> None:
+    """Crash after the slot claim: accepted but holding; failing it closed frees it."""
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.lifecycle.claim_slot(await p.queue(), await p.request(1), "admit")
+    assert (await p.queue()).slot_holders == (rid(1),)
+    request = await p.dlq.reconcile(rid(1))
+    assert request is not None and request.state == "failed"
+    assert (await p.queue()).slot_holders == ()
+
+
+async def test_reconciler_on_an_accepted_non_holder_leaves_the_slots_alone() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    await p.ingester.ingest(Q, "B")
+    request = await p.dlq.reconcile(rid(2))
+    assert request is not None and request.state == "failed"
+    assert (await p.queue()).slot_holders == (rid(1),)
+
+
+async def test_reconciler_on_a_terminal_request_only_releases_a_leftover_slot() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    admitted = await p.admit(1)
+    done = replace(admitted, state="succeeded")
+    await p.requests.update(done, admitted.version, admitted.version + 1)
+    request = await p.dlq.reconcile(rid(1))
+    assert request is not None and request.state == "succeeded"
+    assert (await p.queue()).slot_holders == ()
+    # Once more: nothing left to do, nothing written.
+    queue = await p.queue()
+    await p.dlq.reconcile(rid(1))
+    assert await p.queue() == queue
+    assert (await p.request(1)).state == "succeeded"
+
+
+async def test_reconciler_of_a_missing_request_returns_none() -> None:
+    assert await Pipeline().dlq.reconcile(rid(1)) is None
+
+
+async def test_reconciler_retries_a_request_that_changes_underneath() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    p.requests.conflicts = 2
+    request = await p.dlq.reconcile(rid(1))
+    assert request is not None and request.state == "failed"
+    assert (await p.queue()).slot_holders == ()
+
+
+async def test_reconciler_gives_up_when_the_request_never_settles() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    p.requests.conflicts = 1_000
+    with pytest.raises(VersionMismatch, match="kept changing"):
+        await p.dlq.reconcile(rid(1))
