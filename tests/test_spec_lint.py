@@ -598,3 +598,38 @@ def test_issues_of_several_rules_are_reported_together() -> None:
     rules = sorted({i.rule for i in lint_text(text)})
     assert rules == ["missing-trigger", "slot-terminal", "terminal-exit"]
 
+
+
+# --- the reference in docs/machines.md -----------------------------------------------
+
+DOC = ROOT / "docs" / "machines.md"
+
+
+def _display_name(case: Case) -> str:
+    if case.text.startswith(REQUEST.splitlines()[0]):
+        return "machines/request.yaml"
+    if case.text.startswith(GATE.splitlines()[0]):
+        return "machines/queue_gate.yaml"
+    return "toy.yaml"
+
+
+def test_every_rule_is_documented_with_a_heading() -> None:
+    headings = set(re.findall(r"^### `([a-z-]+)`$", DOC.read_text(encoding="utf-8"), re.M))
+    assert {c.rule for c in CASES} <= headings
+
+
+def test_every_message_shown_in_the_lint_reference_is_what_lint_prints() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## Lint rules", 1)[1].split("\n## ", 1)[0]
+    shown = [
+        line
+        for block in re.findall(r"```text\n(.*?)```", section, re.S)
+        for line in block.splitlines()
+    ]
+    printed = {
+        f"{_display_name(case)}:{i.location.line}:{i.location.column}: {i.message}"
+        for case in CASES
+        for i in lint_text(case.text, case.registries)
+    }
+    assert len(shown) >= len({c.rule for c in CASES})
+    assert [line for line in shown if line not in printed] == []
