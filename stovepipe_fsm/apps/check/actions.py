@@ -1,0 +1,152 @@
+"""Which actions a state enables, and performing one on a forked world.
+
+Every action is applied through :func:`..simulate.runner.apply_step`, the function
+``simulate`` replays timelines with, so an explored edge and a replayed timeline step
+are the same code path by construction.
+
+Enabled actions, for the one checked queue:
+
+- fair (the environment keeps doing these): deliver the queue's head message when it is
+  due; advance the clock to the head's due time when it is not; complete a processing
+  request whose build was published, with each outcome; bring source control back up;
+- bounded (the environment may do these, a few times per path): ingest the next linear
+  head, or the rewrite head R; arm a crash point and deliver (kept only when the
+  delivery reaches the point); a duplicate process message for any ingested head, or a
+  re-ingest of an accepted one; dead-letter reconcile of a non-terminal request; take
+  source control down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...domain.errors import StovepipeError
+from ..simulate.runner import apply_step
+from ..simulate.world import CRASH_POINTS, World
+from .invariants import Rules
+from .model import (
+    ADVANCE,
+    COMPLETE,
+    CRASH,
+    DEAD_LETTER,
+    DELIVER,
+    INGEST,
+    OUTAGE,
+    REDELIVER,
+    RESTORE,
+    Action,
+    Bounds,
+    Budget,
+    step,
+)
+from .observe import Observation
+from .variants import Variant
+
+OUTCOMES = ("succeeded", "failed", "cancelled")
+
+
+class StepFailed(Exception):
+    """An environment step raised: the step itself is the finding."""
+
+
+@dataclass(frozen=True)
+class DeliveryEffect:
+    """What the plain delivery of the head did: decides which faults are worth trying.
+
+    A crash point is "after action X" of this very delivery. When the delivery wrote no
+    store and published no build or hook, a crash anywhere in it leaves the durable state
+    as it was and the message at the head, due now: the state it started from, with one
+    crash less to spend - nothing new. Likewise an outage changes nothing for a delivery
+    that never asked source control. Skipping those saves forking a world per crash
+    point for every hold and every no-op delivery.
+    """
+
+    durable: bool
+    asked_source_control: bool
+
+    @classmethod
+    def of(cls, pre: Observation, post: Observation, before: World, after: World) -> DeliveryEffect:
+        durable = (pre.requests, pre.queues, pre.builds, pre.hooks) != (
+            post.requests,
+            post.queues,
+            post.builds,
+            post.hooks,
+        )
+        return cls(durable, after.graph.calls != before.graph.calls)
+
+    def worth(self, action: Action) -> bool:
+        if action.kind == CRASH:
+            return self.durable
+        if action.kind == OUTAGE:
+            return self.asked_source_control
+        return True
+
+
+def enabled(
+    obs: Observation,
+    budget: Budget,
+    bounds: Bounds,
+    rules: Rules,
+    *,
+    fair_only: bool = False,
+) -> list[Action]:
+    """Every action possible in ``obs``, in a fixed order (the search is deterministic)."""
+    q = bounds.queue
+    actions: list[Action] = []
+    pending = obs.pending_in(q)
+    head_due = bool(pending) and pending[0].due_in_ms == 0
+    if head_due:
+        actions.append(Action(DELIVER, (step("deliver", q),)))
+    elif pending:
+        wait = pending[0].due_in_ms
+        actions.append(Action(ADVANCE, (step("advance_ms", q, amount=wait),)))
+    for request in obs.requests_of(q):
+        if request.state in rules.admitted_states and request.id in obs.builds:
+            for outcome in OUTCOMES:
+                complete = step("complete", q, uri=request.uri, outcome=outcome)
+                actions.append(Action(COMPLETE, (complete,)))
+    if not obs.source_control_up:
+        actions.append(Action(RESTORE, (step("source_control", q, value="up"),)))
+    if fair_only:
+        return actions
+
+    heads = bounds.ingest_order()
+    if budget.heads < len(heads):
+        actions.append(Action(INGEST, (step("ingest", q, uri=heads[budget.heads]),)))
+    if head_due and budget.crashes < bounds.max_crashes:
+        for point in CRASH_POINTS:
+            arm = step("crash", q, value=point)
+            actions.append(Action(CRASH, (arm, step("deliver", q))))
+    if head_due and budget.outages < bounds.max_outages:
+        down, up = step("source_control", q, value="down"), step("source_control", q, value="up")
+        actions.append(Action(OUTAGE, (down, step("deliver", q), up)))
+    if budget.duplicates < bounds.max_duplicates:
+        for request in obs.requests_of(q):
+            if request.state == rules.initial_state:
+                actions.append(Action(REDELIVER, (step("redeliver", q, uri=request.uri),)))
+    if budget.dead_letters < bounds.max_dead_letters:
+        for request in obs.requests_of(q):
+            if request.state not in rules.terminal_states:
+                actions.append(Action(DEAD_LETTER, (step("dead_letter", q, uri=request.uri),)))
+    return actions
+
+
+def perform(world: World, action: Action, variant: Variant) -> World | None:
+    """``action`` applied to a fork of ``world``; ``None`` when it is not a real edge.
+
+    A crash edge whose delivery never reached its crash point, or an outage edge whose
+    delivery never asked source control, is a plain delivery under another name; it is
+    dropped so every explored fault happens where its label says.
+    """
+    twin = variant.fork(world)
+    asked = twin.graph.calls
+    for item in action.steps:
+        try:
+            apply_step(twin, item)
+        except (StovepipeError, ValueError) as exc:
+            raise StepFailed(f"{item.describe()}: {type(exc).__name__}: {exc}") from exc
+    if action.kind == CRASH and twin.armed_crash:
+        return None
+    if action.kind == OUTAGE and twin.graph.calls == asked:
+        return None
+    return twin

@@ -1,0 +1,289 @@
+"""``stovepipe-fsm check``: the command line of the model checker.
+
+One exploration per ``--max-concurrent`` value; with more than one value and more than
+one ``--jobs``, they run in parallel processes (each loads the machines itself: compiled
+machines hold callables and are not sent between processes). The report is printed in
+``max_concurrent`` order whatever finished first, and the counterexample written is the
+one of the smallest ``max_concurrent`` that has one, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...process.catalog import ProcessMachines, load_process_machines
+from ..cli import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
+from ..simulate.runner import render_table
+from ..simulate.timeline import DEFAULT_QUEUE, load_timeline
+from .explorer import DEFAULT_MAX_STATES, Explorer, Result, Setup, stderr_progress
+from .model import Bounds
+from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
+from .variants import Variant
+
+DEFAULT_MAX_CONCURRENT = (1, 2)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "check",
+        help="explore every bounded interleaving and check the invariants",
+        description=(
+            "Breadth-first exploration of the real process stage on in-memory adapters: "
+            "every interleaving of ingests, deliveries, clock advances, build outcomes, "
+            "crashes, duplicates, dead-letters and source-control outages within the "
+            "bounds. Exit 0: every invariant holds in every explored state; 1: a "
+            "counterexample (written as a replayable timeline) or an incomplete run."
+        ),
+    )
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help="machine directory")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="queue policy file")
+    p.add_argument("--queue", default=DEFAULT_QUEUE, help="queue to check (its policy applies)")
+    p.add_argument(
+        "--heads", type=_positive, default=3, help="linear heads A1..AN ingested (default 3)"
+    )
+    p.add_argument(
+        "--rewrite",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ingest a rewrite head R (parent A1) after the linear heads (default on)",
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=_positive,
+        nargs="+",
+        default=list(DEFAULT_MAX_CONCURRENT),
+        metavar="K",
+        help="explore with each of these max_concurrent values (default 1 2)",
+    )
+    p.add_argument(
+        "--crashes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="crash at each crash point of the admit path (default on)",
+    )
+    p.add_argument("--max-crashes", type=_count, default=1, help="crashes per path (default 1)")
+    p.add_argument(
+        "--max-duplicates", type=_count, default=1, help="duplicate messages per path (default 1)"
+    )
+    p.add_argument(
+        "--max-dead-letters", type=_count, default=1, help="dead-letter reconciles per path"
+    )
+    p.add_argument("--max-outages", type=_count, default=1, help="source-control errors per path")
+    p.add_argument(
+        "--max-states",
+        type=_positive,
+        default=DEFAULT_MAX_STATES,
+        help=f"give up (exit 1, incomplete) beyond this many states (default {DEFAULT_MAX_STATES})",
+    )
+    p.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"counterexample timeline (default {DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--jobs", type=_positive, default=os.cpu_count() or 1, help="parallel explorations"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--no-lint",
+        dest="lint",
+        action="store_false",
+        help="load machines without lint; for mutation testing of the checker itself",
+    )
+    p.add_argument(
+        "--bare-counter",
+        action="store_true",
+        help="run on the seed's bare in_flight_count instead of slot holders "
+        "(demonstrates the wedge that holders prevent)",
+    )
+    p.add_argument(
+        "--replay",
+        metavar="TIMELINE",
+        help="replay a timeline with every invariant checked after each step, then exit",
+    )
+    p.set_defaults(handler=cmd_check)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Job:
+    """One exploration, as plain data a worker process can rebuild everything from."""
+
+    machines: str
+    lint: bool
+    config: str
+    bounds: Bounds
+    max_concurrent: int
+    variant: Variant = field(default_factory=Variant)
+    max_states: int = DEFAULT_MAX_STATES
+    progress: bool = True
+
+    def setup(self, machines: ProcessMachines | None = None) -> Setup:
+        loaded = machines or load_process_machines(self.machines, lint=self.lint)
+        store = load_policy_store(self.config)
+        return Setup(loaded, store, self.bounds, self.max_concurrent, self.variant)
+
+
+def run_job(job: Job, machines: ProcessMachines | None = None) -> Result:
+    progress = stderr_progress if job.progress else None
+    return Explorer(job.setup(machines), max_states=job.max_states, progress=progress).run()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    machines = load_process_machines(args.machines, lint=args.lint)
+    variant = Variant(bare_counter=args.bare_counter)
+    if args.replay:
+        return _replay(args, machines, variant)
+    bounds = Bounds(
+        heads=args.heads,
+        rewrite=args.rewrite,
+        max_crashes=args.max_crashes if args.crashes else 0,
+        max_duplicates=args.max_duplicates,
+        max_dead_letters=args.max_dead_letters,
+        max_outages=args.max_outages,
+        queue=args.queue,
+    )
+    values = sorted(set(args.max_concurrent))
+    jobs = [
+        Job(
+            args.machines,
+            args.lint,
+            args.config,
+            bounds,
+            k,
+            variant,
+            args.max_states,
+            not args.quiet,
+        )
+        for k in values
+    ]
+    print(f"check: {describe_bounds(bounds)}; max_concurrent {' '.join(map(str, values))}")
+    started = time.perf_counter()
+    results = _run_all(jobs, machines, min(args.jobs, len(jobs)))
+    elapsed = time.perf_counter() - started
+    for result in results:
+        print(_result_line(result))
+    failed = [(job, r) for job, r in zip(jobs, results, strict=True) if r.counterexample]
+    if failed:
+        job, result = failed[0]
+        return _report(args, job.setup(machines), result)
+    if not all(r.complete for r in results):
+        print(
+            "incomplete: --max-states reached before the bounded space was exhausted; "
+            "raise --max-states or lower the bounds",
+        )
+        return EXIT_FAIL
+    states = sum(r.states for r in results)
+    transitions = sum(r.transitions for r in results)
+    print(
+        f"ok: every invariant holds - {states} states, {transitions} transitions in {elapsed:.1f} s"
+    )
+    return EXIT_OK
+
+
+def describe_bounds(bounds: Bounds) -> str:
+    heads = " ".join(bounds.ingest_order())
+    return (
+        f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
+        f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "
+        f"{bounds.max_outages} source-control outage(s)"
+    )
+
+
+def _run_all(jobs: list[Job], machines: ProcessMachines, workers: int) -> list[Result]:
+    if workers <= 1:
+        return [run_job(job, machines) for job in jobs]
+    context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
+    with context.Pool(workers) as pool:
+        return pool.map(run_job, jobs, chunksize=1)
+
+
+def _result_line(result: Result) -> str:
+    verdict = "ok"
+    if result.counterexample:
+        verdict = f"VIOLATED {result.counterexample.violation.invariant}"
+    elif not result.complete:
+        verdict = "INCOMPLETE"
+    return (
+        f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states, "
+        f"{result.transitions} transitions, depth {result.depth}, {result.seconds:.1f} s"
+    )
+
+
+def replay_command(args: argparse.Namespace, out: str) -> str:
+    """The command that re-runs the written counterexample with the same machinery."""
+    where = []
+    if args.machines != DEFAULT_MACHINES:
+        where += ["--machines", args.machines]
+    if args.config != DEFAULT_CONFIG:
+        where += ["--config", args.config]
+    if args.lint and not args.bare_counter:
+        return " ".join(["stovepipe-fsm", "simulate", out, *where])
+    flags = [*where, *([] if args.lint else ["--no-lint"])]
+    flags += ["--bare-counter"] if args.bare_counter else []
+    return " ".join(["stovepipe-fsm", "check", "--replay", out, *flags])
+
+
+def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
+    counterexample = result.counterexample
+    assert counterexample is not None
+    violation = counterexample.violation
+    timeline = as_timeline(setup, counterexample)
+    confirmed = replay(timeline, setup.machines, setup.config, variant=setup.variant)
+    print()
+    print(f"invariant {violation.invariant}: {violation.summary}")
+    print(f"  {violation.detail}")
+    print(f"max_concurrent={setup.max_concurrent}; shortest trace ({len(timeline.steps)} steps):")
+    _print_trace(confirmed, len(timeline.steps))
+    notes = step_notes(confirmed, len(timeline.steps))
+    command = replay_command(args, args.out)
+    path = write_counterexample(args.out, setup, counterexample, command, notes)
+    print(f"wrote {path}")
+    print(f"replay: {command}")
+    if confirmed.violation is None or confirmed.violation.invariant != violation.invariant:
+        print(
+            "warning: replaying the trace did not break the same invariant "
+            f"(replay found {confirmed.violation.invariant if confirmed.violation else 'none'})",
+            file=sys.stderr,
+        )
+    return EXIT_FAIL
+
+
+def _print_trace(result: Replay, steps: int) -> None:
+    notes = step_notes(result, steps)
+    described: dict[int, str] = {row.step: row.action for row in result.rows}
+    for number in range(1, steps + 1):
+        action = described.get(number, "")
+        print(f"  {number:>3}  {action:<34} {notes[number - 1]}")
+
+
+def _replay(args: argparse.Namespace, machines: ProcessMachines, variant: Variant) -> int:
+    timeline = load_timeline(args.replay)
+    result = replay(timeline, machines, load_policy_store(args.config), variant=variant)
+    print(render_table(result.simulation()))
+    print()
+    if result.violation is None:
+        print(f"{Path(args.replay)}: every invariant holds and the work can finish")
+        return EXIT_OK
+    where = f"after step {result.step}" if result.step else "in the initial state"
+    print(f"{Path(args.replay)}: {where}, invariant {result.violation.invariant} is broken")
+    print(f"  {result.violation.summary}")
+    print(f"  {result.violation.detail}")
+    return EXIT_FAIL

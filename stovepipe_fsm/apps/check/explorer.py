@@ -1,0 +1,325 @@
+"""Breadth-first search over world states, then a progress pass over the explored graph.
+
+Theory of operation
+-------------------
+A state is an :class:`Observation` of a world plus the :class:`Budget` its path spent.
+The search keeps one live :class:`World` per frontier state; expanding a state forks
+that world once per enabled action and performs the action on the fork with the real
+controller. A successor whose (observation, budget) was seen before is not expanded
+again, but its edge still counts: transition invariants are checked on every edge, and
+every *fair* edge is remembered backwards for the progress pass.
+
+Breadth-first order makes the first violation found a shortest one: state invariants
+are checked when a state is first reached (its BFS depth is minimal), edge invariants
+while expanding depth ``d``, before any state of depth ``d + 1`` is expanded.
+
+Progress (liveness) on the finite graph: the quiescent states are marked, then a reverse
+breadth-first search over fair edges only (deliveries, clock advances, completions,
+source control recovering) marks every state that can still get there. A state left
+unmarked is a wedge or a lost head: no amount of fair behaviour finishes its work. The
+reported one is the unmarked state of least depth, with its shortest path.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ...domain.entities import QueueConfig
+from ...ports.config import ConfigStore
+from ...process.catalog import ProcessMachines
+from ..simulate.world import OverrideConfigStore, World
+from .actions import DeliveryEffect, StepFailed, enabled, perform
+from .invariants import (
+    PROGRESS,
+    Rules,
+    Violation,
+    check_edge,
+    check_state,
+    quiescent,
+    waiting,
+)
+from .model import DELIVER, Action, Bounds, Budget
+from .observe import Observation, observe
+from .variants import Variant
+
+DEFAULT_MAX_STATES = 500_000
+PROGRESS_EVERY_S = 2.0
+CLOSURE_LIMIT = 100_000
+STEP_FAILED = Violation(
+    "steps_apply",
+    "every environment step applies (ingest, record and reconcile do not raise)",
+    "",
+)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything that fixes one exploration (one ``max_concurrent``)."""
+
+    machines: ProcessMachines
+    config: ConfigStore
+    bounds: Bounds
+    max_concurrent: int
+    variant: Variant = field(default_factory=Variant)
+
+    @property
+    def gate_wait_delay_ms(self) -> int:
+        return self.config.get(self.bounds.queue).gate_wait_delay_ms
+
+    def knobs(self) -> dict[str, int]:
+        """The config a replay needs: written into the counterexample timeline."""
+        return {
+            "max_concurrent": self.max_concurrent,
+            "gate_wait_delay_ms": self.gate_wait_delay_ms,
+        }
+
+    def rules(self) -> Rules:
+        return Rules.for_machines(
+            self.machines,
+            max_concurrent=self.max_concurrent,
+            history=self.bounds.history(),
+            bare_counter=self.variant.bare_counter,
+        )
+
+    def new_world(self) -> World:
+        config = ResolvedConfigStore(OverrideConfigStore(self.config, self.knobs()))
+        return self.variant.install(World(self.machines, config, self.bounds.history()))
+
+
+class ResolvedConfigStore:
+    """Resolves each queue's config once: the policy cannot change during a check, and
+    re-resolving patterns on every one of ~10^5 deliveries is a measurable share of a run.
+    """
+
+    def __init__(self, base: ConfigStore) -> None:
+        self.base = base
+        self._resolved: dict[str, QueueConfig] = {}
+
+    def get(self, queue: str) -> QueueConfig:
+        config = self._resolved.get(queue)
+        if config is None:
+            config = self._resolved[queue] = self.base.get(queue)
+        return config
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return self.base.configured_queues()
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    violation: Violation
+    trace: tuple[Action, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    max_concurrent: int
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    complete: bool
+    counterexample: Counterexample | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and self.counterexample is None
+
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def quiet_logs() -> Iterator[None]:
+    """The controller's warnings are expected under crashes; thousands would drown output."""
+    logger = logging.getLogger("stovepipe_fsm")
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+class Explorer:
+    def __init__(
+        self,
+        setup: Setup,
+        *,
+        max_states: int = DEFAULT_MAX_STATES,
+        progress: Progress | None = None,
+    ) -> None:
+        self.setup = setup
+        self.rules = setup.rules()
+        self.max_states = max_states
+        self.progress = progress
+        self.parent: list[int] = []
+        self.via: list[Action | None] = []
+        self.depth: list[int] = []
+        self.observations: list[Observation] = []
+        self.fair_into: list[list[int]] = []
+        self.transitions = 0
+
+    # --- search ---------------------------------------------------------------------
+
+    def run(self) -> Result:
+        started = time.perf_counter()
+        with quiet_logs():
+            counterexample, complete = self._search(started)
+            if counterexample is None and complete:
+                counterexample = self._progress_pass()
+        return Result(
+            max_concurrent=self.setup.max_concurrent,
+            states=len(self.parent),
+            transitions=self.transitions,
+            depth=max(self.depth, default=0),
+            seconds=time.perf_counter() - started,
+            complete=complete,
+            counterexample=counterexample,
+        )
+
+    def _search(self, started: float) -> tuple[Counterexample | None, bool]:
+        setup, rules, bounds = self.setup, self.rules, self.setup.bounds
+        root = setup.new_world()
+        root_obs = observe(root)
+        index: dict[tuple[Observation, Budget], int] = {}
+        self._add(index, root_obs, Budget(), -1, None)
+        violation = check_state(root_obs, rules)
+        if violation:
+            return Counterexample(violation, ()), True
+        frontier = deque([(0, root, root_obs, Budget())])
+        next_report = started + PROGRESS_EVERY_S
+        while frontier:
+            sid, world, obs, budget = frontier.popleft()
+            effect: DeliveryEffect | None = None
+            for action in enabled(obs, budget, bounds, rules):
+                if effect is not None and not effect.worth(action):
+                    continue
+                try:
+                    twin = perform(world, action, setup.variant)
+                except StepFailed as exc:
+                    failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
+                    return Counterexample(failed, self.trace(sid, action)), True
+                if twin is None:
+                    continue
+                self.transitions += 1
+                post = observe(twin)
+                if action.kind == DELIVER:
+                    effect = DeliveryEffect.of(obs, post, world, twin)
+                violation = check_edge(obs, post, rules)
+                if violation:
+                    return Counterexample(violation, self.trace(sid, action)), True
+                spent = budget.spend(action.kind)
+                dst = index.get((post, spent))
+                if dst is None:
+                    dst = self._add(index, post, spent, sid, action)
+                    violation = check_state(post, rules)
+                    if violation:
+                        return Counterexample(violation, self.trace(dst)), True
+                    if len(self.parent) >= self.max_states:
+                        return None, False
+                    frontier.append((dst, twin, post, spent))
+                if action.fair:
+                    self.fair_into[dst].append(sid)
+            if self.progress and time.perf_counter() >= next_report:
+                next_report = time.perf_counter() + PROGRESS_EVERY_S
+                self.progress(self._status(started, len(frontier), self.depth[sid]))
+        return None, True
+
+    def _add(
+        self,
+        index: dict[tuple[Observation, Budget], int],
+        obs: Observation,
+        budget: Budget,
+        parent: int,
+        action: Action | None,
+    ) -> int:
+        sid = len(self.parent)
+        index[(obs, budget)] = sid
+        self.parent.append(parent)
+        self.via.append(action)
+        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
+        self.observations.append(obs)
+        self.fair_into.append([])
+        return sid
+
+    def _status(self, started: float, frontier: int, depth: int) -> str:
+        return (
+            f"check max_concurrent={self.setup.max_concurrent}: {len(self.parent)} states, "
+            f"{self.transitions} transitions, depth {depth}, frontier {frontier}, "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+
+    def trace(self, sid: int, last: Action | None = None) -> tuple[Action, ...]:
+        """The actions on the BFS-tree path from the initial state to ``sid`` (+ ``last``)."""
+        path: list[Action] = [] if last is None else [last]
+        while sid > 0:
+            action = self.via[sid]
+            assert action is not None
+            path.append(action)
+            sid = self.parent[sid]
+        return tuple(reversed(path))
+
+    # --- progress -------------------------------------------------------------------
+
+    def _progress_pass(self) -> Counterexample | None:
+        count = len(self.parent)
+        can_finish = bytearray(count)
+        todo = deque(i for i in range(count) if quiescent(self.observations[i], self.rules))
+        for sid in todo:
+            can_finish[sid] = 1
+        while todo:
+            dst = todo.popleft()
+            for src in self.fair_into[dst]:
+                if not can_finish[src]:
+                    can_finish[src] = 1
+                    todo.append(src)
+        for sid in range(count):  # ids are in BFS order: the first is a shallowest one
+            if not can_finish[sid]:
+                detail = "no fair continuation finishes: " + waiting(
+                    self.observations[sid], self.rules
+                )
+                violation = Violation(PROGRESS.name, PROGRESS.summary, detail)
+                return Counterexample(violation, self.trace(sid))
+        return None
+
+
+def can_finish(
+    world: World,
+    rules: Rules,
+    queue: str,
+    variant: Variant,
+    *,
+    limit: int = CLOSURE_LIMIT,
+) -> bool:
+    """Whether fair actions alone take ``world`` to a quiescent state (replay check)."""
+    bounds = Bounds(queue=queue)
+    start = observe(world)
+    seen = {start}
+    todo = deque([(world, start)])
+    with quiet_logs():
+        while todo:
+            current, obs = todo.popleft()
+            if quiescent(obs, rules):
+                return True
+            for action in enabled(obs, Budget(), bounds, rules, fair_only=True):
+                twin = perform(current, action, variant)
+                if twin is None:
+                    continue
+                post = observe(twin)
+                if post not in seen:
+                    if len(seen) >= limit:
+                        raise RuntimeError(f"fair closure exceeded {limit} states")
+                    seen.add(post)
+                    todo.append((twin, post))
+    return False

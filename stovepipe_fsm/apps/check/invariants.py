@@ -1,0 +1,416 @@
+"""The properties ``check`` proves, as small functions over :class:`Observation` values.
+
+Three families:
+
+- **state invariants** hold in every reachable state;
+- **transition invariants** hold on every explored edge (``pre`` -> ``post``): they are
+  the properties about *change* (immutability, monotonicity, what an admission saw);
+- **progress** (liveness) is a property of the explored graph, decided in
+  :mod:`.explorer`; :func:`quiescent` says which states count as "done".
+
+Slot properties are phrased over the states ``request.yaml`` *declares* slot-holding,
+not over a hard-coded "processing": the declaration is what the lifecycle derives slot
+effects from, so a declaration the durable state contradicts is itself a finding.
+
+With ``bare_counter`` (the seed's anonymous ``in_flight_count``, see :mod:`.variants`)
+holders have no identity, so the holder-identity invariants are replaced by their
+counting form; the point of that mode is to show the counting form is not enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
+from ...process.catalog import ProcessMachines
+from .observe import Observation, counter_of
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the invariants need to know beyond the observation itself."""
+
+    max_concurrent: int
+    slot_states: frozenset[str]
+    admitted_states: frozenset[str]
+    terminal_states: frozenset[str]
+    initial_state: str
+    superseded_states: frozenset[str]
+    history: Mapping[str, Sequence[str]]
+    bare_counter: bool = False
+
+    @classmethod
+    def for_machines(
+        cls,
+        machines: ProcessMachines,
+        *,
+        max_concurrent: int,
+        history: Mapping[str, Sequence[str]],
+        bare_counter: bool = False,
+    ) -> Rules:
+        request = machines.request
+        return cls(
+            max_concurrent=max_concurrent,
+            slot_states=frozenset(request.slot_states),
+            admitted_states=request.dest_of("admit"),
+            terminal_states=frozenset(request.terminal),
+            initial_state=request.spec.initial.name,
+            superseded_states=request.dest_of("supersede"),
+            history={k: tuple(v) for k, v in history.items()},
+            bare_counter=bare_counter,
+        )
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        seen: set[str] = set()
+        frontier = [descendant]
+        while frontier:
+            commit = frontier.pop()
+            if commit == ancestor:
+                return True
+            if commit not in seen:
+                seen.add(commit)
+                frontier.extend(self.history.get(commit, ()))
+        return False
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken property: its name, the property in words, and what is wrong here."""
+
+    invariant: str
+    summary: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.summary}\n  {self.detail}"
+
+
+StateCheck = Callable[[Observation, Rules], Iterator[str]]
+EdgeCheck = Callable[[Observation, Observation, Rules], Iterator[str]]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str
+    summary: str
+    check: Callable[..., Iterator[str]]
+    holders: bool = True  # applies with identified slot holders
+    counter: bool = True  # applies with the bare counter
+
+
+def _label(request: Request) -> str:
+    return f"{request.id} ({request.uri}, {request.state})"
+
+
+def _recorded(request: Request, rules: Rules) -> bool:
+    """Strategy and base written: admitted, now or before reaching a terminal state."""
+    return request.build_strategy != NO_STRATEGY and (
+        request.state in rules.admitted_states or request.state in rules.terminal_states
+    )
+
+
+# --- state invariants -----------------------------------------------------------------
+
+
+def _in_flight_is_holders(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        if row.in_flight_count != len(row.slot_holders):
+            yield f"queue {row.name}: in_flight_count {row.in_flight_count} with holders " + str(
+                list(row.slot_holders)
+            )
+
+
+def _slot_states_hold(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request in obs.requests:
+        row = obs.queue(request.queue)
+        if request.state in rules.slot_states and (row is None or not row.holds(request.id)):
+            yield (
+                f"{_label(request)} is in a state request.yaml declares slot-holding, "
+                "but the queue row does not list it as a holder"
+            )
+
+
+def _holder_is_admitting(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        for holder in row.slot_holders:
+            request = obs.by_id.get(holder)
+            if request is None:
+                yield f"queue {row.name}: slot holder {holder} has no request row"
+            elif request.state in rules.slot_states:
+                continue
+            elif request.state != rules.initial_state:
+                yield f"{_label(request)} holds a slot of queue {row.name}"
+            elif not obs.pending_for(holder):
+                yield (
+                    f"{_label(request)} holds a slot mid-admission but no process message "
+                    "for it is pending, so nothing will finish or undo the admission"
+                )
+
+
+def _idle_holders_exact(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        if obs.pending_in(row.name):
+            continue
+        expected = {r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states}
+        if set(row.slot_holders) != expected:
+            yield (
+                f"queue {row.name} with no message pending: holders "
+                f"{sorted(row.slot_holders)} but requests in slot-holding states "
+                f"{sorted(expected)}"
+            )
+
+
+def _counter_covers(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        holding = [r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states]
+        if row.in_flight_count < len(holding):
+            yield f"queue {row.name}: in_flight_count {row.in_flight_count} < {holding}"
+
+
+def _idle_counter_exact(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        if obs.pending_in(row.name):
+            continue
+        holding = [r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states]
+        if row.in_flight_count != len(holding):
+            yield (
+                f"queue {row.name} with no message pending: in_flight_count "
+                f"{row.in_flight_count} but requests in slot-holding states {holding} "
+                "(a leaked slot)"
+            )
+
+
+def _within_max(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        if row.in_flight_count > rules.max_concurrent:
+            yield (
+                f"queue {row.name}: {row.in_flight_count} slots held "
+                f"({sorted(row.slot_holders)}), max_concurrent {rules.max_concurrent}"
+            )
+
+
+def _newest_not_superseded(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        newest = obs.newest(row.name)
+        if newest is not None and newest.state in rules.superseded_states:
+            yield f"{_label(newest)} is the newest head of {row.name} and was superseded"
+
+
+def _superseded_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request in obs.requests:
+        if request.state not in rules.superseded_states:
+            continue
+        if request.id in obs.builds:
+            yield f"{_label(request)} was published to build"
+        if obs.hook_ids(request.id):
+            yield f"{_label(request)} was announced as started"
+
+
+def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request in obs.requests:
+        if _recorded(request, rules):
+            continue
+        if request.id in obs.builds:
+            yield f"{_label(request)} was published to build before its admission was persisted"
+        if obs.hook_ids(request.id):
+            yield f"{_label(request)} was announced as started before its admission was persisted"
+
+
+def _one_event_per_admission(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request in obs.requests:
+        ids = obs.hook_ids(request.id)
+        if len(ids) > 1:
+            yield f"{_label(request)} was announced under {len(ids)} event ids {sorted(ids)}"
+
+
+def _strategy_sound(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request in obs.requests:
+        strategy, base = request.build_strategy, request.base_uri
+        if strategy == INCREMENTAL_SINCE_GREEN:
+            if not base or not rules.is_ancestor(base, request.uri):
+                yield f"{_label(request)} builds incrementally on {base!r}, not an ancestor"
+        elif strategy == FULL and base:
+            yield f"{_label(request)} is a full build with a base {base!r}"
+        if request.state in rules.admitted_states and strategy == NO_STRATEGY:
+            yield f"{_label(request)} is admitted with no strategy recorded"
+
+
+# --- transition invariants ------------------------------------------------------------
+
+
+def _strategy_immutable(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    for before in pre.requests:
+        if before.build_strategy == NO_STRATEGY:
+            continue
+        after = post.by_id.get(before.id)
+        if after is None:
+            yield f"{_label(before)} disappeared"
+        elif (after.build_strategy, after.base_uri) != (before.build_strategy, before.base_uri):
+            yield (
+                f"{before.id}: strategy/base {before.build_strategy}/{before.base_uri or '-'} "
+                f"became {after.build_strategy}/{after.base_uri or '-'}"
+            )
+
+
+def _last_green_forward(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    for before in pre.queues:
+        after = post.queue(before.name)
+        old, new = before.last_green_request_id, after.last_green_request_id if after else ""
+        if not old:
+            continue
+        if not new or counter_of(new) < counter_of(old):
+            yield f"queue {before.name}: last green moved back from {old} to {new or 'nothing'}"
+
+
+def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    for after in post.requests:
+        before = pre.by_id.get(after.id)
+        newly = after.state in rules.admitted_states and (
+            before is None or before.state not in rules.admitted_states
+        )
+        if not newly:
+            continue
+        row = pre.queue(after.queue)
+        latest = row.latest_request_id if row else ""
+        if latest != after.id:
+            yield f"{_label(after)} was admitted while the latest head was {latest or 'unset'}"
+
+
+STATE_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "in_flight_is_holders",
+        "in_flight_count equals the number of slot holders",
+        _in_flight_is_holders,
+    ),
+    Invariant(
+        "slot_state_holds_slot",
+        "every request in a slot-holding state (processing) holds a slot",
+        _slot_states_hold,
+        counter=False,
+    ),
+    Invariant(
+        "holder_is_admitting",
+        "a holder not in a slot-holding state is accepted with its message still pending",
+        _holder_is_admitting,
+        counter=False,
+    ),
+    Invariant(
+        "idle_holders_exact",
+        "with no message pending, the holders are exactly the processing requests",
+        _idle_holders_exact,
+        counter=False,
+    ),
+    Invariant(
+        "counter_covers_processing",
+        "in_flight_count is at least the number of processing requests",
+        _counter_covers,
+        holders=False,
+    ),
+    Invariant(
+        "idle_counter_exact",
+        "with no message pending, in_flight_count equals the number of processing requests",
+        _idle_counter_exact,
+        holders=False,
+    ),
+    Invariant("max_concurrent", "never more than max_concurrent slots held", _within_max),
+    Invariant(
+        "newest_not_superseded",
+        "the newest ingested head is never superseded",
+        _newest_not_superseded,
+    ),
+    Invariant(
+        "superseded_never_started",
+        "a superseded request never got a start event or a build",
+        _superseded_never_started,
+    ),
+    Invariant(
+        "persist_before_publish",
+        "a build or start event is only published for a request whose admission "
+        "(processing, strategy and base) is persisted",
+        _persist_before_publish,
+    ),
+    Invariant(
+        "one_event_per_admission",
+        "every start event of one admission carries the same id",
+        _one_event_per_admission,
+    ),
+    Invariant(
+        "strategy_sound",
+        "incremental builds sit on an ancestor, full builds have no base",
+        _strategy_sound,
+    ),
+)
+
+EDGE_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "strategy_immutable",
+        "strategy and base never change once set",
+        _strategy_immutable,
+    ),
+    Invariant(
+        "last_green_forward",
+        "last green never moves back in ingest order",
+        _last_green_forward,
+    ),
+    Invariant(
+        "admits_latest",
+        "a request is only admitted while it is the latest head of its queue",
+        _admits_latest,
+    ),
+)
+
+PROGRESS = Invariant(
+    "progress",
+    "with deliveries, clock advances and build completions only, every state reaches "
+    "one with no message pending and no accepted request waiting",
+    lambda *_: iter(()),
+)
+
+
+def _applies(invariant: Invariant, rules: Rules) -> bool:
+    return invariant.counter if rules.bare_counter else invariant.holders
+
+
+def check_state(obs: Observation, rules: Rules) -> Violation | None:
+    """The first state invariant ``obs`` breaks, if any."""
+    for invariant in STATE_INVARIANTS:
+        if not _applies(invariant, rules):
+            continue
+        for detail in invariant.check(obs, rules):
+            return Violation(invariant.name, invariant.summary, detail)
+    return None
+
+
+def check_edge(pre: Observation, post: Observation, rules: Rules) -> Violation | None:
+    """The first transition invariant the step ``pre`` -> ``post`` breaks, if any."""
+    for invariant in EDGE_INVARIANTS:
+        if not _applies(invariant, rules):
+            continue
+        for detail in invariant.check(pre, post, rules):
+            return Violation(invariant.name, invariant.summary, detail)
+    return None
+
+
+def quiescent(obs: Observation, rules: Rules) -> bool:
+    """Nothing left to do: no message pending and no accepted request waiting."""
+    return not obs.pending and all(r.state != rules.initial_state for r in obs.requests)
+
+
+def waiting(obs: Observation, rules: Rules) -> str:
+    """Why ``obs`` is not quiescent, for a progress counterexample."""
+    parts = []
+    accepted = [r for r in obs.requests if r.state == rules.initial_state]
+    if accepted:
+        parts.append("accepted, waiting: " + ", ".join(f"{r.id} ({r.uri})" for r in accepted))
+    if obs.pending:
+        parts.append(
+            "pending: "
+            + ", ".join(f"{p.request_id} (due in {p.due_in_ms} ms)" for p in obs.pending)
+        )
+    for row in obs.queues:
+        parts.append(f"queue {row.name} holders {list(row.slot_holders)}")
+    return "; ".join(parts)
+
+
+ALL_INVARIANTS: tuple[Invariant, ...] = (*STATE_INVARIANTS, *EDGE_INVARIANTS, PROGRESS)

@@ -1,0 +1,142 @@
+"""The checker's vocabulary: bounds, the per-path budget, and labelled actions.
+
+An :class:`Action` is one edge of the explored graph. It carries the timeline steps that
+perform it (usually one; a crash is "arm the crash point, then deliver"), so a path of
+actions *is* a timeline: the counterexample file is written from the labels alone and
+replays without any knowledge of the checker.
+
+Environment actions that could repeat forever (duplicates, crashes, dead-letters,
+source-control outages) are bounded per path by :class:`Bounds`; what a path has spent
+is its :class:`Budget`, which is part of the hashed state. That, plus a finite history of
+heads and a clock abstracted to relative due times, keeps the state space finite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...spec.errors import Location
+from ..simulate.timeline import DEFAULT_QUEUE, TimelineStep
+
+CHECK_LOCATION = Location("check", 0, 0)
+REWRITE_HEAD = "R"
+
+# Kinds of action. The fair ones are what the environment is assumed to keep doing
+# forever (the liveness premise); the others are what it *may* do, a bounded number of
+# times: new heads, crashes, duplicates, dead-letters, outages.
+DELIVER = "deliver"
+ADVANCE = "advance"
+COMPLETE = "complete"
+RESTORE = "restore"
+INGEST = "ingest"
+CRASH = "crash"
+REDELIVER = "redeliver"
+DEAD_LETTER = "dead_letter"
+OUTAGE = "outage"
+FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE})
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How much of the environment one run explores (each maps to a CLI flag)."""
+
+    heads: int = 3
+    rewrite: bool = True
+    max_crashes: int = 1
+    max_duplicates: int = 1
+    max_dead_letters: int = 1
+    max_outages: int = 1
+    queue: str = DEFAULT_QUEUE
+
+    def __post_init__(self) -> None:
+        if self.heads < 1:
+            raise ValueError(f"heads must be >= 1, got {self.heads}")
+        for name in ("max_crashes", "max_duplicates", "max_dead_letters", "max_outages"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def linear_heads(self) -> tuple[str, ...]:
+        return tuple(f"A{i}" for i in range(1, self.heads + 1))
+
+    def ingest_order(self) -> tuple[str, ...]:
+        """The heads in the order the poller reports them: the trunk, then the rewrite."""
+        return (*self.linear_heads(), REWRITE_HEAD) if self.rewrite else self.linear_heads()
+
+    def history(self) -> dict[str, list[str]]:
+        """A linear trunk A1..AN, plus R branching off A1 (a force-push target).
+
+        R is not a descendant of A2..AN, so once last green is past A1 an admitted R
+        must take the non-ancestor branch of the strategy decision: a full build.
+        """
+        heads = self.linear_heads()
+        graph = {head: ([heads[i - 1]] if i else []) for i, head in enumerate(heads)}
+        if self.rewrite:
+            graph[REWRITE_HEAD] = [heads[0]]
+        return graph
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one path has spent of its bounded actions (part of the state hash)."""
+
+    heads: int = 0
+    crashes: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    outages: int = 0
+
+    def spend(self, kind: str) -> Budget:
+        """The budget after one action of ``kind`` (fair actions are free)."""
+        name = _SPENDS.get(kind)
+        if name is None:
+            return self
+        return replace(self, **{name: getattr(self, name) + 1})
+
+
+_SPENDS = {
+    INGEST: "heads",
+    CRASH: "crashes",
+    REDELIVER: "duplicates",
+    DEAD_LETTER: "dead_letters",
+    OUTAGE: "outages",
+}
+
+
+@dataclass(frozen=True)
+class Action:
+    """One edge: a kind and the timeline steps that perform it."""
+
+    kind: str
+    steps: tuple[TimelineStep, ...]
+
+    @property
+    def fair(self) -> bool:
+        return self.kind in FAIR_KINDS
+
+    def describe(self) -> str:
+        return "; ".join(step.describe() for step in self.steps)
+
+
+def step(kind: str, queue: str, **fields: Any) -> TimelineStep:
+    """A timeline step as :func:`..simulate.timeline.load_timeline` would parse it."""
+    return TimelineStep(kind, CHECK_LOCATION, queue=queue, **fields)
+
+
+def step_data(item: TimelineStep, default_queue: str) -> str | dict[str, Any]:
+    """The YAML form of a step, the exact inverse of the timeline parser."""
+    kind = item.kind
+    if kind in ("deliver", "run"):
+        return kind
+    if kind == "advance_ms":
+        return {kind: item.amount}
+    if kind in ("crash", "source_control"):
+        return {kind: item.value}
+    if kind == "complete":
+        body: dict[str, Any] = {"uri": item.uri, "outcome": item.outcome}
+        if item.queue != default_queue:
+            body["queue"] = item.queue
+        return {kind: body}
+    if item.queue != default_queue:
+        return {kind: {"uri": item.uri, "queue": item.queue}}
+    return {kind: item.uri}

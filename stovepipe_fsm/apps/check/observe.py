@@ -1,0 +1,98 @@
+"""What of a :class:`World` the checker looks at, and hashes.
+
+An :class:`Observation` is a frozen, hashable value that holds everything that can
+influence what the world does next, and nothing that cannot:
+
+- the stores (requests whole; queue rows without their CAS ``version``, which only
+  guards concurrent writers and every step here runs atomically);
+- the pending process messages in order, each with its due time *relative to now*,
+  clamped at zero (a message overdue by 1 ms and one due now deliver the same way) -
+  so the absolute clock, which grows on every hold, never splits equivalent states;
+- what was published, as sets (a re-publish that a broker would dedupe is not news):
+  build request ids, start hooks by (request id, event id);
+- requests the runtime dead-lettered, the source-control switch and the crash armed.
+
+Two worlds with equal observations (and equal budgets) have the same futures up to a
+shift of the clock, so the search expands each observation once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache, cached_property
+
+from ...adapters.memory.publisher import BUILD, HOOK
+from ...domain.entities import Queue, Request
+from ...domain.ids import parse_request_id
+from ..simulate.world import World
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One process message waiting on the topic."""
+
+    queue: str
+    request_id: str
+    due_in_ms: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    requests: tuple[Request, ...]
+    queues: tuple[Queue, ...]
+    pending: tuple[Pending, ...]
+    builds: frozenset[str]
+    hooks: frozenset[tuple[str, str]]
+    dead_lettered: frozenset[str]
+    source_control_up: bool
+    armed_crash: str
+
+    @cached_property
+    def by_id(self) -> dict[str, Request]:
+        return {r.id: r for r in self.requests}
+
+    def queue(self, name: str) -> Queue | None:
+        for row in self.queues:
+            if row.name == name:
+                return row
+        return None
+
+    def pending_for(self, request_id: str) -> bool:
+        return any(p.request_id == request_id for p in self.pending)
+
+    def pending_in(self, queue: str) -> tuple[Pending, ...]:
+        return tuple(p for p in self.pending if p.queue == queue)
+
+    def requests_of(self, queue: str) -> tuple[Request, ...]:
+        return tuple(r for r in self.requests if r.queue == queue)
+
+    def newest(self, queue: str) -> Request | None:
+        """The request ingest minted last for ``queue`` (highest counter)."""
+        mine = self.requests_of(queue)
+        return max(mine, key=lambda r: counter_of(r.id)) if mine else None
+
+    def hook_ids(self, request_id: str) -> frozenset[str]:
+        return frozenset(event for rid, event in self.hooks if rid == request_id)
+
+
+@cache
+def counter_of(request_id: str) -> int:
+    """The ingest-order counter of a request id (parsed once per id per process)."""
+    return parse_request_id(request_id).counter
+
+
+def observe(world: World) -> Observation:
+    now = world.clock.now_ms()
+    records = world.published.records
+    return Observation(
+        requests=world.requests.snapshot(),
+        queues=tuple(replace(row, version=0) for row in world.queues.snapshot()),
+        pending=tuple(
+            Pending(m.queue, m.request_id, max(0, m.due_ms - now)) for m in world.broker.messages
+        ),
+        builds=frozenset(r.request_id for r in records if r.kind == BUILD),
+        hooks=frozenset((r.request_id, r.dedup_id) for r in records if r.kind == HOOK),
+        dead_lettered=frozenset(rid for rid, _ in world.dead_letters),
+        source_control_up=world.graph.available,
+        armed_crash=world.armed_crash,
+    )
