@@ -286,6 +286,23 @@ async def test_repeated_definitive_answer_is_served_without_git(
     assert sc.cache.hits == 3
 
 
+async def test_sha256_repository_ids_are_full_ids_too(tmp_path: Path) -> None:
+    repo = tmp_path / "sha256"
+    repo.mkdir()
+    git(repo, "init", "-q", "--object-format=sha256", "-b", "main")
+    first = commit_file(repo, "f.txt", "1")
+    second = commit_file(repo, "f.txt", "2")
+    assert len(first) == 64
+    runner = CountingRunner(str(repo))
+    sc = GitSourceControl(repo, runner=runner)
+    assert await sc.is_ancestor(first, second) is True
+    assert await sc.is_ancestor(second, first) is False
+    assert await sc.is_ancestor(first, second) is True
+    assert runner.launches == 2
+    with pytest.raises(NotFound):
+        await sc.is_ancestor("0" * 40, second)
+
+
 async def test_cache_survives_the_repository_going_away(history: dict[str, str]) -> None:
     sc = GitSourceControl(history["repo"])
     assert await sc.is_ancestor(history["c2"], history["c3"]) is True
