@@ -50,7 +50,20 @@ async def connect(server: NatsServer, **options: Any) -> Client:
     stalling it.
     """
     options.setdefault("max_reconnect_attempts", 0)
-    return await nats.connect(server.url, connect_timeout=CONNECT_TIMEOUT_S, **options)
+    return await asyncio.wait_for(
+        nats.connect(server.url, connect_timeout=CONNECT_TIMEOUT_S, **options),
+        timeout=2 * CONNECT_TIMEOUT_S,
+    )
+
+
+async def close(nc: Client) -> None:
+    """Close a client, bounded, tolerating a broker that is already gone.
+
+    nats-py's close flushes the socket and raises ``ConnectionResetError`` when the
+    broker died first, which is exactly what broker-loss tests arrange.
+    """
+    with contextlib.suppress(OSError):
+        await asyncio.wait_for(nc.close(), timeout=CLEANUP_TIMEOUT_S)
 
 
 async def delete_topology(js: JetStreamContext, topology: Topology) -> None:
@@ -81,4 +94,4 @@ async def js_env(nats_server: NatsServer) -> AsyncIterator[JsEnv]:
             if nc.is_connected:
                 await asyncio.wait_for(delete_topology(js, topology), timeout=CLEANUP_TIMEOUT_S)
         finally:
-            await asyncio.wait_for(nc.close(), timeout=CLEANUP_TIMEOUT_S)
+            await close(nc)

@@ -189,13 +189,16 @@ class NatsServer:
             args += ["-m", str(self._http_port)]
         args += list(self._extra_args)
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
+            try:
+                self._process = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise NatsServerError(f"cannot run {binary}: {exc}") from exc
         self._port = port
 
     def _wait_ready(self, port: int) -> None:

@@ -259,7 +259,11 @@ class Topology:
 
 @dataclass(frozen=True)
 class TopologyReport:
-    """What :func:`ensure_topology` found: created now vs. already there (and matching)."""
+    """What :func:`ensure_topology` found: created now vs. already there (and matching).
+
+    "Created" means this call's create succeeded; when replicas race, an identical create
+    issued by another replica a moment earlier may count as created for both.
+    """
 
     created_streams: tuple[str, ...]
     existing_streams: tuple[str, ...]

@@ -1,0 +1,120 @@
+"""JSON codec of stored values: lossless round trips, precise errors on malformed values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stovepipe_fsm.adapters.jetstream.codec import (
+    SCHEMA_VERSION,
+    UriEntry,
+    WorkMessage,
+    decode_queue,
+    decode_request,
+    decode_uri_entry,
+    decode_work,
+    encode_queue,
+    encode_request,
+    encode_uri_entry,
+    encode_work,
+)
+from stovepipe_fsm.domain import FULL, NonRetryable, Queue, Request
+
+text = st.text(max_size=40)
+requests = st.builds(
+    Request,
+    id=text,
+    queue=text,
+    uri=text,
+    state=text,
+    build_strategy=text,
+    base_uri=text,
+    superseded_by=text,
+    version=st.integers(min_value=1, max_value=2**53),
+)
+queues = st.builds(
+    Queue,
+    name=text,
+    last_green_uri=text,
+    last_green_request_id=text,
+    latest_request_id=text,
+    slot_holders=st.lists(text, max_size=4).map(tuple),
+    version=st.integers(min_value=1, max_value=2**53),
+)
+
+
+@given(requests)
+def test_request_round_trip(request: Request) -> None:
+    assert decode_request(encode_request(request)) == request
+
+
+@given(queues)
+def test_queue_round_trip(queue: Queue) -> None:
+    decoded = decode_queue(encode_queue(queue))
+    assert decoded == queue
+    assert type(decoded.slot_holders) is tuple
+
+
+def test_values_carry_schema_and_kind() -> None:
+    body = json.loads(encode_request(Request(id="request/q/1", queue="q", uri="u")))
+    assert (body["schema"], body["kind"]) == (SCHEMA_VERSION, "request")
+    body = json.loads(encode_queue(Queue(name="q", slot_holders=("request/q/1",))))
+    assert (body["kind"], body["slot_holders"]) == ("queue", ["request/q/1"])
+
+
+def test_work_and_uri_entries_round_trip() -> None:
+    work = WorkMessage(queue="monorepo/main", request_id="request/monorepo/main/3")
+    assert decode_work(encode_work(work)) == work
+    assert json.loads(encode_work(work))["request_id"] == work.request_id
+    entry = UriEntry(queue="q", uri="ünï://x", request_id="request/q/1")
+    assert decode_uri_entry(encode_uri_entry(entry)) == entry
+
+
+_DROP = object()  # marks a field to leave out
+
+
+def _request_body(**changes: object) -> bytes:
+    body = json.loads(
+        encode_request(Request(id="request/q/1", queue="q", uri="u", build_strategy=FULL))
+    )
+    body.update(changes)
+    return json.dumps({k: v for k, v in body.items() if v is not _DROP}).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "complaint"),
+    [
+        (None, "empty"),
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (_request_body(schema=2), "schema 2"),
+        (_request_body(schema=_DROP), "schema None"),
+        (_request_body(kind="queue"), "kind 'queue'"),
+        (_request_body(uri=_DROP), "missing field(s) uri"),
+        (_request_body(extra=1), "unknown field(s) extra"),
+        (_request_body(state=3), "'state' must be a string"),
+        (_request_body(version="2"), "'version' must be an integer"),
+        (_request_body(version=True), "'version' must be an integer"),
+        (_request_body(version=0), "'version' must be an integer >= 1"),
+    ],
+)
+def test_malformed_request_values_are_non_retryable(data: bytes | None, complaint: str) -> None:
+    with pytest.raises(NonRetryable, match="request") as caught:
+        decode_request(data)
+    assert complaint in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("holders", "complaint"),
+    [("request/q/1", "list of strings"), ([1], "list of strings"), (None, "list of strings")],
+)
+def test_malformed_slot_holders_are_non_retryable(holders: object, complaint: str) -> None:
+    body = json.loads(encode_queue(Queue(name="q")))
+    body["slot_holders"] = holders
+    with pytest.raises(NonRetryable, match="slot_holders") as caught:
+        decode_queue(json.dumps(body).encode())
+    assert complaint in str(caught.value)

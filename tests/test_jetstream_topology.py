@@ -1,0 +1,142 @@
+"""Topology: subject helpers, idempotent creation, and refusing to clobber a mismatch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.js import api
+from nats_server import JsEnv, delete_topology, unique_tag
+
+from stovepipe_fsm.adapters.jetstream import Topology, TopologyMismatch, ensure_topology
+from stovepipe_fsm.domain import VALIDATION_STARTED
+
+
+def test_subjects_use_the_queue_token() -> None:
+    topology = Topology()
+    assert topology.process_subject("monorepo/main") == "stovepipe.process.monorepo/main"
+    assert topology.process_subject("org/r/1.2") == "stovepipe.process.org/r/1_2E2"
+    assert topology.build_subject("monorepo/main") == "stovepipe.build.monorepo/main"
+    assert topology.hook_subject(VALIDATION_STARTED) == (
+        "stovepipe.hooks.validation.repository.started"
+    )
+    assert topology.dead_letter_subject("monorepo/main") == "stovepipe.dlq.process.monorepo/main"
+    assert topology.process_filter() == "stovepipe.process.*"
+
+
+@pytest.mark.parametrize("queue", ["monorepo/main", "a.b", "ünï/主", "x" * 200])
+def test_process_subject_reverses_to_the_queue(queue: str) -> None:
+    topology = Topology()
+    assert topology.queue_of_process_subject(topology.process_subject(queue)) == queue
+
+
+@pytest.mark.parametrize(
+    "subject", ["stovepipe.build.q", "stovepipe.process.", "stovepipe.process.a_2e", "other"]
+)
+def test_foreign_subjects_are_rejected(subject: str) -> None:
+    with pytest.raises(ValueError, match="not a process subject"):
+        Topology().queue_of_process_subject(subject)
+
+
+def test_consumer_names_are_legal_and_distinct() -> None:
+    topology = Topology()
+    names = {topology.process_consumer_name(q) for q in ("a/b", "a_2Fb", "a.b", "a_b")}
+    assert len(names) == 4
+    assert topology.process_consumer_name("monorepo/main") == "process-monorepo_2Fmain"
+    assert all("/" not in n and "." not in n for n in names)
+
+
+def test_isolated_topologies_share_no_name() -> None:
+    a, b = Topology.isolated("a"), Topology.isolated("b")
+    names_a = {a.prefix, *a.stream_names(), *a.bucket_names()}
+    names_b = {b.prefix, *b.stream_names(), *b.bucket_names()}
+    assert not names_a & names_b
+    default = Topology()
+    assert not names_a & {default.prefix, *default.stream_names(), *default.bucket_names()}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"prefix": "has space"}, {"prefix": "wild.*"}, {"process_stream": "A.B"}, {"replicas": 0}],
+)
+def test_bad_names_are_rejected_up_front(overrides: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Topology(**overrides)  # type: ignore[arg-type]
+
+
+async def test_ensure_is_idempotent(js_env: JsEnv) -> None:
+    # js_env already ran ensure_topology once (creating everything); run it twice more.
+    for _ in range(2):
+        report = await ensure_topology(js_env.js, js_env.topology)
+        assert report.created_streams == () and report.created_buckets == ()
+        assert set(report.existing_streams) == set(js_env.topology.stream_names())
+        assert set(report.existing_buckets) == set(js_env.topology.bucket_names())
+
+
+async def test_first_ensure_creates_everything_with_dedup_window(js_env: JsEnv) -> None:
+    topology = Topology.isolated(unique_tag())
+    try:
+        report = await ensure_topology(js_env.js, topology)
+        assert report.created_streams == topology.stream_names()
+        assert report.created_buckets == topology.bucket_names()
+        for name in topology.stream_names():
+            config = (await js_env.js.stream_info(name)).config
+            assert config.duplicate_window == 120.0
+        process = (await js_env.js.stream_info(topology.process_stream)).config
+        assert process.retention == api.RetentionPolicy.WORK_QUEUE
+        assert process.max_consumers == topology.max_queues
+        kv = (await js_env.js.stream_info(f"KV_{topology.requests_bucket}")).config
+        assert (kv.max_msgs_per_subject, kv.allow_direct) == (1, False)
+    finally:
+        await delete_topology(js_env.js, topology)
+
+
+async def test_mismatching_stream_is_reported_and_left_alone(js_env: JsEnv) -> None:
+    topology = Topology.isolated(unique_tag())
+    foreign = api.StreamConfig(
+        name=topology.process_stream,
+        subjects=[f"{topology.prefix}.elsewhere.*"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.MEMORY,
+        duplicate_window=1.0,
+    )
+    await js_env.js.add_stream(foreign)
+    try:
+        with pytest.raises(TopologyMismatch) as caught:
+            await ensure_topology(js_env.js, topology)
+        message = str(caught.value)
+        assert topology.process_stream in message
+        for field in ("subjects", "retention", "storage", "duplicate_window"):
+            assert f"{field}: have" in message
+        after = (await js_env.js.stream_info(topology.process_stream)).config
+        assert after.subjects == [f"{topology.prefix}.elsewhere.*"]
+        assert after.storage == api.StorageType.MEMORY
+    finally:
+        await delete_topology(js_env.js, topology)
+
+
+async def test_mismatching_bucket_is_reported(js_env: JsEnv) -> None:
+    topology = Topology.isolated(unique_tag())
+    await js_env.js.create_key_value(
+        api.KeyValueConfig(bucket=topology.counters_bucket, storage=api.StorageType.MEMORY)
+    )
+    try:
+        with pytest.raises(TopologyMismatch, match=f"bucket '{topology.counters_bucket}'"):
+            await ensure_topology(js_env.js, topology)
+    finally:
+        await delete_topology(js_env.js, topology)
+
+
+async def test_concurrent_ensures_agree(js_env: JsEnv) -> None:
+    """Replicas start together: every ensure succeeds and all end with one topology."""
+    topology = Topology.isolated(unique_tag())
+    try:
+        reports = await asyncio.gather(*(ensure_topology(js_env.js, topology) for _ in range(3)))
+        for report in reports:
+            seen = {*report.created_streams, *report.existing_streams}
+            assert seen == set(topology.stream_names())
+        assert await ensure_topology(js_env.js, topology) == (
+            await ensure_topology(js_env.js, topology)
+        )
+    finally:
+        await delete_topology(js_env.js, topology)
