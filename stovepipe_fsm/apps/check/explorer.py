@@ -158,8 +158,10 @@ class Explorer:
         *,
         max_states: int = DEFAULT_MAX_STATES,
         progress: Progress | None = None,
+        prune_faults: bool = True,
     ) -> None:
         self.setup = setup
+        self.prune_faults = prune_faults
         self.rules = setup.rules()
         self.max_states = max_states
         self.progress = progress
@@ -169,6 +171,7 @@ class Explorer:
         self.observations: list[Observation] = []
         self.fair_into: list[list[int]] = []
         self.transitions = 0
+        self.attempts = 0  # actions performed, including those that were no real edge
 
     # --- search ---------------------------------------------------------------------
 
@@ -203,8 +206,9 @@ class Explorer:
             sid, world, obs, budget = frontier.popleft()
             effect: DeliveryEffect | None = None
             for action in enabled(obs, budget, bounds, rules):
-                if effect is not None and not effect.worth(action):
+                if self.prune_faults and effect is not None and not effect.worth(action):
                     continue
+                self.attempts += 1
                 try:
                     twin = perform(world, action, setup.variant)
                 except StepFailed as exc:
