@@ -46,10 +46,11 @@ def unique_tag() -> str:
 async def connect(server: NatsServer, **options: Any) -> Client:
     """A client with bounded connect time (tests must never hang on a dead broker).
 
-    Reconnects are off unless asked for, so a broken broker fails a test instead of
-    stalling it.
+    At most one reconnect unless asked for, so a broken broker fails a test instead of
+    stalling it. (In nats-py 2.16, ``max_reconnect_attempts=0`` means *unlimited* retries,
+    even for the initial connect; 1 gives up with ``NoServersError``.)
     """
-    options.setdefault("max_reconnect_attempts", 0)
+    options.setdefault("max_reconnect_attempts", 1)
     return await asyncio.wait_for(
         nats.connect(server.url, connect_timeout=CONNECT_TIMEOUT_S, **options),
         timeout=2 * CONNECT_TIMEOUT_S,
