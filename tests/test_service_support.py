@@ -118,8 +118,9 @@ async def running_service(
     *,
     provider: Any = None,
     options: ServiceOptions = FAST,
+    **connect_options: Any,
 ) -> AsyncIterator[Running]:
-    nc = await connect(server)
+    nc = await connect(server, **connect_options)
     events = Events()
     service = Service(
         nc,

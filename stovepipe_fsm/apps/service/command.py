@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nats.errors
+
 from ...adapters.jetstream import NatsServer, Topology
 from ...domain.errors import NotFound, StovepipeError
 from ..ingest import InvalidUri
@@ -149,7 +151,7 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
     except StovepipeError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
         print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
         return EXIT_FAIL
 

@@ -6,12 +6,15 @@ broker restart or fail-over, and the consumer loops simply see a few failed fetc
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import nats
 from nats.aio.client import Client
+
+log = logging.getLogger("stovepipe_fsm.service")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 URL_ENV = "STOVEPIPE_NATS_URL"
@@ -40,6 +43,10 @@ class NatsOptions:
             "max_reconnect_attempts": self.max_reconnect_attempts,
             "reconnect_time_wait": self.reconnect_wait_s,
             "allow_reconnect": self.max_reconnect_attempts != 0,
+            # One log line per event instead of the client's default traceback dumps.
+            "error_cb": _on_error,
+            "disconnected_cb": _on_disconnected,
+            "reconnected_cb": _on_reconnected,
         }
         if self.creds:
             options["user_credentials"] = self.creds
@@ -54,3 +61,15 @@ class NatsOptions:
 
 async def connect(options: NatsOptions) -> Client:
     return await nats.connect(**options.kwargs())
+
+
+async def _on_error(exc: Exception) -> None:
+    log.warning("nats: %s: %s", type(exc).__name__, exc)
+
+
+async def _on_disconnected() -> None:
+    log.warning("nats: disconnected; reconnecting")
+
+
+async def _on_reconnected() -> None:
+    log.info("nats: reconnected")
