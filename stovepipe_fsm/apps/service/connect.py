@@ -68,7 +68,7 @@ async def _on_error(exc: Exception) -> None:
 
 
 async def _on_disconnected() -> None:
-    log.warning("nats: disconnected; reconnecting")
+    log.info("nats: disconnected")
 
 
 async def _on_reconnected() -> None:
