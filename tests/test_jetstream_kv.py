@@ -12,6 +12,7 @@ from nats.js.kv import KeyValue
 from nats_server import JsEnv, close, connect
 
 from stovepipe_fsm.adapters.jetstream import (
+    JetStreamPublisher,
     KvCell,
     KvCounter,
     KvEntry,
@@ -174,3 +175,22 @@ async def test_broker_down_is_retryable_within_the_request_timeout(tmp_path: Pat
                 await asyncio.wait_for(stores.queues.create(Queue(name=QUEUE)), timeout=10)
         finally:
             await close(nc)
+
+
+async def test_worst_case_names_fit_the_servers_limits(js_env: JsEnv) -> None:
+    """A 200-character queue name of 4-byte characters encodes to 2400 characters; keys,
+    uri keys and subjects built from it must still fit the server's control-line limit."""
+    queue = "🚀" * 200
+    stores = await open_kv_stores(js_env.js, js_env.topology)
+    request = Request(id=f"request/{queue}/1", queue=queue, uri="c1")
+    await stores.requests.create(request)
+    await stores.queues.create(Queue(name=queue))
+    assert await stores.uris.put_if_absent(queue, "ü" * 66, request.id) == request.id
+    assert await stores.uris.get(queue, "ü" * 66) == request.id
+    assert await stores.counters.next(queue) == 1
+    assert await stores.requests.get(request.id) == request
+    publisher = JetStreamPublisher(js_env.js, js_env.topology)
+    await publisher.publish_process(queue, request.id)
+    await publisher.publish_build(queue, request.id)
+    info = await js_env.js.stream_info(js_env.topology.process_stream)
+    assert info.state.messages == 1
