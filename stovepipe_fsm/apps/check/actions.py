@@ -8,12 +8,15 @@ Enabled actions, for the one checked queue:
 
 - fair (the environment keeps doing these): deliver the queue's head message when it is
   due; advance the clock to the head's due time when it is not; complete a processing
-  request whose build was published, with each outcome; bring source control back up;
-- bounded (the environment may do these, a few times per path): ingest the next linear
-  head, or the rewrite head R; arm a crash point and deliver (kept only when the
-  delivery reaches the point); a duplicate process message for any ingested head, or a
-  re-ingest of an accepted one; dead-letter reconcile of a non-terminal request; take
-  source control down.
+  request whose build was published, with each outcome; bring source control back up
+  (only reachable from a replayed timeline that left it down);
+- bounded (the environment may do these, a few times per path): ingest the next head
+  (A1..AN, then the rewrite head R); arm a crash point and deliver (kept only when the
+  delivery reaches the point); a delivery during a source-control outage (down, deliver,
+  up - kept only when the delivery asked source control); a duplicate process message
+  for an accepted head (ingest publishes only while a request is accepted; a message
+  redelivered after the work was done is the ``after_publish_build`` crash);
+  dead-letter reconcile of a non-terminal request.
 """
 
 from __future__ import annotations

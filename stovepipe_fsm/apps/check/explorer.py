@@ -13,6 +13,10 @@ Breadth-first order makes the first violation found a shortest one: state invari
 are checked when a state is first reached (its BFS depth is minimal), edge invariants
 while expanding depth ``d``, before any state of depth ``d + 1`` is expanded.
 
+Faults are only tried where they can matter: the plain delivery of a head is performed
+first, and its crash and outage variants only when it wrote something or asked source
+control (:class:`~.actions.DeliveryEffect`); otherwise they re-reach known states.
+
 Progress (liveness) on the finite graph: the quiescent states are marked, then a reverse
 breadth-first search over fair edges only (deliveries, clock advances, completions,
 source control recovering) marks every state that can still get there. A state left
