@@ -269,3 +269,38 @@ def test_unknown_format_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
         main(["validate", "--format", "xml"])
     assert caught.value.code == 2
     assert "invalid choice: 'xml'" in capsys.readouterr().err
+
+
+# --- across files ----------------------------------------------------------------------
+
+
+def test_two_machine_files_with_one_name_are_reported(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copyfile(tree / "machines" / "request.yaml", tree / "machines" / "request_copy.yaml")
+    code, out, _ = run(capsys, "machines")
+    assert code == 1
+    [line] = out.splitlines()
+    assert line.startswith("machines/request_copy.yaml:")
+    assert "machine name 'request' is already used by machines/request.yaml" in line
+
+
+def test_a_directory_without_yaml_is_bad_input(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tree / "empty").mkdir()
+    code, out, err = run(capsys, "empty")
+    assert code == 2
+    assert out == ""
+    assert "empty: no .yaml files to validate" in err
+
+
+def test_a_misspelt_queue_config_is_checked_as_config(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tree / "config" / "queues.yaml").write_text("queue:\n  a/b: {}\n", encoding="utf-8")
+    code, out, _ = run(capsys, "config/queues.yaml")
+    assert code == 1
+    assert out.strip() == (
+        "config/queues.yaml:1:1: unknown key 'queue' in document; allowed: defaults, queues"
+    )

@@ -250,6 +250,17 @@ def _cases() -> list[Case]:
         "machine 'request' must declare trigger 'fail_closed': the process stage fires it",
     )
 
+    text = edit(REQUEST, "kind: lifecycle\n", "kind: flow\n")
+    add(
+        "wrong-kind",
+        "wrong-kind",
+        text,
+        line_of(text, "kind: flow"),
+        "machine 'request' must be kind 'lifecycle', not 'flow': the process stage drives it "
+        "that way",
+        column=len("kind: ") + 1,
+    )
+
     text = TOY_LIFECYCLE + "  - {trigger: stop, source: limbo, dest: closed}\n"
     text = edit(text, "  - open\n", "  - open\n  - limbo\n")
     add(

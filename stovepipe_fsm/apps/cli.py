@@ -104,14 +104,34 @@ def cmd_validate(args: argparse.Namespace) -> int:
     paths: list[Path] = []
     for raw in args.paths or default_validate_paths():
         path = Path(raw)
-        paths += sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        if path.is_dir():
+            found = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+            if not found:
+                print(f"{path}: no .yaml files to validate", file=sys.stderr)
+                return EXIT_USAGE
+            paths += found
+        else:
+            paths.append(path)
     issues: list[SpecIssue] = []
+    names: dict[str, str] = {}
     for path in paths:
         kind = _file_kind(path, read_yaml)
         if kind == "config":
             issues += check_queue_config(path)
-        else:
-            issues += check_machine(path, REGISTRIES)[1]
+            continue
+        spec, found_issues = check_machine(path, REGISTRIES)
+        issues += found_issues
+        if spec is not None and spec.name in names:
+            issues.append(
+                SpecIssue(
+                    spec.location,
+                    f"machine name {spec.name!r} is already used by {names[spec.name]}; "
+                    "names must be unique",
+                    "duplicate-machine",
+                )
+            )
+        elif spec is not None:
+            names[spec.name] = spec.file
     if args.format == "json":
         print(
             json.dumps(
@@ -132,13 +152,12 @@ def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
         data = read_yaml(path).data
     except SpecError:
         return "machine"  # the machine check reports the same syntax error with location
-    if (
-        isinstance(data, dict)
-        and ("defaults" in data or "queues" in data)
-        and ("transitions" not in data)
-    ):
-        return "config"
-    return "machine"
+    if isinstance(data, dict):
+        if {"transitions", "states", "initial"} & set(data):
+            return "machine"
+        if {"defaults", "queues"} & set(data):
+            return "config"
+    return "config" if "queues" in path.stem else "machine"
 
 
 # --- diagram ------------------------------------------------------------------------

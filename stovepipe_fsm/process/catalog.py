@@ -18,7 +18,7 @@ from .gate import GATE
 
 REQUEST_TRIGGERS = ("admit", "supersede", "succeed", "fail", "cancel", "fail_closed")
 
-REQUEST = Registry("request", required_triggers=REQUEST_TRIGGERS)
+REQUEST = Registry("request", required_triggers=REQUEST_TRIGGERS, kind="lifecycle")
 
 REGISTRIES: dict[str, Registry] = {"request": REQUEST, "queue_gate": GATE}
 

@@ -27,7 +27,7 @@ REQUEST_PROCESSING = "request_processing"
 SLOT_HELD = "slot_held"
 STRATEGY_DERIVED = "strategy_derived"
 
-GATE = Registry("queue_gate")
+GATE = Registry("queue_gate", kind="flow")
 
 
 # --- conditions ---------------------------------------------------------------------

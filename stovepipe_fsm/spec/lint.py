@@ -8,6 +8,7 @@ needs the edit. Rules:
 - ``unknown-machine``        no Python registry serves this machine name
 - ``unregistered``           a condition/action name without a registered callable
 - ``missing-trigger``        a trigger the code fires is not declared
+- ``wrong-kind``             the machine's kind is not the one its registry's code drives
 - ``unreachable``            a state no path from ``initial`` reaches
 - ``dead-end``               a non-terminal state with no way out
 - ``terminal-exit``          a terminal state with an outgoing transition
@@ -61,7 +62,8 @@ def lint_machine(
     reachable = _reachable(spec)
     issues += _graph(spec, reachable)
     issues += _determinism(spec)
-    if spec.kind == FLOW:
+    wrong_kind = any(i.rule == "wrong-kind" for i in issues)
+    if spec.kind == FLOW and not wrong_kind:  # flow rules would only repeat that mistake
         issues += _flow_shape(spec, registry)
     if registry is not None and not any(i.rule == "unregistered" for i in issues):
         issues += _persist_before_publish(spec, registry, reachable)
@@ -111,6 +113,15 @@ def _structure(spec: MachineSpec) -> list[SpecIssue]:
 
 def _registration(spec: MachineSpec, registry: Registry) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
+    if registry.kind is not None and spec.kind != registry.kind:
+        issues.append(
+            SpecIssue(
+                spec.kind_location or spec.location,
+                f"machine {spec.name!r} must be kind {registry.kind!r}, not {spec.kind!r}: "
+                "the process stage drives it that way",
+                "wrong-kind",
+            )
+        )
     for t in spec.transitions:
         for ref in t.conditions + t.unless:
             if ref.name not in registry.conditions:

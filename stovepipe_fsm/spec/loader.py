@@ -42,6 +42,7 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
         file=doc.file,
         description=data.get("description", ""),
         location=doc.locate(()),
+        kind_location=doc.locate(("kind",)) if "kind" in data else None,
     )
 
 

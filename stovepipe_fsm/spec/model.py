@@ -70,6 +70,7 @@ class MachineSpec:
     file: str
     description: str = ""
     location: Location = field(default_factory=lambda: Location("<memory>", 1, 1))
+    kind_location: Location | None = None
 
     @cached_property
     def state_map(self) -> dict[str, StateSpec]:

@@ -6,8 +6,9 @@ relies on (``provides`` / ``requires``), which is how lint proves, from the YAML
 that no publish step runs before the state write it depends on.
 
 A registry belongs to one machine name (``request`` or ``queue_gate``) and may declare
-the triggers code fires on that machine (``required_triggers``): a YAML edit that drops
-one is a load error instead of a runtime surprise.
+the triggers code fires on that machine (``required_triggers``) and the ``kind`` of
+machine the code drives: a YAML edit that drops one, or turns a flow into a lifecycle,
+is a load error instead of a runtime surprise.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Registry:
 
     machine: str
     required_triggers: tuple[str, ...] = ()
+    kind: str | None = None
     conditions: dict[str, ConditionInfo] = field(default_factory=dict)
     actions: dict[str, ActionInfo] = field(default_factory=dict)
 
