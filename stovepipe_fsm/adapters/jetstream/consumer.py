@@ -39,6 +39,7 @@ from nats.js import JetStreamContext, api
 
 from ...domain.entities import QueueConfig
 from ...domain.errors import NonRetryable
+from ...domain.ids import parse_request_id
 from .attempts import AttemptsLedger
 from .codec import decode_work
 from .errors import translated
@@ -415,6 +416,13 @@ class DeadLetterConsumer:
             await msg.ack()  # nothing to reconcile; the record stays in the stream
             return
         extra = {"queue": letter.queue, "request_id": letter.request_id}
+        if letter.request_id and not _belongs_to(letter.request_id, letter.queue):
+            # A message misrouted onto another queue's subject must not fail a request
+            # that is healthy on its own queue; the record stays for an operator.
+            await msg.ack()
+            self.observer("ignored", letter.queue, letter.request_id, letter.error)
+            log.warning("dead letter names another queue's request; left as is", extra=extra)
+            return
         if letter.request_id:
             try:
                 await self.reconcile(letter.request_id)
@@ -425,6 +433,13 @@ class DeadLetterConsumer:
         await msg.ack()
         self.observer("reconciled", letter.queue, letter.request_id, letter.error)
         log.info("dead letter reconciled: request failed closed", extra=extra)
+
+
+def _belongs_to(request_id: str, queue: str) -> bool:
+    try:
+        return parse_request_id(request_id).queue == queue
+    except ValueError:
+        return False
 
 
 def _describe(exc: BaseException) -> str:
