@@ -172,3 +172,22 @@ async def test_two_replicas_keep_each_queue_serialized(js_env) -> None:
     assert set(peak) == set(QUEUES)
     assert max(peak.values()) == 1
     assert handled[1] + handled[2] > 0
+
+
+async def test_a_crash_with_a_message_in_hand_is_redelivered_after_ack_wait(js_env) -> None:
+    quick = ServiceOptions(**{**FAST.__dict__, "ack_wait_s": 1.0, "shutdown_timeout_s": 0.0})
+    queue = QUEUES[0]
+    stuck = asyncio.Event()
+    async with running_service(js_env.server, js_env.topology, BURST_CONFIG, options=quick) as dead:
+
+        async def hang(delivery, **kwargs):  # type: ignore[no-untyped-def]
+            stuck.set()
+            await asyncio.Event().wait()  # the process "dies" holding the message
+
+        dead.pipeline.controller.handle = hang
+        rid = await dead.ingest(queue, "A")
+        await asyncio.wait_for(stuck.wait(), 10)
+        await dead.nc.close()  # gone without ack or NAK: only the ack deadline frees it
+    async with running_service(js_env.server, js_env.topology, BURST_CONFIG, options=quick) as live:
+        await live.wait_state(rid, "processing", timeout=15)
+        assert (await live.queue(queue)).slot_holders == (rid,)
