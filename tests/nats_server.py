@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -75,11 +79,37 @@ async def delete_topology(js: JetStreamContext, topology: Topology) -> None:
             await js.delete_stream(stream)
 
 
+ANCHOR_STREAM = "STOVEPIPE_TEST_ANCHOR"
+
+
+async def _create_anchor(server: NatsServer) -> None:
+    nc = await connect(server)
+    try:
+        await nc.jetstream().add_stream(name=ANCHOR_STREAM, subjects=["stovepipe-test-anchor"])
+    finally:
+        await close(nc)
+
+
 @pytest.fixture(scope="session")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path_factory.mktemp("nats-store"))
-    with server:
-        yield server
+def nats_server() -> Iterator[NatsServer]:
+    """The shared broker, with one stream that lives as long as the session.
+
+    Why the anchor stream: when the last stream of an account is deleted, nats-server
+    removes the account's store directory, and a stream created in that instant (the
+    next test's setup) can fail with "error creating store for stream" (err_code 10049).
+    One permanent stream keeps the directory in place.
+    """
+    store = Path(tempfile.mkdtemp(prefix="stovepipe-test-nats-"))
+    try:
+        with NatsServer(store) as server:
+            # A thread of its own: this may run while a test's event loop is running.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(asyncio.run, _create_anchor(server)).result(
+                    timeout=2 * CLEANUP_TIMEOUT_S
+                )
+            yield server
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
 
 
 @pytest.fixture
