@@ -99,6 +99,7 @@ def nats_server() -> Iterator[NatsServer]:
     next test's setup) can fail with "error creating store for stream" (err_code 10049).
     One permanent stream keeps the directory in place.
     """
+    # Outside pytest's retained temp trees: the store is removed when the session ends.
     store = Path(tempfile.mkdtemp(prefix="stovepipe-test-nats-"))
     try:
         with NatsServer(store) as server:
