@@ -1,0 +1,354 @@
+"""Cost of the machine layer: the process controller against a hand-written reference.
+
+Run from the repository root: ``python -m bench`` (``--quick`` for a short run).
+
+Two decision paths are timed separately, each in two implementations:
+
+- **machine**: :class:`ProcessController` running the compiled ``queue_gate`` flow, with
+  the ``request`` lifecycle planning every Request write (the shipped code);
+- **reference**: the same algorithm written straight in Python below - same in-memory
+  stores, publisher, source control and delivery, the same awaits in the same order,
+  the same metrics calls - with no machine in between.
+
+The *admit* path is a latest head with a free slot and a last green that is its
+ancestor: load R, load Q, coalesce, gate, ancestry check, claim slot, mark processing,
+announce, publish build, ack. The *supersede* path is a head with a newer head stamped:
+load R, load Q, coalesce, mark superseded (and the slot check that goes with any
+terminal write), ack. Only ``handle`` is timed; the per-decision setup (creating the
+request, resetting the queue row) is not. Coroutines are driven with ``send(None)``
+as in ``simulate``: the in-memory adapters never suspend, so no event loop cost hides
+the difference being measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from stovepipe_fsm.adapters.memory import (
+    ManualClock,
+    MemoryDelivery,
+    MemoryPublisher,
+    MemoryQueueStore,
+    MemoryRequestStore,
+    MemorySourceControl,
+    MemorySourceControlProvider,
+)
+from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, QueueConfig, Request
+from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
+from stovepipe_fsm.domain.hooks import started_event
+from stovepipe_fsm.domain.ids import compare_request_id
+from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.process.controller import ProcessController
+from stovepipe_fsm.process.metrics import Metrics
+
+T = TypeVar("T")
+Q = "monorepo/main"
+GREEN, HEAD = "G", "H"
+TERMINAL = frozenset({"superseded", "succeeded", "failed", "cancelled"})
+TARGET_RATIO = 1.5
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("an in-memory step suspended")
+
+
+class FixedConfig:
+    """One QueueConfig for every queue (both implementations read it the same way)."""
+
+    def __init__(self, config: QueueConfig) -> None:
+        self.config = config
+
+    def get(self, queue: str) -> QueueConfig:
+        return self.config
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return (Q,)
+
+
+@dataclass
+class Ports:
+    requests: MemoryRequestStore
+    queues: MemoryQueueStore
+    config: FixedConfig
+    source_control: MemorySourceControlProvider
+    publisher: MemoryPublisher
+    clock: ManualClock
+    metrics: Metrics
+
+
+def make_ports() -> Ports:
+    graph = MemorySourceControl({GREEN: [], HEAD: [GREEN]})
+    return Ports(
+        requests=MemoryRequestStore(),
+        queues=MemoryQueueStore(),
+        config=FixedConfig(QueueConfig(max_concurrent=1, gate_wait_delay_ms=1000)),
+        source_control=MemorySourceControlProvider(default=graph),
+        publisher=MemoryPublisher(),
+        clock=ManualClock(0),
+        metrics=Metrics(),
+    )
+
+
+# --- the reference: process steps 1-7 in plain Python --------------------------------
+
+
+class ReferenceController:
+    """The process algorithm without the machine layer, for comparison only."""
+
+    def __init__(self, ports: Ports) -> None:
+        self.p = ports
+
+    async def handle(self, delivery: MemoryDelivery) -> str:
+        started = time.perf_counter()
+        outcome = await self._decide(delivery)
+        self.p.metrics.observe_latency((time.perf_counter() - started) * 1000.0)
+        self.p.metrics.count(f"deliveries_{outcome}", delivery.queue)
+        return outcome
+
+    async def _decide(self, delivery: MemoryDelivery) -> str:
+        p = self.p
+        try:
+            request = await p.requests.get(delivery.request_id)
+        except NotFound:
+            raise NonRetryable(f"request {delivery.request_id!r} not found") from None
+        if request.queue != delivery.queue:
+            raise NonRetryable(f"request {request.id!r} arrived on the wrong queue")
+        if request.state in TERMINAL:
+            await delivery.ack()
+            return "acked"
+        if request.state == "processing":
+            await self._announce(request)
+            await p.publisher.publish_build(request.queue, request.id)
+            await delivery.ack()
+            return "acked"
+        while True:
+            try:
+                queue = await p.queues.get(request.queue)
+            except NotFound:
+                raise NonRetryable(f"queue row {request.queue!r} not found") from None
+            config = p.config.get(queue.name)
+            others = sum(1 for h in queue.slot_holders if h != request.id)
+            if others >= config.max_concurrent:
+                queue = await self._release_stale_holders(queue, request.id)
+            latest = queue.latest_request_id
+            if latest and compare_request_id(request.queue, request.id, latest) < 0:
+                superseded = replace(request, state="superseded", superseded_by=latest)
+                await p.requests.update(superseded, request.version, request.version + 1)
+                await self._release(superseded.with_version(request.version + 1))
+                p.metrics.count("supersedes", request.queue)
+                await delivery.ack()
+                return "acked"
+            if not latest or compare_request_id(request.queue, request.id, latest) > 0:
+                await delivery.hold(config.gate_wait_delay_ms)
+                p.metrics.count("holds", request.queue)
+                return "held"
+            if sum(1 for h in queue.slot_holders if h != request.id) >= config.max_concurrent:
+                await delivery.hold(config.gate_wait_delay_ms)
+                p.metrics.count("holds", request.queue)
+                return "held"
+            strategy, base = await self._derive(request, queue, delivery)
+            if not queue.holds(request.id):
+                claimed = queue.with_holder(request.id)
+                try:
+                    await p.queues.update(claimed, queue.version, queue.version + 1)
+                except VersionMismatch:
+                    continue
+                queue = claimed.with_version(queue.version + 1)
+            admitted = replace(request, state="processing", build_strategy=strategy, base_uri=base)
+            await p.requests.update(admitted, request.version, request.version + 1)
+            request = admitted.with_version(request.version + 1)
+            p.metrics.count(f"admits_{strategy}", request.queue)
+            await self._announce(request)
+            await p.publisher.publish_build(request.queue, request.id)
+            await delivery.ack()
+            return "acked"
+
+    async def _derive(
+        self, request: Request, queue: Queue, delivery: MemoryDelivery
+    ) -> tuple[str, str]:
+        last_green = queue.last_green_uri
+        if not last_green:
+            return FULL, ""
+        source_control = self.p.source_control.for_queue(request.queue)
+        if source_control is None:
+            return FULL, ""
+        await delivery.in_progress()
+        try:
+            is_ancestor = await source_control.is_ancestor(last_green, request.uri)
+        except NotFound:
+            return FULL, ""
+        return (INCREMENTAL_SINCE_GREEN, last_green) if is_ancestor else (FULL, "")
+
+    async def _announce(self, request: Request) -> None:
+        event = started_event(request.queue, request.id, request.version, self.p.clock.now_ms())
+        await self.p.publisher.publish_hook(event)
+
+    async def _release(self, request: Request) -> None:
+        """The slot check of every terminal write (reads the row, writes if it held)."""
+        for _ in range(16):
+            queue = await self.p.queues.get(request.queue)
+            target = queue.without_holder(request.id)
+            if target == queue:
+                return
+            try:
+                await self.p.queues.update(target, queue.version, queue.version + 1)
+            except VersionMismatch:
+                continue
+            return
+
+    async def _release_stale_holders(self, queue: Queue, keep: str) -> Queue:
+        stale = []
+        for holder in queue.slot_holders:
+            if holder != keep and (await self.p.requests.get(holder)).state in TERMINAL:
+                stale.append(holder)
+        if not stale:
+            return queue
+        target = queue
+        for holder in stale:
+            target = target.without_holder(holder)
+        await self.p.queues.update(target, queue.version, queue.version + 1)
+        return target.with_version(queue.version + 1)
+
+
+# --- workloads -----------------------------------------------------------------------
+
+Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
+
+
+def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
+    controller = ProcessController(
+        load_process_machines(machines_dir),
+        requests=ports.requests,
+        queues=ports.queues,
+        config=ports.config,
+        source_control=ports.source_control,
+        publisher=ports.publisher,
+        clock=ports.clock,
+        metrics=ports.metrics,
+    )
+    return controller.handle
+
+
+def reference_handle(ports: Ports, machines_dir: Path) -> Handle:
+    return ReferenceController(ports).handle
+
+
+def time_admits(ports: Ports, handle: Handle, n: int) -> float:
+    """Seconds spent in ``handle`` for ``n`` admissions (setup excluded)."""
+    requests, queues = ports.requests, ports.queues
+    run_sync(queues.create(Queue(Q, last_green_uri=GREEN)))
+    spent = 0
+    for i in range(1, n + 1):
+        request_id = f"request/{Q}/{i}"
+        run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD)))
+        # What ingest and record would leave: R stamped latest, the previous slot freed.
+        row = run_sync(queues.get(Q))
+        fresh = replace(row, latest_request_id=request_id, slot_holders=())
+        run_sync(queues.update(fresh, row.version, row.version + 1))
+        delivery = MemoryDelivery(Q, request_id)
+        start = time.perf_counter_ns()
+        run_sync(handle(delivery))
+        spent += time.perf_counter_ns() - start
+        assert delivery.outcome == "acked"
+    ports.publisher.clear()
+    return spent / 1e9
+
+
+def time_supersedes(ports: Ports, handle: Handle, n: int) -> float:
+    """Seconds spent in ``handle`` for ``n`` supersedes (setup excluded)."""
+    requests = ports.requests
+    newest = f"request/{Q}/{n + 1}"
+    run_sync(ports.queues.create(Queue(Q, last_green_uri=GREEN, latest_request_id=newest)))
+    spent = 0
+    for i in range(1, n + 1):
+        request_id = f"request/{Q}/{i}"
+        run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD)))
+        delivery = MemoryDelivery(Q, request_id)
+        start = time.perf_counter_ns()
+        run_sync(handle(delivery))
+        spent += time.perf_counter_ns() - start
+        assert delivery.outcome == "acked"
+    return spent / 1e9
+
+
+def check_equivalent(machines_dir: Path) -> None:
+    """Both implementations must decide alike, or the comparison means nothing."""
+    for timer in (time_admits, time_supersedes):
+        results = []
+        for make in (machine_handle, reference_handle):
+            ports = make_ports()
+            timer(ports, make(ports, machines_dir), 3)
+            results.append((ports.requests.snapshot(), ports.queues.snapshot()))
+        if results[0] != results[1]:
+            sys.exit(f"bench: the reference diverges from the controller on {timer.__name__}")
+
+
+def measure_pair(
+    timer: Callable[[Ports, Handle, int], float], machines_dir: Path, n: int, rounds: int
+) -> tuple[list[float], list[float]]:
+    """Decisions per second of machine and reference, rounds interleaved.
+
+    Alternating the two (fresh stores every round) keeps a change in machine load from
+    favouring whichever implementation happened to run in the quiet moment.
+    """
+    rates: dict[str, list[float]] = {"machine": [], "reference": []}
+    for _ in range(rounds):
+        for label, make in (("machine", machine_handle), ("reference", reference_handle)):
+            ports = make_ports()
+            handle = make(ports, machines_dir)
+            gc.collect()
+            gc.disable()
+            try:
+                seconds = timer(ports, handle, n)
+            finally:
+                gc.enable()
+            rates[label].append(n / seconds)
+    return rates["machine"], rates["reference"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--machines", default="machines", help="machine directory to load")
+    parser.add_argument("-n", type=int, default=10_000, help="decisions per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="2,000 decisions x 3 rounds")
+    args = parser.parse_args(argv)
+    n, rounds = (2_000, 3) if args.quick else (args.n, args.rounds)
+    machines_dir = Path(args.machines)
+    check_equivalent(machines_dir)
+
+    print(f"python {sys.version.split()[0]}; {n} decisions x {rounds} rounds; best round shown")
+    header = f"{'path':<10} {'machine/s':>11} {'reference/s':>12} {'machine us':>11} "
+    header += f"{'ref us':>8} {'ratio':>6}"
+    print(header)
+    worst = 0.0
+    for label, timer in (("admit", time_admits), ("supersede", time_supersedes)):
+        machine, reference = measure_pair(timer, machines_dir, n, rounds)
+        best_m, best_r = max(machine), max(reference)
+        ratio = best_r / best_m
+        worst = max(worst, ratio)
+        paired = statistics.median(r / m for m, r in zip(machine, reference, strict=True))
+        print(
+            f"{label:<10} {best_m:>11,.0f} {best_r:>12,.0f} {1e6 / best_m:>11.1f} "
+            f"{1e6 / best_r:>8.1f} {ratio:>5.2f}x   (median of paired rounds {paired:.2f}x)"
+        )
+    verdict = "within" if worst < TARGET_RATIO else "OVER"
+    print(f"machine/reference cost: worst {worst:.2f}x ({verdict} the {TARGET_RATIO}x target)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
