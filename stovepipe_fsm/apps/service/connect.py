@@ -33,6 +33,8 @@ class NatsOptions:
     token: str | None = None
     connect_timeout_s: float = 5.0
     #: -1: keep trying for ever (a service); operator commands pass a small number.
+    #: 0 means "fail fast": nats-py reads 0 as unlimited (even for the first connect, and
+    #: whatever allow_reconnect says), so it is sent as a single attempt instead.
     max_reconnect_attempts: int = -1
     reconnect_wait_s: float = 1.0
 
@@ -40,9 +42,8 @@ class NatsOptions:
         options: dict[str, Any] = {
             "servers": [self.url],
             "connect_timeout": self.connect_timeout_s,
-            "max_reconnect_attempts": self.max_reconnect_attempts,
+            "max_reconnect_attempts": self.max_reconnect_attempts or 1,
             "reconnect_time_wait": self.reconnect_wait_s,
-            "allow_reconnect": self.max_reconnect_attempts != 0,
             # One log line per event instead of the client's default traceback dumps.
             "error_cb": _on_error,
             "disconnected_cb": _on_disconnected,
