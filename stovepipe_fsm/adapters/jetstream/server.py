@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import importlib.metadata
 import os
 import shutil
@@ -196,6 +197,7 @@ class NatsServer:
                     stdout=log,
                     stderr=log,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent,
                 )
             except OSError as exc:
                 raise NatsServerError(f"cannot run {binary}: {exc}") from exc
@@ -276,3 +278,20 @@ def _answers_info(port: int) -> bool:
             return sock.recv(4).startswith(b"INFO")
     except OSError:
         return False
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM the server when the process that started it dies.
+
+    A test run or an embedded ``serve`` killed with SIGKILL cannot run its cleanup; without
+    this its nats-server would live on, holding a port and a store directory. Elsewhere
+    (no prctl) it is a no-op and ``stop()`` remains the only way the server ends.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+
+
+_PR_SET_PDEATHSIG = 1
