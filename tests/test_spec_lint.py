@@ -407,9 +407,25 @@ def _cases() -> list[Case]:
         text,
         line_of(text, "[publish_build, mark_processing"),
         "persist before publish: 'publish_build' needs 'request_processing' (established by "
-        "mark_processing, conditions: request_is_processing) but runs from state "
-        "'slot_claimed' on a path where it is not yet established",
+        "mark_processing, conditions: request_is_processing), 'start_announced' (established "
+        "by announce) but runs from state 'slot_claimed' on a path where they are not yet "
+        "established",
         column=len("    after: [") + 1,
+    )
+    text = edit(
+        GATE,
+        "    after: [mark_processing, announce, publish_build, ack]\n",
+        "    after: [mark_processing, publish_build, announce, ack]\n",
+    )
+    add(
+        "publish-before-announce",
+        "persist-before-publish",
+        text,
+        line_of(text, "[mark_processing, publish_build"),
+        "persist before publish: 'publish_build' needs 'start_announced' (established by "
+        "announce) but runs from state 'slot_claimed' on a path where it is not yet "
+        "established",
+        column=len("    after: [mark_processing, ") + 1,
     )
     text = edit(
         GATE,

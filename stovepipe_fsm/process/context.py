@@ -6,14 +6,18 @@ persisted: durable state is only ever what the stores hold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..domain.entities import NO_STRATEGY, Queue, QueueConfig, Request
 from ..ports.delivery import Delivery
+from ..spec.compiler import Step
 
 if TYPE_CHECKING:
     from .controller import ProcessController
+
+
+DEFAULT_CONFIG = QueueConfig()  # frozen: shared until load_queue resolves the real one
 
 
 @dataclass(slots=True)
@@ -23,12 +27,12 @@ class DeliveryContext:
     request_id: str
     request: Request | None = None
     queue: Queue | None = None
-    config: QueueConfig = field(default_factory=QueueConfig)
+    config: QueueConfig = DEFAULT_CONFIG
     build_strategy: str = NO_STRATEGY
     base_uri: str = ""
     slot_conflict: bool = False
+    admit_step: Step | None = None
     outcome: str = ""
-    notes: list[str] = field(default_factory=list)
 
     @property
     def req(self) -> Request:

@@ -7,7 +7,9 @@ persist-before-publish ordering of the admit path from the YAML alone:
 - ``request_processing``: the Request is durably ``processing`` (strategy and base
   written) - either this delivery wrote it or it loaded it that way;
 - ``slot_held``: the queue row durably lists the Request as a slot holder;
-- ``strategy_derived``: the build strategy for this admission has been chosen.
+- ``strategy_derived``: the build strategy for this admission has been chosen;
+- ``start_announced``: the start event of this admission has been published, so a build
+  publish never precedes it (a failed announce leaves nothing downstream to undo).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ log = logging.getLogger("stovepipe_fsm.process")
 REQUEST_PROCESSING = "request_processing"
 SLOT_HELD = "slot_held"
 STRATEGY_DERIVED = "strategy_derived"
+START_ANNOUNCED = "start_announced"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -151,8 +154,10 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
 @GATE.action(requires=[STRATEGY_DERIVED])
 async def claim_slot(ctx: DeliveryContext) -> None:
     """CAS the queue row to list R as a slot holder (idempotent for R)."""
+    lifecycle = ctx.stage.lifecycle
+    ctx.admit_step = lifecycle.plan(ctx.req, "admit")
     try:
-        ctx.queue = await ctx.stage.lifecycle.claim_slot(ctx.q, ctx.req, "admit")
+        ctx.queue = await lifecycle.claim_slot(ctx.q, ctx.req, ctx.admit_step)
     except VersionMismatch:
         ctx.slot_conflict = True
 
@@ -162,14 +167,18 @@ async def mark_processing(ctx: DeliveryContext) -> None:
     """CAS R accepted -> processing, persisting strategy and base (immutable after)."""
     try:
         ctx.request = await ctx.stage.lifecycle.apply(
-            ctx.req, "admit", build_strategy=ctx.build_strategy, base_uri=ctx.base_uri
+            ctx.req,
+            "admit",
+            planned=ctx.admit_step,
+            build_strategy=ctx.build_strategy,
+            base_uri=ctx.base_uri,
         )
     except VersionMismatch:
         raise Retryable(f"request {ctx.req.id!r} changed while admitting") from None
     ctx.stage.metrics.count(f"admits_{ctx.build_strategy}", ctx.req.queue)
 
 
-@GATE.action(requires=[REQUEST_PROCESSING])
+@GATE.action(requires=[REQUEST_PROCESSING], provides=[START_ANNOUNCED])
 async def announce(ctx: DeliveryContext) -> None:
     """Publish validation.repository.started; its id is stable for this admission."""
     request = ctx.req
@@ -177,7 +186,7 @@ async def announce(ctx: DeliveryContext) -> None:
     await ctx.stage.publisher.publish_hook(event)
 
 
-@GATE.action(requires=[REQUEST_PROCESSING])
+@GATE.action(requires=[REQUEST_PROCESSING, START_ANNOUNCED])
 async def publish_build(ctx: DeliveryContext) -> None:
     """Hand R to build (deduped downstream on the request id)."""
     await ctx.stage.publisher.publish_build(ctx.req.queue, ctx.req.id)

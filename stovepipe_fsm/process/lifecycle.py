@@ -47,13 +47,14 @@ class RequestLifecycle:
     def is_terminal(self, request: Request) -> bool:
         return self.machine.is_terminal(request.state)
 
-    async def claim_slot(self, queue: Queue, request: Request, trigger: str) -> Queue:
+    async def claim_slot(self, queue: Queue, request: Request, trigger: str | Step) -> Queue:
         """CAS the queue row so ``request`` holds a slot, if ``trigger`` takes one.
 
-        Idempotent: a queue that already lists the request is returned unchanged with no
-        write. A lost race raises ``VersionMismatch``; the caller reloads and re-gates.
+        ``trigger`` may be a step already planned for this request. Idempotent: a queue
+        that already lists the request is returned unchanged with no write. A lost race
+        raises ``VersionMismatch``; the caller reloads and re-gates.
         """
-        step = self.plan(request, trigger)
+        step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
         if not step.takes_slot or queue.holds(request.id):
             return queue
         claimed = queue.with_holder(request.id)
@@ -67,15 +68,21 @@ class RequestLifecycle:
         trigger: str,
         *,
         queue_change: QueueChange | None = None,
+        planned: Step | None = None,
         **changes: Any,
     ) -> Request:
         """Fire ``trigger`` on ``request`` and persist it; release the slot on terminal.
 
         ``queue_change`` is applied to the queue row in the same CAS as the release (record
-        advances last green that way). Raises ``IllegalTransition`` when the machine
-        refuses and ``VersionMismatch`` when the request changed underneath.
+        advances last green that way). ``planned`` is a step the machine already decided
+        for this very request state (admit plans once to claim the slot, then applies that
+        plan). Raises ``IllegalTransition`` when the machine refuses and
+        ``VersionMismatch`` when the request changed underneath.
         """
-        step = self.plan(request, trigger)
+        if planned is not None and (planned.source, planned.trigger) == (request.state, trigger):
+            step = planned
+        else:
+            step = self.plan(request, trigger)
         updated = replace(request, state=step.dest, **changes)
         new_version = request.version + 1
         await self.requests.update(updated, request.version, new_version)

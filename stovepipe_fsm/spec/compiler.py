@@ -109,10 +109,30 @@ class _DirectEvent(Event):
             event_data.error = None
             event_data.result = False
         try:
-            return bool(self._trigger(event_data))
+            return self._walk(event_data)
         finally:
             event_data.args = ()  # do not keep the caller's context alive
             self._spare = event_data
+
+    def _walk(self, event_data: EventData) -> bool:
+        """``Event._trigger`` + ``Event._process`` for a machine without event hooks.
+
+        The library's versions also run the machine's prepare/finalize/on_exception
+        callback lists and log each stage; a compiled machine declares none of those
+        hooks (``_Compiled`` asserts it), so what remains is the decision itself: refuse
+        an invalid source state, then offer the event to each transition of that state
+        in declaration order until one's conditions hold.
+        """
+        state = event_data.state = self.machine.get_model_state(event_data.model)
+        candidates = self.transitions.get(state.name)
+        if candidates is None:
+            raise MachineError(f"Can't trigger event {self.name} from state {state.name}!")
+        for transition in candidates:
+            event_data.transition = transition
+            if transition.execute(event_data):
+                event_data.result = True
+                return True
+        return False
 
 
 def _model_state(machine: Machine, model: Any) -> State:
@@ -147,8 +167,11 @@ class _DecidingTransition(Transition):
     condition_cls = _DirectCondition
 
     def execute(self, event_data: Any) -> bool:
-        if not self._eval_conditions(event_data):
-            return False
+        # Transition._eval_conditions, without its debug log line per failed guard: a
+        # failed guard is the normal way a sibling transition is passed over.
+        for condition in self.conditions:
+            if not condition.check(event_data):
+                return False
         setattr(event_data.model, event_data.machine.model_attribute, self.dest)
         for callback in self.after:
             callback(*event_data.args, **event_data.kwargs)
@@ -202,6 +225,8 @@ class _Compiled:
             ignore_invalid_triggers=False,
         )
         self.machine.add_model(self._cursor, initial=spec.initial.name)
+        hooks = (self.machine.prepare_event, self.machine.finalize_event, self.machine.on_exception)
+        assert not any(hooks), "_DirectEvent skips machine-wide event hooks; declare none"
         self._events = self.machine.events
         self._states = self.machine.states
 

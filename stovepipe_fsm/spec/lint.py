@@ -389,14 +389,18 @@ def _persist_before_publish(
             for a in t.actions:
                 info = registry.actions[a.name]
                 missing = sorted(info.requires - facts)
-                for fact in missing:
-                    by = ", ".join(providers.get(fact, [])) or "nothing registered"
+                if missing:  # one issue per misplaced action, naming every missing fact
+                    needs = ", ".join(
+                        f"{fact!r} (established by "
+                        f"{', '.join(providers.get(fact, [])) or 'nothing registered'})"
+                        for fact in missing
+                    )
+                    it = "it is" if len(missing) == 1 else "they are"
                     issues.append(
                         SpecIssue(
                             a.location,
-                            f"persist before publish: {a.name!r} needs {fact!r} (established "
-                            f"by {by}) but runs from state {source!r} on a path where it "
-                            "is not yet established",
+                            f"persist before publish: {a.name!r} needs {needs} but runs from "
+                            f"state {source!r} on a path where {it} not yet established",
                             "persist-before-publish",
                         )
                     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from ...domain.entities import Queue, Request
 from ...process.lifecycle import QueueChange, RequestLifecycle
+from ...spec.compiler import Step
 from ..simulate.world import World
 
 COUNT_TOKEN = "in_flight#"
@@ -34,9 +35,9 @@ def _keep(queue: Queue) -> Queue:
 class BareCounterLifecycle(RequestLifecycle):
     """The lifecycle with the seed's bare counter in place of slot holders."""
 
-    async def claim_slot(self, queue: Queue, request: Request, trigger: str) -> Queue:
+    async def claim_slot(self, queue: Queue, request: Request, trigger: str | Step) -> Queue:
         """count += 1, every time it is called: there is no holder to recognise."""
-        step = self.plan(request, trigger)
+        step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
         if not step.takes_slot:
             return queue
         token = f"{COUNT_TOKEN}{queue.in_flight_count + 1}"
@@ -51,10 +52,11 @@ class BareCounterLifecycle(RequestLifecycle):
         trigger: str,
         *,
         queue_change: QueueChange | None = None,
+        planned: Step | None = None,
         **changes: Any,
     ) -> Request:
         """count -= 1 only on a terminal transition out of a slot-holding state."""
-        step = self.plan(request, trigger)
+        step = planned if planned is not None else self.plan(request, trigger)
         updated = replace(request, state=step.dest, **changes)
         new_version = request.version + 1
         await self.requests.update(updated, request.version, new_version)
