@@ -1,0 +1,76 @@
+"""The layering of docs/architecture.md, enforced on the source.
+
+The core (domain, ports, spec, config, process) must never import an adapter or an
+app: that is what lets the same controller run on the in-memory adapters and on
+JetStream. Each layer may only import the layers below it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "stovepipe_fsm"
+
+# layer -> the package's sub-packages it may import (itself included)
+ALLOWED: dict[str, set[str]] = {
+    "domain": {"domain"},
+    "ports": {"ports", "domain"},
+    "spec": {"spec", "domain"},
+    "config": {"config", "spec", "domain"},
+    "process": {"process", "spec", "ports", "domain"},
+    "adapters": {"adapters", "config", "ports", "domain", "spec"},
+    "apps": {"apps", "adapters", "process", "config", "spec", "ports", "domain"},
+}
+
+
+def imported_layers(path: Path, root: Path = PACKAGE) -> set[tuple[str, int]]:
+    """(sub-package, line) for every import of stovepipe_fsm.<sub-package> in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    depth = len(path.relative_to(root).parts)  # e.g. process/gate.py -> 2
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: climb to the package root, then take the first part
+                if node.level < depth or not node.module:
+                    continue
+                found.add((node.module.split(".")[0], node.lineno))
+            elif node.module and node.module.startswith("stovepipe_fsm."):
+                found.add((node.module.split(".")[1], node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("stovepipe_fsm."):
+                    found.add((alias.name.split(".")[1], node.lineno))
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_layers_below_it(layer: str) -> None:
+    offenders = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        for target, line in imported_layers(path):
+            if target in ALLOWED and target not in ALLOWED[layer]:
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
+    assert offenders == []
+
+
+def test_every_sub_package_has_a_layer() -> None:
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(ALLOWED)
+
+
+def test_the_checker_sees_every_import_form(tmp_path: Path) -> None:
+    """The rule is not vacuous: relative, absolute and plain imports are all seen."""
+    root = tmp_path / "stovepipe_fsm"
+    bad = root / "process" / "sub" / "bad.py"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(
+        "from ...adapters.memory import MemoryPublisher\n"
+        "from stovepipe_fsm.apps import cli\n"
+        "import stovepipe_fsm.adapters.git\n"
+        "from . import sibling\n",
+        encoding="utf-8",
+    )
+    assert imported_layers(bad, root) == {("adapters", 1), ("apps", 2), ("adapters", 3)}
