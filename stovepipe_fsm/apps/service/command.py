@@ -55,6 +55,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_status)
 
+    p = sub.add_parser("poll", help="ingest each new head of a git ref")
+    _broker_args(p)
+    p.add_argument("--git-repo", required=True, help="path of a local clone")
+    p.add_argument("--ref", required=True, help="branch or ref to follow, e.g. main")
+    p.add_argument("--queue", required=True)
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
+    p.add_argument("--once", action="store_true", help="poll one round and exit")
+    p.set_defaults(handler=cmd_poll)
+
     p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
     p.add_argument("--machines", default=DEFAULT_MACHINES)
     p.set_defaults(handler=cmd_demo)
@@ -204,6 +213,39 @@ def cmd_status(args: argparse.Namespace) -> int:
         finally:
             await nc.close()
         print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_poll(args: argparse.Namespace) -> int:
+    from ...domain.queue_names import validate_queue_name
+    from .operators import operator_pipeline
+    from .poll import PollTarget, poll_forever, poll_once, print_report
+
+    target = PollTarget(Path(args.git_repo), args.ref, args.queue)
+
+    async def run() -> int:
+        validate_queue_name(args.queue)
+        if args.interval <= 0:
+            raise ValueError(f"--interval must be positive, got {args.interval}")
+        async with operator_pipeline(
+            nats_options(args, service=not args.once),
+            topology_of(args),
+            args.machines,
+            args.config,
+        ) as pipeline:
+            if args.once:
+                print_report(await poll_once(pipeline.ingest, target))
+                return EXIT_OK
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, stop.set)
+            await poll_forever(
+                pipeline.ingest, target, interval_s=args.interval, stop=stop, report=print_report
+            )
         return EXIT_OK
 
     return _run_operator(run())

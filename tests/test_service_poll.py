@@ -1,0 +1,137 @@
+"""``poll``: a real git repository, a real broker, the real CLI process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+from test_service_cli import CLI, ROOT, cli, status, tag, wait_until  # noqa: F401
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "PATH": "/usr/bin:/bin",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=GIT_ENV, check=True
+    )
+    return done.stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "commit", "--allow-empty", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def stored_uris(url: str, topology_tag: str) -> list[str]:
+    """The uris of stored requests; none while the poller has not created the buckets."""
+    done = cli("status", "--json", "--nats", url, "--topology-tag", topology_tag)
+    if done.returncode != 0:
+        return []
+    return [r["uri"] for r in json.loads(done.stdout)["requests"]]
+
+
+def make_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    return repo
+
+
+def test_poll_once_ingests_the_head_and_dedups_a_repeat(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    args = [
+        "poll",
+        "--nats",
+        nats_server.url,
+        "--topology-tag",
+        tag,
+        "--git-repo",
+        str(repo),
+        "--ref",
+        "main",
+        "--queue",
+        "mono/main",
+        "--once",
+    ]
+
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["uri"] == first and report["created"] is True and report["published"] is True
+
+    again = json.loads(cli(*args).stdout)
+    assert again["request_id"] == report["request_id"] and again["created"] is False
+
+    second = commit(repo, "B")
+    newer = json.loads(cli(*args).stdout)
+    assert newer["uri"] == second and newer["created"] is True
+    doc = status(nats_server.url, tag)
+    assert [r["uri"] for r in doc["requests"]] == [first, second]
+    assert doc["queues"][0]["latest_request_id"] == newer["request_id"]
+
+
+def test_poll_follows_new_heads_until_sigterm(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    process = subprocess.Popen(
+        [
+            *CLI,
+            "poll",
+            "--nats",
+            nats_server.url,
+            "--topology-tag",
+            tag,
+            "--git-repo",
+            str(repo),
+            "--ref",
+            "main",
+            "--queue",
+            "mono/main",
+            "--interval",
+            "0.2",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: stored_uris(nats_server.url, tag) == [first], "the first head")
+        second = commit(repo, "B")
+        wait_until(lambda: stored_uris(nats_server.url, tag) == [first, second], "the next head")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    uris = [json.loads(line)["uri"] for line in out.splitlines()]
+    assert uris == [first, second]
+
+
+def test_poll_reports_bad_input(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    repo = make_repo(tmp_path)
+    commit(repo, "A")
+    common = [
+        "poll",
+        "--nats",
+        nats_server.url,
+        "--topology-tag",
+        tag,
+        "--git-repo",
+        str(repo),
+        "--once",
+    ]
+    missing_ref = cli(*common, "--ref", "no-such-branch", "--queue", "mono/main")
+    assert missing_ref.returncode == 2
+    assert "no-such-branch" in missing_ref.stderr and "Traceback" not in missing_ref.stderr
+    bad_queue = cli(*common, "--ref", "main", "--queue", "bad queue")
+    assert bad_queue.returncode == 2
+    assert "whitespace" in bad_queue.stderr and "Traceback" not in bad_queue.stderr
