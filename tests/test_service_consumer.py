@@ -173,3 +173,31 @@ async def test_reconciler_frees_the_slot_of_a_dead_lettered_request(js_env) -> N
         await run.wait_state(b, "processing")
         assert (await run.queue(Q1)).slot_holders == (b,)
         assert (await run.request(b)).build_strategy == "full"
+
+
+async def test_a_retried_message_that_succeeds_leaves_no_failure_record(js_env) -> None:
+    graph, provider = memory_provider()
+    async with running_service(
+        js_env.server, js_env.topology, config(max_attempts=5), provider=provider
+    ) as run:
+        a = await run.ingest(Q1, "A")
+        await run.wait_state(a, "processing")
+        await run.pipeline.record.complete(a, "succeeded")
+        graph.set_available(False)
+        b = await run.ingest(Q1, "B")
+
+        async def retried() -> bool:
+            return run.events.count("retry", b) >= 1
+
+        await wait_for(retried, "B retried")
+        graph.set_available(True)
+        await run.wait_state(b, "processing")
+        kv = await js_env.js.key_value(js_env.topology.attempts_bucket)
+
+        async def ledger_empty() -> bool:
+            try:
+                return not await kv.keys()
+            except Exception:  # NoKeysError: the bucket holds nothing
+                return True
+
+        await wait_for(ledger_empty, "the failure record forgotten")

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -73,13 +74,31 @@ def _ignore(event: str, queue: str, request_id: str, detail: str) -> None:
 
 
 class JetStreamDelivery:
-    """The Delivery port over one JetStream message; remembers how it was settled."""
+    """The Delivery port over one JetStream message; remembers how it was settled.
 
-    def __init__(self, msg: Msg, queue: str, request_id: str) -> None:
+    ``in_progress`` only reaches the broker once half of ``ack_wait_s`` has passed since
+    the message arrived: before that the deadline is still further away than any single
+    step may take (source-control calls time out well inside half the ack wait), and the
+    round trip would be pure cost on every admit.
+    """
+
+    def __init__(
+        self,
+        msg: Msg,
+        queue: str,
+        request_id: str,
+        *,
+        ack_wait_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._msg = msg
         self._queue = queue
         self._request_id = request_id
+        self._clock = clock
+        self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
+        self._extend_after = clock() + self._half_wait
         self.outcome = ""
+        self.extensions = 0
 
     @property
     def queue(self) -> str:
@@ -100,8 +119,13 @@ class JetStreamDelivery:
         self.outcome = "held"
 
     async def in_progress(self) -> None:
+        now = self._clock()
+        if now < self._extend_after:
+            return
         with translated(f"in-progress {self._request_id}"):
             await self._msg.in_progress()
+        self.extensions += 1
+        self._extend_after = now + self._half_wait  # a fresh deadline from now
 
 
 @dataclass(frozen=True)
@@ -183,7 +207,76 @@ async def ensure_pull_consumer(
             return
 
 
-class ProcessConsumer:
+class _PullLoop:
+    """A durable pull consumer fetched one message at a time until told to stop.
+
+    ``fetch(1)``, never more: on a ``max_ack_pending = 1`` consumer a larger batch returns
+    one message and then waits out its whole timeout (docs/jetstream.md). Subclasses say
+    which stream and consumer config, and how to settle a message.
+    """
+
+    js: JetStreamContext
+    durable: str
+    fetch_timeout_s: float
+    _sub: JetStreamContext.PullSubscription | None
+
+    @property
+    def stream(self) -> str:
+        raise NotImplementedError
+
+    def consumer_config(self) -> api.ConsumerConfig:
+        raise NotImplementedError
+
+    async def settle(self, msg: Msg) -> None:
+        raise NotImplementedError
+
+    def log_extra(self) -> dict[str, str]:
+        return {}
+
+    async def open(self) -> None:
+        await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
+        with translated(f"bind consumer {self.durable}"):
+            self._sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fetch and settle until ``stop`` is set; the message in hand is always settled."""
+        if self._sub is None:
+            await self.open()
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broker hiccup: log, back off, keep the loop alive
+                log.warning(
+                    "%s loop error: %s: %s",
+                    self.durable,
+                    type(exc).__name__,
+                    exc,
+                    extra=self.log_extra(),
+                )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+    async def poll_once(self) -> bool:
+        """Fetch at most one message and settle it; ``False`` when none was waiting."""
+        assert self._sub is not None, "open() first"
+        try:
+            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return False
+        for msg in msgs:
+            await self.settle(msg)
+        return bool(msgs)
+
+
+class ProcessConsumer(_PullLoop):
     """Pulls one queue's process messages one at a time and settles each one."""
 
     def __init__(
@@ -228,48 +321,12 @@ class ProcessConsumer:
             ack_wait=self.ack_wait_s,
         )
 
-    async def open(self) -> None:
-        await ensure_pull_consumer(self.js, self.topology.process_stream, self.consumer_config())
-        with translated(f"bind consumer {self.durable}"):
-            self._sub = await self.js.pull_subscribe_bind(
-                durable=self.durable, stream=self.topology.process_stream
-            )
+    @property
+    def stream(self) -> str:
+        return self.topology.process_stream
 
-    async def close(self) -> None:
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Fetch and settle until ``stop`` is set; the message in hand is always settled."""
-        if self._sub is None:
-            await self.open()
-        while not stop.is_set():
-            try:
-                await self.poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a broker hiccup: log, back off, keep the queue alive
-                log.warning(
-                    "consumer loop error: %s: %s",
-                    type(exc).__name__,
-                    exc,
-                    extra={"queue": self.queue},
-                )
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
-
-    async def poll_once(self) -> bool:
-        """Fetch at most one message and settle it; ``False`` when none was waiting."""
-        assert self._sub is not None, "open() first"
-        try:
-            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return False
-        for msg in msgs:
-            await self.settle(msg)
-        return bool(msgs)
+    def log_extra(self) -> dict[str, str]:
+        return {"queue": self.queue}
 
     async def settle(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
@@ -278,7 +335,7 @@ class ProcessConsumer:
         except NonRetryable as exc:
             await self._dead_letter(msg, seq, "", f"undecodable payload: {exc}", 0)
             return
-        delivery = JetStreamDelivery(msg, self.queue, work.request_id)
+        delivery = JetStreamDelivery(msg, self.queue, work.request_id, ack_wait_s=self.ack_wait_s)
         try:
             outcome = await self.handler.handle(delivery)
         except asyncio.CancelledError:
@@ -295,7 +352,9 @@ class ProcessConsumer:
         except Exception as exc:
             await self._retry_or_give_up(msg, seq, work.request_id, exc)
             return
-        if outcome == "acked":
+        if outcome == "acked" and msg.metadata.num_delivered > 1:
+            # Failures are only recorded on a delivery that is then NAKed, so a first
+            # delivery has none to forget; skipping it saves a round trip per decision.
             await self.ledger.forget(seq)
         self.observer(outcome, self.queue, work.request_id, "")
         log.info(outcome, extra={"queue": self.queue, "request_id": work.request_id})
@@ -339,7 +398,7 @@ class ProcessConsumer:
         log.error("dead-lettered: %s", error, extra={"queue": self.queue, "request_id": request_id})
 
 
-class DeadLetterConsumer:
+class DeadLetterConsumer(_PullLoop):
     """Fails dead-lettered requests closed so that their queues move on."""
 
     def __init__(
@@ -363,8 +422,12 @@ class DeadLetterConsumer:
         self.durable = "dlq-process-reconciler"
         self._sub: JetStreamContext.PullSubscription | None = None
 
-    async def open(self) -> None:
-        config = api.ConsumerConfig(
+    @property
+    def stream(self) -> str:
+        return self.topology.dead_letter_stream
+
+    def consumer_config(self) -> api.ConsumerConfig:
+        return api.ConsumerConfig(
             durable_name=self.durable,
             name=self.durable,
             filter_subject=f"{self.topology.prefix}.dlq.process.*",
@@ -373,40 +436,6 @@ class DeadLetterConsumer:
             max_deliver=-1,
             ack_wait=self.ack_wait_s,
         )
-        await ensure_pull_consumer(self.js, self.topology.dead_letter_stream, config)
-        with translated(f"bind consumer {self.durable}"):
-            self._sub = await self.js.pull_subscribe_bind(
-                durable=self.durable, stream=self.topology.dead_letter_stream
-            )
-
-    async def close(self) -> None:
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        if self._sub is None:
-            await self.open()
-        while not stop.is_set():
-            try:
-                await self.poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("dead-letter loop error: %s: %s", type(exc).__name__, exc)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
-
-    async def poll_once(self) -> bool:
-        assert self._sub is not None, "open() first"
-        try:
-            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return False
-        for msg in msgs:
-            await self.settle(msg)
-        return bool(msgs)
 
     async def settle(self, msg: Msg) -> None:
         try:
