@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from stovepipe_fsm.adapters.memory import (
     ManualClock,
@@ -41,6 +41,7 @@ from stovepipe_fsm.adapters.memory import (
     MemorySourceControl,
     MemorySourceControlProvider,
 )
+from stovepipe_fsm.apps.simulate.world import run_sync
 from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
 from stovepipe_fsm.domain.hooks import started_event
@@ -49,20 +50,10 @@ from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
 
-T = TypeVar("T")
 Q = "monorepo/main"
 GREEN, HEAD = "G", "H"
 TERMINAL = frozenset({"superseded", "succeeded", "failed", "cancelled"})
 TARGET_RATIO = 1.5
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("an in-memory step suspended")
 
 
 class FixedConfig:

@@ -25,7 +25,7 @@ from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import load_process_machines
-from ..simulate.runner import queue_json, request_json
+from ..simulate.runner import queue_json, render_requests_and_queues, request_json
 from .connect import NatsOptions, connect
 from .runtime import Pipeline, open_pipeline
 
@@ -94,15 +94,4 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
 
 
 def render_status(doc: dict[str, Any]) -> str:
-    lines = ["requests:"]
-    for r in doc["requests"]:
-        strategy = r["build_strategy"] or "-"
-        base = r["base_uri"] or "-"
-        lines.append(f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}")
-    lines.append("queues:")
-    for q in doc["queues"]:
-        lines.append(
-            f"  {q['name']}: in_flight={q['in_flight_count']} "
-            f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
-        )
-    return "\n".join(lines)
+    return "\n".join(render_requests_and_queues(doc))

@@ -190,9 +190,12 @@ def render_table(sim: Simulation) -> str:
     return "\n".join(lines)
 
 
-def final_table(world: World) -> str:
-    doc = result_json(world)
-    lines = ["final requests:"]
+def render_requests_and_queues(doc: dict[str, Any], *, heading: str = "requests:") -> list[str]:
+    """The ``requests`` and ``queues`` of a result document as aligned text lines.
+
+    Shared by ``simulate`` and ``status`` so a simulation and a live pipeline print alike.
+    """
+    lines = [heading]
     for r in doc["requests"]:
         strategy = r["build_strategy"] or "-"
         base = r["base_uri"] or "-"
@@ -203,6 +206,12 @@ def final_table(world: World) -> str:
             f"  {q['name']}: in_flight={q['in_flight_count']} "
             f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
         )
+    return lines
+
+
+def final_table(world: World) -> str:
+    doc = result_json(world)
+    lines = render_requests_and_queues(doc, heading="final requests:")
     lines.append(
         f"builds: {', '.join(doc['builds']) or '-'}; hooks: {len(doc['hooks'])}; "
         f"holds: {doc['holds']}; pending: {doc['pending']}"
