@@ -97,6 +97,14 @@ class _DirectEvent(Event):
     _spare: EventData | None = None
 
     def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
+        """``Event.trigger`` + ``_trigger`` + ``_process`` for a machine without event hooks.
+
+        The library's versions also run the machine's prepare/finalize/on_exception
+        callback lists and log each stage; a compiled machine declares none of those
+        hooks (``_Compiled`` asserts it), so what remains is the decision itself: refuse
+        an invalid source state, then offer the event to each transition of that state
+        in declaration order until one's conditions hold.
+        """
         event_data = self._spare
         if event_data is None:
             event_data = EventData(None, self, self.machine, model, args=args, kwargs=kwargs)
@@ -109,30 +117,19 @@ class _DirectEvent(Event):
             event_data.error = None
             event_data.result = False
         try:
-            return self._walk(event_data)
+            state = event_data.state = self.machine.get_model_state(model)
+            candidates = self.transitions.get(state.name)
+            if candidates is None:
+                raise MachineError(f"Can't trigger event {self.name} from state {state.name}!")
+            for transition in candidates:
+                event_data.transition = transition
+                if transition.execute(event_data):
+                    event_data.result = True
+                    return True
+            return False
         finally:
             event_data.args = ()  # do not keep the caller's context alive
             self._spare = event_data
-
-    def _walk(self, event_data: EventData) -> bool:
-        """``Event._trigger`` + ``Event._process`` for a machine without event hooks.
-
-        The library's versions also run the machine's prepare/finalize/on_exception
-        callback lists and log each stage; a compiled machine declares none of those
-        hooks (``_Compiled`` asserts it), so what remains is the decision itself: refuse
-        an invalid source state, then offer the event to each transition of that state
-        in declaration order until one's conditions hold.
-        """
-        state = event_data.state = self.machine.get_model_state(event_data.model)
-        candidates = self.transitions.get(state.name)
-        if candidates is None:
-            raise MachineError(f"Can't trigger event {self.name} from state {state.name}!")
-        for transition in candidates:
-            event_data.transition = transition
-            if transition.execute(event_data):
-                event_data.result = True
-                return True
-        return False
 
 
 def _model_state(machine: Machine, model: Any) -> State:
@@ -140,16 +137,37 @@ def _model_state(machine: Machine, model: Any) -> State:
     return machine.states[getattr(model, machine.model_attribute)]
 
 
+@dataclass(frozen=True)
+class _Guard:
+    """A registered condition plus the per-fire answer memo it shares with its twins."""
+
+    name: str
+    fn: Callable[[Any], Any]
+    answers: dict[str, bool]
+
+    def __call__(self, ctx: Any) -> bool:
+        return bool(self.fn(ctx))
+
+
 class _DirectCondition(Condition):
-    """A condition whose function is already a callable taking the context.
+    """A condition whose function is a :class:`_Guard`, answered at most once per fire.
 
     ``Condition.check`` first resolves ``func`` (it may name a model attribute or a
     dotted path) and then branches on ``send_event``; a compiled machine always hands it
-    a callable and never sends events, so the check is the call and the comparison.
+    a guard and never sends events. Sibling transitions repeat each other's guards
+    (``conditions: x`` on one, ``unless: x`` on the next), so the library would evaluate
+    one condition up to three times per trigger; within one fire nothing can change its
+    answer (no action runs until the machine has decided), so it is asked once.
     """
 
     def check(self, event_data: Any) -> bool:
-        return bool(self.func(*event_data.args, **event_data.kwargs) == self.target)
+        guard = self.func
+        answers = guard.answers
+        try:
+            answer = answers[guard.name]
+        except KeyError:
+            answer = answers[guard.name] = bool(guard.fn(event_data.args[0]))
+        return answer == self.target
 
 
 class _DecidingTransition(Transition):
@@ -248,29 +266,12 @@ class _Compiled:
             "trigger": t.trigger,
             "source": source,
             "dest": dest,
-            "conditions": [self._memoized(c.name, conditions[c.name].fn) for c in t.conditions],
-            "unless": [self._memoized(u.name, conditions[u.name].fn) for u in t.unless],
+            "conditions": [
+                _Guard(c.name, conditions[c.name].fn, self._answers) for c in t.conditions
+            ],
+            "unless": [_Guard(u.name, conditions[u.name].fn, self._answers) for u in t.unless],
             "after": [self._recorder(step, calls)],
         }
-
-    def _memoized(self, name: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``fn`` answered at most once per fire.
-
-        Sibling transitions repeat each other's guards (``conditions: x`` on one,
-        ``unless: x`` on the next), so ``transitions`` would evaluate the same condition
-        up to three times per trigger. Within one fire nothing can change its answer: no
-        action runs until the machine has decided.
-        """
-        answers = self._answers
-
-        def check(ctx: Any) -> Any:
-            try:
-                return answers[name]
-            except KeyError:
-                answer = answers[name] = fn(ctx)
-                return answer
-
-        return check
 
     def _recorder(self, step: Step, calls: tuple[ActionCall, ...]) -> Callable[..., None]:
         picked = (step, calls)
