@@ -100,6 +100,10 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
         )
         assert 'stovepipe_queue_in_flight{queue="team/app"} 1' in metrics
         assert "stovepipe_dead_letters_total 0" in metrics
+        # A admitted and B held at least once: two or more decisions, all under +Inf.
+        count = int(metrics.split("stovepipe_decision_latency_ms_count ")[1].split()[0])
+        assert count >= 2
+        assert f'stovepipe_decision_latency_ms_bucket{{le="+Inf"}} {count}' in metrics
         done = cli(
             "complete", *common, "--queue", "team/app", "--uri", "A", "--outcome", "succeeded"
         )

@@ -48,9 +48,16 @@ async def render_metrics(service: Service) -> str:
     family("stovepipe_dead_letters_total", "counter", "Messages dead-lettered by this replica.")
     dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
-    latencies = service.metrics.latency_ms
-    family("stovepipe_delivery_latency_ms_max", "gauge", "Slowest recent delivery (ms).")
-    lines.append(f"stovepipe_delivery_latency_ms_max {max(latencies) if latencies else 0:.3f}")
+    latency = service.metrics.latency
+    family(
+        "stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery."
+    )
+    for bound, count in latency.cumulative():
+        lines.append(f'stovepipe_decision_latency_ms_bucket{{le="{bound}"}} {count}')
+    lines.append(f"stovepipe_decision_latency_ms_sum {latency.sum_ms:.3f}")
+    lines.append(f"stovepipe_decision_latency_ms_count {latency.total}")
+    family("stovepipe_decision_latency_ms_max", "gauge", "Slowest delivery so far (ms).")
+    lines.append(f"stovepipe_decision_latency_ms_max {latency.max_ms:.3f}")
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
     lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
     family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
