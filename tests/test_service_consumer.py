@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nats_server import delete_topology, unique_tag
 from test_service_support import (
     memory_provider,
     running_service,
@@ -9,6 +10,7 @@ from test_service_support import (
     wait_for,
 )
 
+from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
 from stovepipe_fsm.adapters.jetstream.consumer import DeadLetter, publish_dead_letter
 
@@ -201,3 +203,22 @@ async def test_a_retried_message_that_succeeds_leaves_no_failure_record(js_env) 
                 return True
 
         await wait_for(ledger_empty, "the failure record forgotten")
+
+
+async def test_a_queue_past_the_consumer_limit_is_refused_clearly(js_env) -> None:
+    topology = Topology.isolated(unique_tag(), max_queues=2)
+    queues = {"a/one": {}, "a/two": {}, "a/three": {}}
+    try:
+        async with running_service(
+            js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
+        ) as run:
+            service = run.service
+            assert sorted(service.consumers) == ["a/one", "a/two"]
+            assert list(service.refused) == ["a/three"]
+            why = service.refused["a/three"]
+            assert "maximum consumers limit reached" in why and "max_consumers" in why
+            assert await service.discover() == []  # not retried every round
+            rid = await run.ingest("a/one", "A")  # the served queues keep working
+            await run.wait_state(rid, "processing")
+    finally:
+        await delete_topology(js_env.js, topology)

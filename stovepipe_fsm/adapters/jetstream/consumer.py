@@ -43,7 +43,7 @@ from ...domain.errors import NonRetryable
 from ...domain.ids import parse_request_id
 from .attempts import AttemptsLedger
 from .codec import decode_work
-from .errors import translated
+from .errors import MAX_CONSUMERS_CODE, translated
 from .publisher import MSG_ID_HEADER
 from .topology import Topology
 
@@ -197,14 +197,25 @@ async def ensure_pull_consumer(
             pass
         try:
             await js.add_consumer(stream, config=config)
-        except nats.js.errors.APIError:
+        except nats.js.errors.APIError as exc:
             # Another replica created it first (with our config): fine. Anything else
-            # (e.g. the stream's consumer limit) shows up in this re-read.
+            # shows up in this re-read.
             try:
                 await js.consumer_info(stream, name)
             except nats.js.errors.NotFoundError:
+                if exc.err_code == MAX_CONSUMERS_CODE:
+                    raise ConsumerLimitReached(
+                        f"stream {stream} refuses consumer {name}: maximum consumers limit "
+                        "reached (one consumer per queue). Raise the stream's max_consumers "
+                        "(Topology.max_queues) and the server's account limits, or shard "
+                        "queues over several process streams; see docs/jetstream.md"
+                    ) from None
                 raise
             return
+
+
+class ConsumerLimitReached(NonRetryable):
+    """The process stream holds as many consumers (queues) as it may."""
 
 
 class _PullLoop:

@@ -60,6 +60,10 @@ async def render_metrics(service: Service) -> str:
     lines.append(f"stovepipe_decision_latency_ms_max {latency.max_ms:.3f}")
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
     lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
+    family(
+        "stovepipe_queues_refused", "gauge", "Queues left unserved: the stream's consumer limit."
+    )
+    lines.append(f"stovepipe_queues_refused {len(service.refused)}")
     family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
     lines += await _in_flight_lines(service)
     return "\n".join(lines) + "\n"

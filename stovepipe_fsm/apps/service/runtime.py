@@ -34,6 +34,7 @@ from ...adapters.jetstream.consumer import (
     DEFAULT_FETCH_TIMEOUT_S,
     DEFAULT_RETRY_BASE_S,
     DEFAULT_RETRY_CAP_S,
+    ConsumerLimitReached,
     DeadLetterConsumer,
     Observer,
     ProcessConsumer,
@@ -180,6 +181,7 @@ class Service:
         self._external_observer = observer
         self.pipeline: Pipeline | None = None
         self.consumers: dict[str, ProcessConsumer] = {}
+        self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._dead_letters: DeadLetterConsumer | None = None
@@ -216,8 +218,13 @@ class Service:
         log.info("service started with %d queue consumer(s)", len(self.consumers))
 
     async def add_queue(self, queue: str) -> bool:
-        """Start the queue's consumer unless it runs already; ``True`` if started now."""
-        if queue in self.consumers or self._stop.is_set():
+        """Start the queue's consumer unless it runs already; ``True`` if started now.
+
+        A queue the stream has no consumer left for is refused with one error line (and
+        counted in ``refused``), not retried every discovery round; the other queues are
+        unaffected. Raising the limit needs a restart, which retries it.
+        """
+        if queue in self.consumers or queue in self.refused or self._stop.is_set():
             return False
         assert self.pipeline is not None, "start() first"
         consumer = ProcessConsumer(
@@ -233,7 +240,12 @@ class Service:
             retry_base_s=self.options.retry_base_s,
             retry_cap_s=self.options.retry_cap_s,
         )
-        await consumer.open()
+        try:
+            await consumer.open()
+        except ConsumerLimitReached as exc:
+            self.refused[queue] = str(exc)
+            log.error("queue not served: %s", exc, extra={"queue": queue})
+            return False
         self.consumers[queue] = consumer
         self._spawn(f"queue:{queue}", consumer.run(self._stop))
         log.info("consumer started", extra={"queue": queue})
