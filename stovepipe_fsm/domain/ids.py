@@ -8,6 +8,7 @@ counter, is a programming or data error and raises; it is never silently ordered
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .queue_names import InvalidQueueName, validate_queue_name
 
@@ -30,8 +31,20 @@ def format_request_id(queue: str, counter: int) -> str:
 
 
 def parse_request_id(request_id: str) -> RequestId:
-    """Split a request id into queue and counter; ``ValueError`` when malformed."""
-    if not isinstance(request_id, str) or not request_id.startswith(PREFIX):
+    """Split a request id into queue and counter; ``ValueError`` when malformed.
+
+    Every decision compares ids (coalescing) and parsing re-validates the queue name
+    character by character, so results are memoized: an id string always parses the
+    same way, and a bad one is never cached (it raises).
+    """
+    if not isinstance(request_id, str):
+        raise ValueError(f"request id {request_id!r} does not start with {PREFIX!r}")
+    return _parse(request_id)
+
+
+@lru_cache(maxsize=65_536)
+def _parse(request_id: str) -> RequestId:
+    if not request_id.startswith(PREFIX):
         raise ValueError(f"request id {request_id!r} does not start with {PREFIX!r}")
     queue, sep, counter = request_id[len(PREFIX) :].rpartition("/")
     if not sep or not counter.isascii() or not counter.isdecimal():
