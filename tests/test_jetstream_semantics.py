@@ -251,3 +251,42 @@ async def test_server_default_caps_consumers_per_stream_at_1000(js_env: JsEnv) -
     finally:
         for stream in (unset, explicit):
             await js.delete_stream(stream)
+
+
+async def test_a_stale_ack_of_an_earlier_delivery_settles_the_message(js_env: JsEnv) -> None:
+    """(h) After ack_wait the server redelivers, yet it still accepts the ack of the first
+    delivery: the message is settled and removed while delivery 2 is in hand, the queue
+    moves on to its next message, and delivery 2's NAK changes nothing. A slow first
+    delivery can therefore finish a message a second delivery is still working on, so
+    every step of process must stay idempotent."""
+    js, topology = js_env.js, js_env.topology
+    await _publish(js, topology, Q1, "A")
+    await _publish(js, topology, Q1, "B")
+    sub = await _consumer(js, topology, Q1, ack_wait=1.0)
+
+    first = await _must_fetch(sub)
+    assert (first.data, first.metadata.num_delivered) == (b"A", 1)
+    started = time.monotonic()
+    second = await _must_fetch(sub, timeout=3.0)  # first neither acked nor extended
+    assert 0.8 <= time.monotonic() - started < 2.5
+    assert (second.data, second.metadata.num_delivered) == (b"A", 2)
+    assert second.metadata.sequence.stream == first.metadata.sequence.stream
+    assert second.metadata.sequence.consumer > first.metadata.sequence.consumer
+    assert (await sub.consumer_info()).num_ack_pending == 1
+
+    await first.ack_sync()  # the stale delivery's ack: accepted, no error
+
+    info = await sub.consumer_info()
+    assert (info.num_ack_pending, info.num_redelivered) == (0, 0)
+    assert info.ack_floor.stream_seq == first.metadata.sequence.stream
+    stream = await js.stream_info(topology.process_stream)
+    assert stream.state.messages == 1  # A is gone from the work queue; B remains
+    # The barrier is released although delivery 2 of A is still in hand.
+    nxt = await _must_fetch(sub, timeout=1.0)
+    assert (nxt.data, nxt.metadata.num_delivered) == (b"B", 1)
+    await nxt.ack_sync()
+
+    await second.nak()  # would redeliver A at once if the server still tracked it
+    assert await _fetch_one(sub, 0.5) is None
+    assert (await sub.consumer_info()).num_ack_pending == 0
+    assert (await js.stream_info(topology.process_stream)).state.messages == 0
