@@ -75,6 +75,16 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user")
     p.add_argument("--password")
     p.add_argument("--token")
+    p.add_argument("--tls-ca", help="CA bundle to verify the server's certificate")
+    p.add_argument("--tls-cert", help="client certificate (with --tls-key)")
+    p.add_argument("--tls-key", help="client private key (with --tls-cert)")
+    p.add_argument("--tls-hostname", help="name to verify the server certificate against")
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=20.0,
+        help="seconds to establish the first connection before giving up (default 20)",
+    )
     p.add_argument("--machines", default=DEFAULT_MACHINES)
     p.add_argument("--config", default=DEFAULT_CONFIG)
     p.add_argument(
@@ -90,6 +100,11 @@ def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = 
         user=args.user,
         password=args.password,
         token=args.token,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_hostname=args.tls_hostname,
+        first_connect_timeout_s=args.connect_timeout,
         max_reconnect_attempts=-1 if service else 3,
     )
 
@@ -105,7 +120,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .logs import configure_json_logging
 
     configure_json_logging()
-    return asyncio.run(serve(args))
+    try:
+        nats_options(args).tls_context()  # bad TLS files are usage errors, before connecting
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(serve(args))
+    except (OSError, nats.errors.Error) as exc:
+        print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
+        return EXIT_FAIL
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:

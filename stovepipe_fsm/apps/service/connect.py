@@ -6,8 +6,10 @@ broker restart or fail-over, and the consumer loops simply see a few failed fetc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,17 @@ class NatsOptions:
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    #: TLS: a CA bundle to verify the server with, a client certificate and key for
+    #: servers that require one, and the name to check the server certificate against.
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_hostname: str | None = None
     connect_timeout_s: float = 5.0
+    #: Bound on establishing the first connection, retries included. nats-py waits for
+    #: ever when a TLS handshake fails on the first connect; this turns that (and a
+    #: broker that never comes up) into a clear error.
+    first_connect_timeout_s: float = 20.0
     #: -1: keep trying for ever (a service); operator commands pass a small number.
     #: 0 means "fail fast": nats-py reads 0 as unlimited (even for the first connect, and
     #: whatever allow_reconnect says), so it is sent as a single attempt instead.
@@ -57,11 +69,46 @@ class NatsOptions:
             options["password"] = self.password
         if self.token:
             options["token"] = self.token
+        context = self.tls_context()
+        if context is not None:
+            options["tls"] = context
+        if self.tls_hostname:
+            options["tls_hostname"] = self.tls_hostname
         return options
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """An SSL context when any TLS option is given; ``None`` leaves the client default.
+
+        A ``tls://`` URL without options still uses TLS with the system's trust store.
+        Unreadable files raise ``ValueError`` naming the option, before any connect.
+        """
+        if not (self.tls_ca or self.tls_cert or self.tls_key):
+            return None
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together")
+        try:
+            context = ssl.create_default_context(cafile=self.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"--tls-ca {self.tls_ca}: {exc}") from None
+        if self.tls_cert and self.tls_key:
+            try:
+                context.load_cert_chain(self.tls_cert, self.tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"--tls-cert/--tls-key {self.tls_cert}: {exc}") from None
+        return context
 
 
 async def connect(options: NatsOptions) -> Client:
-    return await nats.connect(**options.kwargs())
+    """Connect, or raise ``ConnectionError`` within ``first_connect_timeout_s``."""
+    try:
+        return await asyncio.wait_for(
+            nats.connect(**options.kwargs()), options.first_connect_timeout_s
+        )
+    except TimeoutError:
+        raise ConnectionError(
+            f"no connection to {options.url} within {options.first_connect_timeout_s:g} s "
+            "(broker down, wrong address, or a TLS handshake the server refused)"
+        ) from None
 
 
 async def _on_error(exc: Exception) -> None:
