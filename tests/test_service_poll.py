@@ -38,6 +38,11 @@ def stored_uris(url: str, topology_tag: str) -> list[str]:
     return [r["uri"] for r in json.loads(done.stdout)["requests"]]
 
 
+def poll_args(url: str, topology_tag: str, repo: Path, *extra: str) -> list[str]:
+    """``poll`` against ``repo`` on its own topology; ``extra`` adds or overrides flags."""
+    return ["poll", "--nats", url, "--topology-tag", topology_tag, "--git-repo", str(repo), *extra]
+
+
 def make_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -48,20 +53,7 @@ def make_repo(tmp_path: Path) -> Path:
 def test_poll_once_ingests_the_head_and_dedups_a_repeat(nats_server, tag, tmp_path) -> None:  # noqa: F811
     repo = make_repo(tmp_path)
     first = commit(repo, "A")
-    args = [
-        "poll",
-        "--nats",
-        nats_server.url,
-        "--topology-tag",
-        tag,
-        "--git-repo",
-        str(repo),
-        "--ref",
-        "main",
-        "--queue",
-        "mono/main",
-        "--once",
-    ]
+    args = poll_args(nats_server.url, tag, repo, "--ref", "main", "--queue", "mono/main", "--once")
 
     done = cli(*args)
     assert done.returncode == 0, done.stderr
@@ -85,19 +77,17 @@ def test_poll_follows_new_heads_until_sigterm(nats_server, tag, tmp_path) -> Non
     process = subprocess.Popen(
         [
             *CLI,
-            "poll",
-            "--nats",
-            nats_server.url,
-            "--topology-tag",
-            tag,
-            "--git-repo",
-            str(repo),
-            "--ref",
-            "main",
-            "--queue",
-            "mono/main",
-            "--interval",
-            "0.2",
+            *poll_args(
+                nats_server.url,
+                tag,
+                repo,
+                "--ref",
+                "main",
+                "--queue",
+                "mono/main",
+                "--interval",
+                "0.2",
+            ),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -119,16 +109,7 @@ def test_poll_follows_new_heads_until_sigterm(nats_server, tag, tmp_path) -> Non
 def test_poll_reports_bad_input(nats_server, tag, tmp_path) -> None:  # noqa: F811
     repo = make_repo(tmp_path)
     commit(repo, "A")
-    common = [
-        "poll",
-        "--nats",
-        nats_server.url,
-        "--topology-tag",
-        tag,
-        "--git-repo",
-        str(repo),
-        "--once",
-    ]
+    common = poll_args(nats_server.url, tag, repo, "--once")
     missing_ref = cli(*common, "--ref", "no-such-branch", "--queue", "mono/main")
     assert missing_ref.returncode == 2
     assert "no-such-branch" in missing_ref.stderr and "Traceback" not in missing_ref.stderr
