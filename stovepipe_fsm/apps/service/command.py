@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
     _broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("poll", help="ingest each new head of a git ref")
@@ -236,7 +237,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             doc = await status_document(nc.jetstream(), topology_of(args))
         finally:
             await nc.close()
-        print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+        text = render_status(doc, recent=None if args.all else 10)
+        print(json.dumps(doc, indent=2) if args.json else text)
         return EXIT_OK
 
     return _run_operator(run())

@@ -25,7 +25,7 @@ from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import load_process_machines
-from ..simulate.runner import queue_json, render_requests_and_queues, request_json
+from ..simulate.runner import queue_json, render_queue_row, render_request_rows, request_json
 from .connect import NatsOptions, connect
 from .runtime import Pipeline, open_pipeline
 
@@ -90,8 +90,19 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
     return {
         "requests": [request_json(r) for r in sorted(requests, key=lambda r: order(r.id))],
         "queues": [queue_json(q) for q in sorted(queues, key=lambda q: q.name)],
+        # Who holds each queue's slots: the first thing to look at when a queue waits.
+        "slot_holders": {q.name: list(q.slot_holders) for q in queues},
     }
 
 
-def render_status(doc: dict[str, Any]) -> str:
-    return "\n".join(render_requests_and_queues(doc))
+def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
+    """Queues with their slot holders, then each queue's ``recent`` newest requests."""
+    holders = doc.get("slot_holders", {})
+    lines = ["queues:", *(render_queue_row(q, holders.get(q["name"], [])) for q in doc["queues"])]
+    shown: list[dict[str, Any]] = []
+    for q in doc["queues"]:
+        rows = [r for r in doc["requests"] if r["queue"] == q["name"]]
+        shown += rows if recent is None else rows[-recent:]
+    hidden = len(doc["requests"]) - len(shown)
+    lines.append(f"requests ({hidden} older not shown; --all):" if hidden else "requests:")
+    return "\n".join([*lines, *render_request_rows(shown)])

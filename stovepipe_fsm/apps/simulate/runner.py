@@ -195,18 +195,29 @@ def render_requests_and_queues(doc: dict[str, Any], *, heading: str = "requests:
 
     Shared by ``simulate`` and ``status`` so a simulation and a live pipeline print alike.
     """
-    lines = [heading]
-    for r in doc["requests"]:
+    return [
+        heading,
+        *render_request_rows(doc["requests"]),
+        "queues:",
+        *(render_queue_row(q) for q in doc["queues"]),
+    ]
+
+
+def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in requests:
         strategy = r["build_strategy"] or "-"
         base = r["base_uri"] or "-"
         lines.append(f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}")
-    lines.append("queues:")
-    for q in doc["queues"]:
-        lines.append(
-            f"  {q['name']}: in_flight={q['in_flight_count']} "
-            f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
-        )
     return lines
+
+
+def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str:
+    held = "" if holders is None else f" holders={', '.join(holders) or '-'}"
+    return (
+        f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
+        f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
+    )
 
 
 def final_table(world: World) -> str:
