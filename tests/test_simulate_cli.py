@@ -110,6 +110,36 @@ def test_table_shows_crash_retry_and_redelivery(
     assert "duplicate process message for request/monorepo/main/1" in results
 
 
+def test_table_shows_a_stalled_delivery_overtaken_by_its_redelivery(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fact H of docs/jetstream.md: the redelivery settles the message, the queue moves
+    on, and the stalled delivery's late ack changes nothing."""
+    timeline = tmp_path / "t.yaml"
+    timeline.write_text(
+        "history: {A: [], B: [A]}\n"
+        "steps:\n"
+        "  - ingest: A\n"
+        "  - stall: after_publish_build\n"
+        "  - deliver\n"
+        "  - ingest: B\n"
+        "  - resume: A\n"
+    )
+    code, out, err = simulate([str(timeline), "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["pending"] == 1 and "in_hand" not in doc
+    assert [h["request_id"] for h in doc["hooks"]] == ["request/monorepo/main/1"] * 2
+    code, out, err = simulate([str(timeline)], capsys)
+    results = [r[3] for r in table_rows(out)]
+    assert results[1] == (
+        "request/monorepo/main/1 (A): in hand, stalled after_publish_build (message due again)"
+    )
+    assert results[4] == (
+        "request/monorepo/main/1 (A): acked late, message already settled; request processing"
+    )
+
+
 def test_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = simulate([str(WALKTHROUGH), "--json"], capsys)
     assert code == 0
@@ -147,6 +177,13 @@ BAD_TIMELINES = {
         "parent cycle",
     ),
     "bad_config_knob": ("config: {max_concurrent: 0}\nsteps: [run]\n", 1, 26, "minimum"),
+    "unknown_stall_point": ("steps:\n  - stall: after_ack\n", 2, 12, "stall"),
+    "resume_nothing_in_hand": (
+        "steps:\n  - ingest: A\n  - resume: A\n",
+        3,
+        5,
+        "no stalled delivery",
+    ),
 }
 
 

@@ -16,7 +16,12 @@ Enabled actions, for the one checked queue:
   up - kept only when the delivery asked source control); a duplicate process message
   for an accepted head (ingest publishes only while a request is accepted; a message
   redelivered after the work was done is the ``after_publish_build`` crash);
-  dead-letter reconcile of a non-terminal request.
+  dead-letter reconcile of a non-terminal request;
+- overlapping deliveries (``--max-overlaps``, off by default): stall the head's delivery
+  in hand after one of the bounds' stall points (bounded, kept only when the delivery got
+  there); resuming a stalled delivery is fair (a delivery in hand eventually continues).
+  While one is stalled its message is due again, so the plain ``deliver`` above is its
+  redelivery, and every other action interleaves with it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from .model import (
     OUTAGE,
     REDELIVER,
     RESTORE,
+    RESUME,
+    STALL,
     Action,
     Bounds,
     Budget,
@@ -110,6 +117,12 @@ def enabled(
                 actions.append(Action(COMPLETE, (complete,)))
     if not obs.source_control_up:
         actions.append(Action(RESTORE, (step("source_control", q, value="up"),)))
+    resumable: list[str] = []
+    for held in obs.in_hand:
+        if held.queue == q and held.request_id not in resumable:
+            resumable.append(held.request_id)
+            uri = obs.by_id[held.request_id].uri
+            actions.append(Action(RESUME, (step("resume", q, uri=uri),)))
     if fair_only:
         return actions
 
@@ -120,6 +133,9 @@ def enabled(
         for point in CRASH_POINTS:
             arm = step("crash", q, value=point)
             actions.append(Action(CRASH, (arm, step("deliver", q))))
+    if head_due and budget.overlaps < bounds.max_overlaps:
+        for point in bounds.stall_points:
+            actions.append(Action(STALL, (step("stall", q, value=point),)))
     if head_due and budget.outages < bounds.max_outages:
         down, up = step("source_control", q, value="down"), step("source_control", q, value="up")
         actions.append(Action(OUTAGE, (down, step("deliver", q), up)))
@@ -137,12 +153,13 @@ def enabled(
 def perform(world: World, action: Action, variant: Variant) -> World | None:
     """``action`` applied to a fork of ``world``; ``None`` when it is not a real edge.
 
-    A crash edge whose delivery never reached its crash point, or an outage edge whose
-    delivery never asked source control, is a plain delivery under another name; it is
-    dropped so every explored fault happens where its label says.
+    A crash edge whose delivery never reached its crash point, an outage edge whose
+    delivery never asked source control, or a stall edge whose delivery finished before
+    its stall point, is a plain delivery under another name; it is dropped so every
+    explored fault happens where its label says.
     """
     twin = variant.fork(world)
-    asked = twin.graph.calls
+    asked, stalled = twin.graph.calls, len(twin.in_hand)
     for item in action.steps:
         try:
             apply_step(twin, item)
@@ -151,5 +168,7 @@ def perform(world: World, action: Action, variant: Variant) -> World | None:
     if action.kind == CRASH and twin.armed_crash:
         return None
     if action.kind == OUTAGE and twin.graph.calls == asked:
+        return None
+    if action.kind == STALL and len(twin.in_hand) == stalled:
         return None
     return twin

@@ -21,12 +21,14 @@ from ...process.catalog import ProcessMachines, load_process_machines
 from ..cli import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
 from ..simulate.runner import render_table
 from ..simulate.timeline import DEFAULT_QUEUE, load_timeline
+from ..simulate.world import STALL_POINTS
 from .explorer import DEFAULT_MAX_STATES, Explorer, Result, Setup, stderr_progress
 from .model import Bounds
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
 from .variants import Variant
 
 DEFAULT_MAX_CONCURRENT = (1, 2)
+OVERLAPS_BY_DEFAULT = False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -75,6 +77,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--max-dead-letters", type=_count, default=1, help="dead-letter reconciles per path"
     )
     p.add_argument("--max-outages", type=_count, default=1, help="source-control errors per path")
+    p.add_argument(
+        "--overlaps",
+        action=argparse.BooleanOptionalAction,
+        default=OVERLAPS_BY_DEFAULT,
+        help="stall a delivery in hand after an action while its message is redelivered "
+        "and the queue moves on (a stale ack, docs/jetstream.md fact H) "
+        f"(default {'on' if OVERLAPS_BY_DEFAULT else 'off'})",
+    )
+    p.add_argument(
+        "--max-overlaps", type=_count, default=1, help="stalled deliveries per path (default 1)"
+    )
+    p.add_argument(
+        "--stall-at",
+        nargs="+",
+        choices=STALL_POINTS,
+        default=list(STALL_POINTS),
+        metavar="POINT",
+        help=f"where a delivery may stall (default all: {' '.join(STALL_POINTS)})",
+    )
     p.add_argument(
         "--max-states",
         type=_positive,
@@ -159,6 +180,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         max_dead_letters=args.max_dead_letters,
         max_outages=args.max_outages,
         queue=args.queue,
+        max_overlaps=args.max_overlaps if args.overlaps else 0,
+        stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
     )
     values = sorted(set(args.max_concurrent))
     jobs = [
@@ -204,6 +227,11 @@ def describe_bounds(bounds: Bounds) -> str:
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "
         f"{bounds.max_outages} source-control outage(s)"
+        + (
+            f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
+            if bounds.max_overlaps
+            else ""
+        )
     )
 
 

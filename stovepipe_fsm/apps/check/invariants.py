@@ -141,16 +141,16 @@ def _holder_is_admitting(obs: Observation, rules: Rules) -> Iterator[str]:
                 continue
             elif request.state != rules.initial_state:
                 yield f"{_label(request)} holds a slot of queue {row.name}"
-            elif not obs.pending_for(holder):
+            elif not obs.pending_for(holder) and not obs.in_hand_for(holder):
                 yield (
                     f"{_label(request)} holds a slot mid-admission but no process message "
-                    "for it is pending, so nothing will finish or undo the admission"
+                    "for it is pending or in hand, so nothing will finish or undo the admission"
                 )
 
 
 def _idle_holders_exact(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
-        if obs.pending_in(row.name):
+        if obs.busy(row.name):
             continue
         expected = {r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states}
         if set(row.slot_holders) != expected:
@@ -170,7 +170,7 @@ def _counter_covers(obs: Observation, rules: Rules) -> Iterator[str]:
 
 def _idle_counter_exact(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
-        if obs.pending_in(row.name):
+        if obs.busy(row.name):
             continue
         holding = [r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states]
         if row.in_flight_count != len(holding):
@@ -263,6 +263,22 @@ def _last_green_forward(pre: Observation, post: Observation, rules: Rules) -> It
             yield f"queue {before.name}: last green moved back from {old} to {new or 'nothing'}"
 
 
+def _decided_as_latest(pre: Observation, request_id: str) -> bool:
+    """A delivery of the request in hand decided on a queue row naming it the latest head.
+
+    A delivery is not atomic: ingest can stamp a newer head between the gate decision
+    (validated by the slot claim's compare-and-set on the queue row) and the write of
+    ``processing``, and nothing re-reads the row in between. An atomic delivery is held
+    to "latest at the admission"; a stalled one to "latest in the row it decided on".
+    """
+    return any(
+        held.request_id == request_id
+        and held.queue_row is not None
+        and held.queue_row.latest_request_id == request_id
+        for held in pre.in_hand
+    )
+
+
 def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     for after in post.requests:
         before = pre.by_id.get(after.id)
@@ -273,7 +289,7 @@ def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterato
             continue
         row = pre.queue(after.queue)
         latest = row.latest_request_id if row else ""
-        if latest != after.id:
+        if latest != after.id and not _decided_as_latest(pre, after.id):
             yield f"{_label(after)} was admitted while the latest head was {latest or 'unset'}"
 
 
@@ -291,13 +307,14 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "holder_is_admitting",
-        "a holder not in a slot-holding state is accepted with its message still pending",
+        "a holder not in a slot-holding state is accepted with its message still pending "
+        "(or a delivery of it in hand)",
         _holder_is_admitting,
         counter=False,
     ),
     Invariant(
         "idle_holders_exact",
-        "with no message pending, the holders are exactly the processing requests",
+        "with no message pending or in hand, the holders are exactly the processing requests",
         _idle_holders_exact,
         counter=False,
     ),
@@ -309,7 +326,8 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "idle_counter_exact",
-        "with no message pending, in_flight_count equals the number of processing requests",
+        "with no message pending or in hand, in_flight_count equals the number of processing "
+        "requests",
         _idle_counter_exact,
         holders=False,
     ),
@@ -355,7 +373,8 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "admits_latest",
-        "a request is only admitted while it is the latest head of its queue",
+        "a request is only admitted while it is the latest head of its queue (a delivery "
+        "stalled in hand: while it was, in the queue row it decided on)",
         _admits_latest,
     ),
 )
@@ -393,8 +412,10 @@ def check_edge(pre: Observation, post: Observation, rules: Rules) -> Violation |
 
 
 def quiescent(obs: Observation, rules: Rules) -> bool:
-    """Nothing left to do: no message pending and no accepted request waiting."""
-    return not obs.pending and all(r.state != rules.initial_state for r in obs.requests)
+    """Nothing left to do: no message pending or in hand and no accepted request waiting."""
+    if obs.pending or obs.in_hand:
+        return False
+    return all(r.state != rules.initial_state for r in obs.requests)
 
 
 def waiting(obs: Observation, rules: Rules) -> str:
@@ -407,6 +428,10 @@ def waiting(obs: Observation, rules: Rules) -> str:
         parts.append(
             "pending: "
             + ", ".join(f"{p.request_id} (due in {p.due_in_ms} ms)" for p in obs.pending)
+        )
+    if obs.in_hand:
+        parts.append(
+            "in hand: " + ", ".join(f"{h.request_id} (stalled {h.point})" for h in obs.in_hand)
         )
     for row in obs.queues:
         parts.append(f"queue {row.name} holders {list(row.slot_holders)}")

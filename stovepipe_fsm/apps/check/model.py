@@ -18,6 +18,7 @@ from typing import Any
 
 from ...spec.errors import Location
 from ..simulate.timeline import DEFAULT_QUEUE, TimelineStep
+from ..simulate.world import STALL_POINTS
 
 CHECK_LOCATION = Location("check", 0, 0)
 REWRITE_HEAD = "R"
@@ -34,7 +35,9 @@ CRASH = "crash"
 REDELIVER = "redeliver"
 DEAD_LETTER = "dead_letter"
 OUTAGE = "outage"
-FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE})
+STALL = "stall"
+RESUME = "resume"
+FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE, RESUME})
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,17 @@ class Bounds:
     max_dead_letters: int = 1
     max_outages: int = 1
     queue: str = DEFAULT_QUEUE
+    max_overlaps: int = 0
+    stall_points: tuple[str, ...] = STALL_POINTS
 
     def __post_init__(self) -> None:
         if self.heads < 1:
             raise ValueError(f"heads must be >= 1, got {self.heads}")
-        for name in ("max_crashes", "max_duplicates", "max_dead_letters", "max_outages"):
+        unknown = set(self.stall_points) - set(STALL_POINTS)
+        if unknown:
+            raise ValueError(f"unknown stall points {sorted(unknown)}")
+        names = ("max_crashes", "max_duplicates", "max_dead_letters", "max_outages", "max_overlaps")
+        for name in names:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -85,6 +94,7 @@ class Budget:
     duplicates: int = 0
     dead_letters: int = 0
     outages: int = 0
+    overlaps: int = 0
 
     def spend(self, kind: str) -> Budget:
         """The budget after one action of ``kind`` (fair actions are free)."""
@@ -100,6 +110,7 @@ _SPENDS = {
     REDELIVER: "duplicates",
     DEAD_LETTER: "dead_letters",
     OUTAGE: "outages",
+    STALL: "overlaps",
 }
 
 
@@ -130,7 +141,7 @@ def step_data(item: TimelineStep, default_queue: str) -> str | dict[str, Any]:
         return kind
     if kind == "advance_ms":
         return {kind: item.amount}
-    if kind in ("crash", "source_control"):
+    if kind in ("crash", "source_control", "stall"):
         return {kind: item.value}
     if kind == "complete":
         body: dict[str, Any] = {"uri": item.uri, "outcome": item.outcome}

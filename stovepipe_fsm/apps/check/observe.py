@@ -10,7 +10,11 @@ influence what the world does next, and nothing that cannot:
   so the absolute clock, which grows on every hold, never splits equivalent states;
 - what was published, as sets (a re-publish that a broker would dedupe is not news):
   build request ids, start hooks by (request id, event id);
-- requests the runtime dead-lettered, the source-control switch and the crash armed.
+- requests the runtime dead-lettered, the source-control switch and the crash armed;
+- every delivery stalled in hand (:class:`InHandView`): where its flow stands, what it
+  loaded, and whether what it loaded is still current. Absolute CAS versions are not
+  observed, but whether a stalled delivery's request or queue row is stale is: that
+  alone decides whether its compare-and-set writes will succeed.
 
 Two worlds with equal observations (and equal budgets) have the same futures up to a
 shift of the clock, so the search expands each observation once.
@@ -21,10 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
+from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
 from ...adapters.memory.publisher import BUILD, HOOK
-from ...domain.entities import Queue, Request
+from ...domain.entities import Queue, QueueConfig, Request
+from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
-from ..simulate.world import World
+from ...spec.compiler import Step
+from ..simulate.world import InHand, World, run_sync
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,27 @@ class Pending:
 
 
 @dataclass(frozen=True)
+class InHandView:
+    """A stalled delivery, as far as its future depends on it."""
+
+    request_id: str
+    queue: str
+    point: str
+    flow_state: str
+    pending_actions: tuple[str, ...]
+    message_pending: bool
+    request: Request | None
+    request_fresh: bool
+    queue_row: Queue | None
+    queue_fresh: bool
+    config: QueueConfig
+    build_strategy: str
+    base_uri: str
+    slot_conflict: bool
+    admit_step: Step | None
+
+
+@dataclass(frozen=True)
 class Observation:
     requests: tuple[Request, ...]
     queues: tuple[Queue, ...]
@@ -46,6 +74,7 @@ class Observation:
     dead_lettered: frozenset[str]
     source_control_up: bool
     armed_crash: str
+    in_hand: tuple[InHandView, ...] = ()
 
     @cached_property
     def by_id(self) -> dict[str, Request]:
@@ -62,6 +91,14 @@ class Observation:
 
     def pending_in(self, queue: str) -> tuple[Pending, ...]:
         return tuple(p for p in self.pending if p.queue == queue)
+
+    def in_hand_for(self, request_id: str) -> bool:
+        """A stalled delivery of the request is still to run its rest."""
+        return any(h.request_id == request_id for h in self.in_hand)
+
+    def busy(self, queue: str) -> bool:
+        """Work is left on ``queue``: a message pending or a delivery stalled in hand."""
+        return bool(self.pending_in(queue)) or any(h.queue == queue for h in self.in_hand)
 
     def requests_of(self, queue: str) -> tuple[Request, ...]:
         return tuple(r for r in self.requests if r.queue == queue)
@@ -95,4 +132,36 @@ def observe(world: World) -> Observation:
         dead_lettered=frozenset(rid for rid, _ in world.dead_letters),
         source_control_up=world.graph.available,
         armed_crash=world.armed_crash,
+        in_hand=tuple(_in_hand(world, held) for held in world.in_hand),
+    )
+
+
+def _current(store: MemoryRequestStore | MemoryQueueStore, key: str) -> Request | Queue | None:
+    try:
+        return run_sync(store.get(key))
+    except NotFound:
+        return None
+
+
+def _in_hand(world: World, held: InHand) -> InHandView:
+    ctx, cursor = held.paused.ctx, held.paused.cursor
+    request, row = ctx.request, ctx.queue
+    current_request = _current(world.requests, request.id) if request else None
+    current_row = _current(world.queues, row.name) if row else None
+    return InHandView(
+        request_id=held.message.request_id,
+        queue=held.message.queue,
+        point=held.point,
+        flow_state=cursor.state,
+        pending_actions=cursor.pending_names,
+        message_pending=world.broker.find(held.message.seq) is not None,
+        request=replace(request, version=0) if request else None,
+        request_fresh=bool(current_request) and current_request.version == request.version,
+        queue_row=replace(row, version=0) if row else None,
+        queue_fresh=bool(current_row) and current_row.version == row.version,
+        config=ctx.config,
+        build_strategy=ctx.build_strategy,
+        base_uri=ctx.base_uri,
+        slot_conflict=ctx.slot_conflict,
+        admit_step=ctx.admit_step,
     )

@@ -74,6 +74,9 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
     if kind == "advance_ms":
         world.advance(step.amount)
         return [f"clock at {world.clock.now_ms()} ms"]
+    if kind == "stall":
+        report = world.stall(step.value)
+        return [explain(world, report)] if report else ["nothing due"]
     if kind == "crash":
         world.armed_crash = step.value
         return [f"next delivery reaching {step.value} dies there"]
@@ -84,6 +87,8 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
     if kind == "complete":
         request = world.complete(request_id, step.outcome)
         return [f"{request.id} {request.state}; {_queue_summary(world, request.queue)}"]
+    if kind == "resume":
+        return [explain(world, world.resume(request_id))]
     if kind == "redeliver":
         world.redeliver(request_id)
         return [f"duplicate process message for {request_id}"]
@@ -114,6 +119,10 @@ def explain(world: World, report: DeliveryReport) -> str:
     label = f"{report.request_id} ({request.uri})" if request else report.request_id
     if report.outcome in ("crashed", "retry", "dead_letter"):
         return f"{label}: {report.outcome} ({report.detail})"
+    if report.outcome == "stalled":
+        return f"{label}: in hand, stalled {report.detail} (message due again)"
+    if report.detail:  # a resumed delivery whose message another delivery settled
+        return f"{label}: {report.outcome} late, {report.detail}; request {_state(request)}"
     if request is None:
         return f"{label}: {report.outcome}"
     if report.outcome == "held":
@@ -126,6 +135,10 @@ def explain(world: World, report: DeliveryReport) -> str:
     if request.state == "superseded":
         return f"{label}: superseded by {request.superseded_by}"
     return f"{label}: {request.state}, acked"
+
+
+def _state(request: Request | None) -> str:
+    return request.state if request else "missing"
 
 
 def _request(world: World, request_id: str) -> Request | None:
@@ -148,6 +161,7 @@ def result_json(world: World) -> dict[str, Any]:
         ],
         "holds": world.holds,
         "pending": len(world.broker.messages),
+        **({"in_hand": len(world.in_hand)} if world.in_hand else {}),
     }
 
 

@@ -33,7 +33,7 @@ class TimelineStep:
             return f"advance_ms {self.amount}"
         if self.kind == "complete":
             return f"complete {self.uri} {self.outcome}"
-        if self.kind in ("crash", "source_control"):
+        if self.kind in ("crash", "source_control", "stall"):
             return f"{self.kind} {self.value}"
         return f"{self.kind} {self.uri}"
 
@@ -121,7 +121,7 @@ def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineSte
     ((kind, value),) = raw.items()
     if kind == "advance_ms":
         return TimelineStep(kind, where, queue=queue, amount=int(value))
-    if kind in ("crash", "source_control"):
+    if kind in ("crash", "source_control", "stall"):
         return TimelineStep(kind, where, queue=queue, value=str(value))
     if kind == "complete":
         return TimelineStep(

@@ -9,6 +9,16 @@ Because in-memory adapters never suspend, every coroutine completes in one
 ``send(None)``; :func:`run_sync` exploits that so a step is an ordinary function call.
 That keeps ``simulate`` deterministic and lets ``check`` fork a world (``clone``) and
 explore thousands of interleavings without an event loop.
+
+Overlapping deliveries (``docs/jetstream.md``, fact H): :meth:`World.stall` delivers the
+head and stops that delivery after a named action, *in hand*. Its ack deadline is taken
+to have lapsed, so the message stays at the head and is due again at once: the next
+``deliver`` is its redelivery, running while the stalled one is still in hand, and
+whichever of the two settles first removes the message (a stale ack), so the queue's
+next message can start under the stalled one. :meth:`World.resume` runs the rest of
+the stalled delivery; its ack or hold of a message already settled is a no-op, as on
+the server. Two stalls of one message give the exact shape of fact H (delivery 1
+stalled, delivery 2 stalled, delivery 1 resumes and acks, delivery 2 still in hand).
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from ...domain.hooks import HookEvent
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ...process.controller import ProcessController
+from ...process.controller import PausedDelivery, ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ..dlq import DeadLetterReconciler
 from ..ingest import Ingest, IngestResult
@@ -47,6 +57,10 @@ CRASH_POINTS = (
     "after_announce",
     "after_publish_build",
 )
+# Where a delivery can be stalled in hand: after loading the queue (the coalesce and
+# gate decisions are then taken on what it loaded), after deriving the strategy, and at
+# every crash point of the admit path.
+STALL_POINTS = ("after_load_queue", "after_derive_strategy", *CRASH_POINTS)
 RETRY_DELAY_MS = 1000
 
 
@@ -103,6 +117,13 @@ class SimBroker:
     def remove(self, message: Message) -> None:
         self.messages = [m for m in self.messages if m.seq != message.seq]
 
+    def find(self, seq: int) -> Message | None:
+        """The pending message ``seq``; ``None`` once it was settled."""
+        for message in self.messages:
+            if message.seq == seq:
+                return message
+        return None
+
     def clone(self) -> SimBroker:
         return SimBroker([dataclasses.replace(m) for m in self.messages], self.next_seq)
 
@@ -147,9 +168,11 @@ class SimDelivery:
         self.outcome = "acked"
 
     async def hold(self, delay_ms: int) -> None:
+        self.outcome = "held"
+        if self.world.broker.find(self.message.seq) is None:
+            return  # settled by another delivery of it: a late nak changes nothing
         self.message.due_ms = self.world.clock.now_ms() + delay_ms
         self.world.holds += 1
-        self.outcome = "held"
 
     async def in_progress(self) -> None:
         return None
@@ -176,6 +199,30 @@ class DeliveryReport:
     outcome: str  # acked | held | crashed | retry | dead_letter
     detail: str = ""
     state_before: str = ""  # the request's state when the delivery started ("" if none)
+
+
+@dataclass(frozen=True)
+class InHand:
+    """A stalled delivery: the message it carries, its delivery and its paused flow."""
+
+    delivery: SimDelivery
+    paused: PausedDelivery
+    point: str
+    state_before: str
+
+    @property
+    def message(self) -> Message:
+        return self.delivery.message
+
+    def rebind(self, twin: World) -> InHand:
+        """The same delivery in ``twin``: its message, its controller, its stores."""
+        message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
+        delivery = SimDelivery(twin, message)
+        delivery.outcome = self.delivery.outcome
+        ctx = dataclasses.replace(self.paused.ctx, stage=twin.controller, delivery=delivery)
+        return dataclasses.replace(
+            self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
+        )
 
 
 class SingleSourceControl:
@@ -210,6 +257,7 @@ class World:
         self.armed_crash = ""
         self.holds = 0
         self.dead_letters: list[tuple[str, str]] = []
+        self.in_hand: list[InHand] = []
         self._wire()
 
     def _wire(self) -> None:
@@ -252,6 +300,7 @@ class World:
         twin.holds = self.holds
         twin.dead_letters = list(self.dead_letters)
         twin._wire()
+        twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
         return twin
 
     # --- steps -------------------------------------------------------------------
@@ -269,19 +318,74 @@ class World:
         before = self._state_of(message.request_id)
         try:
             outcome = run_sync(self.controller.handle(delivery, probe=probe))
-        except Crash as crash:
-            message.due_ms = self.clock.now_ms()
-            return DeliveryReport(message.seq, message.request_id, "crashed", str(crash), before)
-        except NonRetryable as exc:
-            self.broker.remove(message)
-            self.dead_letters.append((message.request_id, str(exc)))
-            return DeliveryReport(message.seq, message.request_id, "dead_letter", str(exc), before)
-        except Exception as exc:  # the runtime's classifier: anything else is retryable
-            message.due_ms = self.clock.now_ms() + RETRY_DELAY_MS
-            return DeliveryReport(
-                message.seq, message.request_id, "retry", f"{type(exc).__name__}: {exc}", before
-            )
+        except Exception as exc:
+            return self._failed(message, exc, before)
         return DeliveryReport(message.seq, message.request_id, outcome, "", before)
+
+    def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
+        """What the runtime does with a delivery that raised (crash, non-retryable, other).
+
+        A message another delivery already settled is not touched: nothing is left on the
+        topic to retry, dead-letter or redeliver.
+        """
+        settled = self.broker.find(message.seq) is None
+        if isinstance(exc, Crash):
+            if not settled:
+                message.due_ms = self.clock.now_ms()
+            return DeliveryReport(message.seq, message.request_id, "crashed", str(exc), before)
+        if isinstance(exc, NonRetryable):
+            if not settled:
+                self.broker.remove(message)
+                self.dead_letters.append((message.request_id, str(exc)))
+            return DeliveryReport(message.seq, message.request_id, "dead_letter", str(exc), before)
+        if not settled:  # the runtime's classifier: anything else is retryable
+            message.due_ms = self.clock.now_ms() + RETRY_DELAY_MS
+        return DeliveryReport(
+            message.seq, message.request_id, "retry", f"{type(exc).__name__}: {exc}", before
+        )
+
+    def stall(self, point: str) -> DeliveryReport | None:
+        """Deliver the due head and stop that delivery after ``point``, still in hand.
+
+        The message stays at the head, due now (the stalled delivery's ack deadline has
+        lapsed), so it is redelivered while this delivery is in hand. A delivery that
+        finishes or fails before reaching ``point`` is reported like :meth:`deliver`.
+        """
+        if point not in STALL_POINTS:
+            raise ValueError(f"unknown stall point {point!r}; one of {', '.join(STALL_POINTS)}")
+        due = self.broker.due(self.clock.now_ms())
+        if not due:
+            return None
+        message = due[0]
+        message.deliveries += 1
+        delivery = SimDelivery(self, message)
+        probe = self._probe if self.armed_crash else None
+        before = self._state_of(message.request_id)
+        action = point.removeprefix("after_")
+        try:
+            result = run_sync(self.controller.begin(delivery, pause_after=action, probe=probe))
+        except Exception as exc:
+            return self._failed(message, exc, before)
+        if isinstance(result, str):
+            return DeliveryReport(message.seq, message.request_id, result, "", before)
+        self.in_hand.append(InHand(delivery, result, point, before))
+        return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
+
+    def resume(self, request_id: str) -> DeliveryReport:
+        """Run the rest of the oldest stalled delivery of ``request_id``."""
+        held = next((h for h in self.in_hand if h.message.request_id == request_id), None)
+        if held is None:
+            raise ValueError(f"no stalled delivery of {request_id!r} is in hand")
+        self.in_hand.remove(held)
+        message = held.message
+        probe = self._probe if self.armed_crash else None
+        settled = "" if self.broker.find(message.seq) else "message already settled"
+        try:
+            result = run_sync(self.controller.resume(held.paused, probe=probe))
+        except Exception as exc:
+            return self._failed(message, exc, held.state_before)
+        assert isinstance(result, str), "a resumed delivery runs to the end"
+        return DeliveryReport(message.seq, message.request_id, result, settled, held.state_before)
 
     def _state_of(self, request_id: str) -> str:
         try:
