@@ -25,7 +25,7 @@ from stovepipe_fsm.apps.check.trace import replay, write_counterexample
 from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.cli import load_policy_store, main
 from stovepipe_fsm.apps.simulate.timeline import load_timeline
-from stovepipe_fsm.apps.simulate.world import CRASH_POINTS, World, run_sync
+from stovepipe_fsm.apps.simulate.world import STALL_POINTS, World, run_sync
 from stovepipe_fsm.domain.entities import Request
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 from stovepipe_fsm.process.controller import PausedDelivery
@@ -136,7 +136,7 @@ def test_a_stalled_delivery_is_pending_work(machines: ProcessMachines) -> None:
     assert quiescent(observe(world), rules)
 
 
-def test_the_shipped_policy_passes_with_a_stall_at_every_crash_point(
+def test_the_shipped_policy_passes_with_a_stall_at_every_point(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(ROOT)
@@ -145,12 +145,12 @@ def test_the_shipped_policy_passes_with_a_stall_at_every_crash_point(
         [
             "check",
             "--heads", "2", "--no-rewrite", "--max-concurrent", "1", "--jobs", "1", "--quiet",
-            "--overlaps", "--stall-at", *CRASH_POINTS, "--out", str(tmp_path / "cx.yaml"),
+            "--overlaps", "--stall-at", *STALL_POINTS, "--out", str(tmp_path / "cx.yaml"),
         ]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "1 stalled delivery(ies) at after_claim_slot" in out
+    assert "1 stalled delivery(ies) at after_load_queue after_derive_strategy" in out
     assert "ok: every invariant holds" in out
     assert not (tmp_path / "cx.yaml").exists()
 

@@ -215,7 +215,11 @@ def _cases() -> list[Case]:
         "no Python registry serves machine 'requests'; known machines: queue_gate, request",
     )
 
-    text = edit(GATE, "    after: load_request\n", "    after: load_requests\n")
+    text = edit(
+        GATE,
+        "    dest: loaded\n    after: load_request\n",
+        "    dest: loaded\n    after: load_requests\n",
+    )
     add(
         "unregistered-action",
         "unregistered",
@@ -272,9 +276,7 @@ def _cases() -> list[Case]:
         TOYS,
     )
 
-    text = edit(
-        TOY_LIFECYCLE, "source: [open, busy], dest: closed}", "source: open, dest: closed}"
-    )
+    text = edit(TOY_LIFECYCLE, "source: [open, busy], dest: closed}", "source: open, dest: closed}")
     add(
         "dead-end",
         "dead-end",
@@ -330,7 +332,8 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        REQUEST, "  - name: cancelled\n    terminal: true\n",
+        REQUEST,
+        "  - name: cancelled\n    terminal: true\n",
         "  - name: cancelled\n    terminal: true\n    holds_slot: true\n",
     )
     add(
@@ -386,7 +389,11 @@ def _cases() -> list[Case]:
         line_of(text, "trigger: coalesce", 1),
         "must end with exactly one finishing action (ack or hold) as its last action",
     )
-    text = edit(GATE, "    after: load_request\n", "    after: [load_request, ack]\n")
+    text = edit(
+        GATE,
+        "    dest: loaded\n    after: load_request\n",
+        "    dest: loaded\n    after: [load_request, ack]\n",
+    )
     add(
         "flow-finish-early",
         "flow-finish",
@@ -529,7 +536,11 @@ def test_missing_trigger_names_each_dropped_trigger() -> None:
 
 
 def test_unregistered_names_are_all_reported_and_suppress_persist_check() -> None:
-    text = edit(GATE, "    after: load_request\n", "    after: load_requests\n")
+    text = edit(
+        GATE,
+        "    dest: loaded\n    after: load_request\n",
+        "    dest: loaded\n    after: load_requests\n",
+    )
     text = text.replace(": gate_closed\n", ": gate_shut\n")
     text = edit(
         text,
@@ -545,7 +556,11 @@ def test_unregistered_names_are_all_reported_and_suppress_persist_check() -> Non
 
 
 def test_without_registries_names_are_not_checked() -> None:
-    text = edit(GATE, "    after: load_request\n", "    after: load_requests\n")
+    text = edit(
+        GATE,
+        "    dest: loaded\n    after: load_request\n",
+        "    dest: loaded\n    after: load_requests\n",
+    )
     assert lint_text(text, None) == []
 
 
@@ -604,9 +619,7 @@ def test_persist_check_intersects_facts_where_paths_join() -> None:
 def test_persist_check_follows_loops_back_to_an_earlier_state() -> None:
     # The gate's conflict loop returns to queue_loaded; facts from the first pass must not
     # leak into the second. Dropping derive_strategy makes claim_slot unsafe on every path.
-    text = edit(
-        GATE, "    after: [derive_strategy, claim_slot]\n", "    after: claim_slot\n"
-    )
+    text = edit(GATE, "    after: [derive_strategy, claim_slot]\n", "    after: claim_slot\n")
     issues = lint_text(text)
     hits = by_rule(issues, "persist-before-publish")
     assert {i.message.split(" needs ")[0] for i in hits} == {
@@ -617,14 +630,14 @@ def test_persist_check_follows_loops_back_to_an_earlier_state() -> None:
 
 def test_issues_of_several_rules_are_reported_together() -> None:
     text = edit(
-        REQUEST, "  - name: cancelled\n    terminal: true\n",
+        REQUEST,
+        "  - name: cancelled\n    terminal: true\n",
         "  - name: cancelled\n    terminal: true\n    holds_slot: true\n",
     )
     text = edit(text, "    source: [accepted, processing]\n", "    source: '*'\n")
     text = edit(text, "  - trigger: cancel\n", "  - trigger: abort\n")
     rules = sorted({i.rule for i in lint_text(text)})
     assert rules == ["missing-trigger", "slot-terminal", "terminal-exit"]
-
 
 
 # --- the reference in docs/machines.md -----------------------------------------------

@@ -232,7 +232,10 @@ def test_three_defects_give_three_issues_in_one_run() -> None:
 def test_defects_in_a_copy_of_a_shipped_machine_are_all_reported() -> None:
     text = (MACHINES / "queue_gate.yaml").read_text(encoding="utf-8")
     text = text.replace("    terminal: true\n", "    terminal: True!\n", 1)
-    text = text.replace("    after: load_request\n", "    after: load_request\n    when: x\n")
+    text = text.replace(
+        "    dest: loaded\n    after: load_request\n",
+        "    dest: loaded\n    after: load_request\n    when: x\n",
+    )
     text = text.replace("kind: flow\n", "kind: flow\nversion: 2\n")
     found = located(text)
     assert len(found) == 3

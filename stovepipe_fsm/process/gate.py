@@ -164,9 +164,17 @@ async def claim_slot(ctx: DeliveryContext) -> None:
 
 @GATE.action(requires=[SLOT_HELD, STRATEGY_DERIVED], provides=[REQUEST_PROCESSING])
 async def mark_processing(ctx: DeliveryContext) -> None:
-    """CAS R accepted -> processing, persisting strategy and base (immutable after)."""
+    """CAS R accepted -> processing, persisting strategy and base (immutable after).
+
+    A lost race means R changed since it was loaded: another delivery of R admitted it
+    (it keeps the slot), or R ended meanwhile (dead-lettered, or settled by an earlier
+    delivery whose ack was stale) and the slot just claimed for it belongs to nobody.
+    That claim is released before the retry, so no crash-free path leaves a finished
+    request holding a slot; a crash right here is healed by the terminal branch.
+    """
+    lifecycle = ctx.stage.lifecycle
     try:
-        ctx.request = await ctx.stage.lifecycle.apply(
+        ctx.request = await lifecycle.apply(
             ctx.req,
             "admit",
             planned=ctx.admit_step,
@@ -174,6 +182,9 @@ async def mark_processing(ctx: DeliveryContext) -> None:
             base_uri=ctx.base_uri,
         )
     except VersionMismatch:
+        current = await ctx.stage.requests.get(ctx.req.id)
+        if not lifecycle.machine.holds_slot(current.state):
+            await lifecycle.release_claim(current)
         raise Retryable(f"request {ctx.req.id!r} changed while admitting") from None
     ctx.stage.metrics.count(f"admits_{ctx.build_strategy}", ctx.req.queue)
 
@@ -184,6 +195,12 @@ async def announce(ctx: DeliveryContext) -> None:
     request = ctx.req
     event = started_event(request.queue, request.id, request.version, ctx.stage.clock.now_ms())
     await ctx.stage.publisher.publish_hook(event)
+
+
+@GATE.action()
+async def release_slot(ctx: DeliveryContext) -> None:
+    """Free a slot terminal R still holds (a claim that raced R's end); no write if none."""
+    await ctx.stage.lifecycle.settle_queue(ctx.req)
 
 
 @GATE.action(requires=[REQUEST_PROCESSING, START_ANNOUNCED])

@@ -107,6 +107,14 @@ class RequestLifecycle:
 
         return await self.update_queue(request.queue, change)
 
+    async def release_claim(self, request: Request) -> Queue:
+        """Drop ``request``'s slot whatever its state: a claim its admit write lost.
+
+        Only for a request whose current state holds no slot (the caller checked): its
+        claim was made for an admission that did not happen.
+        """
+        return await self.update_queue(request.queue, lambda q: q.without_holder(request.id))
+
     async def update_queue(self, name: str, change: QueueChange) -> Queue:
         """Read-modify-CAS the queue row, retrying lost races a bounded number of times."""
         for _ in range(QUEUE_CAS_ATTEMPTS):
