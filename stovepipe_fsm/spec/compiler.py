@@ -329,16 +329,6 @@ class _Compiled:
             )
         return picked
 
-    async def run_actions(self, names: tuple[str, ...], ctx: Any, probe: Probe | None) -> None:
-        for name in names:
-            fn, is_async = self._actions[name]
-            if is_async:
-                await fn(ctx)
-            else:
-                fn(ctx)
-            if probe is not None:
-                probe(name)
-
 
 class CompiledLifecycle(_Compiled):
     """An entity lifecycle (``machines/request.yaml``)."""
@@ -427,7 +417,7 @@ class CompiledFlow(_Compiled):
                 observed = on_step(step)
                 if inspect.isawaitable(observed):  # the signature allows async observers
                     await observed
-            # run_actions, inlined with the callables resolved at compile time.
+            # The transition's actions, with callables resolved at compile time.
             for name, fn, is_async in calls:
                 if is_async:
                     await fn(ctx)
@@ -489,11 +479,3 @@ class CompiledFlow(_Compiled):
             step, calls = decide(leave[1], state, leave[0], ctx)
             steps += 1
             state = step.dest
-
-
-def compile_lifecycle(spec: MachineSpec, registry: Registry) -> CompiledLifecycle:
-    return CompiledLifecycle(spec, registry)
-
-
-def compile_flow(spec: MachineSpec, registry: Registry) -> CompiledFlow:
-    return CompiledFlow(spec, registry)
