@@ -49,9 +49,11 @@ from stovepipe_fsm.domain.ids import compare_request_id
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
+from stovepipe_fsm.process.services import StageServices
 
 Q = "monorepo/main"
 GREEN, HEAD = "G", "H"
+ACCEPTED = "accepted"
 TERMINAL = frozenset({"superseded", "succeeded", "failed", "cancelled"})
 TARGET_RATIO = 1.5
 
@@ -220,8 +222,10 @@ Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
 
 
 def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
-    controller = ProcessController(
-        load_process_machines(machines_dir),
+    machines = load_process_machines(machines_dir)
+    services = StageServices.build(
+        machines.request,
+        machines.roles,
         requests=ports.requests,
         queues=ports.queues,
         config=ports.config,
@@ -230,7 +234,7 @@ def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
         clock=ports.clock,
         metrics=ports.metrics,
     )
-    return controller.handle
+    return ProcessController(machines, services).handle
 
 
 def reference_handle(ports: Ports, machines_dir: Path) -> Handle:
@@ -244,7 +248,7 @@ def time_admits(ports: Ports, handle: Handle, n: int) -> float:
     spent = 0
     for i in range(1, n + 1):
         request_id = f"request/{Q}/{i}"
-        run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD)))
+        run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD, state=ACCEPTED)))
         # What ingest and record would leave: R stamped latest, the previous slot freed.
         row = run_sync(queues.get(Q))
         fresh = replace(row, latest_request_id=request_id, slot_holders=())
@@ -266,7 +270,7 @@ def time_supersedes(ports: Ports, handle: Handle, n: int) -> float:
     spent = 0
     for i in range(1, n + 1):
         request_id = f"request/{Q}/{i}"
-        run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD)))
+        run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD, state=ACCEPTED)))
         delivery = MemoryDelivery(Q, request_id)
         start = time.perf_counter_ns()
         run_sync(handle(delivery))

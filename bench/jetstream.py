@@ -517,7 +517,7 @@ class Floor:
         pays for parsing the headers such a write leaves on every later read of the row.
         """
         request_id = format_request_id(self.queue, i)
-        request = Request(id=request_id, queue=self.queue, uri=sha(i))
+        request = Request(id=request_id, queue=self.queue, uri=sha(i), state="accepted")
         await self.requests.create(request_key(request_id), encode_request(request))
         await self.js.publish(
             self.topology.process_subject(self.queue),

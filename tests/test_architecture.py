@@ -21,8 +21,9 @@ ALLOWED: dict[str, set[str]] = {
     "spec": {"spec", "domain"},
     "config": {"config", "spec", "domain"},
     "process": {"process", "spec", "ports", "domain"},
+    "pipeline": {"pipeline", "process", "spec", "ports", "domain"},
     "adapters": {"adapters", "config", "ports", "domain", "spec"},
-    "apps": {"apps", "adapters", "process", "config", "spec", "ports", "domain"},
+    "apps": {"apps", "adapters", "pipeline", "process", "config", "spec", "ports", "domain"},
 }
 
 

@@ -83,7 +83,7 @@ def test_a_held_head_enables_an_advance_to_its_due_time(machines: ProcessMachine
         "complete A1 failed",
         "complete A1 cancelled",
     ]
-    twin = perform(world, advance, setup.variant)
+    twin = perform(world, advance)
     assert twin is not None and observe(twin).pending[0].due_in_ms == 0
     assert world.clock.now_ms() == 0, "performing an action never touches the original"
 
@@ -98,12 +98,12 @@ def test_crash_edges_exist_only_where_the_crash_point_is_reached(
     crashes = [a for a in enabled(observe(held), Budget(heads=2), setup.bounds, rules)]
     crashes = [a for a in crashes if a.kind == "crash"]
     assert len(crashes) == 4
-    assert all(perform(held, a, setup.variant) is None for a in crashes), "held again: no point"
+    assert all(perform(held, a) is None for a in crashes), "held again: no point"
     fresh = setup.new_world()
     fresh.ingest(Q, "A1")
     reached = [a for a in enabled(observe(fresh), Budget(heads=1), setup.bounds, rules)]
     reached = [a for a in reached if a.kind == "crash"]
-    assert all(perform(fresh, a, setup.variant) is not None for a in reached)
+    assert all(perform(fresh, a) is not None for a in reached)
 
 
 def test_small_space_is_explored_completely(machines: ProcessMachines) -> None:
@@ -152,4 +152,4 @@ def test_fair_continuation_finishes_with_holders_but_not_with_a_bare_counter(
         world.ingest(Q, "A1")
         world.armed_crash = "after_claim_slot"
         assert world.deliver_next().outcome == "crashed"
-        assert can_finish(world, setup.rules(), Q, variant) is finishes
+        assert can_finish(world, setup.rules(), Q) is finishes

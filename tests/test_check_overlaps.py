@@ -30,6 +30,7 @@ from stovepipe_fsm.domain.entities import Request
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 from stovepipe_fsm.process.controller import PausedDelivery
 from stovepipe_fsm.process.lifecycle import QueueChange, RequestLifecycle
+from stovepipe_fsm.process.services import LifecycleFactory
 from stovepipe_fsm.spec.compiler import Step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,13 +90,13 @@ def test_a_stalled_delivery_is_forked_with_its_world(machines: ProcessMachines) 
     world.ingest(Q, "A1")
     world.stall("after_mark_processing")
     (pending,) = observe(world).in_hand
-    assert pending.pending_actions == ("announce", "publish_build", "ack")
+    assert pending.pending_actions == ("release_lost_claim", "announce", "publish_build", "ack")
     world = setup_for(machines).new_world()
     world.ingest(Q, "A1")
     world.stall("after_claim_slot")
     twin = world.clone()
     (mine,), (theirs,) = world.in_hand, twin.in_hand
-    assert theirs.paused.ctx.stage is twin.controller
+    assert theirs.paused.ctx.services is twin.controller.services
     assert theirs.delivery.world is twin
     assert theirs.message is twin.broker.find(mine.message.seq)
 
@@ -184,14 +185,9 @@ class OverwritingLifecycle(RequestLifecycle):
 
 @dataclass(frozen=True)
 class OverwritingVariant(Variant):
-    def install(self, world: World) -> World:
-        lifecycle = OverwritingLifecycle(world.machines.request, world.requests, world.queues)
-        world.lifecycle = lifecycle
-        world.controller.lifecycle = lifecycle
-        world.ingester.lifecycle = lifecycle
-        world.recorder.lifecycle = lifecycle
-        world.reconciler.lifecycle = lifecycle
-        return world
+    @property
+    def lifecycle_factory(self) -> LifecycleFactory:
+        return OverwritingLifecycle
 
 
 def test_writes_without_cas_pass_atomic_deliveries(machines: ProcessMachines) -> None:

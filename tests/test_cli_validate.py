@@ -91,8 +91,8 @@ def test_each_defect_is_one_located_line_and_exit_1(
     config = tree / "config" / "queues.yaml"
     edit(
         gate,
-        "    after: [mark_processing, announce, publish_build, ack]\n",
-        "    after: [publish_build, mark_processing, announce, ack]\n",
+        "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
+        "    after: [publish_build, mark_processing, release_lost_claim, announce, ack]\n",
     )
     edit(request, "    holds_slot: true\n", "    holds_slot: true\n    owner: build\n")
     edit(config, "  monorepo/main: {max_concurrent: 1}\n", "  monorepo/main: {max_concurrent: 0}\n")

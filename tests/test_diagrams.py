@@ -103,7 +103,7 @@ def test_edge_labels_carry_conditions_unless_and_actions_in_order(
     gate = mermaid_block(render_mermaid(specs["queue_gate"], REGISTRIES["queue_gate"]))
     assert (
         "slot_claimed --> acked : admit [!slot_conflict] / "
-        "mark_processing, announce, publish_build, ack"
+        "mark_processing, release_lost_claim, announce, publish_build, ack"
     ) in gate
     reannounce = "dispatch [request_is_processing, !request_is_terminal] / announce"
     assert f"loaded --> reannounced : {reannounce}" in gate

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+from memory_stages import memory_stages
 
 from stovepipe_fsm.adapters.memory import (
     MemoryCounter,
@@ -21,14 +22,12 @@ from stovepipe_fsm.adapters.memory import (
     MemoryRequestStore,
     MemoryUriIndex,
 )
-from stovepipe_fsm.apps.dlq import DeadLetterReconciler
-from stovepipe_fsm.apps.ingest import Ingest, InvalidUri
-from stovepipe_fsm.apps.record import Record
 from stovepipe_fsm.domain.entities import FULL, Queue, Request
 from stovepipe_fsm.domain.errors import NonRetryable, Retryable, VersionMismatch
 from stovepipe_fsm.domain.queue_names import InvalidQueueName
+from stovepipe_fsm.pipeline.ingest import InvalidUri
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.process.lifecycle import QUEUE_CAS_ATTEMPTS, RequestLifecycle
+from stovepipe_fsm.process.lifecycle import QUEUE_CAS_ATTEMPTS
 from stovepipe_fsm.spec.compiler import IllegalTransition
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,17 +74,18 @@ class Pipeline:
     publisher: MemoryPublisher = field(default_factory=MemoryPublisher)
 
     def __post_init__(self) -> None:
-        self.lifecycle = RequestLifecycle(MACHINES.request, self.requests, self.queues)
-        self.ingester = Ingest(
+        stages = memory_stages(
+            MACHINES,
             requests=self.requests,
             queues=self.queues,
             uri_index=self.uri_index,
             counter=self.counter,
             publisher=self.publisher,
-            lifecycle=self.lifecycle,
         )
-        self.record = Record(self.lifecycle)
-        self.dlq = DeadLetterReconciler(self.lifecycle)
+        self.lifecycle = stages.lifecycle
+        self.ingester = stages.ingest
+        self.record = stages.record
+        self.dlq = stages.reconciler
 
     async def queue(self, name: str = Q) -> Queue:
         return await self.queues.get(name)
@@ -110,7 +110,7 @@ async def test_first_ingest_creates_queue_request_pointer_and_message() -> None:
     p = Pipeline()
     result = await p.ingester.ingest(Q, "A")
     assert (result.request_id, result.created, result.published) == (rid(1), True, True)
-    assert await p.request(1) == Request(id=rid(1), queue=Q, uri="A")
+    assert await p.request(1) == Request(id=rid(1), queue=Q, uri="A", state="accepted")
     queue = await p.queue()
     assert (queue.latest_request_id, queue.in_flight_count, queue.last_green_uri) == (
         rid(1),

@@ -59,7 +59,9 @@ def test_queue_round_trip(queue: Queue) -> None:
 
 
 def test_values_carry_schema_and_kind() -> None:
-    body = json.loads(encode_request(Request(id="request/q/1", queue="q", uri="u")))
+    body = json.loads(
+        encode_request(Request(id="request/q/1", queue="q", uri="u", state="accepted"))
+    )
     assert (body["schema"], body["kind"]) == (SCHEMA_VERSION, "request")
     body = json.loads(encode_queue(Queue(name="q", slot_holders=("request/q/1",))))
     assert (body["kind"], body["slot_holders"]) == ("queue", ["request/q/1"])
@@ -78,7 +80,9 @@ _DROP = object()  # marks a field to leave out
 
 def _request_body(**changes: object) -> bytes:
     body = json.loads(
-        encode_request(Request(id="request/q/1", queue="q", uri="u", build_strategy=FULL))
+        encode_request(
+            Request(id="request/q/1", queue="q", uri="u", build_strategy=FULL, state="accepted")
+        )
     )
     body.update(changes)
     return json.dumps({k: v for k, v in body.items() if v is not _DROP}).encode()

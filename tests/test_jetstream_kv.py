@@ -58,7 +58,9 @@ class _WriterAfterRead(KvCell):
 
 async def test_keys_are_the_readable_encodings(js_env: JsEnv) -> None:
     stores = await open_kv_stores(js_env.js, js_env.topology)
-    await stores.requests.create(Request(id="request/monorepo/main/1", queue=QUEUE, uri="c1"))
+    await stores.requests.create(
+        Request(id="request/monorepo/main/1", queue=QUEUE, uri="c1", state="accepted")
+    )
     await stores.queues.create(Queue(name="org/repo/release/1.2"))
     raw_requests = await _raw(js_env, js_env.topology.requests_bucket)
     raw_queues = await _raw(js_env, js_env.topology.queues_bucket)
@@ -82,7 +84,7 @@ async def test_revision_race_is_a_version_mismatch_not_an_overwrite(js_env: JsEn
 async def test_deleted_keys_read_as_not_found_and_can_be_created_again(js_env: JsEnv) -> None:
     cell = await open_cell(js_env.js, js_env.topology.requests_bucket)
     store = KvRequestStore(cell)
-    request = Request(id="request/monorepo/main/1", queue=QUEUE, uri="c1")
+    request = Request(id="request/monorepo/main/1", queue=QUEUE, uri="c1", state="accepted")
     await store.create(request)
     await (await _raw(js_env, js_env.topology.requests_bucket)).delete("request/monorepo/main/1")
     with pytest.raises(NotFound):
@@ -182,7 +184,7 @@ async def test_worst_case_names_fit_the_servers_limits(js_env: JsEnv) -> None:
     uri keys and subjects built from it must still fit the server's control-line limit."""
     queue = "🚀" * 200
     stores = await open_kv_stores(js_env.js, js_env.topology)
-    request = Request(id=f"request/{queue}/1", queue=queue, uri="c1")
+    request = Request(id=f"request/{queue}/1", queue=queue, uri="c1", state="accepted")
     await stores.requests.create(request)
     await stores.queues.create(Queue(name=queue))
     assert await stores.uris.put_if_absent(queue, "ü" * 66, request.id) == request.id

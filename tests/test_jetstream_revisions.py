@@ -56,7 +56,9 @@ class ReplyLostCell(CountingCell):
 
 
 def _request(n: int, **changes: object) -> Request:
-    request = Request(id=format_request_id(QUEUE, n), queue=QUEUE, uri=f"commit-{n}")
+    request = Request(
+        id=format_request_id(QUEUE, n), queue=QUEUE, uri=f"commit-{n}", state="accepted"
+    )
     return dataclasses.replace(request, **changes)
 
 

@@ -77,7 +77,9 @@ async def test_restart_keeps_port_and_store(tmp_path: Path) -> None:
             topology = Topology.isolated("restart")
             await ensure_topology(nc.jetstream(), topology)
             stores = await open_kv_stores(nc.jetstream(), topology)
-            request = Request(id="request/monorepo/main/1", queue="monorepo/main", uri="c1")
+            request = Request(
+                id="request/monorepo/main/1", queue="monorepo/main", uri="c1", state="accepted"
+            )
             await stores.requests.create(request)
 
             await asyncio.to_thread(server.restart)

@@ -68,7 +68,7 @@ def rid(n: int, queue: str = QUEUE) -> str:
 async def test_request_snapshot_is_sorted_by_key_and_hashable() -> None:
     store = MemoryRequestStore()
     for n in (3, 1, 2):
-        await store.create(Request(id=rid(n), queue=QUEUE, uri=f"u{n}"))
+        await store.create(Request(id=rid(n), queue=QUEUE, uri=f"u{n}", state="accepted"))
     snapshot = store.snapshot()
     assert [r.id for r in snapshot] == sorted([rid(1), rid(2), rid(3)])
     assert store.all() == snapshot
@@ -78,11 +78,11 @@ async def test_request_snapshot_is_sorted_by_key_and_hashable() -> None:
 
 
 async def test_request_store_clone_is_independent_both_ways() -> None:
-    original = MemoryRequestStore([Request(id=rid(1), queue=QUEUE, uri="u1")])
+    original = MemoryRequestStore([Request(id=rid(1), queue=QUEUE, uri="u1", state="accepted")])
     fork = original.clone()
     await fork.update(Request(id=rid(1), queue=QUEUE, uri="u1", state="processing"), 1, 2)
-    await fork.create(Request(id=rid(2), queue=QUEUE, uri="u2"))
-    await original.create(Request(id=rid(3), queue=QUEUE, uri="u3"))
+    await fork.create(Request(id=rid(2), queue=QUEUE, uri="u2", state="accepted"))
+    await original.create(Request(id=rid(3), queue=QUEUE, uri="u3", state="accepted"))
     assert [(r.id, r.state, r.version) for r in original.snapshot()] == [
         (rid(1), "accepted", 1),
         (rid(3), "accepted", 1),
@@ -99,7 +99,7 @@ async def test_store_rejects_values_of_the_wrong_type() -> None:
     with pytest.raises(TypeError, match="stores Request values"):
         await MemoryRequestStore().create({"id": rid(1)})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="stores Queue values"):
-        await MemoryQueueStore().create(Request(id=rid(1), queue=QUEUE, uri="u"))  # type: ignore[arg-type]
+        await MemoryQueueStore().create(Request(id=rid(1), queue=QUEUE, uri="u", state="accepted"))  # type: ignore[arg-type]
 
 
 async def test_queue_store_never_keeps_a_callers_list() -> None:
@@ -150,7 +150,7 @@ async def test_counter_clone_continues_each_sequence_independently() -> None:
 
 def test_store_operations_complete_without_suspending() -> None:
     store = MemoryRequestStore()
-    run_now(store.create(Request(id=rid(1), queue=QUEUE, uri="u")))
+    run_now(store.create(Request(id=rid(1), queue=QUEUE, uri="u", state="accepted")))
     assert run_now(store.get(rid(1))).uri == "u"
     assert run_now(MemoryCounter().next(QUEUE)) == 1
     assert run_now(MemoryUriIndex().put_if_absent(QUEUE, "u", rid(1))) == rid(1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+from memory_stages import memory_stages
 
 from stovepipe_fsm.adapters.memory import (
     ACKED,
@@ -32,7 +33,6 @@ from stovepipe_fsm.domain.errors import NonRetryable, Retryable
 from stovepipe_fsm.domain.hooks import HookEvent, admission_event_id
 from stovepipe_fsm.ports.config import ConfigStore
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
-from stovepipe_fsm.process.controller import ProcessController
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")
@@ -99,7 +99,7 @@ class Stage:
         provider = MemorySourceControlProvider(
             default=self.graph if self.with_source_control else None
         )
-        self.controller = ProcessController(
+        self.controller = memory_stages(
             self.machines,
             requests=self.requests,
             queues=self.queues,
@@ -107,7 +107,7 @@ class Stage:
             source_control=provider,
             publisher=self.publisher,
             clock=self.clock,
-        )
+        ).controller
 
     async def seed(self, queue: Queue, *requests: Request) -> None:
         await self.queues.create(queue)
@@ -133,7 +133,7 @@ class Stage:
 
 
 def accepted(n: int, uri: str, queue: str = Q) -> Request:
-    return Request(id=rid(n, queue), queue=queue, uri=uri)
+    return Request(id=rid(n, queue), queue=queue, uri=uri, state="accepted")
 
 
 # --- step 1: load -------------------------------------------------------------------
@@ -379,7 +379,7 @@ async def test_queue_without_source_control_builds_full_and_warns_once(
     await stage.seed(
         Queue(Q, last_green_uri="G", latest_request_id=rid(1)), accepted(1, "H"), accepted(2, "I")
     )
-    lifecycle = stage.controller.lifecycle
+    lifecycle = stage.controller.services.lifecycle
     with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.process"):
         await stage.deliver(rid(1))
         await lifecycle.apply(await stage.request(1), "succeed")

@@ -42,7 +42,7 @@ async def lifecycle_with(*requests: Request, holders: tuple[str, ...] = ()) -> R
     for request in requests:
         await store.create(request)
     await queues.create(Queue(Q, latest_request_id=R2, slot_holders=holders))
-    return RequestLifecycle(MACHINES.request, store, queues)
+    return RequestLifecycle(MACHINES.request, MACHINES.roles, store, queues)
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -63,7 +63,7 @@ def test_transition_table(state: str, trigger: str) -> None:
 
 
 async def test_claim_slot_is_idempotent_per_request() -> None:
-    lifecycle = await lifecycle_with(Request(id=R1, queue=Q, uri="A"))
+    lifecycle = await lifecycle_with(Request(id=R1, queue=Q, uri="A", state="accepted"))
     request = await lifecycle.requests.get(R1)
     first = await lifecycle.claim_slot(await lifecycle.queues.get(Q), request, "admit")
     second = await lifecycle.claim_slot(first, request, "admit")
@@ -73,7 +73,7 @@ async def test_claim_slot_is_idempotent_per_request() -> None:
 
 
 async def test_claim_slot_on_a_stale_row_loses_the_race() -> None:
-    lifecycle = await lifecycle_with(Request(id=R1, queue=Q, uri="A"))
+    lifecycle = await lifecycle_with(Request(id=R1, queue=Q, uri="A", state="accepted"))
     stale = await lifecycle.queues.get(Q)
     await lifecycle.update_queue(Q, lambda row: row.with_holder(R2))
     with pytest.raises(VersionMismatch):
@@ -82,7 +82,7 @@ async def test_claim_slot_on_a_stale_row_loses_the_race() -> None:
 
 
 async def test_claim_for_a_trigger_that_takes_no_slot_writes_nothing() -> None:
-    lifecycle = await lifecycle_with(Request(id=R1, queue=Q, uri="A"))
+    lifecycle = await lifecycle_with(Request(id=R1, queue=Q, uri="A", state="accepted"))
     queue = await lifecycle.queues.get(Q)
     assert await lifecycle.claim_slot(queue, await lifecycle.requests.get(R1), "supersede") == queue
 
@@ -109,7 +109,7 @@ async def test_every_terminal_transition_releases_a_held_slot(state: str, trigge
 
 async def test_admit_neither_takes_nor_releases_a_slot_by_itself() -> None:
     """Taking is the separate, earlier claim_slot CAS; apply('admit') only writes R."""
-    request = Request(id=R1, queue=Q, uri="A")
+    request = Request(id=R1, queue=Q, uri="A", state="accepted")
     lifecycle = await lifecycle_with(request)
     queue = await lifecycle.queues.get(Q)
     await lifecycle.apply(request, "admit", build_strategy=FULL)
@@ -137,7 +137,7 @@ async def test_settle_queue_is_safe_to_repeat() -> None:
 
 async def test_release_stale_holders_frees_only_terminal_ones() -> None:
     done = Request(id=R1, queue=Q, uri="A", state="cancelled")
-    mid_admit = Request(id=R2, queue=Q, uri="B")
+    mid_admit = Request(id=R2, queue=Q, uri="B", state="accepted")
     lifecycle = await lifecycle_with(done, mid_admit, holders=(R1, R2, f"request/{Q}/9"))
     queue = await lifecycle.release_stale_holders(await lifecycle.queues.get(Q), keep="")
     # The terminal holder goes; the accepted one is mid-admit and the unknown id has no

@@ -94,8 +94,8 @@ def test_announce_after_publish_in_yaml_reorders_the_publishes(tmp_path: Path) -
         tmp_path,
         "queue_gate.yaml",
         (
-            "after: [mark_processing, announce, publish_build, ack]",
-            "after: [mark_processing, publish_build, announce, ack]",
+            "after: [mark_processing, release_lost_claim, announce, publish_build, ack]",
+            "after: [mark_processing, release_lost_claim, publish_build, announce, ack]",
         ),
     )
     shipped, reordered = (
@@ -144,8 +144,8 @@ def test_lint_refuses_a_copy_that_publishes_before_it_persists(tmp_path: Path) -
         tmp_path,
         "queue_gate.yaml",
         (
-            "after: [mark_processing, announce, publish_build, ack]",
-            "after: [announce, publish_build, mark_processing, ack]",
+            "after: [mark_processing, release_lost_claim, announce, publish_build, ack]",
+            "after: [announce, publish_build, mark_processing, release_lost_claim, ack]",
         ),
     )
     with pytest.raises(SpecError, match="persist before publish"):

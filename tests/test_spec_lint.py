@@ -247,11 +247,55 @@ def _cases() -> list[Case]:
         "",
     )
     add(
-        "missing-trigger",
-        "missing-trigger",
+        "role-trigger-dropped",
+        "role-shape",
         text,
-        line_of(text, "name: request"),
-        "machine 'request' must declare trigger 'fail_closed': the process stage fires it",
+        line_of(text, "dead_letter: fail_closed"),
+        "role 'dead_letter' names trigger 'fail_closed', which no transition declares; "
+        "declared triggers: admit, supersede, succeed, fail, cancel",
+        column=column_of(text, line_of(text, "dead_letter: fail_closed"), "fail_closed"),
+    )
+    text = edit(REQUEST, "  dead_letter: fail_closed", "  # dead_letter: fail_closed")
+    add(
+        "missing-role",
+        "missing-role",
+        text,
+        line_of(text, "roles:"),
+        "machine 'request' must declare role 'dead_letter' under 'roles:' (the dead-letter "
+        "reconciler fires it to end a request whose delivery gave up): name the trigger that "
+        "plays it",
+    )
+    text = edit(REQUEST, "  dead_letter: fail_closed", "  dead_letter: fail_closed\n  retry: admit")
+    add(
+        "unknown-role",
+        "unknown-role",
+        text,
+        line_of(text, "  retry: admit"),
+        "role 'retry' is not one the code of machine 'request' uses; its roles: admit, "
+        "dead_letter, supersede",
+        column=3,
+    )
+    text = edit(REQUEST, "  supersede: supersede ", "  supersede: succeed ")
+    add(
+        "role-from-initial",
+        "role-shape",
+        text,
+        line_of(text, "supersede: succeed"),
+        "role 'supersede': trigger 'succeed' must leave the initial state 'accepted' "
+        "(process fires it on a head a newer one made stale)",
+        column=column_of(text, line_of(text, "supersede: succeed"), "succeed"),
+    )
+    text = edit(
+        REQUEST, "  cancelled: {trigger: cancel}", "  cancelled: {trigger: cancel, green: true}"
+    )
+    add(
+        "two-green-outcomes",
+        "role-shape",
+        text,
+        line_of(text, "cancelled: {trigger: cancel, green"),
+        "outcome 'cancelled' is green, but so is 'succeeded'; exactly one outcome advances "
+        "last green",
+        column=3,
     )
 
     text = edit(REQUEST, "kind: lifecycle\n", "kind: flow\n")
@@ -405,8 +449,8 @@ def _cases() -> list[Case]:
 
     text = edit(
         GATE,
-        "    after: [mark_processing, announce, publish_build, ack]\n",
-        "    after: [publish_build, mark_processing, announce, ack]\n",
+        "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
+        "    after: [publish_build, mark_processing, release_lost_claim, announce, ack]\n",
     )
     add(
         "publish-before-mark-processing",
@@ -414,30 +458,30 @@ def _cases() -> list[Case]:
         text,
         line_of(text, "[publish_build, mark_processing"),
         "persist before publish: 'publish_build' needs 'request_processing' (established by "
-        "mark_processing, conditions: request_is_processing), 'start_announced' (established "
+        "release_lost_claim, conditions: request_is_processing), 'start_announced' (established "
         "by announce) but runs from state 'slot_claimed' on a path where they are not yet "
         "established",
         column=len("    after: [") + 1,
     )
     text = edit(
         GATE,
-        "    after: [mark_processing, announce, publish_build, ack]\n",
-        "    after: [mark_processing, publish_build, announce, ack]\n",
+        "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
+        "    after: [mark_processing, release_lost_claim, publish_build, announce, ack]\n",
     )
     add(
         "publish-before-announce",
         "persist-before-publish",
         text,
-        line_of(text, "[mark_processing, publish_build"),
+        line_of(text, "[mark_processing, release_lost_claim, publish_build"),
         "persist before publish: 'publish_build' needs 'start_announced' (established by "
         "announce) but runs from state 'slot_claimed' on a path where it is not yet "
         "established",
-        column=len("    after: [mark_processing, ") + 1,
+        column=len("    after: [mark_processing, release_lost_claim, ") + 1,
     )
     text = edit(
         GATE,
-        "    after: [mark_processing, announce, publish_build, ack]\n",
-        "    after: [announce, mark_processing, publish_build, ack]\n",
+        "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
+        "    after: [announce, mark_processing, release_lost_claim, publish_build, ack]\n",
     )
     add(
         "announce-before-mark-processing",
@@ -527,11 +571,14 @@ def test_wildcard_source_over_non_terminal_states_only_is_fine() -> None:
     assert by_rule(issues, "dead-end") == []
 
 
-def test_missing_trigger_names_each_dropped_trigger() -> None:
+def test_a_half_done_trigger_rename_names_the_outcome_that_lost_its_trigger() -> None:
     text = edit(REQUEST, "  - trigger: cancel\n", "  - trigger: abort\n")
-    hits = by_rule(lint_text(text), "missing-trigger")
-    assert [i.message.split(":")[0] for i in hits] == [
-        "machine 'request' must declare trigger 'cancel'"
+    hits = by_rule(lint_text(text), "role-shape")
+    assert [(i.location.line, i.message.split(";")[0]) for i in hits] == [
+        (
+            line_of(text, "cancelled: {trigger: cancel}"),
+            "outcome 'cancelled' names trigger 'cancel', which no transition declares",
+        )
     ]
 
 
@@ -544,8 +591,8 @@ def test_unregistered_names_are_all_reported_and_suppress_persist_check() -> Non
     text = text.replace(": gate_closed\n", ": gate_shut\n")
     text = edit(
         text,
-        "    after: [mark_processing, announce, publish_build, ack]\n",
-        "    after: [publish_build, mark_processing, announce, ack]\n",
+        "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
+        "    after: [publish_build, mark_processing, release_lost_claim, announce, ack]\n",
     )
     issues = lint_text(text)
     assert [(i.rule, i.location.line) for i in issues] == [
@@ -637,7 +684,7 @@ def test_issues_of_several_rules_are_reported_together() -> None:
     text = edit(text, "    source: [accepted, processing]\n", "    source: '*'\n")
     text = edit(text, "  - trigger: cancel\n", "  - trigger: abort\n")
     rules = sorted({i.rule for i in lint_text(text)})
-    assert rules == ["missing-trigger", "slot-terminal", "terminal-exit"]
+    assert rules == ["role-shape", "slot-terminal", "terminal-exit"]
 
 
 # --- the reference in docs/machines.md -----------------------------------------------

@@ -82,13 +82,16 @@ def test_machine_schema_documents_every_property() -> None:
     top = schema["properties"]
     state = schema["properties"]["states"]["items"]["oneOf"][1]["properties"]
     transition = schema["properties"]["transitions"]["items"]["properties"]
-    assert set(top) == {"name", "kind", "description", "initial", "states", "transitions"}
+    assert set(top) == {
+        *("name", "kind", "description", "initial", "roles", "outcomes"),
+        *("states", "transitions"),
+    }
     assert set(state) == {"name", "terminal", "holds_slot", "description"}
     assert set(transition) == {
         *("trigger", "source", "dest", "conditions", "unless", "before", "after"),
         "description",
     }
-    for key in ("kind", "initial", "states", "transitions"):
+    for key in ("kind", "initial", "roles", "outcomes", "states", "transitions"):
         assert top[key].get("description"), key
 
 

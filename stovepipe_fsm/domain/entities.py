@@ -26,7 +26,7 @@ class Request:
     id: str
     queue: str
     uri: str
-    state: str = "accepted"
+    state: str
     build_strategy: str = NO_STRATEGY
     base_uri: str = ""
     superseded_by: str = ""

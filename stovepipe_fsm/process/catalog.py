@@ -15,10 +15,9 @@ from ..spec.loader import load_machine_dir
 from ..spec.model import MachineSpec
 from ..spec.registry import Registry
 from .gate import GATE
+from .roles import REQUEST_ROLES, RequestRoles
 
-REQUEST_TRIGGERS = ("admit", "supersede", "succeed", "fail", "cancel", "fail_closed")
-
-REQUEST = Registry("request", required_triggers=REQUEST_TRIGGERS, kind="lifecycle")
+REQUEST = Registry("request", kind="lifecycle", roles=REQUEST_ROLES, outcomes=True)
 
 REGISTRIES: dict[str, Registry] = {"request": REQUEST, "queue_gate": GATE}
 
@@ -27,16 +26,18 @@ DEFAULT_MACHINES_DIR = Path("machines")
 
 @dataclass(frozen=True)
 class ProcessMachines:
-    """The two compiled machines the process stage runs on."""
+    """The two compiled machines the process stage runs on, and the request's roles."""
 
     request: CompiledLifecycle
     queue_gate: CompiledFlow
+    roles: RequestRoles
 
     @classmethod
     def from_specs(cls, specs: dict[str, MachineSpec]) -> ProcessMachines:
         return cls(
             request=CompiledLifecycle(specs["request"], REQUEST),
             queue_gate=CompiledFlow(specs["queue_gate"], GATE),
+            roles=RequestRoles.from_spec(specs["request"]),
         )
 
 

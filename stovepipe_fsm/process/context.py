@@ -1,28 +1,25 @@
 """The mutable scratchpad of one delivery while the ``queue_gate`` flow runs.
 
 Conditions read it; actions fill it in. It lives for one delivery only and is never
-persisted: durable state is only ever what the stores hold.
+persisted: durable state is only ever what the stores hold. ``services`` is the one way
+out to the world (see :mod:`.services`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..domain.entities import NO_STRATEGY, Queue, QueueConfig, Request
 from ..ports.delivery import Delivery
 from ..spec.compiler import Step
-
-if TYPE_CHECKING:
-    from .controller import ProcessController
-
+from .services import StageServices
 
 DEFAULT_CONFIG = QueueConfig()  # frozen: shared until load_queue resolves the real one
 
 
 @dataclass(slots=True)
 class DeliveryContext:
-    stage: ProcessController
+    services: StageServices
     delivery: Delivery
     request_id: str
     request: Request | None = None
@@ -32,6 +29,7 @@ class DeliveryContext:
     base_uri: str = ""
     slot_conflict: bool = False
     admit_step: Step | None = None
+    admit_lost: bool = False
     outcome: str = ""
 
     @property
@@ -43,3 +41,8 @@ class DeliveryContext:
     def q(self) -> Queue:
         assert self.queue is not None, "queue not loaded yet"
         return self.queue
+
+    def others_holding(self) -> int:
+        """Slots of the loaded queue held by requests other than R: what the gate counts."""
+        request_id = self.req.id
+        return sum(1 for holder in self.q.slot_holders if holder != request_id)

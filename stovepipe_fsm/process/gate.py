@@ -39,13 +39,13 @@ GATE = Registry("queue_gate", kind="flow")
 @GATE.condition()
 def request_is_terminal(ctx: DeliveryContext) -> bool:
     """R is in a terminal state of the request machine."""
-    return ctx.stage.lifecycle.is_terminal(ctx.req)
+    return ctx.services.lifecycle.is_terminal(ctx.req)
 
 
 @GATE.condition(provides=[REQUEST_PROCESSING])
 def request_is_processing(ctx: DeliveryContext) -> bool:
-    """R is in a state the request machine's ``admit`` leads to: already admitted."""
-    return ctx.req.state in ctx.stage.admitted_states
+    """R is in a state the request machine's admit role leads to: already admitted."""
+    return ctx.services.lifecycle.is_admitted(ctx.req)
 
 
 @GATE.condition()
@@ -65,8 +65,7 @@ def latest_not_stamped(ctx: DeliveryContext) -> bool:
 @GATE.condition()
 def gate_closed(ctx: DeliveryContext) -> bool:
     """Slots held by requests other than R reach the queue's max_concurrent."""
-    others = sum(1 for holder in ctx.q.slot_holders if holder != ctx.req.id)
-    return others >= ctx.config.max_concurrent
+    return ctx.others_holding() >= ctx.config.max_concurrent
 
 
 @GATE.condition(provides_unless=[SLOT_HELD])
@@ -82,7 +81,7 @@ def slot_conflict(ctx: DeliveryContext) -> bool:
 async def load_request(ctx: DeliveryContext) -> None:
     """Load R; a missing row or a queue mismatch is non-retryable."""
     try:
-        request = await ctx.stage.requests.get(ctx.request_id)
+        request = await ctx.services.requests.get(ctx.request_id)
     except NotFound:
         raise NonRetryable(f"request {ctx.request_id!r} not found") from None
     if request.queue != ctx.delivery.queue:
@@ -96,28 +95,35 @@ async def load_request(ctx: DeliveryContext) -> None:
 @GATE.action()
 async def load_queue(ctx: DeliveryContext) -> None:
     """Load the queue row (missing is non-retryable) and resolve the queue's config."""
-    stage = ctx.stage
+    services = ctx.services
     try:
-        queue = await stage.queues.get(ctx.req.queue)
+        ctx.queue = await services.queues.get(ctx.req.queue)
     except NotFound:
         raise NonRetryable(f"queue row {ctx.req.queue!r} not found") from None
-    ctx.config = stage.config.get(queue.name)
-    if sum(1 for h in queue.slot_holders if h != ctx.req.id) >= ctx.config.max_concurrent:
-        queue = await stage.lifecycle.release_stale_holders(queue, keep=ctx.req.id)
-    ctx.queue = queue
+    ctx.config = services.config.get(ctx.queue.name)
     ctx.slot_conflict = False
+
+
+@GATE.action()
+async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
+    """Free slots still listed for requests that already ended, when they close the gate.
+
+    A crash between a request's terminal write and its slot release leaves it listed as a
+    holder. Only when the other holders would close the gate are they looked up (the open
+    gate needs no reads); only terminal ones are released, in one queue-row CAS.
+    """
+    if ctx.others_holding() >= ctx.config.max_concurrent:
+        ctx.queue = await ctx.services.lifecycle.release_stale_holders(ctx.q, keep=ctx.req.id)
 
 
 @GATE.action()
 async def supersede(ctx: DeliveryContext) -> None:
     """Mark R superseded by the newer head; frees a slot R may hold from a crash."""
     try:
-        ctx.request = await ctx.stage.lifecycle.apply(
-            ctx.req, "supersede", superseded_by=ctx.q.latest_request_id
-        )
+        ctx.request = await ctx.services.lifecycle.supersede(ctx.req, ctx.q.latest_request_id)
     except VersionMismatch:
         raise Retryable(f"request {ctx.req.id!r} changed while superseding") from None
-    ctx.stage.metrics.count("supersedes", ctx.req.queue)
+    ctx.services.metrics.count("supersedes", ctx.req.queue)
 
 
 @GATE.action(provides=[STRATEGY_DERIVED])
@@ -127,9 +133,9 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     ctx.build_strategy, ctx.base_uri = FULL, ""
     if not last_green:
         return
-    source_control = ctx.stage.source_control.for_queue(request.queue)
+    source_control = ctx.services.source_control.for_queue(request.queue)
     if source_control is None:
-        ctx.stage.warn_once(
+        ctx.services.warnings.warning(
             f"no-repository:{request.queue}",
             "queue %s has no repository configured; every admit is a full build",
             request.queue,
@@ -154,59 +160,69 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
 @GATE.action(requires=[STRATEGY_DERIVED])
 async def claim_slot(ctx: DeliveryContext) -> None:
     """CAS the queue row to list R as a slot holder (idempotent for R)."""
-    lifecycle = ctx.stage.lifecycle
-    ctx.admit_step = lifecycle.plan(ctx.req, "admit")
+    lifecycle = ctx.services.lifecycle
+    ctx.admit_step = lifecycle.plan_admit(ctx.req)
     try:
         ctx.queue = await lifecycle.claim_slot(ctx.q, ctx.req, ctx.admit_step)
     except VersionMismatch:
         ctx.slot_conflict = True
 
 
-@GATE.action(requires=[SLOT_HELD, STRATEGY_DERIVED], provides=[REQUEST_PROCESSING])
+@GATE.action(requires=[SLOT_HELD, STRATEGY_DERIVED])
 async def mark_processing(ctx: DeliveryContext) -> None:
     """CAS R accepted -> processing, persisting strategy and base (immutable after).
 
-    A lost race means R changed since it was loaded: another delivery of R admitted it
-    (it keeps the slot), or R ended meanwhile (dead-lettered, or settled by an earlier
-    delivery whose ack was stale) and the slot just claimed for it belongs to nobody.
-    That claim is released before the retry, so no crash-free path leaves a finished
-    request holding a slot; a crash right here is healed by the terminal branch.
+    A lost race is not an error here: it is noted for ``release_lost_claim``, the next
+    step, which gives the claim back before the delivery is retried.
     """
-    lifecycle = ctx.stage.lifecycle
+    assert ctx.admit_step is not None, "claim_slot plans the admission"
     try:
-        ctx.request = await lifecycle.apply(
-            ctx.req,
-            "admit",
-            planned=ctx.admit_step,
-            build_strategy=ctx.build_strategy,
-            base_uri=ctx.base_uri,
+        ctx.request = await ctx.services.lifecycle.admit(
+            ctx.req, ctx.admit_step, ctx.build_strategy, ctx.base_uri
         )
     except VersionMismatch:
-        current = await ctx.stage.requests.get(ctx.req.id)
-        if not lifecycle.machine.holds_slot(current.state):
-            await lifecycle.release_claim(current)
-        raise Retryable(f"request {ctx.req.id!r} changed while admitting") from None
-    ctx.stage.metrics.count(f"admits_{ctx.build_strategy}", ctx.req.queue)
+        ctx.admit_lost = True
+        return
+    ctx.services.metrics.count(f"admits_{ctx.build_strategy}", ctx.req.queue)
+
+
+@GATE.action(provides=[REQUEST_PROCESSING])
+async def release_lost_claim(ctx: DeliveryContext) -> None:
+    """Go on only if the admit write won; else free the slot just claimed and retry.
+
+    A lost write means R changed since it was loaded: another delivery of R admitted it
+    (that one keeps the slot), or R ended meanwhile (dead-lettered, or settled by an
+    earlier delivery whose ack was stale) and the slot just claimed belongs to nobody. It
+    is released before the retry, so no crash-free path leaves a finished request holding
+    a slot; a crash right before this step is healed by the terminal branch.
+    """
+    if not ctx.admit_lost:
+        return
+    lifecycle = ctx.services.lifecycle
+    current = await ctx.services.requests.get(ctx.req.id)
+    if not lifecycle.machine.holds_slot(current.state):
+        await lifecycle.release_claim(current)
+    raise Retryable(f"request {ctx.req.id!r} changed while admitting")
 
 
 @GATE.action(requires=[REQUEST_PROCESSING], provides=[START_ANNOUNCED])
 async def announce(ctx: DeliveryContext) -> None:
     """Publish validation.repository.started; its id is stable for this admission."""
     request = ctx.req
-    event = started_event(request.queue, request.id, request.version, ctx.stage.clock.now_ms())
-    await ctx.stage.publisher.publish_hook(event)
+    event = started_event(request.queue, request.id, request.version, ctx.services.clock.now_ms())
+    await ctx.services.publisher.publish_hook(event)
 
 
 @GATE.action()
 async def release_slot(ctx: DeliveryContext) -> None:
     """Free a slot terminal R still holds (a claim that raced R's end); no write if none."""
-    await ctx.stage.lifecycle.settle_queue(ctx.req)
+    await ctx.services.lifecycle.settle_queue(ctx.req)
 
 
 @GATE.action(requires=[REQUEST_PROCESSING, START_ANNOUNCED])
 async def publish_build(ctx: DeliveryContext) -> None:
     """Hand R to build (deduped downstream on the request id)."""
-    await ctx.stage.publisher.publish_build(ctx.req.queue, ctx.req.id)
+    await ctx.services.publisher.publish_build(ctx.req.queue, ctx.req.id)
 
 
 @GATE.action(finishes=True)
@@ -221,4 +237,4 @@ async def hold(ctx: DeliveryContext) -> None:
     """Postpone the same message by gate_wait_delay_ms; not a failure."""
     await ctx.delivery.hold(ctx.config.gate_wait_delay_ms)
     ctx.outcome = "held"
-    ctx.stage.metrics.count("holds", ctx.req.queue)
+    ctx.services.metrics.count("holds", ctx.req.queue)

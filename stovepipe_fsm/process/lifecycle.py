@@ -1,7 +1,10 @@
 """Request state changes and the slot effects derived from ``machines/request.yaml``.
 
-Every writer of a Request (process, record, the DLQ reconciler) goes through here, so the
-rules hold in one place:
+Every writer of a Request (ingest, process, record, the DLQ reconciler) goes through
+here, so the rules hold in one place:
+
+- no state or trigger is named in code: the machine's roles (:mod:`.roles`) say which
+  trigger admits, supersedes, or fails a request closed, and which state a new one is in;
 
 - the compiled ``request`` machine decides whether a trigger is legal and where it leads;
 - the Request write is a compare-and-set on ``version`` (new = old + 1, assigned only
@@ -25,6 +28,7 @@ from ..domain.entities import Queue, Request
 from ..domain.errors import NotFound, Retryable, VersionMismatch
 from ..ports.stores import QueueStore, RequestStore
 from ..spec.compiler import CompiledLifecycle, IllegalTransition, Step
+from .roles import RequestRoles
 
 log = logging.getLogger("stovepipe_fsm.lifecycle")
 
@@ -34,18 +38,50 @@ QueueChange = Callable[[Queue], Queue]
 
 class RequestLifecycle:
     def __init__(
-        self, machine: CompiledLifecycle, requests: RequestStore, queues: QueueStore
+        self,
+        machine: CompiledLifecycle,
+        roles: RequestRoles,
+        requests: RequestStore,
+        queues: QueueStore,
     ) -> None:
         self.machine = machine
+        self.roles = roles
         self.requests = requests
         self.queues = queues
+
+    def new_request(self, request_id: str, queue: str, uri: str) -> Request:
+        """A freshly ingested head, in the machine's initial state (not yet stored)."""
+        return Request(id=request_id, queue=queue, uri=uri, state=self.roles.initial)
 
     def plan(self, request: Request, trigger: str) -> Step:
         """What firing ``trigger`` would do, without writing anything."""
         return self.machine.fire(request.state, trigger, request)
 
+    def plan_admit(self, request: Request) -> Step:
+        return self.plan(request, self.roles.admit)
+
     def is_terminal(self, request: Request) -> bool:
         return self.machine.is_terminal(request.state)
+
+    def is_waiting(self, request: Request) -> bool:
+        """Still in the initial state: ingested, not yet admitted or ended."""
+        return request.state == self.roles.initial
+
+    def is_admitted(self, request: Request) -> bool:
+        """In a state the admit trigger leads to."""
+        return request.state in self.roles.admitted_states
+
+    async def admit(self, request: Request, planned: Step, strategy: str, base: str) -> Request:
+        """Persist the admission ``planned`` for ``request``: strategy and base, once."""
+        return await self.apply(
+            request, self.roles.admit, planned=planned, build_strategy=strategy, base_uri=base
+        )
+
+    async def supersede(self, request: Request, by: str) -> Request:
+        return await self.apply(request, self.roles.supersede, superseded_by=by)
+
+    async def fail_closed(self, request: Request) -> Request:
+        return await self.apply(request, self.roles.dead_letter)
 
     async def claim_slot(self, queue: Queue, request: Request, trigger: str | Step) -> Queue:
         """CAS the queue row so ``request`` holds a slot, if ``trigger`` takes one.

@@ -7,7 +7,10 @@ needs the edit. Rules:
 - ``undeclared-state``       initial/source/dest naming a state that is not declared
 - ``unknown-machine``        no Python registry serves this machine name
 - ``unregistered``           a condition/action name without a registered callable
-- ``missing-trigger``        a trigger the code fires is not declared
+- ``missing-role``           a role (or ``outcomes:``) the machine's code needs is not declared
+- ``unknown-role``           a role no code of this machine uses
+- ``role-shape``             a role's trigger is undeclared or has the wrong shape; not exactly
+                             one green outcome (see :mod:`.roles`)
 - ``wrong-kind``             the machine's kind is not the one its registry's code drives
 - ``unreachable``            a state no path from ``initial`` reaches
 - ``dead-end``               a non-terminal state with no way out
@@ -34,6 +37,7 @@ from collections.abc import Mapping
 from .errors import Location, SpecIssue
 from .model import FLOW, MachineSpec, TransitionSpec
 from .registry import Registry
+from .roles import role_issues
 
 MAX_TRUTH_TABLE_VARIABLES = 12
 
@@ -129,17 +133,7 @@ def _registration(spec: MachineSpec, registry: Registry) -> list[SpecIssue]:
         for ref in t.actions:
             if ref.name not in registry.actions:
                 issues.append(_unregistered(ref.name, ref.location, "action", registry))
-    declared = set(spec.triggers)
-    for trigger in registry.required_triggers:
-        if trigger not in declared:
-            issues.append(
-                SpecIssue(
-                    spec.location,
-                    f"machine {spec.name!r} must declare trigger {trigger!r}: the process "
-                    "stage fires it",
-                    "missing-trigger",
-                )
-            )
+    issues += role_issues(spec, registry.roles, needs_outcomes=registry.outcomes)
     return issues
 
 

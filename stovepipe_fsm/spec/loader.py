@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import SpecError, SpecIssue
 from .lint import lint_machine
-from .model import LIFECYCLE, MachineSpec, NameRef, StateSpec, TransitionSpec
+from .model import LIFECYCLE, MachineSpec, NameRef, OutcomeSpec, RoleSpec, StateSpec, TransitionSpec
 from .registry import Registry
 from .schema import schema_issues
 from .yaml_source import JsonPath, SourceDocument, read_yaml
@@ -43,6 +43,29 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
         description=data.get("description", ""),
         location=doc.locate(()),
         kind_location=doc.locate(("kind",)) if "kind" in data else None,
+        roles=tuple(
+            RoleSpec(
+                role,
+                NameRef(trigger, doc.locate(("roles", role))),
+                doc.locate(("roles", role), key=True),
+            )
+            for role, trigger in data.get("roles", {}).items()
+        ),
+        roles_location=doc.locate(("roles",), key=True) if "roles" in data else None,
+        outcomes=tuple(
+            _outcome(doc, name, body) for name, body in data.get("outcomes", {}).items()
+        ),
+        outcomes_location=doc.locate(("outcomes",), key=True) if "outcomes" in data else None,
+    )
+
+
+def _outcome(doc: SourceDocument, name: str, body: dict[str, Any]) -> OutcomeSpec:
+    return OutcomeSpec(
+        name=name,
+        trigger=NameRef(body["trigger"], doc.locate(("outcomes", name, "trigger"))),
+        location=doc.locate(("outcomes", name), key=True),
+        green=bool(body.get("green", False)),
+        description=body.get("description", ""),
     )
 
 

@@ -61,6 +61,26 @@ class TransitionSpec:
 
 
 @dataclass(frozen=True)
+class RoleSpec:
+    """``roles: {role: trigger}``: the trigger that plays a role the runtime relies on."""
+
+    role: str
+    trigger: NameRef
+    location: Location
+
+
+@dataclass(frozen=True)
+class OutcomeSpec:
+    """``outcomes: {name: {trigger, green}}``: a build outcome and the trigger it fires."""
+
+    name: str
+    trigger: NameRef
+    location: Location
+    green: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class MachineSpec:
     name: str
     kind: str
@@ -71,6 +91,10 @@ class MachineSpec:
     description: str = ""
     location: Location = field(default_factory=lambda: Location("<memory>", 1, 1))
     kind_location: Location | None = None
+    roles: tuple[RoleSpec, ...] = ()
+    roles_location: Location | None = None
+    outcomes: tuple[OutcomeSpec, ...] = ()
+    outcomes_location: Location | None = None
 
     @cached_property
     def state_map(self) -> dict[str, StateSpec]:
@@ -94,6 +118,10 @@ class MachineSpec:
         for t in self.transitions:
             seen.setdefault(t.trigger, None)
         return tuple(seen)
+
+    def role_trigger(self, role: str) -> str | None:
+        """The trigger declared for ``role``, or ``None``."""
+        return next((r.trigger.name for r in self.roles if r.role == role), None)
 
     def outgoing(self, state: str) -> tuple[TransitionSpec, ...]:
         return tuple(t for t in self.transitions if state in t.source_names)

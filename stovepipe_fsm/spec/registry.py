@@ -6,16 +6,18 @@ relies on (``provides`` / ``requires``), which is how lint proves, from the YAML
 that no publish step runs before the state write it depends on.
 
 A registry belongs to one machine name (``request`` or ``queue_gate``) and may declare
-the triggers code fires on that machine (``required_triggers``) and the ``kind`` of
-machine the code drives: a YAML edit that drops one, or turns a flow into a lifecycle,
-is a load error instead of a runtime surprise.
+the roles its code relies on the machine for (``roles``, ``outcomes``; see
+:mod:`.roles`) and the ``kind`` of machine the code drives: a YAML edit that drops a
+role, or turns a flow into a lifecycle, is a load error instead of a runtime surprise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .roles import RoleShape
 
 Condition = Callable[[Any], bool]
 Action = Callable[[Any], Any]
@@ -45,8 +47,9 @@ class Registry:
     """Named conditions and actions for one machine."""
 
     machine: str
-    required_triggers: tuple[str, ...] = ()
     kind: str | None = None
+    roles: Mapping[str, RoleShape] = field(default_factory=dict)
+    outcomes: bool = False
     conditions: dict[str, ConditionInfo] = field(default_factory=dict)
     actions: dict[str, ActionInfo] = field(default_factory=dict)
 

@@ -31,8 +31,14 @@ def _transitions(doc: Doc, trigger: str) -> list[Doc]:
 def publish_before_persist(gate: Doc, request: Doc) -> None:
     """The admit step hands the request to build before writing it processing."""
     (admit,) = [t for t in _transitions(gate, "admit") if t.get("unless") == "slot_conflict"]
-    assert admit["after"] == ["mark_processing", "announce", "publish_build", "ack"]
-    admit["after"] = ["publish_build", "mark_processing", "announce", "ack"]
+    assert admit["after"] == [
+        "mark_processing",
+        "release_lost_claim",
+        "announce",
+        "publish_build",
+        "ack",
+    ]
+    admit["after"] = ["publish_build", "mark_processing", "release_lost_claim", "announce", "ack"]
 
 
 def no_coalesce(gate: Doc, request: Doc) -> None:

@@ -58,7 +58,7 @@ ODD_URIS = (
 
 def _request(queue: str, n: int, uri: str = "uri-1", **changes: object) -> Request:
     return dataclasses.replace(
-        Request(id=format_request_id(queue, n), queue=queue, uri=uri), **changes
+        Request(id=format_request_id(queue, n), queue=queue, uri=uri, state="accepted"), **changes
     )
 
 

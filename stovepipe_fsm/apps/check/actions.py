@@ -50,9 +50,6 @@ from .model import (
     step,
 )
 from .observe import Observation
-from .variants import Variant
-
-OUTCOMES = ("succeeded", "failed", "cancelled")
 
 
 class StepFailed(Exception):
@@ -112,7 +109,7 @@ def enabled(
         actions.append(Action(ADVANCE, (step("advance_ms", q, amount=wait),)))
     for request in obs.requests_of(q):
         if request.state in rules.admitted_states and request.id in obs.builds:
-            for outcome in OUTCOMES:
+            for outcome in rules.outcomes:
                 complete = step("complete", q, uri=request.uri, outcome=outcome)
                 actions.append(Action(COMPLETE, (complete,)))
     if not obs.source_control_up:
@@ -150,7 +147,7 @@ def enabled(
     return actions
 
 
-def perform(world: World, action: Action, variant: Variant) -> World | None:
+def perform(world: World, action: Action) -> World | None:
     """``action`` applied to a fork of ``world``; ``None`` when it is not a real edge.
 
     A crash edge whose delivery never reached its crash point, an outage edge whose
@@ -158,7 +155,7 @@ def perform(world: World, action: Action, variant: Variant) -> World | None:
     its stall point, is a plain delivery under another name; it is dropped so every
     explored fault happens where its label says.
     """
-    twin = variant.fork(world)
+    twin = world.clone()
     asked, stalled = twin.graph.calls, len(twin.in_hand)
     for item in action.steps:
         try:

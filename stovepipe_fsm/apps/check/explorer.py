@@ -93,7 +93,12 @@ class Setup:
 
     def new_world(self) -> World:
         config = ResolvedConfigStore(OverrideConfigStore(self.config, self.knobs()))
-        return self.variant.install(World(self.machines, config, self.bounds.history()))
+        return World(
+            self.machines,
+            config,
+            self.bounds.history(),
+            lifecycle_factory=self.variant.lifecycle_factory,
+        )
 
 
 class ResolvedConfigStore:
@@ -214,7 +219,7 @@ class Explorer:
                     continue
                 self.attempts += 1
                 try:
-                    twin = perform(world, action, setup.variant)
+                    twin = perform(world, action)
                 except StepFailed as exc:
                     failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
                     return Counterexample(failed, self.trace(sid, action)), True
@@ -306,7 +311,6 @@ def can_finish(
     world: World,
     rules: Rules,
     queue: str,
-    variant: Variant,
     *,
     limit: int = CLOSURE_LIMIT,
 ) -> bool:
@@ -321,7 +325,7 @@ def can_finish(
             if quiescent(obs, rules):
                 return True
             for action in enabled(obs, Budget(), bounds, rules, fair_only=True):
-                twin = perform(current, action, variant)
+                twin = perform(current, action)
                 if twin is None:
                     continue
                 post = observe(twin)

@@ -37,6 +37,7 @@ class Rules:
     terminal_states: frozenset[str]
     initial_state: str
     superseded_states: frozenset[str]
+    outcomes: tuple[str, ...]
     history: Mapping[str, Sequence[str]]
     bare_counter: bool = False
 
@@ -49,14 +50,15 @@ class Rules:
         history: Mapping[str, Sequence[str]],
         bare_counter: bool = False,
     ) -> Rules:
-        request = machines.request
+        request, roles = machines.request, machines.roles
         return cls(
             max_concurrent=max_concurrent,
             slot_states=frozenset(request.slot_states),
-            admitted_states=request.dest_of("admit"),
+            admitted_states=roles.admitted_states,
             terminal_states=frozenset(request.terminal),
-            initial_state=request.spec.initial.name,
-            superseded_states=request.dest_of("supersede"),
+            initial_state=roles.initial,
+            superseded_states=roles.superseded_states,
+            outcomes=tuple(roles.outcomes),
             history={k: tuple(v) for k, v in history.items()},
             bare_counter=bare_counter,
         )

@@ -57,7 +57,7 @@ def replay(
 ) -> Replay:
     """Run ``timeline`` step by step, stopping at the first broken property."""
     variant = variant or Variant()
-    world = variant.install(build_world(timeline, machines, config))
+    world = build_world(timeline, machines, config, lifecycle_factory=variant.lifecycle_factory)
     rules = Rules.for_machines(
         machines,
         max_concurrent=world.config.get(timeline.queue).max_concurrent,
@@ -85,7 +85,7 @@ def replay(
             result.violation, result.step = violation, number
             return result
         obs = post
-    if not can_finish(world, rules, timeline.queue, variant):
+    if not can_finish(world, rules, timeline.queue):
         detail = "no fair continuation finishes: " + waiting(obs, rules)
         result.violation = Violation(PROGRESS.name, PROGRESS.summary, detail)
         result.step = len(timeline.steps)

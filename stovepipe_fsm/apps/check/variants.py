@@ -22,8 +22,8 @@ from typing import Any
 
 from ...domain.entities import Queue, Request
 from ...process.lifecycle import QueueChange, RequestLifecycle
+from ...process.services import LifecycleFactory
 from ...spec.compiler import Step
-from ..simulate.world import World
 
 COUNT_TOKEN = "in_flight#"
 
@@ -86,20 +86,10 @@ class BareCounterLifecycle(RequestLifecycle):
 
 @dataclass(frozen=True)
 class Variant:
-    """How to wire a world before it runs (the shipped wiring unless told otherwise)."""
+    """Which lifecycle a world is built with (the shipped one unless told otherwise)."""
 
     bare_counter: bool = False
 
-    def install(self, world: World) -> World:
-        if self.bare_counter:
-            lifecycle = BareCounterLifecycle(world.machines.request, world.requests, world.queues)
-            world.lifecycle = lifecycle
-            world.controller.lifecycle = lifecycle
-            world.ingester.lifecycle = lifecycle
-            world.recorder.lifecycle = lifecycle
-            world.reconciler.lifecycle = lifecycle
-        return world
-
-    def fork(self, world: World) -> World:
-        """An independent copy of ``world``, wired the same way."""
-        return self.install(world.clone())
+    @property
+    def lifecycle_factory(self) -> LifecycleFactory:
+        return BareCounterLifecycle if self.bare_counter else RequestLifecycle

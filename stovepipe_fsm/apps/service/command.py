@@ -20,8 +20,7 @@ import nats.errors
 
 from ...adapters.jetstream import NatsServer, Topology
 from ...domain.errors import NotFound, StovepipeError
-from ..ingest import InvalidUri
-from ..record import OUTCOME_TRIGGERS
+from ...pipeline.ingest import InvalidUri
 from .connect import NatsOptions, connect, default_url
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -47,7 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _broker_args(p)
     p.add_argument("--queue", required=True)
     p.add_argument("--uri", required=True)
-    p.add_argument("--outcome", required=True, choices=sorted(OUTCOME_TRIGGERS))
+    p.add_argument(
+        "--outcome",
+        required=True,
+        help="a build outcome declared under 'outcomes:' in the request machine",
+    )
     p.set_defaults(handler=cmd_complete)
 
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")

@@ -25,6 +25,7 @@ from ...adapters.file import FileConfigStore
 from ...adapters.jetstream import NatsServer, Topology
 from ...adapters.jetstream.codec import decode_request, decode_work
 from ...process.catalog import load_process_machines
+from ...process.roles import RequestRoles
 from .connect import NatsOptions, connect
 from .operators import render_status, status_document
 from .runtime import Service, ServiceOptions
@@ -89,7 +90,9 @@ class Timeline:
             self.line(f"{event:<12} {request_id} ({uri}) {detail}".rstrip())
 
 
-async def _watch_requests(js, topology: Topology, timeline: Timeline, stop: asyncio.Event):  # type: ignore[no-untyped-def]
+async def _watch_requests(  # type: ignore[no-untyped-def]
+    js, topology: Topology, roles: RequestRoles, timeline: Timeline, stop: asyncio.Event
+):
     kv = await js.key_value(topology.requests_bucket)
     watcher = await kv.watchall()
     states: dict[str, str] = {}
@@ -103,11 +106,11 @@ async def _watch_requests(js, topology: Topology, timeline: Timeline, stop: asyn
                 continue
             request = decode_request(entry.value)
             timeline.uris[request.id] = request.uri
-            if states.get(request.id) == request.state or request.state == "accepted":
+            if states.get(request.id) == request.state or request.state == roles.initial:
                 continue  # the ingest line already said it
             states[request.id] = request.state
             extra = ""
-            if request.state == "processing":
+            if request.state in roles.admitted_states:
                 extra = f" build={request.build_strategy}"
                 if request.base_uri:
                     extra += f" since {request.base_uri}"
@@ -132,7 +135,8 @@ async def _build_runner(service: Service, timeline: Timeline, build_s: float, st
     async def finish(request_id: str) -> None:
         await asyncio.sleep(build_s)
         assert service.pipeline is not None
-        await service.pipeline.record.complete(request_id, "succeeded")
+        green = service.pipeline.stages.services.roles.green_outcome.name
+        await service.pipeline.record.complete(request_id, green)
         timeline.line(f"{'build green':<12} {request_id} ({timeline.uris.get(request_id, '?')})")
 
     while not stop.is_set():
@@ -167,10 +171,11 @@ async def run_demo(
             nc = await connect(NatsOptions(url=server.url, max_reconnect_attempts=0))
             timeline = Timeline(out)
             topology = Topology()
+            machines = load_process_machines(machines_dir)
             service = Service(
                 nc,
                 topology,
-                load_process_machines(machines_dir),
+                machines,
                 FileConfigStore(config_path),
                 options=ServiceOptions(fetch_timeout_s=0.2, discover_interval_s=0.5),
                 observer=timeline.observe,
@@ -180,7 +185,7 @@ async def run_demo(
                 await service.start()
                 helpers = [
                     asyncio.ensure_future(
-                        _watch_requests(nc.jetstream(), topology, timeline, stop)
+                        _watch_requests(nc.jetstream(), topology, machines.roles, timeline, stop)
                     ),
                     asyncio.ensure_future(_build_runner(service, timeline, build_s, stop)),
                 ]
@@ -200,6 +205,7 @@ async def run_demo(
 async def _walkthrough(service: Service, timeline: Timeline) -> None:
     assert service.pipeline is not None
     ingest, requests = service.pipeline.ingest, service.pipeline.lifecycle.requests
+    roles = service.pipeline.stages.services.roles
     ids: dict[str, str] = {}
 
     async def put(uri: str) -> None:
@@ -214,24 +220,18 @@ async def _walkthrough(service: Service, timeline: Timeline) -> None:
                 raise TimeoutError(f"demo step timed out waiting for {what}")
             await asyncio.sleep(0.02)
 
-    async def state(uri: str) -> str:
-        return (await requests.get(ids[uri])).state
+    async def in_states(uris: str, states: frozenset[str]) -> bool:
+        return all([(await requests.get(ids[uri])).state in states for uri in uris])
 
+    admitted, superseded = roles.admitted_states, roles.superseded_states
+    green = roles.green_outcome.states
     await put("A")
-    await until("A admitted", lambda: _is(state("A"), "processing"))
+    await until("A admitted", lambda: in_states("A", admitted))
     for uri in "BCD":
         await put(uri)
-    await until("B and C superseded", lambda: _all_superseded(state, "BC"))
+    await until("B and C superseded", lambda: in_states("BC", superseded))
     for uri in "EF":
         await put(uri)
-    await until("D and E superseded", lambda: _all_superseded(state, "DE"))
-    await until("F admitted", lambda: _is(state("F"), "processing"))
-    await until("F green", lambda: _is(state("F"), "succeeded"))
-
-
-async def _is(value, expected: str) -> bool:  # type: ignore[no-untyped-def]
-    return await value == expected
-
-
-async def _all_superseded(state, uris: str) -> bool:  # type: ignore[no-untyped-def]
-    return all([await state(u) == "superseded" for u in uris])
+    await until("D and E superseded", lambda: in_states("DE", superseded))
+    await until("F admitted", lambda: in_states("F", admitted))
+    await until("F green", lambda: in_states("F", green))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ...adapters.git import rev_parse
 from ...domain.errors import NotFound, Retryable
-from ..ingest import Ingest
+from ...pipeline.ingest import Ingest
 
 log = logging.getLogger("stovepipe_fsm.poll")
 

@@ -43,6 +43,10 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
+from ...pipeline.dlq import DeadLetterReconciler
+from ...pipeline.ingest import Ingest
+from ...pipeline.record import Record
+from ...pipeline.wiring import Ports, Stages, build_stages
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -50,9 +54,6 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
-from ..dlq import DeadLetterReconciler
-from ..ingest import Ingest
-from ..record import Record
 
 log = logging.getLogger("stovepipe_fsm.service")
 
@@ -76,16 +77,32 @@ def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
 
 @dataclass
 class Pipeline:
-    """The application objects of one broker, shared by the service and operator commands."""
+    """The stages on one broker, shared by the service and operator commands."""
 
     js: JetStreamContext
     topology: Topology
-    controller: ProcessController
-    ingest: Ingest
-    record: Record
-    reconciler: DeadLetterReconciler
+    stages: Stages
     ledger: AttemptsLedger
-    lifecycle: RequestLifecycle
+
+    @property
+    def controller(self) -> ProcessController:
+        return self.stages.controller
+
+    @property
+    def ingest(self) -> Ingest:
+        return self.stages.ingest
+
+    @property
+    def record(self) -> Record:
+        return self.stages.record
+
+    @property
+    def reconciler(self) -> DeadLetterReconciler:
+        return self.stages.reconciler
+
+    @property
+    def lifecycle(self) -> RequestLifecycle:
+        return self.stages.lifecycle
 
 
 async def open_pipeline(
@@ -101,38 +118,23 @@ async def open_pipeline(
     """Create the topology if missing, open the stores and wire every app on them."""
     await ensure_topology(js, topology)
     stores = await open_kv_stores(js, topology)
-    publisher = JetStreamPublisher(js, topology)
-    lifecycle = RequestLifecycle(machines.request, stores.requests, stores.queues)
-    controller = ProcessController(
-        machines,
-        requests=stores.requests,
-        queues=stores.queues,
-        config=config,
-        source_control=source_control or config_repositories(config),
-        publisher=publisher,
-        clock=clock or SystemClock(),
-        metrics=metrics,
-    )
-    controller.lifecycle = lifecycle
-    ingest = Ingest(
+    ports = Ports(
         requests=stores.requests,
         queues=stores.queues,
         uri_index=stores.uris,
         counter=stores.counters,
-        publisher=publisher,
-        lifecycle=lifecycle,
+        config=config,
+        source_control=source_control or config_repositories(config),
+        publisher=JetStreamPublisher(js, topology),
+        clock=clock or SystemClock(),
     )
     with translated(f"open bucket {topology.attempts_bucket}"):
         attempts_kv = await js.key_value(topology.attempts_bucket)
     return Pipeline(
         js=js,
         topology=topology,
-        controller=controller,
-        ingest=ingest,
-        record=Record(lifecycle),
-        reconciler=DeadLetterReconciler(lifecycle),
+        stages=build_stages(machines, ports, metrics=metrics),
         ledger=AttemptsLedger(attempts_kv),
-        lifecycle=lifecycle,
     )
 
 

@@ -10,6 +10,8 @@ from ...domain.errors import NotFound, StovepipeError
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
+from ...process.lifecycle import RequestLifecycle
+from ...process.services import LifecycleFactory
 from ...spec.errors import SpecError, SpecIssue
 from .timeline import Timeline, TimelineStep
 from .world import DeliveryReport, OverrideConfigStore, World, run_sync
@@ -31,10 +33,16 @@ class Simulation:
     rows: list[LogRow] = field(default_factory=list)
 
 
-def build_world(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> World:
+def build_world(
+    timeline: Timeline,
+    machines: ProcessMachines,
+    config: ConfigStore,
+    *,
+    lifecycle_factory: LifecycleFactory = RequestLifecycle,
+) -> World:
     if timeline.config:
         config = OverrideConfigStore(config, timeline.config)
-    return World(machines, config, timeline.history)
+    return World(machines, config, timeline.history, lifecycle_factory=lifecycle_factory)
 
 
 def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
@@ -127,13 +135,14 @@ def explain(world: World, report: DeliveryReport) -> str:
         return f"{label}: {report.outcome}"
     if report.outcome == "held":
         return f"{label}: held (gate closed or not yet stamped)"
-    if request.state == "processing" and report.state_before == "processing":
-        return f"{label}: already processing -> start re-announced, build re-published"
-    if request.state == "processing":
+    roles = world.machines.roles
+    if request.state in roles.admitted_states:
+        if report.state_before in roles.admitted_states:
+            return f"{label}: already {request.state} -> start re-announced, build re-published"
         base = f" base {request.base_uri}" if request.base_uri else ""
         return f"{label}: admitted {request.build_strategy}{base} -> build"
-    if request.state == "superseded":
-        return f"{label}: superseded by {request.superseded_by}"
+    if request.state in roles.superseded_states:
+        return f"{label}: {request.state} by {request.superseded_by}"
     return f"{label}: {request.state}, acked"
 
 

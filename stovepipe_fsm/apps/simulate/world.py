@@ -41,13 +41,13 @@ from ...domain.entities import QueueConfig, Request
 from ...domain.errors import NonRetryable, NotFound
 from ...domain.hooks import HookEvent
 from ...domain.ids import parse_request_id
+from ...pipeline.ingest import IngestResult
+from ...pipeline.wiring import Ports, build_stages
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ...process.controller import PausedDelivery, ProcessController
+from ...process.controller import PausedDelivery
 from ...process.lifecycle import RequestLifecycle
-from ..dlq import DeadLetterReconciler
-from ..ingest import Ingest, IngestResult
-from ..record import Record
+from ...process.services import LifecycleFactory
 
 T = TypeVar("T")
 
@@ -219,7 +219,9 @@ class InHand:
         message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
         delivery = SimDelivery(twin, message)
         delivery.outcome = self.delivery.outcome
-        ctx = dataclasses.replace(self.paused.ctx, stage=twin.controller, delivery=delivery)
+        ctx = dataclasses.replace(
+            self.paused.ctx, services=twin.controller.services, delivery=delivery
+        )
         return dataclasses.replace(
             self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
         )
@@ -243,9 +245,12 @@ class World:
         machines: ProcessMachines,
         config: ConfigStore,
         history: Mapping[str, Sequence[str]] | None = None,
+        *,
+        lifecycle_factory: LifecycleFactory = RequestLifecycle,
     ) -> None:
         self.machines = machines
         self.config = config
+        self.lifecycle_factory = lifecycle_factory
         self.clock = ManualClock(0)
         self.requests = MemoryRequestStore()
         self.queues = MemoryQueueStore()
@@ -261,33 +266,30 @@ class World:
         self._wire()
 
     def _wire(self) -> None:
+        """The stages on this world's ports, through the one factory the service uses."""
         self.publisher = SimPublisher(self.broker, self.clock, self.published)
-        self.lifecycle = RequestLifecycle(self.machines.request, self.requests, self.queues)
-        self.controller = ProcessController(
-            self.machines,
+        ports = Ports(
             requests=self.requests,
             queues=self.queues,
+            uri_index=self.uri_index,
+            counter=self.counter,
             config=self.config,
             source_control=SingleSourceControl(self.graph),
             publisher=self.publisher,
             clock=self.clock,
         )
-        self.controller.lifecycle = self.lifecycle
-        self.ingester = Ingest(
-            requests=self.requests,
-            queues=self.queues,
-            uri_index=self.uri_index,
-            counter=self.counter,
-            publisher=self.publisher,
-            lifecycle=self.lifecycle,
-        )
-        self.recorder = Record(self.lifecycle)
-        self.reconciler = DeadLetterReconciler(self.lifecycle)
+        stages = build_stages(self.machines, ports, lifecycle_factory=self.lifecycle_factory)
+        self.lifecycle = stages.lifecycle
+        self.controller = stages.controller
+        self.ingester = stages.ingest
+        self.recorder = stages.record
+        self.reconciler = stages.reconciler
 
     def clone(self) -> World:
         twin = object.__new__(World)
         twin.machines = self.machines
         twin.config = self.config
+        twin.lifecycle_factory = self.lifecycle_factory
         twin.clock = self.clock.clone()
         twin.requests = self.requests.clone()
         twin.queues = self.queues.clone()

@@ -9,9 +9,10 @@ Order of writes, each one safe to repeat:
 4. CAS ``latest_request_id`` forward only, never backward;
 5. publish the ProcessRequest - last, so the consumer always finds 1-4 durable.
 
-A re-ingest of a URI whose Request is still ``accepted`` redoes 2-5: it heals a crash
-anywhere in the sequence and a lost publish. A re-ingest of a Request past accepted
-publishes nothing (a superseded URI is never re-validated).
+A re-ingest of a URI whose Request is still waiting (in the request machine's initial
+state) redoes 2-5: it heals a crash anywhere in the sequence and a lost publish. A
+re-ingest of a Request past its initial state publishes nothing (a superseded URI is
+never re-validated).
 """
 
 from __future__ import annotations
@@ -23,11 +24,8 @@ from ..domain.entities import Queue, Request
 from ..domain.errors import AlreadyExists, NotFound
 from ..domain.ids import compare_request_id, format_request_id
 from ..domain.queue_names import validate_queue_name
-from ..ports.publisher import Publisher
-from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
-from ..process.lifecycle import RequestLifecycle
-
-ACCEPTED = "accepted"
+from ..ports.stores import Counter, UriIndex
+from ..process.services import StageServices
 
 
 class InvalidUri(ValueError):
@@ -52,22 +50,13 @@ def validate_uri(uri: object) -> str:
 
 
 class Ingest:
-    def __init__(
-        self,
-        *,
-        requests: RequestStore,
-        queues: QueueStore,
-        uri_index: UriIndex,
-        counter: Counter,
-        publisher: Publisher,
-        lifecycle: RequestLifecycle,
-    ) -> None:
-        self.requests = requests
-        self.queues = queues
+    def __init__(self, services: StageServices, *, uri_index: UriIndex, counter: Counter) -> None:
+        self.requests = services.requests
+        self.queues = services.queues
+        self.publisher = services.publisher
+        self.lifecycle = services.lifecycle
         self.uri_index = uri_index
         self.counter = counter
-        self.publisher = publisher
-        self.lifecycle = lifecycle
 
     async def ingest(self, queue: str, uri: str) -> IngestResult:
         validate_queue_name(queue)
@@ -80,7 +69,7 @@ class Ingest:
             created = request_id == minted
         await self._ensure_queue(queue)
         request = await self._ensure_request(request_id, queue, uri)
-        if request.state != ACCEPTED:
+        if not self.lifecycle.is_waiting(request):
             return IngestResult(request_id, created, published=False)
         await self._stamp_latest(queue, request_id)
         await self.publisher.publish_process(queue, request_id)
@@ -98,7 +87,7 @@ class Ingest:
             return await self.requests.get(request_id)
         except NotFound:
             pass
-        request = Request(id=request_id, queue=queue, uri=uri)
+        request = self.lifecycle.new_request(request_id, queue, uri)
         try:
             await self.requests.create(request)
         except AlreadyExists:

@@ -1,8 +1,9 @@
-"""The dead-letter reconciler: force a Request terminal ``failed`` so its queue moves.
+"""The dead-letter reconciler: force a Request terminal so its queue moves.
 
 A Request whose messages exhausted their retries would otherwise hold its slot forever
-and wedge the whole queue. Forcing ``failed`` is conservative (no green is recorded) and
-frees the slot through the lifecycle's terminal release. Idempotent: an already
+and wedge the whole queue. The request machine's ``dead_letter`` role names the trigger
+(``fail_closed`` in the shipped machine: conservative, no green is recorded); its
+terminal destination frees the slot through the lifecycle's terminal release. Idempotent: an already
 terminal Request only gets its slot released, if it still holds one.
 """
 
@@ -10,14 +11,14 @@ from __future__ import annotations
 
 from ..domain.entities import Request
 from ..domain.errors import NotFound, VersionMismatch
-from ..process.lifecycle import RequestLifecycle
+from ..process.services import StageServices
 
 FAIL_CLOSED_ATTEMPTS = 8
 
 
 class DeadLetterReconciler:
-    def __init__(self, lifecycle: RequestLifecycle) -> None:
-        self.lifecycle = lifecycle
+    def __init__(self, services: StageServices) -> None:
+        self.lifecycle = services.lifecycle
 
     async def reconcile(self, request_id: str) -> Request | None:
         """Fail ``request_id`` closed; ``None`` when no such request exists."""
@@ -30,7 +31,7 @@ class DeadLetterReconciler:
                 await self.lifecycle.settle_queue(request)
                 return request
             try:
-                return await self.lifecycle.apply(request, "fail_closed")
+                return await self.lifecycle.fail_closed(request)
             except VersionMismatch:
                 continue
         raise VersionMismatch(f"request {request_id!r} kept changing while failing it closed")

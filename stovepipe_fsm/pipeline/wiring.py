@@ -1,0 +1,83 @@
+"""The one factory that puts the pipeline's stages together on a set of ports.
+
+The service, the simulated world, ``check`` (and its variants), the benchmarks and the
+tests all build their stages here, so they all run the same wiring: one
+:class:`~..process.services.StageServices` shared by the controller, ingest, record and
+the reconciler, with the lifecycle chosen at construction (``lifecycle_factory``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ports.clock import Clock
+from ..ports.config import ConfigStore
+from ..ports.publisher import Publisher
+from ..ports.source_control import SourceControlProvider
+from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
+from ..process.catalog import ProcessMachines
+from ..process.controller import ProcessController
+from ..process.lifecycle import RequestLifecycle
+from ..process.metrics import Metrics
+from ..process.services import LifecycleFactory, StageServices
+from .dlq import DeadLetterReconciler
+from .ingest import Ingest
+from .record import Record
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The I/O the stages run on: stores, config, source control, publisher, clock."""
+
+    requests: RequestStore
+    queues: QueueStore
+    uri_index: UriIndex
+    counter: Counter
+    config: ConfigStore
+    source_control: SourceControlProvider
+    publisher: Publisher
+    clock: Clock
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The controller and the stages that share its services."""
+
+    services: StageServices
+    controller: ProcessController
+    ingest: Ingest
+    record: Record
+    reconciler: DeadLetterReconciler
+
+    @property
+    def lifecycle(self) -> RequestLifecycle:
+        return self.services.lifecycle
+
+
+def build_stages(
+    machines: ProcessMachines,
+    ports: Ports,
+    *,
+    metrics: Metrics | None = None,
+    lifecycle_factory: LifecycleFactory = RequestLifecycle,
+) -> Stages:
+    """Every stage on ``ports``, sharing one :class:`StageServices`."""
+    services = StageServices.build(
+        machines.request,
+        machines.roles,
+        requests=ports.requests,
+        queues=ports.queues,
+        config=ports.config,
+        source_control=ports.source_control,
+        publisher=ports.publisher,
+        clock=ports.clock,
+        metrics=metrics,
+        lifecycle_factory=lifecycle_factory,
+    )
+    return Stages(
+        services=services,
+        controller=ProcessController(machines, services),
+        ingest=Ingest(services, uri_index=ports.uri_index, counter=ports.counter),
+        record=Record(services),
+        reconciler=DeadLetterReconciler(services),
+    )

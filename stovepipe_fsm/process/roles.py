@@ -1,0 +1,92 @@
+"""The request machine's roles, as the process stage, ingest, record and the DLQ use them.
+
+Every name comes from ``machines/request.yaml``: the initial state, the triggers under
+``roles:`` and the build outcomes under ``outcomes:``. :data:`REQUEST_ROLES` is what the
+code needs (lint checks the YAML against it); :class:`RequestRoles` is the resolved
+answer the code reads, so renaming a state or a trigger consistently in the YAML is all
+a rename takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..spec.model import MachineSpec
+from ..spec.roles import SLOT_HOLDING, TERMINAL, RoleShape, leads_to
+
+ADMIT = "admit"
+SUPERSEDE = "supersede"
+DEAD_LETTER = "dead_letter"
+
+REQUEST_ROLES: Mapping[str, RoleShape] = {
+    ADMIT: RoleShape(
+        "process fires it to admit the latest head; it takes a build slot",
+        SLOT_HOLDING,
+        from_initial=True,
+    ),
+    SUPERSEDE: RoleShape(
+        "process fires it on a head a newer one made stale", TERMINAL, from_initial=True
+    ),
+    DEAD_LETTER: RoleShape(
+        "the dead-letter reconciler fires it to end a request whose delivery gave up",
+        TERMINAL,
+        from_every_open_state=True,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A build outcome record accepts: the trigger it fires and the states it leads to."""
+
+    name: str
+    trigger: str
+    states: frozenset[str]
+    green: bool
+
+
+@dataclass(frozen=True)
+class RequestRoles:
+    """The request machine's names for what the runtime does (resolved from a linted spec)."""
+
+    initial: str
+    admit: str
+    supersede: str
+    dead_letter: str
+    admitted_states: frozenset[str]
+    superseded_states: frozenset[str]
+    outcomes: Mapping[str, Outcome]
+
+    @classmethod
+    def from_spec(cls, spec: MachineSpec) -> RequestRoles:
+        def trigger(role: str) -> str:
+            name = spec.role_trigger(role)
+            if name is None:  # only with lint off: a spec lint would have refused
+                raise ValueError(f"machine {spec.name!r} declares no role {role!r}")
+            return name
+
+        admit, supersede = trigger(ADMIT), trigger(SUPERSEDE)
+        return cls(
+            initial=spec.initial.name,
+            admit=admit,
+            supersede=supersede,
+            dead_letter=trigger(DEAD_LETTER),
+            admitted_states=leads_to(spec, admit),
+            superseded_states=leads_to(spec, supersede),
+            outcomes={
+                o.name: Outcome(o.name, o.trigger.name, leads_to(spec, o.trigger.name), o.green)
+                for o in spec.outcomes
+            },
+        )
+
+    @property
+    def green_outcome(self) -> Outcome:
+        return next(o for o in self.outcomes.values() if o.green)
+
+    def outcome(self, name: str) -> Outcome:
+        """The outcome called ``name``; ``ValueError`` naming the declared ones otherwise."""
+        found = self.outcomes.get(name)
+        if found is None:
+            raise ValueError(f"outcome {name!r} is not one of {', '.join(sorted(self.outcomes))}")
+        return found

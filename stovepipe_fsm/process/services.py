@@ -1,0 +1,90 @@
+"""What the process stage's conditions and actions may touch: one explicit object.
+
+:class:`StageServices` is built once, by :meth:`StageServices.build`, and handed to the
+controller; nothing rewires it afterwards. A condition or action reaches the stores,
+config, source control, publisher, clock, lifecycle, metrics and the once-only warning
+log through it and through nothing else, so what a policy step can do is visible here
+and a simulated world, the model checker and the JetStream service differ only in the
+ports they pass in. A variant lifecycle (``check --bare-counter``) is a constructor
+argument, never a patch applied after construction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ports.clock import Clock
+from ..ports.config import ConfigStore
+from ..ports.publisher import Publisher
+from ..ports.source_control import SourceControlProvider
+from ..ports.stores import QueueStore, RequestStore
+from ..spec.compiler import CompiledLifecycle
+from .lifecycle import RequestLifecycle
+from .metrics import Metrics
+from .roles import RequestRoles
+
+log = logging.getLogger("stovepipe_fsm.process")
+
+LifecycleFactory = Callable[
+    [CompiledLifecycle, RequestRoles, RequestStore, QueueStore], RequestLifecycle
+]
+
+
+@dataclass
+class OnceLog:
+    """Log a configuration warning once per process, not once per delivery."""
+
+    seen: set[str] = field(default_factory=set)
+
+    def warning(self, key: str, message: str, *args: Any) -> None:
+        if key not in self.seen:
+            self.seen.add(key)
+            log.warning(message, *args)
+
+
+@dataclass(frozen=True)
+class StageServices:
+    """Everything a registered condition or action of the process stage may use."""
+
+    roles: RequestRoles
+    requests: RequestStore
+    queues: QueueStore
+    config: ConfigStore
+    source_control: SourceControlProvider
+    publisher: Publisher
+    clock: Clock
+    lifecycle: RequestLifecycle
+    metrics: Metrics
+    warnings: OnceLog
+
+    @classmethod
+    def build(
+        cls,
+        request_machine: CompiledLifecycle,
+        roles: RequestRoles,
+        *,
+        requests: RequestStore,
+        queues: QueueStore,
+        config: ConfigStore,
+        source_control: SourceControlProvider,
+        publisher: Publisher,
+        clock: Clock,
+        metrics: Metrics | None = None,
+        lifecycle_factory: LifecycleFactory = RequestLifecycle,
+    ) -> StageServices:
+        """The one place the process stage's dependencies are put together."""
+        return cls(
+            roles=roles,
+            requests=requests,
+            queues=queues,
+            config=config,
+            source_control=source_control,
+            publisher=publisher,
+            clock=clock,
+            lifecycle=lifecycle_factory(request_machine, roles, requests, queues),
+            metrics=metrics or Metrics(),
+            warnings=OnceLog(),
+        )

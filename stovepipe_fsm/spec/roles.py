@@ -1,0 +1,209 @@
+"""Roles: what the runtime relies on a machine for, declared in its YAML, checked by lint.
+
+The runtime never names a state or a trigger of a machine. It asks the compiled machine
+instead: which trigger admits a head, which one supersedes it, which one the dead-letter
+reconciler fires, which build outcomes exist, the trigger each one fires and which one
+is green. A machine file answers in its ``roles:`` and ``outcomes:`` blocks, and the
+code that drives a machine declares, in its registry, the roles it needs and the shape
+each must have. Lint holds the two together, so a rename done in one place but not the
+other is a ``validate`` error at the YAML line, never a runtime retry loop.
+
+Rules (ids as in ``validate --format json``):
+
+- ``missing-role``  a role the machine's code needs is not declared (or no ``outcomes:``)
+- ``unknown-role``  a role no code of this machine uses (a typo, or the wrong machine)
+- ``role-shape``    the role's trigger is not declared, or its transitions do not have the
+                    shape the role needs (where they start, where they lead); an outcome
+                    block without exactly one green outcome
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import Location, SpecIssue
+from .model import MachineSpec
+
+SLOT_HOLDING = "slot-holding"
+TERMINAL = "terminal"
+
+
+@dataclass(frozen=True)
+class RoleShape:
+    """What a role's trigger must look like for the code that fires it to be sound.
+
+    ``purpose`` says what the runtime does with the role; it is quoted in lint messages
+    and in generated docs. ``leads_to`` is the kind of state every transition of the
+    trigger must enter; ``from_initial`` and ``from_every_open_state`` say where its
+    transitions must start.
+    """
+
+    purpose: str
+    leads_to: str
+    from_initial: bool = False
+    from_every_open_state: bool = False
+
+
+def role_issues(
+    spec: MachineSpec, shapes: Mapping[str, RoleShape], *, needs_outcomes: bool
+) -> list[SpecIssue]:
+    """Every role issue of ``spec`` against the roles its code declares it needs."""
+    issues: list[SpecIssue] = []
+    declared = {r.role: r for r in spec.roles}
+    known = ", ".join(sorted(shapes)) or "none"
+    for role in spec.roles:
+        if role.role not in shapes:
+            issues.append(
+                SpecIssue(
+                    role.location,
+                    f"role {role.role!r} is not one the code of machine {spec.name!r} uses; "
+                    f"its roles: {known}",
+                    "unknown-role",
+                )
+            )
+    for name, shape in shapes.items():
+        role = declared.get(name)
+        if role is None:
+            issues.append(
+                SpecIssue(
+                    spec.roles_location or spec.location,
+                    f"machine {spec.name!r} must declare role {name!r} under 'roles:' "
+                    f"({shape.purpose}): name the trigger that plays it",
+                    "missing-role",
+                )
+            )
+            continue
+        trigger = role.trigger
+        issues += _shape_issues(spec, f"role {name!r}", trigger.name, trigger.location, shape)
+    issues += _outcome_issues(spec, needs_outcomes)
+    return issues
+
+
+def _outcome_issues(spec: MachineSpec, needs_outcomes: bool) -> list[SpecIssue]:
+    if not needs_outcomes:
+        if spec.outcomes_location is None:
+            return []
+        return [
+            SpecIssue(
+                spec.outcomes_location,
+                f"machine {spec.name!r} records no build outcomes; remove 'outcomes:'",
+                "unknown-role",
+            )
+        ]
+    if not spec.outcomes:
+        return [
+            SpecIssue(
+                spec.outcomes_location or spec.location,
+                f"machine {spec.name!r} must declare 'outcomes:' (the build outcomes record "
+                "accepts, each with the trigger it fires; exactly one green: true)",
+                "missing-role",
+            )
+        ]
+    issues: list[SpecIssue] = []
+    shape = RoleShape("record fires it for a build outcome", TERMINAL)
+    holding = sorted(s.name for s in spec.states if s.holds_slot and not s.terminal)
+    for outcome in spec.outcomes:
+        what = f"outcome {outcome.name!r}"
+        found = _shape_issues(spec, what, outcome.trigger.name, outcome.trigger.location, shape)
+        issues += found
+        if found:
+            continue
+        missing = sorted(set(holding) - _sources(spec, outcome.trigger.name))
+        if missing:
+            issues.append(
+                SpecIssue(
+                    outcome.trigger.location,
+                    f"{what}: trigger {outcome.trigger.name!r} must leave every slot-holding "
+                    f"state (a build runs while its request holds a slot); it does not leave "
+                    f"{', '.join(missing)}",
+                    "role-shape",
+                )
+            )
+    greens = [o for o in spec.outcomes if o.green]
+    if not greens:
+        issues.append(
+            SpecIssue(
+                spec.outcomes_location or spec.location,
+                "exactly one outcome must be 'green: true' (recording it advances the queue's "
+                "last green); none is",
+                "role-shape",
+            )
+        )
+    for extra in greens[1:]:
+        issues.append(
+            SpecIssue(
+                extra.location,
+                f"outcome {extra.name!r} is green, but so is {greens[0].name!r}; exactly one "
+                "outcome advances last green",
+                "role-shape",
+            )
+        )
+    return issues
+
+
+def _shape_issues(
+    spec: MachineSpec, what: str, trigger: str, where: Location, shape: RoleShape
+) -> list[SpecIssue]:
+    transitions = [t for t in spec.transitions if t.trigger == trigger]
+    if not transitions:
+        return [
+            SpecIssue(
+                where,
+                f"{what} names trigger {trigger!r}, which no transition declares; declared "
+                f"triggers: {', '.join(spec.triggers)}",
+                "role-shape",
+            )
+        ]
+    issues: list[SpecIssue] = []
+    states = spec.state_map
+    for t in transitions:
+        dest = states.get(t.dest.name)
+        if dest is None:
+            continue  # undeclared-state reports it
+        fits = (
+            dest.holds_slot and not dest.terminal
+            if shape.leads_to == SLOT_HOLDING
+            else dest.terminal
+        )
+        if not fits:
+            issues.append(
+                SpecIssue(
+                    t.dest.location,
+                    f"{what}: trigger {trigger!r} must lead to a {shape.leads_to} state "
+                    f"({shape.purpose}); {dest.name!r} is not one",
+                    "role-shape",
+                )
+            )
+    sources = _sources(spec, trigger)
+    if shape.from_initial and spec.initial.name not in sources:
+        issues.append(
+            SpecIssue(
+                where,
+                f"{what}: trigger {trigger!r} must leave the initial state "
+                f"{spec.initial.name!r} ({shape.purpose})",
+                "role-shape",
+            )
+        )
+    if shape.from_every_open_state:
+        open_states = {s.name for s in spec.states if not s.terminal}
+        missing = sorted(open_states - sources)
+        if missing:
+            issues.append(
+                SpecIssue(
+                    where,
+                    f"{what}: trigger {trigger!r} must leave every non-terminal state "
+                    f"({shape.purpose}); it does not leave {', '.join(missing)}",
+                    "role-shape",
+                )
+            )
+    return issues
+
+
+def _sources(spec: MachineSpec, trigger: str) -> set[str]:
+    return {s for t in spec.transitions if t.trigger == trigger for s in t.source_names}
+
+
+def leads_to(spec: MachineSpec, trigger: str) -> frozenset[str]:
+    """Every state ``trigger`` can lead to."""
+    return frozenset(t.dest.name for t in spec.transitions if t.trigger == trigger)
