@@ -7,6 +7,7 @@ what the shipped machines render to now, whether or not Graphviz is installed.
 
 from __future__ import annotations
 
+import difflib
 import re
 import shutil
 import stat
@@ -32,6 +33,7 @@ from stovepipe_fsm.spec.diagrams import (
     render_diagrams,
     render_dot,
     render_mermaid,
+    transition_ids,
 )
 from stovepipe_fsm.spec.errors import Location
 from stovepipe_fsm.spec.loader import load_machine_dir
@@ -62,6 +64,12 @@ def machines_copy(tmp_path: Path) -> Path:
     target = tmp_path / "machines"
     shutil.copytree(MACHINES, target)
     return target
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 def mermaid_block(markdown: str) -> list[str]:
@@ -145,9 +153,15 @@ def test_markdown_page_header_description_and_tables(specs: dict[str, MachineSpe
     assert "One trunk head of one queue, from ingest to a terminal outcome." in page
     assert "| `processing` | holds slot | admitted; strategy recorded; build in flight |" in page
     assert "| `accepted` | initial | ingested, waiting for process |" in page
-    assert "| 6 | `fail_closed` | `accepted`, `processing` | `failed` |" in page
+    assert (
+        "| `fail_closed:accepted,processing->failed` | `fail_closed` | `accepted`, `processing` "
+        "| `failed` |"
+    ) in page
     # slot effects are derived from the state declarations and spelled out per transition
-    assert "| 1 | `admit` | `accepted` | `processing` |  |  | takes a slot |" in page
+    assert (
+        "| `admit:accepted->processing` | `admit` | `accepted` | `processing` |  |  "
+        "| takes a slot |"
+    ) in page
     assert "|  |  | releases its slot, if held | record - build outcome green |" in page
     assert "| Slot |" not in render_mermaid(specs["queue_gate"])
     assert "No transition of this machine names a condition or an action." in page
@@ -226,6 +240,109 @@ def test_header_names_the_file_never_a_local_path(machines_copy: Path) -> None:
             assert f"from machines/{spec.name}.yaml; do not edit" in text.splitlines()[0]
 
 
+# --- transition row ids ---------------------------------------------------------------
+
+
+def test_transition_ids_are_made_from_the_transition_itself(
+    specs: dict[str, MachineSpec],
+) -> None:
+    assert transition_ids(specs["request"]) == [
+        "admit:accepted->processing",
+        "supersede:accepted->superseded",
+        "succeed:processing->succeeded",
+        "fail:processing->failed",
+        "cancel:processing->cancelled",
+        "fail_closed:accepted,processing->failed",
+    ]
+    gate = specs["queue_gate"]
+    ids = transition_ids(gate)
+    assert len(set(ids)) == len(ids) == len(gate.transitions)
+    assert ids[-1] == "admit:slot_claimed->acked"
+
+
+def _spec(transitions: list[tuple[str, tuple[str, ...], str, str]], wild: str = "") -> MachineSpec:
+    """A lifecycle over states a, b, c from (trigger, sources, dest, condition) rows; the
+    trigger named ``wild`` is written with ``source: '*'``."""
+    where = Location("ids.yaml", 1, 1)
+    states = tuple(StateSpec(n, where, terminal=n == "c") for n in ("a", "b", "c"))
+    rows = tuple(
+        TransitionSpec(
+            i,
+            trigger,
+            tuple(NameRef(n, where) for n in sources),
+            NameRef(dest, where),
+            where,
+            conditions=(NameRef(cond, where),) if cond else (),
+            wildcard_source=trigger == wild,
+        )
+        for i, (trigger, sources, dest, cond) in enumerate(transitions)
+    )
+    return MachineSpec("ids", "lifecycle", NameRef("a", where), states, rows, "ids.yaml")
+
+
+def test_transition_ids_keep_wildcards_and_number_repeats_in_yaml_order() -> None:
+    rows = [
+        ("go", ("a",), "b", "ready"),
+        ("stop", ("a", "b"), "c", ""),
+        ("go", ("a",), "b", "forced"),
+        ("go", ("a",), "b", "late"),
+    ]
+    assert transition_ids(_spec(rows, wild="stop")) == [
+        "go:a->b",
+        "stop:*->c",  # '*' stays '*': a state added later does not change the id
+        "go:a->b#2",
+        "go:a->b#3",
+    ]
+    # a transition appended, or inserted before another one, renames no existing row
+    grown = [*rows[:1], ("back", ("b",), "a", ""), *rows[1:], ("go", ("a",), "b", "new")]
+    assert transition_ids(_spec(grown, wild="stop")) == [
+        "go:a->b",
+        "back:b->a",
+        "stop:*->c",
+        "go:a->b#2",
+        "go:a->b#3",
+        "go:a->b#4",
+    ]
+
+
+def _transitions_table(page: str) -> list[str]:
+    table = page.split("## Transitions\n", 1)[1].split("\n## ", 1)[0]
+    return table.strip().splitlines()
+
+
+def test_inserting_a_transition_changes_only_its_own_row(machines_copy: Path) -> None:
+    """The review diff of a new transition is that transition, not a renumbered table."""
+    before = render_diagrams(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
+    _edit(
+        machines_copy / "request.yaml",
+        "  - trigger: succeed\n",
+        "  - trigger: withdraw\n"
+        "    source: accepted\n"
+        "    dest: cancelled\n"
+        "    description: the head was withdrawn before process saw it\n"
+        "  - trigger: succeed\n",
+    )
+    after = render_diagrams(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
+    old_rows = _transitions_table(before["request.md"])
+    new_rows = _transitions_table(after["request.md"])
+    diff = [
+        line
+        for line in difflib.unified_diff(old_rows, new_rows, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert diff == [
+        "+| `withdraw:accepted->cancelled` | `withdraw` | `accepted` | `cancelled` |  |  "
+        "| releases its slot, if held | the head was withdrawn before process saw it |"
+    ]
+    assert new_rows.index(diff[0][1:]) == old_rows.index(
+        next(r for r in old_rows if r.startswith("| `succeed:"))
+    )  # it sits where it was written, among rows that kept their text
+    # the whole page only gains lines (the row and the Mermaid edge); nothing is rewritten
+    page_diff = difflib.ndiff(before["request.md"].splitlines(), after["request.md"].splitlines())
+    assert [line[2:] for line in page_diff if line.startswith("- ")] == []
+    assert after["queue_gate.md"] == before["queue_gate.md"]
+
+
 # --- determinism ----------------------------------------------------------------------
 
 
@@ -266,12 +383,6 @@ def test_written_diagrams_are_not_stale_and_rewriting_is_a_no_op(
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     assert write_diagrams(files, out) == []
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, old
-    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 def test_changing_a_destination_makes_exactly_that_machines_files_stale(

@@ -9,7 +9,10 @@ this module is exactly that: spec in, text out, no files, no programs run.
   long-lived process, and it would draw the compiled machine, not the file under review);
 - output is byte-identical across runs: states and transitions keep their YAML order
   (it is the reading order of the table), everything else (legend rows, class members,
-  output names) is sorted, and no timestamps, versions or absolute paths are written.
+  output names) is sorted, and no timestamps, versions or absolute paths are written;
+- a review diff stays local: each row of the transitions table is keyed by an id made
+  from the transition itself (:func:`transition_ids`), never by its position, so
+  inserting a transition adds one row and leaves the others alone.
 
 Per machine ``<name>`` the texts are ``<name>.md`` (Markdown with a Mermaid
 ``stateDiagram-v2``, which GitHub renders, plus tables of states, transitions and the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -230,25 +234,49 @@ def _states_table(spec: MachineSpec) -> list[str]:
     return rows
 
 
+def transition_ids(spec: MachineSpec) -> list[str]:
+    """A row id per transition, in YAML order, made from the transition's own data.
+
+    The id is ``trigger:sources->dest`` (``fail_closed:accepted,processing->failed``;
+    a ``'*'`` source stays ``*``, so adding a state leaves it alone). Names are
+    ``[a-z][a-z0-9_]*``, so the punctuation cannot be mistaken for part of a name. Ids
+    that repeat (one trigger, same sources and dest, told apart by conditions) are
+    numbered in YAML order: the first keeps the plain id, the next ones get ``#2``,
+    ``#3``... Inserting a transition thus changes no other row's id, unless it repeats
+    the id of a transition written after it.
+    """
+    seen: Counter[str] = Counter()
+    ids = []
+    for t in spec.transitions:
+        sources = "*" if t.wildcard_source else ",".join(t.source_names)
+        base = f"{t.trigger}:{sources}->{t.dest.name}"
+        seen[base] += 1
+        ids.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return ids
+
+
 def _transitions_table(spec: MachineSpec) -> list[str]:
     """One row per YAML transition; a ``Slot`` column when the machine declares slots.
+
+    Rows are keyed by :func:`transition_ids`, not numbered, so a review diff of an
+    inserted, removed or edited transition shows that row only.
 
     Slot effects are never written per transition (they follow from ``holds_slot`` and
     ``terminal``), so the table spells them out where a reviewer would look for them.
     """
     slots = bool(spec.slot_states)
-    head = "| # | Trigger | From | To | Conditions | Actions |" + (" Slot |" if slots else "")
+    head = "| Id | Trigger | From | To | Conditions | Actions |" + (" Slot |" if slots else "")
     rows = [
         "## Transitions",
         "",
         head + " Description |",
         "| --- " * (head.count("|")) + "|",
     ]
-    for t in spec.transitions:
+    for t, row_id in zip(spec.transitions, transition_ids(spec), strict=True):
         source = "`*` (every state)" if t.wildcard_source else _code(t.source_names)
         guards = [f"`{c.name}`" for c in t.conditions] + [f"not `{u.name}`" for u in t.unless]
         row = (
-            f"| {t.index + 1} | `{t.trigger}` | {source} | `{t.dest.name}` | "
+            f"| `{row_id}` | `{t.trigger}` | {source} | `{t.dest.name}` | "
             f"{', '.join(guards)} | {_code(a.name for a in t.actions)} |"
         )
         if slots:
