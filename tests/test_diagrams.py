@@ -1,11 +1,13 @@
-"""Diagrams drawn from the machine files: content, markers, determinism and drift.
+"""Diagrams drawn from the machine files: content, markers, row ids, determinism, drift,
+the opt-in SVG layout and the ``diagram`` command.
 
 The last test is the one CI relies on: the committed ``docs/diagrams`` must be exactly
-what the shipped machines render to now.
+what the shipped machines render to now, whether or not Graphviz is installed.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import shutil
 import stat
@@ -14,19 +16,24 @@ from pathlib import Path
 
 import pytest
 
+from stovepipe_fsm.apps.cli import main
+from stovepipe_fsm.apps.diagram_files import (
+    DiagramError,
+    diagram_files,
+    stale_diagrams,
+    write_diagrams,
+)
 from stovepipe_fsm.process.catalog import REGISTRIES
-from stovepipe_fsm.spec import diagrams
 from stovepipe_fsm.spec.diagrams import (
-    diagram_outputs,
     dot_string,
     markdown_cell,
     mermaid_diagram,
     mermaid_id,
     mermaid_text,
+    render_diagrams,
     render_dot,
     render_mermaid,
-    stale_diagrams,
-    write_diagrams,
+    transition_ids,
 )
 from stovepipe_fsm.spec.errors import Location
 from stovepipe_fsm.spec.loader import load_machine_dir
@@ -36,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "machines"
 COMMITTED = ROOT / "docs" / "diagrams"
 REQUIRED_NAMES = ["queue_gate.dot", "queue_gate.md", "request.dot", "request.md"]
+SVG_NAMES = ["queue_gate.svg", "request.svg"]
 
 
 @pytest.fixture
@@ -44,12 +52,11 @@ def specs() -> dict[str, MachineSpec]:
 
 
 @pytest.fixture
-def no_dot(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pretend Graphviz is absent, whatever this machine has, so outputs are exactly .md/.dot."""
-    real_which = shutil.which
-    monkeypatch.setattr(
-        diagrams.shutil, "which", lambda cmd, *a, **k: None if cmd == "dot" else real_which(cmd)
-    )
+def no_dot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graphviz absent, whatever this machine has: ``PATH`` is one empty directory."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
 
 
 @pytest.fixture
@@ -57,6 +64,12 @@ def machines_copy(tmp_path: Path) -> Path:
     target = tmp_path / "machines"
     shutil.copytree(MACHINES, target)
     return target
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 def mermaid_block(markdown: str) -> list[str]:
@@ -140,9 +153,15 @@ def test_markdown_page_header_description_and_tables(specs: dict[str, MachineSpe
     assert "One trunk head of one queue, from ingest to a terminal outcome." in page
     assert "| `processing` | holds slot | admitted; strategy recorded; build in flight |" in page
     assert "| `accepted` | initial | ingested, waiting for process |" in page
-    assert "| 6 | `fail_closed` | `accepted`, `processing` | `failed` |" in page
+    assert (
+        "| `fail_closed:accepted,processing->failed` | `fail_closed` | `accepted`, `processing` "
+        "| `failed` |"
+    ) in page
     # slot effects are derived from the state declarations and spelled out per transition
-    assert "| 1 | `admit` | `accepted` | `processing` |  |  | takes a slot |" in page
+    assert (
+        "| `admit:accepted->processing` | `admit` | `accepted` | `processing` |  |  "
+        "| takes a slot |"
+    ) in page
     assert "|  |  | releases its slot, if held | record - build outcome green |" in page
     assert "| Slot |" not in render_mermaid(specs["queue_gate"])
     assert "No transition of this machine names a condition or an action." in page
@@ -221,132 +240,220 @@ def test_header_names_the_file_never_a_local_path(machines_copy: Path) -> None:
             assert f"from machines/{spec.name}.yaml; do not edit" in text.splitlines()[0]
 
 
+# --- transition row ids ---------------------------------------------------------------
+
+
+def test_transition_ids_are_made_from_the_transition_itself(
+    specs: dict[str, MachineSpec],
+) -> None:
+    assert transition_ids(specs["request"]) == [
+        "admit:accepted->processing",
+        "supersede:accepted->superseded",
+        "succeed:processing->succeeded",
+        "fail:processing->failed",
+        "cancel:processing->cancelled",
+        "fail_closed:accepted,processing->failed",
+    ]
+    gate = specs["queue_gate"]
+    ids = transition_ids(gate)
+    assert len(set(ids)) == len(ids) == len(gate.transitions)
+    assert ids[-1] == "admit:slot_claimed->acked"
+
+
+def _spec(transitions: list[tuple[str, tuple[str, ...], str, str]], wild: str = "") -> MachineSpec:
+    """A lifecycle over states a, b, c from (trigger, sources, dest, condition) rows; the
+    trigger named ``wild`` is written with ``source: '*'``."""
+    where = Location("ids.yaml", 1, 1)
+    states = tuple(StateSpec(n, where, terminal=n == "c") for n in ("a", "b", "c"))
+    rows = tuple(
+        TransitionSpec(
+            i,
+            trigger,
+            tuple(NameRef(n, where) for n in sources),
+            NameRef(dest, where),
+            where,
+            conditions=(NameRef(cond, where),) if cond else (),
+            wildcard_source=trigger == wild,
+        )
+        for i, (trigger, sources, dest, cond) in enumerate(transitions)
+    )
+    return MachineSpec("ids", "lifecycle", NameRef("a", where), states, rows, "ids.yaml")
+
+
+def test_transition_ids_keep_wildcards_and_number_repeats_in_yaml_order() -> None:
+    rows = [
+        ("go", ("a",), "b", "ready"),
+        ("stop", ("a", "b"), "c", ""),
+        ("go", ("a",), "b", "forced"),
+        ("go", ("a",), "b", "late"),
+    ]
+    assert transition_ids(_spec(rows, wild="stop")) == [
+        "go:a->b",
+        "stop:*->c",  # '*' stays '*': a state added later does not change the id
+        "go:a->b#2",
+        "go:a->b#3",
+    ]
+    # a transition appended, or inserted before another one, renames no existing row
+    grown = [*rows[:1], ("back", ("b",), "a", ""), *rows[1:], ("go", ("a",), "b", "new")]
+    assert transition_ids(_spec(grown, wild="stop")) == [
+        "go:a->b",
+        "back:b->a",
+        "stop:*->c",
+        "go:a->b#2",
+        "go:a->b#3",
+        "go:a->b#4",
+    ]
+
+
+def _transitions_table(page: str) -> list[str]:
+    table = page.split("## Transitions\n", 1)[1].split("\n## ", 1)[0]
+    return table.strip().splitlines()
+
+
+def test_inserting_a_transition_changes_only_its_own_row(machines_copy: Path) -> None:
+    """The review diff of a new transition is that transition, not a renumbered table."""
+    before = render_diagrams(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
+    _edit(
+        machines_copy / "request.yaml",
+        "  - trigger: succeed\n",
+        "  - trigger: withdraw\n"
+        "    source: accepted\n"
+        "    dest: cancelled\n"
+        "    description: the head was withdrawn before process saw it\n"
+        "  - trigger: succeed\n",
+    )
+    after = render_diagrams(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
+    old_rows = _transitions_table(before["request.md"])
+    new_rows = _transitions_table(after["request.md"])
+    diff = [
+        line
+        for line in difflib.unified_diff(old_rows, new_rows, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert diff == [
+        "+| `withdraw:accepted->cancelled` | `withdraw` | `accepted` | `cancelled` |  |  "
+        "| releases its slot, if held | the head was withdrawn before process saw it |"
+    ]
+    assert new_rows.index(diff[0][1:]) == old_rows.index(
+        next(r for r in old_rows if r.startswith("| `succeed:"))
+    )  # it sits where it was written, among rows that kept their text
+    # the whole page only gains lines (the row and the Mermaid edge); nothing is rewritten
+    page_diff = difflib.ndiff(before["request.md"].splitlines(), after["request.md"].splitlines())
+    assert [line[2:] for line in page_diff if line.startswith("- ")] == []
+    assert after["queue_gate.md"] == before["queue_gate.md"]
+
+
 # --- determinism ----------------------------------------------------------------------
 
 
-def test_rendering_is_deterministic(specs: dict[str, MachineSpec], no_dot: None) -> None:
-    first = diagram_outputs(specs, REGISTRIES)
-    again = diagram_outputs(specs, REGISTRIES)
-    fresh = diagram_outputs(load_machine_dir(MACHINES, REGISTRIES), REGISTRIES)
+def test_rendering_is_deterministic(specs: dict[str, MachineSpec]) -> None:
+    first = render_diagrams(specs, REGISTRIES)
+    again = render_diagrams(specs, REGISTRIES)
+    fresh = render_diagrams(load_machine_dir(MACHINES, REGISTRIES), REGISTRIES)
     assert first == again == fresh
     assert sorted(first) == REQUIRED_NAMES
     reordered = dict(reversed(list(specs.items())))
-    assert list(diagram_outputs(reordered, REGISTRIES)) == list(first)
+    assert list(render_diagrams(reordered, REGISTRIES)) == list(first)
 
 
 def test_outputs_from_a_copied_tree_are_identical(
-    specs: dict[str, MachineSpec], machines_copy: Path, no_dot: None
+    specs: dict[str, MachineSpec], machines_copy: Path
 ) -> None:
     copied = load_machine_dir(machines_copy, REGISTRIES)
-    assert diagram_outputs(copied, REGISTRIES) == diagram_outputs(specs, REGISTRIES)
+    assert render_diagrams(copied, REGISTRIES) == render_diagrams(specs, REGISTRIES)
 
 
 # --- drift ----------------------------------------------------------------------------
 
 
 def test_written_diagrams_are_not_stale_and_rewriting_is_a_no_op(
-    specs: dict[str, MachineSpec], tmp_path: Path, no_dot: None
+    specs: dict[str, MachineSpec], tmp_path: Path
 ) -> None:
-    outputs = diagram_outputs(specs, REGISTRIES)
+    files = diagram_files(specs, REGISTRIES)
+    assert files.contents == render_diagrams(specs, REGISTRIES)
     out = tmp_path / "docs" / "diagrams"
-    assert stale_diagrams(outputs, out) == REQUIRED_NAMES  # directory does not exist yet
-    written = write_diagrams(outputs, out)
+    assert stale_diagrams(files, out) == REQUIRED_NAMES  # directory does not exist yet
+    written = write_diagrams(files, out)
     assert [p.name for p in written] == REQUIRED_NAMES
-    assert stale_diagrams(outputs, out) == []
+    assert stale_diagrams(files, out) == []
     assert sorted(p.name for p in out.iterdir()) == REQUIRED_NAMES  # no temp files left
-    for name, content in outputs.items():
+    for name, content in files.contents.items():
         assert (out / name).read_bytes() == content.encode("utf-8")
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o644  # readable, not private
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    assert write_diagrams(outputs, out) == []
+    assert write_diagrams(files, out) == []
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, old
-    path.write_text(text.replace(old, new), encoding="utf-8")
-
-
 def test_changing_a_destination_makes_exactly_that_machines_files_stale(
-    machines_copy: Path, tmp_path: Path, no_dot: None
+    machines_copy: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    write_diagrams(diagram_outputs(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES), out)
+    write_diagrams(diagram_files(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES), out)
     _edit(
         machines_copy / "request.yaml",
         "  - trigger: fail_closed\n    source: [accepted, processing]\n    dest: failed",
         "  - trigger: fail_closed\n    source: [accepted, processing]\n    dest: cancelled",
     )
-    edited = diagram_outputs(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
-    assert "accepted --> cancelled : fail_closed" in edited["request.md"]
+    edited = diagram_files(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
+    assert "accepted --> cancelled : fail_closed" in edited.contents["request.md"]
     assert stale_diagrams(edited, out) == ["request.dot", "request.md"]
     assert [p.name for p in write_diagrams(edited, out)] == ["request.dot", "request.md"]
     assert stale_diagrams(edited, out) == []
 
 
 def test_adding_an_action_makes_exactly_that_machines_files_stale(
-    machines_copy: Path, tmp_path: Path, no_dot: None
+    machines_copy: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    write_diagrams(diagram_outputs(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES), out)
+    write_diagrams(diagram_files(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES), out)
     _edit(
         machines_copy / "queue_gate.yaml",
         "after: [publish_build, ack]",
         "after: [publish_build, load_queue, ack]",
     )
-    edited = diagram_outputs(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
+    edited = diagram_files(load_machine_dir(machines_copy, REGISTRIES), REGISTRIES)
     edge = "reannounced --> acked : republish / publish_build, load_queue, ack"
-    assert edge in edited["queue_gate.md"]
+    assert edge in edited.contents["queue_gate.md"]
     assert stale_diagrams(edited, out) == ["queue_gate.dot", "queue_gate.md"]
 
 
-def test_missing_or_edited_file_is_stale(
-    specs: dict[str, MachineSpec], tmp_path: Path, no_dot: None
-) -> None:
-    outputs = diagram_outputs(specs, REGISTRIES)
-    write_diagrams(outputs, tmp_path)
+def test_missing_or_edited_file_is_stale(specs: dict[str, MachineSpec], tmp_path: Path) -> None:
+    files = diagram_files(specs, REGISTRIES)
+    write_diagrams(files, tmp_path)
     (tmp_path / "request.dot").unlink()
-    assert stale_diagrams(outputs, tmp_path) == ["request.dot"]
+    assert stale_diagrams(files, tmp_path) == ["request.dot"]
     with (tmp_path / "queue_gate.md").open("a", encoding="utf-8") as handle:
         handle.write("hand edit\n")
-    assert stale_diagrams(outputs, tmp_path) == ["queue_gate.md", "request.dot"]
+    assert stale_diagrams(files, tmp_path) == ["queue_gate.md", "request.dot"]
 
 
 def test_generated_files_no_longer_produced_are_stale_and_removed(
-    specs: dict[str, MachineSpec], tmp_path: Path, no_dot: None
+    specs: dict[str, MachineSpec], tmp_path: Path
 ) -> None:
-    outputs = diagram_outputs(specs, REGISTRIES)
-    write_diagrams(outputs, tmp_path)
+    files = diagram_files(specs, REGISTRIES)
+    write_diagrams(files, tmp_path)
     # a machine renamed from "gate" to "queue_gate" leaves its old files behind
-    (tmp_path / "gate.md").write_text(outputs["queue_gate.md"], encoding="utf-8")
-    (tmp_path / "gate.dot").write_text(outputs["queue_gate.dot"], encoding="utf-8")
+    (tmp_path / "gate.md").write_text(files.contents["queue_gate.md"], encoding="utf-8")
+    (tmp_path / "gate.dot").write_text(files.contents["queue_gate.dot"], encoding="utf-8")
     # files without the generated header are someone's own, and never touched
     (tmp_path / "README.md").write_text("# Diagrams\nhow to read them\n", encoding="utf-8")
     (tmp_path / "notes.dot").write_text("digraph { a -> b }\n", encoding="utf-8")
-    assert stale_diagrams(outputs, tmp_path) == ["gate.dot", "gate.md"]
-    assert write_diagrams(outputs, tmp_path) == []
+    assert stale_diagrams(files, tmp_path) == ["gate.dot", "gate.md"]
+    assert write_diagrams(files, tmp_path) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [*REQUIRED_NAMES, "README.md", "notes.dot"]
     )
-    assert stale_diagrams(outputs, tmp_path) == []
+    assert stale_diagrams(files, tmp_path) == []
 
 
-def test_svg_is_neither_stale_nor_removed_without_dot(
-    specs: dict[str, MachineSpec], tmp_path: Path, no_dot: None
-) -> None:
-    outputs = diagram_outputs(specs, REGISTRIES)
-    write_diagrams(outputs, tmp_path)
-    header = "<!-- generated by stovepipe-fsm diagram from machines/request.yaml -->"
-    old_svg = f"<?xml?>\n{header}\n<svg/>"
-    (tmp_path / "request.svg").write_text(old_svg, encoding="utf-8")
-    assert stale_diagrams(outputs, tmp_path) == []
-    write_diagrams(outputs, tmp_path)
-    assert (tmp_path / "request.svg").read_text(encoding="utf-8") == old_svg
-
+# --- SVG, only on request -------------------------------------------------------------
 
 FAKE_DOT = """\
+import pathlib
 import sys
+with pathlib.Path(__file__).with_name("calls").open("a") as log:
+    log.write("dot\\n")
 source = sys.stdin.read()
 assert sys.argv[1:] == ["-Tsvg"], sys.argv
 title = source.splitlines()[1].split('"')[1]
@@ -360,7 +467,8 @@ print(f'<svg width="{len(source)}pt"><title>{title}</title></svg>')
 
 @pytest.fixture
 def fake_dot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stand-in ``dot`` on PATH that prints SVG the way Graphviz frames it."""
+    """A stand-in ``dot``, alone on PATH, that prints SVG the way Graphviz frames it and
+    logs each run to ``calls`` beside it."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "dot"
@@ -370,53 +478,197 @@ def fake_dot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return script
 
 
+def dot_runs(fake: Path) -> int:
+    calls = fake.with_name("calls")
+    return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+
+def test_without_svg_dot_is_never_run_and_svg_files_are_left_alone(
+    specs: dict[str, MachineSpec], tmp_path: Path, fake_dot: Path
+) -> None:
+    files = diagram_files(specs, REGISTRIES)
+    assert sorted(files.contents) == REQUIRED_NAMES
+    out = tmp_path / "out"
+    write_diagrams(files, out)
+    # a generated SVG that no longer matches, and one of a machine no longer produced
+    header = "<!-- generated by stovepipe-fsm diagram from machines/request.yaml -->"
+    old_svg = f"<?xml?>\n{header}\n<svg/>"
+    (out / "request.svg").write_text(old_svg, encoding="utf-8")
+    (out / "gate.svg").write_text(old_svg, encoding="utf-8")
+    assert stale_diagrams(files, out) == []
+    assert write_diagrams(files, out) == []
+    assert (out / "request.svg").read_text(encoding="utf-8") == old_svg
+    assert (out / "gate.svg").read_text(encoding="utf-8") == old_svg
+    assert dot_runs(fake_dot) == 0
+
+
+def test_without_dot_markdown_and_dot_need_no_program_and_svg_is_refused(
+    specs: dict[str, MachineSpec], no_dot: None
+) -> None:
+    assert diagram_files(specs, REGISTRIES).contents == render_diagrams(specs, REGISTRIES)
+    with pytest.raises(DiagramError, match="Graphviz 'dot' program, which is not on PATH"):
+        diagram_files(specs, REGISTRIES, svg=True)
+
+
 def test_svg_output_drops_the_graphviz_version_and_carries_our_header(
     specs: dict[str, MachineSpec], tmp_path: Path, fake_dot: Path
 ) -> None:
-    outputs = diagram_outputs(specs, REGISTRIES)
-    assert sorted(outputs) == sorted([*REQUIRED_NAMES, "queue_gate.svg", "request.svg"])
-    svg = outputs["request.svg"]
+    files = diagram_files(specs, REGISTRIES, svg=True)
+    assert sorted(files.contents) == sorted([*REQUIRED_NAMES, *SVG_NAMES])
+    assert dot_runs(fake_dot) == 2  # one layout per machine
+    svg = files.contents["request.svg"]
     assert "graphviz version" not in svg and "99.1.0" not in svg
     assert svg.splitlines()[:3] == [
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
         "<!-- Title: request Pages: 1 -->",
         "<!-- generated by stovepipe-fsm diagram from machines/request.yaml; do not edit -->",
     ]
-    assert f'<svg width="{len(outputs["request.dot"])}pt">' in svg  # laid out from the DOT
-    assert diagram_outputs(specs, REGISTRIES) == outputs
+    dot_source = files.contents["request.dot"]
+    assert f'<svg width="{len(dot_source)}pt">' in svg  # laid out from the DOT
+    assert diagram_files(specs, REGISTRIES, svg=True) == files
 
     out = tmp_path / "out"
-    write_diagrams(outputs, out)
-    assert stale_diagrams(outputs, out) == []
+    write_diagrams(files, out)
+    assert stale_diagrams(files, out) == []
     (out / "request.svg").unlink()
-    assert stale_diagrams(outputs, out) == ["request.svg"]
-    write_diagrams(outputs, out)
-    # with dot present, an SVG of a machine no longer produced is stale and removed
-    (out / "gate.svg").write_text(outputs["queue_gate.svg"], encoding="utf-8")
-    assert stale_diagrams(outputs, out) == ["gate.svg"]
-    write_diagrams(outputs, out)
+    assert stale_diagrams(files, out) == ["request.svg"]
+    write_diagrams(files, out)
+    # with SVG asked for, an SVG of a machine no longer produced is stale and removed
+    (out / "gate.svg").write_text(files.contents["queue_gate.svg"], encoding="utf-8")
+    assert stale_diagrams(files, out) == ["gate.svg"]
+    write_diagrams(files, out)
     assert not (out / "gate.svg").exists()
 
 
 def test_failing_dot_is_reported(specs: dict[str, MachineSpec], fake_dot: Path) -> None:
     fake_dot.write_text(f"#!{sys.executable}\nimport sys\nsys.exit('syntax error')\n")
-    with pytest.raises(diagrams.DiagramError, match="syntax error"):
-        diagram_outputs(specs, REGISTRIES)
+    with pytest.raises(DiagramError, match="syntax error"):
+        diagram_files(specs, REGISTRIES, svg=True)
 
 
-@pytest.mark.skipif(
+needs_graphviz = pytest.mark.skipif(
     shutil.which("dot") is None,
-    reason="needs the Graphviz 'dot' program, which is not installed here; SVG output is "
-    "optional and produced only where dot exists",
+    reason="needs the Graphviz 'dot' program, which is not on PATH here; only --svg uses it",
 )
+
+
+@needs_graphviz
 def test_real_graphviz_lays_out_the_shipped_machines(specs: dict[str, MachineSpec]) -> None:
-    outputs = diagram_outputs(specs, REGISTRIES)
+    files = diagram_files(specs, REGISTRIES, svg=True)
     for spec in specs.values():
-        svg = outputs[f"{spec.name}.svg"]
+        svg = files.contents[f"{spec.name}.svg"]
         assert "Generated by graphviz" not in svg
+        assert svg.index("<!-- generated by stovepipe-fsm diagram") < svg.index("<svg")
         for state in spec.states:
             assert f"<title>{state.name}</title>" in svg
-    assert diagram_outputs(specs, REGISTRIES) == outputs
+    assert diagram_files(specs, REGISTRIES, svg=True) == files
+
+
+# --- the diagram command --------------------------------------------------------------
+
+
+def diagram(
+    capsys: pytest.CaptureFixture[str], out: Path, *args: str, machines: Path = MACHINES
+) -> tuple[int, str, str]:
+    code = main(["diagram", "--machines", str(machines), "--out", str(out), *args])
+    stdout, stderr = capsys.readouterr()
+    return code, stdout, stderr
+
+
+@pytest.mark.parametrize("graphviz", ["dot on PATH", "no dot"])
+def test_check_of_the_committed_diagrams_passes_with_or_without_dot(
+    graphviz: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``make test`` runs: it must not depend on whether Graphviz is installed."""
+    fake = None
+    if graphviz == "dot on PATH":
+        fake = request.getfixturevalue("fake_dot")
+    else:
+        request.getfixturevalue("no_dot")
+    code, out, err = diagram(capsys, COMMITTED, "--check")
+    assert (code, out) == (0, "")
+    assert err.strip() == f"diagrams in {COMMITTED} are up to date"
+    assert fake is None or dot_runs(fake) == 0
+
+
+def test_diagram_writes_then_check_finds_a_hand_edit(
+    tmp_path: Path, no_dot: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert diagram(capsys, out, "--check")[0] == 1  # nothing written yet
+    code, stdout, _ = diagram(capsys, out)
+    assert code == 0
+    assert stdout.splitlines() == [f"wrote {out / name}" for name in REQUIRED_NAMES]
+    assert diagram(capsys, out, "--check")[0] == 0
+    with (out / "request.md").open("a", encoding="utf-8") as handle:
+        handle.write("hand edit\n")
+    code, stdout, stderr = diagram(capsys, out, "--check")
+    assert (code, stdout) == (1, "")
+    assert stderr.splitlines() == [f"{out / 'request.md'}: stale; run `stovepipe-fsm diagram`"]
+
+
+@pytest.mark.parametrize("check", [[], ["--check"]])
+def test_svg_without_dot_is_a_usage_error_naming_dot(
+    check: list[str], tmp_path: Path, no_dot: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, stderr = diagram(capsys, out, "--svg", *check)
+    assert (code, stdout) == (2, "")
+    assert stderr.splitlines() == [
+        "stovepipe-fsm diagram: SVG output needs the Graphviz 'dot' program, which is not on "
+        "PATH; install Graphviz, or leave out --svg (Markdown and DOT need no program)"
+    ]
+    assert not out.exists()
+
+
+def test_svg_is_written_and_checked_only_with_the_flag(
+    tmp_path: Path, fake_dot: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert diagram(capsys, out)[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == REQUIRED_NAMES
+    code, _, stderr = diagram(capsys, out, "--check", "--svg")
+    assert code == 1
+    assert stderr.splitlines() == [
+        f"{out / name}: stale; run `stovepipe-fsm diagram --svg`" for name in SVG_NAMES
+    ]
+    code, stdout, _ = diagram(capsys, out, "--svg")
+    assert code == 0
+    assert stdout.splitlines() == [f"wrote {out / name}" for name in SVG_NAMES]
+    assert diagram(capsys, out, "--check", "--svg")[0] == 0
+    runs = dot_runs(fake_dot)
+    assert diagram(capsys, out, "--check")[0] == 0
+    assert diagram(capsys, out) == (0, "", f"diagrams in {out} are up to date\n")
+    assert dot_runs(fake_dot) == runs  # the runs without --svg never called dot
+    assert sorted(p.name for p in out.iterdir()) == sorted([*REQUIRED_NAMES, *SVG_NAMES])
+
+
+def test_output_path_that_is_a_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "diagrams"
+    out.write_text("not a directory\n", encoding="utf-8")
+    code, stdout, stderr = diagram(capsys, out)
+    assert (code, stdout) == (2, "")
+    assert stderr.startswith(f"{out}: cannot write diagrams: ")
+    assert "Traceback" not in stderr
+
+
+@needs_graphviz
+def test_real_graphviz_through_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, _ = diagram(capsys, out, "--svg")
+    assert code == 0
+    assert sorted(stdout.splitlines()) == [
+        f"wrote {out / name}" for name in sorted([*REQUIRED_NAMES, *SVG_NAMES])
+    ]
+    assert diagram(capsys, out, "--check", "--svg")[0] == 0
+    assert diagram(capsys, out, "--check")[0] == 0
+    # the committed diagrams carry no SVG, and the default check does not ask for one
+    assert diagram(capsys, COMMITTED, "--check")[0] == 0
+    assert diagram(capsys, COMMITTED, "--check", "--svg")[0] == 1
 
 
 # --- escaping -------------------------------------------------------------------------
@@ -491,15 +743,13 @@ def test_dot_and_markdown_escaping() -> None:
 # --- the committed diagrams -----------------------------------------------------------
 
 
-def test_committed_diagrams_match_the_shipped_machines(
-    specs: dict[str, MachineSpec], no_dot: None
-) -> None:
+def test_committed_diagrams_match_the_shipped_machines(specs: dict[str, MachineSpec]) -> None:
     """CI's drift check: edit a machine, then regenerate with ``stovepipe-fsm diagram``."""
-    outputs = diagram_outputs(specs, REGISTRIES)
+    files = diagram_files(specs, REGISTRIES)
     for name in REQUIRED_NAMES:
         committed = COMMITTED / name
         assert committed.is_file(), f"docs/diagrams/{name} is missing; run stovepipe-fsm diagram"
-        assert committed.read_bytes() == outputs[name].encode("utf-8"), (
+        assert committed.read_bytes() == files.contents[name].encode("utf-8"), (
             f"docs/diagrams/{name} is stale; run stovepipe-fsm diagram"
         )
-    assert stale_diagrams(outputs, COMMITTED) == []
+    assert stale_diagrams(files, COMMITTED) == []

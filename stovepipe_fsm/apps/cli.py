@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machines", default=DEFAULT_MACHINES)
     p.add_argument("--out", default=DEFAULT_DIAGRAMS)
     p.add_argument("--check", action="store_true", help="exit 1 if the diagrams are stale")
+    p.add_argument(
+        "--svg",
+        action="store_true",
+        help="also lay each diagram out as SVG (needs Graphviz dot); with --check, check them",
+    )
     p.set_defaults(handler=cmd_diagram)
 
     p = sub.add_parser("simulate", help="replay a timeline on in-memory adapters")
@@ -165,21 +170,31 @@ def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
 
 def cmd_diagram(args: argparse.Namespace) -> int:
     from ..process.catalog import REGISTRIES
-    from ..spec.diagrams import diagram_outputs, stale_diagrams, write_diagrams
     from ..spec.loader import load_machine_dir
+    from .diagram_files import DiagramError, diagram_files, stale_diagrams, write_diagrams
 
     specs = load_machine_dir(args.machines, REGISTRIES)
-    outputs = diagram_outputs(specs, REGISTRIES)
+    try:
+        files = diagram_files(specs, REGISTRIES, svg=args.svg)
+    except DiagramError as exc:
+        print(f"stovepipe-fsm diagram: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     out_dir = Path(args.out)
+    rerun = "stovepipe-fsm diagram --svg" if args.svg else "stovepipe-fsm diagram"
     if args.check:
-        stale = stale_diagrams(outputs, out_dir)
+        stale = stale_diagrams(files, out_dir)
         if stale:
             for name in stale:
-                print(f"{out_dir / name}: stale; run `stovepipe-fsm diagram`", file=sys.stderr)
+                print(f"{out_dir / name}: stale; run `{rerun}`", file=sys.stderr)
             return EXIT_FAIL
         print(f"diagrams in {out_dir} are up to date", file=sys.stderr)
         return EXIT_OK
-    written = write_diagrams(outputs, out_dir)
+    try:
+        written = write_diagrams(files, out_dir)
+    except OSError as exc:
+        where = exc.filename or out_dir
+        print(f"{where}: cannot write diagrams: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     for path in written:
         print(f"wrote {path}")
     if not written:
