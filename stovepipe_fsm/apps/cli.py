@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..spec.errors import SpecError, SpecIssue
@@ -96,18 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _extensions() -> list:  # type: ignore[type-arg]
-    """Subcommands that live in their own modules (check, service, operators)."""
-    registrars = []
-    for module in ("check.command", "service.command"):
-        try:
-            imported = __import__(f"stovepipe_fsm.apps.{module}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("stovepipe_fsm.apps."):
-                continue
-            raise
-        registrars.append(imported.register)
-    return registrars
+def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
+    """Subcommands that live in their own modules: ``check``, and the service with its
+    operator commands. Imported when the parser is built: ``check`` imports this module."""
+    from .check.command import register as register_check
+    from .service.command import register as register_service
+
+    return [register_check, register_service]
 
 
 # --- validate -----------------------------------------------------------------------
