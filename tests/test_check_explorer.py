@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from stovepipe_fsm.apps.check import explorer as explorer_module
 from stovepipe_fsm.apps.check.actions import enabled, perform
 from stovepipe_fsm.apps.check.explorer import Explorer, Setup, can_finish
 from stovepipe_fsm.apps.check.model import Bounds, Budget
@@ -93,17 +95,27 @@ def test_crash_edges_exist_only_where_the_crash_point_is_reached(
 ) -> None:
     setup = setup_for(machines, heads=2)
     rules = setup.rules()
+    points = [
+        "crash after_claim_slot; deliver",
+        "crash after_mark_processing; deliver",
+        "crash after_announce; deliver",
+        "crash after_publish_build; deliver",
+    ]
     held = held_world(setup)
     held.advance(5_000)
     crashes = [a for a in enabled(observe(held), Budget(heads=2), setup.bounds, rules)]
     crashes = [a for a in crashes if a.kind == "crash"]
-    assert len(crashes) == 4
-    assert all(perform(held, a) is None for a in crashes), "held again: no point"
+    assert [a.describe() for a in crashes] == points
+    assert [perform(held, a) for a in crashes] == [None] * 4, "held again"
     fresh = setup.new_world()
     fresh.ingest(Q, "A1")
     reached = [a for a in enabled(observe(fresh), Budget(heads=1), setup.bounds, rules)]
     reached = [a for a in reached if a.kind == "crash"]
-    assert all(perform(fresh, a) is not None for a in reached)
+    assert [a.describe() for a in reached] == points
+    for action in reached:
+        twin = perform(fresh, action)
+        assert twin is not None, f"{action.describe()}: the admit reaches this point"
+        assert observe(twin) != observe(fresh)
 
 
 def test_small_space_is_explored_completely(machines: ProcessMachines) -> None:
@@ -132,15 +144,23 @@ def test_max_states_stops_the_search_as_incomplete(machines: ProcessMachines) ->
     assert not result.ok
 
 
-def test_progress_lines_report_the_search(machines: ProcessMachines) -> None:
+def test_progress_lines_report_the_search(
+    machines: ProcessMachines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(explorer_module, "PROGRESS_EVERY_S", 0.0)  # a line per expansion
     lines: list[str] = []
     explorer = Explorer(setup_for(machines, heads=1), progress=lines.append)
-    explorer_result = explorer.run()
-    assert explorer_result.ok
-    # Progress prints on a timer; force one line to see its shape.
-    line = explorer._status(0.0, 3, 2)
-    assert line.startswith("check max_concurrent=1: ")
-    assert "states" in line and "transitions" in line and "frontier 3" in line
+    assert explorer.run().ok
+    assert len(lines) > 10
+    shape = re.compile(
+        r"check max_concurrent=1: (\d+) states, (\d+) transitions, depth \d+, "
+        r"frontier \d+, [\d.]+ s"
+    )
+    matches = [shape.fullmatch(line) for line in lines]
+    assert all(matches), lines
+    counts = [(int(m[1]), int(m[2])) for m in matches if m]
+    assert counts == sorted(counts), "states and transitions only grow"
+    assert counts[-1][0] > counts[0][0]
 
 
 def test_fair_continuation_finishes_with_holders_but_not_with_a_bare_counter(

@@ -192,6 +192,14 @@ def test_bare_counter_swaps_holder_identity_for_counting(rules: Rules) -> None:
     assert broken(leaked, bare) == "idle_counter_exact"
 
 
+def test_bare_counter_below_the_processing_requests(rules: Rules) -> None:
+    bare = replace(rules, bare_counter=True)
+    uncounted = obs(admitted(1, "A1"), builds=(rid(1),))
+    assert broken(uncounted, bare) == "counter_covers_processing"
+    counted = obs(admitted(1, "A1"), holders=("in_flight#1",), builds=(rid(1),))
+    assert check_state(counted, bare) is None
+
+
 def test_quiescent_means_no_message_and_nobody_accepted(rules: Rules) -> None:
     assert quiescent(obs(admitted(1, "A1"), holders=(rid(1),)), rules)
     assert not quiescent(obs(req(1, "A1")), rules)

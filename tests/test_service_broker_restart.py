@@ -17,6 +17,7 @@ from test_service_support import Running, running_service
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.apps.service.operators import status_document
+from stovepipe_fsm.domain.errors import Retryable
 
 QUEUES = ("monorepo/main", "mobile/app", "infra/tools")
 CONFIG = {
@@ -43,7 +44,7 @@ async def _ingest_until_back(run: Running, queue: str, uri: str, ids: list[str])
         try:
             ids.append(await run.ingest(queue, uri))
             return
-        except Exception:  # the broker is down or the client is still reconnecting
+        except Retryable:  # the broker is down or the client is still reconnecting
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.2)

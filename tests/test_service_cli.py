@@ -116,6 +116,16 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
             return doc if states == ["succeeded", "processing"] else None
 
         doc = wait_until(b_processing, "B admitted")
+        assert set(doc) == {"requests", "queues", "slot_holders"}  # as docs/service.md shows
+        assert doc["slot_holders"] == {"team/app": ["request/team/app/2"]}
+        assert doc["requests"][1] == {
+            "id": "request/team/app/2",
+            "queue": "team/app",
+            "uri": "B",
+            "state": "processing",
+            "build_strategy": "full",  # no repository configured: ancestry unknown
+            "base_uri": "",
+        }
         assert doc["queues"] == [
             {
                 "name": "team/app",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import nats.js.errors
 from nats_server import delete_topology, unique_tag
 from test_service_support import (
     memory_provider,
@@ -199,7 +200,7 @@ async def test_a_retried_message_that_succeeds_leaves_no_failure_record(js_env) 
         async def ledger_empty() -> bool:
             try:
                 return not await kv.keys()
-            except Exception:  # NoKeysError: the bucket holds nothing
+            except nats.js.errors.NoKeysError:  # the bucket holds nothing
                 return True
 
         await wait_for(ledger_empty, "the failure record forgotten")

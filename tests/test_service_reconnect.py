@@ -7,6 +7,7 @@ import asyncio
 from test_service_support import running_service
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.domain.errors import Retryable
 
 Q = "monorepo/main"
 CONFIG = {"defaults": {"gate_wait_delay_ms": 100}, "queues": {Q: {}}}
@@ -36,5 +37,5 @@ async def _ingest_when_back(run, uri: str) -> str:  # type: ignore[no-untyped-de
     while True:
         try:
             return await run.ingest(Q, uri)
-        except Exception:  # the client is still reconnecting
+        except Retryable:  # the client is still reconnecting
             await asyncio.sleep(0.2)

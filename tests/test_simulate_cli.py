@@ -152,8 +152,10 @@ BAD_TIMELINES = {
         "queue: monorepo/main\nsteps:\n  - ingest: A\n  - explode: B\n",
         4,
         5,
-        "not a step",
+        "steps[1]: unknown step 'explode'; a step is one of: deliver, run, {ingest: URI}",
     ),
+    "unknown_bare_step": ("steps:\n  - ingest: A\n  - delivr\n", 3, 5, "unknown step 'delivr'"),
+    "not_a_step": ("steps:\n  - {}\n", 2, 5, "steps[0]: not a step; a step is one of: "),
     "yaml_syntax": ("steps: [\n", 2, 1, "YAML syntax error"),
     "bad_queue_name": ('queue: "bad queue"\nsteps:\n  - ingest: A\n', 1, 8, "whitespace"),
     "negative_advance": ("steps:\n  - advance_ms: -5\n", 2, 17, "minimum"),
@@ -202,6 +204,21 @@ def test_invalid_timeline_exits_2_with_location(
     first = err.splitlines()[0]
     assert first.startswith(f"{path}:{line}:{column}: "), err
     assert fragment in err
+
+
+def test_an_unknown_step_is_named_once_among_the_other_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("steps:\n  - ingest: A\n  - explode: A\n  - advance_ms: -1\n", encoding="utf-8")
+    code, out, err = simulate([str(path)], capsys)
+    assert (code, out) == (EXIT_USAGE, "")
+    first, second = err.splitlines()
+    assert first.startswith(f"{path}:3:5: steps[1]: unknown step 'explode'; a step is one of: ")
+    for step in ("deliver", "run", "{ingest: URI}", "{advance_ms: N}", "{resume: URI}"):
+        assert step in first
+    assert "not a step" not in err
+    assert second.startswith(f"{path}:4:17: steps[2].advance_ms: -1 is less than the minimum")
 
 
 def test_missing_timeline_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,21 +1,28 @@
 """``stovepipe-fsm``: the command line.
 
 Exit codes: 0 success; 1 the checked thing is wrong (validate found issues, diagrams
-stale, a model-check counterexample); 2 bad input (unreadable or invalid file or
-arguments). Errors name ``file:line:column``; no traceback reaches a user.
+stale, a model-check counterexample) or the broker refused or could not be reached;
+2 bad input (an invalid file or argument, a file that cannot be read or written, or the
+``nats`` extra missing for a JetStream command); 3 an unexpected error, which is a bug.
+Errors in input files name ``file:line:column``. No traceback reaches a user: an
+unexpected error is one line naming the exception (``STOVEPIPE_FSM_TRACEBACK=1`` prints
+the traceback as well).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..spec.errors import SpecError, SpecIssue
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
 DEFAULT_MACHINES = "machines"
 DEFAULT_CONFIG = "config/queues.yaml"
 DEFAULT_DIAGRAMS = "docs/diagrams"
@@ -38,6 +45,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a pager or head that closed early
         sys.stderr.close()
         return EXIT_OK
+    except OSError as exc:  # a path given on the command line cannot be read or written
+        print(f"error: {_os_error_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        if os.environ.get(TRACEBACK_ENV):
+            traceback.print_exc()
+        print(
+            f"error: unexpected {type(exc).__name__}: {exc} (a bug in stovepipe-fsm; "
+            f"{TRACEBACK_ENV}=1 prints the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _os_error_text(exc: OSError) -> str:
+    """``No such file or directory: 'out/x.yaml'`` rather than the ``[Errno 2]`` form."""
+    if exc.strerror and exc.filename is not None:
+        return f"{exc.strerror}: {str(exc.filename)!r}"
+    return str(exc)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,18 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _extensions() -> list:  # type: ignore[type-arg]
-    """Subcommands that live in their own modules (check, service, operators)."""
-    registrars = []
-    for module in ("check.command", "service.command"):
-        try:
-            imported = __import__(f"stovepipe_fsm.apps.{module}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("stovepipe_fsm.apps."):
-                continue
-            raise
-        registrars.append(imported.register)
-    return registrars
+def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
+    """Subcommands that live in their own modules: ``check``, and the service with its
+    operator commands. Imported when the parser is built: ``check`` imports this module."""
+    from .check.command import register as register_check
+    from .service.command import register as register_service
+
+    return [register_check, register_service]
 
 
 # --- validate -----------------------------------------------------------------------

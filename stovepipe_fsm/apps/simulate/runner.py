@@ -158,7 +158,8 @@ def _request(world: World, request_id: str) -> Request | None:
 
 
 def result_json(world: World) -> dict[str, Any]:
-    """The ``simulate --json`` document (shape shared with ``status --json``)."""
+    """The ``simulate --json`` document; ``status --json`` shares its ``requests`` and
+    ``queues`` entries, not its other keys."""
     requests = sorted(world.requests.snapshot(), key=lambda r: _order(r.id))
     return {
         "requests": [request_json(r) for r in requests],

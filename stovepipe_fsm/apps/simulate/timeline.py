@@ -8,7 +8,7 @@ from typing import Any
 
 from ...domain.queue_names import InvalidQueueName, validate_queue_name
 from ...spec.errors import Location, SpecError, SpecIssue
-from ...spec.schema import schema_issues
+from ...spec.schema import load_schema, schema_issues
 from ...spec.yaml_source import SourceDocument, read_yaml
 
 DEFAULT_QUEUE = "monorepo/main"
@@ -49,7 +49,7 @@ class Timeline:
 
 def load_timeline(path: str | Path) -> Timeline:
     doc = read_yaml(path)
-    issues = schema_issues(doc, "timeline")
+    issues = _schema_issues(doc)
     if issues:
         raise SpecError(issues)
     data: dict[str, Any] = doc.data
@@ -67,6 +67,54 @@ def load_timeline(path: str | Path) -> Timeline:
     if issues:
         raise SpecError(issues)
     return Timeline(doc.file, queue, tuple(steps), dict(data.get("config", {})), history)
+
+
+def _step_kinds() -> tuple[str, ...]:
+    """The step names the timeline schema accepts, in its order (bare names, then keys)."""
+    kinds: list[str] = []
+    for branch in _step_schema()["oneOf"]:
+        kinds += branch.get("enum", []) + branch.get("required", [])
+    return tuple(kinds)
+
+
+def _step_schema() -> dict[str, Any]:
+    step: dict[str, Any] = load_schema("timeline")["$defs"]["step"]
+    return step
+
+
+def _step_hint() -> str:
+    """``a step is one of: ...``, from the schema's own message for a value that is no step."""
+    return str(_step_schema()["errorMessage"]).partition("; ")[2]
+
+
+def _schema_issues(doc: SourceDocument) -> list[SpecIssue]:
+    """The schema's issues, with a step of an unknown name reported by that name.
+
+    The schema can only say that such a step matches none of its alternatives; the name
+    the user wrote (a typo, usually) is what tells them which line to fix and how.
+    """
+    named = {issue.location: issue for issue in _unknown_steps(doc)}
+    hint = _step_hint()
+    return [
+        named.get(issue.location, issue) if issue.message.endswith(hint) else issue
+        for issue in schema_issues(doc, "timeline")
+    ]
+
+
+def _unknown_steps(doc: SourceDocument) -> list[SpecIssue]:
+    steps = doc.data.get("steps") if isinstance(doc.data, dict) else None
+    if not isinstance(steps, list):
+        return []
+    kinds, hint = _step_kinds(), _step_hint()
+    issues = []
+    for index, raw in enumerate(steps):
+        name = raw if isinstance(raw, str) else None
+        if isinstance(raw, dict) and len(raw) == 1:
+            name = next(iter(raw))
+        if isinstance(name, str) and name not in kinds:
+            where = doc.locate(("steps", index))
+            issues.append(SpecIssue(where, f"steps[{index}]: unknown step {name!r}; {hint}"))
+    return issues
 
 
 def _check_queue(queue: str, where: Location, issues: list[SpecIssue]) -> None:
