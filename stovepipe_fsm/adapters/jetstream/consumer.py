@@ -1,4 +1,4 @@
-"""The JetStream runtime of the process stage: deliveries, per-queue runners, dead letters.
+"""The pull loops of the process stage: per-queue runners and the dead-letter reconciler.
 
 Theory of operation
 -------------------
@@ -26,15 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
@@ -43,8 +39,10 @@ from ...domain.errors import NonRetryable
 from ...domain.ids import parse_request_id
 from .attempts import AttemptsLedger
 from .codec import decode_work
-from .errors import MAX_CONSUMERS_CODE, translated
-from .publisher import MSG_ID_HEADER
+from .dead_letter import DeadLetter, publish_dead_letter
+from .delivery import JetStreamDelivery
+from .durable_consumer import ensure_pull_consumer
+from .errors import translated
 from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -54,7 +52,6 @@ DEFAULT_FETCH_TIMEOUT_S = 1.0
 DEFAULT_RETRY_BASE_S = 1.0
 DEFAULT_RETRY_CAP_S = 60.0
 DEAD_LETTER_RETRY_S = 2.0
-DEAD_LETTER_KIND = "dead_letter"
 
 #: ``observer(event, queue, request_id, detail)``: the service's metrics and the demo's
 #: live timeline both hang off this one hook.
@@ -73,149 +70,9 @@ def _ignore(event: str, queue: str, request_id: str, detail: str) -> None:
     return None
 
 
-class JetStreamDelivery:
-    """The Delivery port over one JetStream message; remembers how it was settled.
-
-    ``in_progress`` only reaches the broker once half of ``ack_wait_s`` has passed since
-    the message arrived: before that the deadline is still further away than any single
-    step may take (source-control calls time out well inside half the ack wait), and the
-    round trip would be pure cost on every admit.
-    """
-
-    def __init__(
-        self,
-        msg: Msg,
-        queue: str,
-        request_id: str,
-        *,
-        ack_wait_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._msg = msg
-        self._queue = queue
-        self._request_id = request_id
-        self._clock = clock
-        self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
-        self._extend_after = clock() + self._half_wait
-        self.outcome = ""
-        self.extensions = 0
-
-    @property
-    def queue(self) -> str:
-        return self._queue
-
-    @property
-    def request_id(self) -> str:
-        return self._request_id
-
-    async def ack(self) -> None:
-        with translated(f"ack {self._request_id}"):
-            await self._msg.ack()
-        self.outcome = "acked"
-
-    async def hold(self, delay_ms: int) -> None:
-        with translated(f"hold {self._request_id}"):
-            await self._msg.nak(delay=max(delay_ms, 0) / 1000.0)
-        self.outcome = "held"
-
-    async def in_progress(self) -> None:
-        now = self._clock()
-        if now < self._extend_after:
-            return
-        with translated(f"in-progress {self._request_id}"):
-            await self._msg.in_progress()
-        self.extensions += 1
-        self._extend_after = now + self._half_wait  # a fresh deadline from now
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """The record that replaces a message the process stage gave up on."""
-
-    queue: str
-    request_id: str
-    error: str
-    attempts: int
-    stream_seq: int
-
-    def encode(self) -> bytes:
-        body = {
-            "kind": DEAD_LETTER_KIND,
-            "queue": self.queue,
-            "request_id": self.request_id,
-            "error": self.error,
-            "attempts": self.attempts,
-            "stream_seq": self.stream_seq,
-        }
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> DeadLetter:
-        try:
-            body = json.loads(data)
-            return cls(
-                queue=str(body["queue"]),
-                request_id=str(body["request_id"]),
-                error=str(body["error"]),
-                attempts=int(body["attempts"]),
-                stream_seq=int(body["stream_seq"]),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise NonRetryable(f"dead letter is malformed: {exc}") from None
-
-
-async def publish_dead_letter(
-    js: JetStreamContext, topology: Topology, letter: DeadLetter, *, timeout: float = 5.0
-) -> None:
-    """Store ``letter``; its msg id is the process sequence, so a re-publish dedupes."""
-    with translated(f"dead-letter {letter.request_id or '(unknown request)'}"):
-        await js.publish(
-            topology.dead_letter_subject(letter.queue),
-            letter.encode(),
-            timeout=timeout,
-            stream=topology.dead_letter_stream,
-            headers={MSG_ID_HEADER: f"process-{letter.stream_seq}"},
-        )
-
-
 def retry_delay_s(failures: int, base_s: float, cap_s: float) -> float:
     """Exponential backoff: base, 2·base, 4·base ... capped."""
     return float(min(cap_s, base_s * (2 ** max(failures - 1, 0))))
-
-
-async def ensure_pull_consumer(
-    js: JetStreamContext, stream: str, config: api.ConsumerConfig
-) -> None:
-    """Create the durable consumer unless it exists (replicas race here harmlessly)."""
-    name = config.durable_name
-    assert name is not None
-    with translated(f"ensure consumer {stream}/{name}"):
-        try:
-            await js.consumer_info(stream, name)
-            return
-        except nats.js.errors.NotFoundError:
-            pass
-        try:
-            await js.add_consumer(stream, config=config)
-        except nats.js.errors.APIError as exc:
-            # Another replica created it first (with our config): fine. Anything else
-            # shows up in this re-read.
-            try:
-                await js.consumer_info(stream, name)
-            except nats.js.errors.NotFoundError:
-                if exc.err_code == MAX_CONSUMERS_CODE:
-                    raise ConsumerLimitReached(
-                        f"stream {stream} refuses consumer {name}: maximum consumers limit "
-                        "reached (one consumer per queue). Raise the stream's max_consumers "
-                        "(Topology.max_queues) and the server's account limits, or shard "
-                        "queues over several process streams; see docs/jetstream.md"
-                    ) from None
-                raise
-            return
-
-
-class ConsumerLimitReached(NonRetryable):
-    """The process stream holds as many consumers (queues) as it may."""
 
 
 class _PullLoop:
