@@ -31,7 +31,8 @@ from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...spec.compiler import Step
-from ..simulate.world import InHand, World, run_sync
+from ..simulate.runtime import run_sync
+from ..simulate.world import InHand, World
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...spec.errors import SpecError, SpecIssue
+from .runtime import OverrideConfigStore, run_sync
 from .timeline import Timeline, TimelineStep
-from .world import DeliveryReport, OverrideConfigStore, World, run_sync
+from .world import DeliveryReport, World
 
 MAX_DELIVERIES_PER_RUN = 10_000
 
