@@ -51,6 +51,7 @@ class Message:
     request_id: str
     due_ms: int
     deliveries: int = 0
+    failures: int = 0  # failed attempts so far, as the settle policy counts them
 
 
 @dataclass

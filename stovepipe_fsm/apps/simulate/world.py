@@ -6,6 +6,13 @@ in-memory stores and the simulated runtime of :mod:`.runtime`: a process topic
 in flight per queue and a held or failed message staying at the head of its queue (a
 barrier for that queue only) until it falls due again.
 
+What becomes of a delivery after the flow ran or raised is the settle policy's call
+(:func:`stovepipe_fsm.process.settle.settle`), the one the JetStream consumer makes: the
+world counts each message's failures as the service does (holds never count, an ack
+forgets them), redelivers a failure after the same backoff, and dead-letters a message
+at its queue's ``max_attempts``: the record is kept, the message removed, and the
+reconciler fails the request closed, as the dead-letter consumer does on JetStream.
+
 Every step is an ordinary function call (:func:`~.runtime.run_sync`). That keeps
 ``simulate`` deterministic and lets ``check`` fork a world (``clone``) and explore
 thousands of interleavings without an event loop.
@@ -37,12 +44,13 @@ from ...adapters.memory import (
     MemoryUriIndex,
 )
 from ...domain.entities import Request
-from ...domain.errors import NonRetryable, NotFound
+from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.controller import PausedDelivery, ProcessController
 from ...process.lifecycle import RequestLifecycle
+from ...process.settle import Attempt, Backoff, SettleKind, settle
 from ..dlq import DeadLetterReconciler
 from ..ingest import Ingest, IngestResult
 from ..record import Record
@@ -66,7 +74,15 @@ CRASH_POINTS = (
 # gate decisions are then taken on what it loaded), after deriving the strategy, and at
 # every crash point of the admit path.
 STALL_POINTS = ("after_load_queue", "after_derive_strategy", *CRASH_POINTS)
-RETRY_DELAY_MS = 1000
+# The service's default retry backoff (1 s, 2 s, 4 s ... 60 s), so a simulated retry
+# falls due when the same failure would be redelivered by ``serve``.
+RETRY_BACKOFF = Backoff()
+# How a settlement of a delivery that raised is reported.
+RAISED_OUTCOMES = {
+    SettleKind.NONE: "crashed",
+    SettleKind.RETRY: "retry",
+    SettleKind.DEAD_LETTER: "dead_letter",
+}
 
 
 @dataclass(frozen=True)
@@ -187,29 +203,54 @@ class World:
             outcome = run_sync(self.controller.handle(delivery, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, before)
-        return DeliveryReport(message.seq, message.request_id, outcome, "", before)
+        return self._settle(message, Attempt.finished(outcome), before)
 
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
-        """What the runtime does with a delivery that raised (crash, non-retryable, other).
+        """What the runtime does with a delivery that raised: a crash, or a failure."""
+        attempt = Attempt.raised(exc, crashed=isinstance(exc, Crash))
+        # A crash is reported by its crash point; a failure by what the policy says.
+        detail = str(exc) if isinstance(exc, Crash) else ""
+        return self._settle(message, attempt, before, detail)
 
-        A message another delivery already settled is not touched: nothing is left on the
-        topic to retry, dead-letter or redeliver.
+    def _settle(
+        self, message: Message, attempt: Attempt, before: str, detail: str = ""
+    ) -> DeliveryReport:
+        """Perform what the settle policy decides for ``message`` after ``attempt``.
+
+        An ack or a hold was already performed by the delivery itself. A message another
+        delivery already settled is not touched: nothing is left on the topic to count,
+        retry, dead-letter or redeliver.
         """
-        settled = self.broker.find(message.seq) is None
-        if isinstance(exc, Crash):
-            if not settled:
-                message.due_ms = self.clock.now_ms()
-            return DeliveryReport(message.seq, message.request_id, "crashed", str(exc), before)
-        if isinstance(exc, NonRetryable):
-            if not settled:
-                self.broker.remove(message)
-                self.dead_letters.append((message.request_id, str(exc)))
-            return DeliveryReport(message.seq, message.request_id, "dead_letter", str(exc), before)
-        if not settled:  # the runtime's classifier: anything else is retryable
-            message.due_ms = self.clock.now_ms() + RETRY_DELAY_MS
-        return DeliveryReport(
-            message.seq, message.request_id, "retry", f"{type(exc).__name__}: {exc}", before
+        pending = self.broker.find(message.seq)
+        decision = settle(
+            attempt,
+            failures=(pending or message).failures,
+            max_attempts=self.config.get(message.queue).max_attempts,
+            backoff=RETRY_BACKOFF,
         )
+        if pending is not None:
+            pending.failures = decision.failures
+            if decision.kind is SettleKind.RETRY:
+                pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
+            elif decision.kind is SettleKind.NONE:
+                pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once
+            elif decision.kind is SettleKind.DEAD_LETTER:
+                self._dead_letter(pending, decision.reason)
+        outcome = attempt.outcome or RAISED_OUTCOMES[decision.kind]
+        return DeliveryReport(
+            message.seq, message.request_id, outcome, detail or decision.reason, before
+        )
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        """Record the dead letter, remove the message, and fail its request closed.
+
+        The dead-letter consumer on JetStream reconciles a record whose request belongs
+        to the queue it was dead-lettered on; here that happens in the same step.
+        """
+        self.broker.remove(message)
+        self.dead_letters.append((message.request_id, reason))
+        if parse_request_id(message.request_id).queue == message.queue:
+            run_sync(self.reconciler.reconcile(message.request_id))
 
     def stall(self, point: str) -> DeliveryReport | None:
         """Deliver the due head and stop that delivery after ``point``, still in hand.
@@ -234,7 +275,7 @@ class World:
         except Exception as exc:
             return self._failed(message, exc, before)
         if isinstance(result, str):
-            return DeliveryReport(message.seq, message.request_id, result, "", before)
+            return self._settle(message, Attempt.finished(result), before)
         self.in_hand.append(InHand(delivery, result, point, before))
         return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
 
@@ -252,7 +293,7 @@ class World:
         except Exception as exc:
             return self._failed(message, exc, held.state_before)
         assert isinstance(result, str), "a resumed delivery runs to the end"
-        return DeliveryReport(message.seq, message.request_id, result, settled, held.state_before)
+        return self._settle(message, Attempt.finished(result), held.state_before, settled)
 
     def _state_of(self, request_id: str) -> str:
         try:
