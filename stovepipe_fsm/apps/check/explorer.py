@@ -82,6 +82,7 @@ class Setup:
         return {
             "max_concurrent": self.max_concurrent,
             "gate_wait_delay_ms": self.gate_wait_delay_ms,
+            "max_attempts": self.bounds.max_attempts,
         }
 
     def rules(self) -> Rules:
