@@ -41,7 +41,7 @@ from stovepipe_fsm.adapters.memory import (
     MemorySourceControl,
     MemorySourceControlProvider,
 )
-from stovepipe_fsm.apps.simulate.world import run_sync
+from stovepipe_fsm.apps.simulate.runtime import run_sync
 from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
 from stovepipe_fsm.domain.hooks import started_event

@@ -111,7 +111,7 @@ def test_counterexample_is_a_timeline_simulate_replays(
         "ingest A2",
         "deliver",
     ]
-    assert timeline.config == {"max_concurrent": 1, "gate_wait_delay_ms": 5000}
+    assert timeline.config == {"max_concurrent": 1, "gate_wait_delay_ms": 5000, "max_attempts": 2}
 
     capsys.readouterr()
     assert main(["simulate", str(out), "--machines", str(machines_dir)]) == 0

@@ -173,3 +173,42 @@ def test_fair_continuation_finishes_with_holders_but_not_with_a_bare_counter(
         world.armed_crash = "after_claim_slot"
         assert world.deliver_next().outcome == "crashed"
         assert can_finish(world, setup.rules(), Q) is finishes
+
+
+def test_a_delivery_that_exhausts_max_attempts_is_dead_lettered_and_failed_closed(
+    machines: ProcessMachines,
+) -> None:
+    explorer = Explorer(setup_for(machines, heads=2, rewrite=False))
+    assert explorer.run().ok
+    assert explorer.setup.knobs()["max_attempts"] == 2
+    dead = [sid for sid, o in enumerate(explorer.observations) if o.dead_lettered]
+    assert dead, "no explored path exhausts max_attempts"
+    for sid in dead:
+        observation = explorer.observations[sid]
+        for request_id in observation.dead_lettered:
+            assert observation.by_id[request_id].state == "failed"
+            assert not any(row.holds(request_id) for row in observation.queues)
+    traces = [[a.kind for a in explorer.trace(sid)] for sid in dead]
+    # the outage goes on over the head's next delivery, after the clock reached it
+    assert all(t[t.index("outage") :].count("outage_persists") == 1 for t in traces)
+    # the head that exhausted its attempts held a slot (crash after claiming it), and
+    # failing it closed freed that slot
+    holding = [
+        explorer.trace(sid)
+        for sid in dead
+        if any(a.describe().startswith("crash after_claim_slot") for a in explorer.trace(sid))
+    ]
+    assert holding, "no explored dead letter of a slot holder"
+
+
+def test_no_outage_no_dead_letter_and_a_larger_budget_takes_longer(
+    machines: ProcessMachines,
+) -> None:
+    quiet = Explorer(setup_for(machines, heads=2, rewrite=False, max_outages=0))
+    assert quiet.run().ok
+    assert not any(o.dead_lettered for o in quiet.observations)
+    patient = Explorer(setup_for(machines, heads=2, rewrite=False, max_attempts=3))
+    assert patient.run().ok
+    dead = [sid for sid, o in enumerate(patient.observations) if o.dead_lettered]
+    assert dead
+    assert min([a.kind for a in patient.trace(sid)].count("outage_persists") for sid in dead) == 2

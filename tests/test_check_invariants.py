@@ -47,6 +47,7 @@ def obs(
     pending: tuple[str, ...] = (),
     builds: tuple[str, ...] = (),
     hooks: tuple[tuple[str, str], ...] = (),
+    dead_lettered: tuple[str, ...] = (),
 ) -> Observation:
     green_uri = next((r.uri for r in requests if r.id == green), "")
     queue = Queue(
@@ -63,7 +64,7 @@ def obs(
         pending=tuple(Pending(Q, r, 0) for r in pending),
         builds=frozenset(builds),
         hooks=frozenset(hooks),
-        dead_lettered=frozenset(),
+        dead_lettered=frozenset(dead_lettered),
         source_control_up=True,
         armed_crash="",
     )
@@ -198,6 +199,21 @@ def test_bare_counter_below_the_processing_requests(rules: Rules) -> None:
     assert broken(uncounted, bare) == "counter_covers_processing"
     counted = obs(admitted(1, "A1"), holders=("in_flight#1",), builds=(rid(1),))
     assert check_state(counted, bare) is None
+
+
+def test_a_dead_letter_is_failed_closed_and_frees_its_slot(rules: Rules) -> None:
+    reconciled = obs(admitted(1, "A1", "failed"), builds=(rid(1),), dead_lettered=(rid(1),))
+    assert check_state(reconciled, rules) is None
+    # no request row at all (a message for a missing request): nothing to fail closed
+    assert check_state(obs(dead_lettered=(rid(9),)), rules) is None
+    left_running = obs(
+        admitted(1, "A1"), holders=(rid(1),), builds=(rid(1),), dead_lettered=(rid(1),)
+    )
+    assert broken(left_running, rules) == "dead_letter_failed_closed"
+    (rule,) = [i for i in STATE_INVARIANTS if i.name == "dead_letter_failed_closed"]
+    # a terminal holder is also a leak of its own; this rule names the dead letter
+    leaked = obs(admitted(1, "A1", "failed"), holders=(rid(1),), dead_lettered=(rid(1),))
+    assert "still holds a slot" in " ".join(rule.check(leaked, rules))
 
 
 def test_quiescent_means_no_message_and_nobody_accepted(rules: Rules) -> None:

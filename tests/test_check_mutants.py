@@ -83,7 +83,7 @@ def test_mutant_yields_a_replayable_counterexample(
     assert f"invariant {invariant}:" in stdout
     assert f"wrote {out}" in stdout
     timeline = load_timeline(out)
-    assert timeline.config == {"max_concurrent": 1, "gate_wait_delay_ms": 5000}
+    assert timeline.config == {"max_concurrent": 1, "gate_wait_delay_ms": 5000, "max_attempts": 2}
     assert timeline.history["R"] == ("A1",)
     machines = load_process_machines(machines_dir, lint=False)
     replayed = replay(timeline, machines, load_policy_store("config/queues.yaml"))

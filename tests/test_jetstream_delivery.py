@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stovepipe_fsm.adapters.jetstream.consumer import JetStreamDelivery
+from stovepipe_fsm.adapters.jetstream.delivery import JetStreamDelivery
 
 
 class RecordingMsg:

@@ -13,7 +13,7 @@ from test_service_support import (
 
 from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
-from stovepipe_fsm.adapters.jetstream.consumer import DeadLetter, publish_dead_letter
+from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter, publish_dead_letter
 
 Q1, Q2 = "monorepo/main", "mobile/app"
 

@@ -110,6 +110,22 @@ def test_table_shows_crash_retry_and_redelivery(
     assert "duplicate process message for request/monorepo/main/1" in results
 
 
+def test_table_shows_retries_backing_off_until_a_dead_letter(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    timeline = ROOT / "tests" / "timelines" / "dead_letter_after_max_attempts.yaml"
+    code, out, err = simulate([str(timeline)], capsys)
+    assert code == 0, err
+    retries = [(t, r) for _, t, _, r in table_rows(out) if "(B): retry" in r]
+    assert [t for t, _ in retries] == [0, 1000], "due 1000 ms after the first failure"
+    (dead,) = [(t, r) for _, t, _, r in table_rows(out) if "dead_letter" in r]
+    assert dead == (
+        3000,  # 2000 ms after the second: the backoff doubled
+        "request/monorepo/main/2 (B): dead_letter (gave up after 3 attempts: Retryable: "
+        "source control unavailable); request failed; in_flight=0",
+    )
+
+
 def test_table_shows_a_stalled_delivery_overtaken_by_its_redelivery(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,6 +7,11 @@
 - ``kv_cell``    conditional single-key KV access with domain errors
 - ``entity_stores``, ``uri_index``, ``counter``, ``stores``: the storage ports on KV
 - ``publisher``  the publisher port, every message with a ``Nats-Msg-Id``
+- ``delivery``   the Delivery port over one process message
+- ``attempts``   the failure count of each process message (the settle policy's input)
+- ``dead_letter`` the record that replaces a message the service gave up on
+- ``durable_consumer`` idempotent creation of the durable pull consumers
+- ``consumer``   the pull loops: one runner per queue, and the dead-letter reconciler
 
 See ``docs/jetstream.md`` for the contracts and the server behaviour they rely on.
 """

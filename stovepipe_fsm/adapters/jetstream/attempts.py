@@ -5,18 +5,24 @@ bumps ``num_delivered`` like a failure would, and a queue held behind a long bui
 exhaust its retries for nothing. The service therefore counts failures itself, keyed by
 the message's stream sequence (unique and stable across redeliveries and replicas).
 
-Counting is a compare-and-set loop, so two replicas that both saw a failure of one
-message (after an ack deadline passed) never lose an increment. A key is deleted once its
-message is settled for good (acked or dead-lettered); a leftover key after a crash is
-harmless: sequences are never reused by the stream.
+What a failure leads to (a retry with backoff, or a dead letter once the count reaches
+``max_attempts``) is the settle policy's call (:mod:`stovepipe_fsm.domain.settle`); the
+ledger reads the count it decides on and stores the count it returns. That is a
+compare-and-set loop, so two replicas that both saw a failure of one message (after an
+ack deadline passed) never lose an increment. A key is deleted once its message is
+settled for good (acked or dead-lettered); a leftover key after a crash is harmless:
+sequences are never reused by the stream.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import nats.js.errors
 from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable, Retryable
+from ...domain.settle import SettleKind, Settlement
 from .errors import is_wrong_last_sequence, translated
 
 MAX_CAS_ATTEMPTS = 20
@@ -35,32 +41,32 @@ class AttemptsLedger:
         self._kv = kv
         self._stage = stage
 
-    async def failures(self, stream_seq: int) -> int:
-        """How many failures were recorded for the message (0 when none)."""
-        key = attempts_key(self._stage, stream_seq)
-        with translated(f"read attempts {key}"):
-            try:
-                entry = await self._kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                return 0
-        return _parse(key, entry.value)
+    async def decide(self, stream_seq: int, decide: Callable[[int], Settlement]) -> Settlement:
+        """Settle a failed attempt on the message's failure count; store what a retry counts.
 
-    async def record_failure(self, stream_seq: int) -> int:
-        """Add one failure and return the new count."""
+        ``decide`` is the settle policy applied to the count read. A retry's new count is
+        written only if the record is still the one read; when another replica changed it
+        in between, the policy decides again on the fresh count, so no failure is lost. A
+        dead letter writes nothing: its message is about to be settled for good.
+        """
         key = attempts_key(self._stage, stream_seq)
         for _ in range(MAX_CAS_ATTEMPTS):
-            with translated(f"count failure {key}"):
+            with translated(f"read attempts {key}"):
                 try:
                     entry = await self._kv.get(key)
                 except nats.js.errors.KeyNotFoundError:
                     entry = None
+            decision = decide(_parse(key, entry.value) if entry else 0)
+            if decision.kind is not SettleKind.RETRY:
+                return decision
+            count = str(decision.failures).encode()
+            with translated(f"count failure {key}"):
                 try:
                     if entry is None:
-                        await self._kv.create(key, b"1")
-                        return 1
-                    count = _parse(key, entry.value) + 1
-                    await self._kv.update(key, str(count).encode(), last=entry.revision)
-                    return count
+                        await self._kv.create(key, count)
+                    else:
+                        await self._kv.update(key, count, last=entry.revision)
+                    return decision
                 except nats.js.errors.APIError as exc:
                     if is_wrong_last_sequence(exc):
                         continue

@@ -1,4 +1,4 @@
-"""The JetStream runtime of the process stage: deliveries, per-queue runners, dead letters.
+"""The pull loops of the process stage: per-queue runners and the dead-letter reconciler.
 
 Theory of operation
 -------------------
@@ -9,14 +9,17 @@ when several service replicas pull from the same consumer. A hold is a NAK with 
 the held message stays pending, so it remains the queue's barrier, and only that queue's.
 
 A runner loops on ``fetch(1)`` (never a batch: with one message allowed in flight, a
-batch request just waits out its timeout) and settles every message exactly one way:
+batch request just waits out its timeout), hands each message to the controller, and
+asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what becomes of it.
+It only performs the answer:
 
-- the controller acked or held it;
-- it raised a retryable error: the failure is counted in the attempts bucket (holds are
-  never counted) and the message is NAKed with backoff;
-- it raised ``NonRetryable``, its payload is undecodable, or the failures reached the
-  queue's ``max_attempts``: a dead-letter record is published *first*, then the message
-  is terminated. Nothing leaves the process stream without a dead-letter record.
+- ack or hold: the controller already did it; an ack forgets the message's failures;
+- retry: the failure count is stored in the attempts bucket (holds are never counted)
+  and the message is NAKed with the policy's backoff;
+- dead letter (``NonRetryable``, an undecodable payload, or failures reaching the
+  queue's ``max_attempts``): a dead-letter record is published *first*, then the message
+  is terminated. Nothing leaves the process stream without a dead-letter record;
+- none (the service is stopping mid-step): the message is handed straight back.
 
 The dead-letter consumer reads those records and fails the request closed through
 :class:`~stovepipe_fsm.apps.dlq.DeadLetterReconciler`, which frees its slot.
@@ -26,35 +29,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from ...domain.entities import QueueConfig
 from ...domain.errors import NonRetryable
 from ...domain.ids import parse_request_id
+from ...domain.settle import (
+    DEFAULT_RETRY_BASE_S,
+    DEFAULT_RETRY_CAP_S,
+    Attempt,
+    Backoff,
+    SettleKind,
+    Settlement,
+    settle,
+)
 from .attempts import AttemptsLedger
 from .codec import decode_work
-from .errors import MAX_CONSUMERS_CODE, translated
-from .publisher import MSG_ID_HEADER
+from .dead_letter import DeadLetter, publish_dead_letter
+from .delivery import JetStreamDelivery
+from .durable_consumer import ensure_pull_consumer
+from .errors import translated
 from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
 
 DEFAULT_ACK_WAIT_S = 30.0
 DEFAULT_FETCH_TIMEOUT_S = 1.0
-DEFAULT_RETRY_BASE_S = 1.0
-DEFAULT_RETRY_CAP_S = 60.0
 DEAD_LETTER_RETRY_S = 2.0
-DEAD_LETTER_KIND = "dead_letter"
 
 #: ``observer(event, queue, request_id, detail)``: the service's metrics and the demo's
 #: live timeline both hang off this one hook.
@@ -71,151 +78,6 @@ class ConfigSource(Protocol):
 
 def _ignore(event: str, queue: str, request_id: str, detail: str) -> None:
     return None
-
-
-class JetStreamDelivery:
-    """The Delivery port over one JetStream message; remembers how it was settled.
-
-    ``in_progress`` only reaches the broker once half of ``ack_wait_s`` has passed since
-    the message arrived: before that the deadline is still further away than any single
-    step may take (source-control calls time out well inside half the ack wait), and the
-    round trip would be pure cost on every admit.
-    """
-
-    def __init__(
-        self,
-        msg: Msg,
-        queue: str,
-        request_id: str,
-        *,
-        ack_wait_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._msg = msg
-        self._queue = queue
-        self._request_id = request_id
-        self._clock = clock
-        self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
-        self._extend_after = clock() + self._half_wait
-        self.outcome = ""
-        self.extensions = 0
-
-    @property
-    def queue(self) -> str:
-        return self._queue
-
-    @property
-    def request_id(self) -> str:
-        return self._request_id
-
-    async def ack(self) -> None:
-        with translated(f"ack {self._request_id}"):
-            await self._msg.ack()
-        self.outcome = "acked"
-
-    async def hold(self, delay_ms: int) -> None:
-        with translated(f"hold {self._request_id}"):
-            await self._msg.nak(delay=max(delay_ms, 0) / 1000.0)
-        self.outcome = "held"
-
-    async def in_progress(self) -> None:
-        now = self._clock()
-        if now < self._extend_after:
-            return
-        with translated(f"in-progress {self._request_id}"):
-            await self._msg.in_progress()
-        self.extensions += 1
-        self._extend_after = now + self._half_wait  # a fresh deadline from now
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """The record that replaces a message the process stage gave up on."""
-
-    queue: str
-    request_id: str
-    error: str
-    attempts: int
-    stream_seq: int
-
-    def encode(self) -> bytes:
-        body = {
-            "kind": DEAD_LETTER_KIND,
-            "queue": self.queue,
-            "request_id": self.request_id,
-            "error": self.error,
-            "attempts": self.attempts,
-            "stream_seq": self.stream_seq,
-        }
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> DeadLetter:
-        try:
-            body = json.loads(data)
-            return cls(
-                queue=str(body["queue"]),
-                request_id=str(body["request_id"]),
-                error=str(body["error"]),
-                attempts=int(body["attempts"]),
-                stream_seq=int(body["stream_seq"]),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise NonRetryable(f"dead letter is malformed: {exc}") from None
-
-
-async def publish_dead_letter(
-    js: JetStreamContext, topology: Topology, letter: DeadLetter, *, timeout: float = 5.0
-) -> None:
-    """Store ``letter``; its msg id is the process sequence, so a re-publish dedupes."""
-    with translated(f"dead-letter {letter.request_id or '(unknown request)'}"):
-        await js.publish(
-            topology.dead_letter_subject(letter.queue),
-            letter.encode(),
-            timeout=timeout,
-            stream=topology.dead_letter_stream,
-            headers={MSG_ID_HEADER: f"process-{letter.stream_seq}"},
-        )
-
-
-def retry_delay_s(failures: int, base_s: float, cap_s: float) -> float:
-    """Exponential backoff: base, 2·base, 4·base ... capped."""
-    return float(min(cap_s, base_s * (2 ** max(failures - 1, 0))))
-
-
-async def ensure_pull_consumer(
-    js: JetStreamContext, stream: str, config: api.ConsumerConfig
-) -> None:
-    """Create the durable consumer unless it exists (replicas race here harmlessly)."""
-    name = config.durable_name
-    assert name is not None
-    with translated(f"ensure consumer {stream}/{name}"):
-        try:
-            await js.consumer_info(stream, name)
-            return
-        except nats.js.errors.NotFoundError:
-            pass
-        try:
-            await js.add_consumer(stream, config=config)
-        except nats.js.errors.APIError as exc:
-            # Another replica created it first (with our config): fine. Anything else
-            # shows up in this re-read.
-            try:
-                await js.consumer_info(stream, name)
-            except nats.js.errors.NotFoundError:
-                if exc.err_code == MAX_CONSUMERS_CODE:
-                    raise ConsumerLimitReached(
-                        f"stream {stream} refuses consumer {name}: maximum consumers limit "
-                        "reached (one consumer per queue). Raise the stream's max_consumers "
-                        "(Topology.max_queues) and the server's account limits, or shard "
-                        "queues over several process streams; see docs/jetstream.md"
-                    ) from None
-                raise
-            return
-
-
-class ConsumerLimitReached(NonRetryable):
-    """The process stream holds as many consumers (queues) as it may."""
 
 
 class _PullLoop:
@@ -314,8 +176,7 @@ class ProcessConsumer(_PullLoop):
         self.observer = observer
         self.ack_wait_s = ack_wait_s
         self.fetch_timeout_s = fetch_timeout_s
-        self.retry_base_s = retry_base_s
-        self.retry_cap_s = retry_cap_s
+        self.backoff = Backoff(retry_base_s, retry_cap_s)
         self.subject = topology.process_subject(queue)
         self.durable = topology.process_consumer_name(queue)
         self._sub: JetStreamContext.PullSubscription | None = None
@@ -340,73 +201,86 @@ class ProcessConsumer(_PullLoop):
         return {"queue": self.queue}
 
     async def settle(self, msg: Msg) -> None:
+        """Run the controller on ``msg`` and perform what the settle policy decides."""
         seq = msg.metadata.sequence.stream
+        max_attempts = self.config.get(self.queue).max_attempts
         try:
             work = decode_work(msg.data)
         except NonRetryable as exc:
-            await self._dead_letter(msg, seq, "", f"undecodable payload: {exc}", 0)
+            # Never handed to the flow, so never counted: no ledger read.
+            attempt = Attempt.rejected(f"undecodable payload: {exc}")
+            await self._perform(msg, seq, "", self._decide(attempt, 0, max_attempts))
             return
         delivery = JetStreamDelivery(msg, self.queue, work.request_id, ack_wait_s=self.ack_wait_s)
         try:
             outcome = await self.handler.handle(delivery)
-        except asyncio.CancelledError:
-            # Shutdown ran out of patience mid-step: hand the message straight back
-            # (every step is safe to repeat) instead of leaving it to the ack deadline.
+        except asyncio.CancelledError as exc:
+            # Shutdown ran out of patience mid-step: the policy's "none" (nothing settled
+            # it) is performed as a hand-back, every step being safe to repeat, instead of
+            # leaving the message to the ack deadline.
             if not delivery.outcome:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(msg.nak())
+                attempt = Attempt.raised(exc, crashed=True)
+                decision = self._decide(attempt, 0, max_attempts)
+                await self._perform(msg, seq, work.request_id, decision)
             raise
-        except NonRetryable as exc:
-            failures = await self.ledger.failures(seq)
-            await self._dead_letter(msg, seq, work.request_id, _describe(exc), failures)
-            return
         except Exception as exc:
-            await self._retry_or_give_up(msg, seq, work.request_id, exc)
+            attempt = Attempt.raised(exc)
+            decision = await self.ledger.decide(
+                seq, lambda failures: self._decide(attempt, failures, max_attempts)
+            )
+            await self._perform(msg, seq, work.request_id, decision, max_attempts)
             return
-        if outcome == "acked" and msg.metadata.num_delivered > 1:
+        # A finished flow's settlement does not depend on the failure count (an ack
+        # forgets it, a hold leaves it as it is), so the ledger is not read for one.
+        decision = self._decide(Attempt.finished(outcome), 0, max_attempts)
+        await self._perform(msg, seq, work.request_id, decision)
+
+    def _decide(self, attempt: Attempt, failures: int, max_attempts: int) -> Settlement:
+        return settle(attempt, failures=failures, max_attempts=max_attempts, backoff=self.backoff)
+
+    async def _perform(
+        self,
+        msg: Msg,
+        seq: int,
+        request_id: str,
+        decision: Settlement,
+        max_attempts: int = 0,
+    ) -> None:
+        extra = {"queue": self.queue, "request_id": request_id}
+        kind = decision.kind
+        if kind is SettleKind.NONE:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(msg.nak())
+            return
+        if kind is SettleKind.DEAD_LETTER:
+            letter = DeadLetter(self.queue, request_id, decision.reason, decision.failures, seq)
+            await publish_dead_letter(self.js, self.topology, letter)
+            with translated(f"terminate {request_id}"):
+                await msg.term()
+            await self.ledger.forget(seq)
+            self.observer("dead_letter", self.queue, request_id, decision.reason)
+            log.error("dead-lettered: %s", decision.reason, extra=extra)
+            return
+        if kind is SettleKind.RETRY:
+            with translated(f"nak {request_id}"):
+                await msg.nak(delay=decision.delay_s)
+            self.observer("retry", self.queue, request_id, decision.reason)
+            log.warning(
+                "retry %d/%d in %.1fs: %s",
+                decision.failures,
+                max_attempts,
+                decision.delay_s,
+                decision.reason,
+                extra=extra,
+            )
+            return
+        if kind is SettleKind.ACK and msg.metadata.num_delivered > 1:
             # Failures are only recorded on a delivery that is then NAKed, so a first
             # delivery has none to forget; skipping it saves a round trip per decision.
             await self.ledger.forget(seq)
-        self.observer(outcome, self.queue, work.request_id, "")
-        log.info(outcome, extra={"queue": self.queue, "request_id": work.request_id})
-
-    async def _retry_or_give_up(
-        self, msg: Msg, seq: int, request_id: str, exc: BaseException
-    ) -> None:
-        failures = await self.ledger.record_failure(seq)
-        max_attempts = self.config.get(self.queue).max_attempts
-        if failures >= max_attempts:
-            await self._dead_letter(
-                msg,
-                seq,
-                request_id,
-                f"gave up after {failures} attempts: {_describe(exc)}",
-                failures,
-            )
-            return
-        delay = retry_delay_s(failures, self.retry_base_s, self.retry_cap_s)
-        with translated(f"nak {request_id}"):
-            await msg.nak(delay=delay)
-        self.observer("retry", self.queue, request_id, _describe(exc))
-        log.warning(
-            "retry %d/%d in %.1fs: %s",
-            failures,
-            max_attempts,
-            delay,
-            _describe(exc),
-            extra={"queue": self.queue, "request_id": request_id},
-        )
-
-    async def _dead_letter(
-        self, msg: Msg, seq: int, request_id: str, error: str, attempts: int
-    ) -> None:
-        letter = DeadLetter(self.queue, request_id, error, attempts, seq)
-        await publish_dead_letter(self.js, self.topology, letter)
-        with translated(f"terminate {request_id}"):
-            await msg.term()
-        await self.ledger.forget(seq)
-        self.observer("dead_letter", self.queue, request_id, error)
-        log.error("dead-lettered: %s", error, extra={"queue": self.queue, "request_id": request_id})
+        outcome = "acked" if kind is SettleKind.ACK else "held"
+        self.observer(outcome, self.queue, request_id, "")
+        log.info(outcome, extra=extra)
 
 
 class DeadLetterConsumer(_PullLoop):

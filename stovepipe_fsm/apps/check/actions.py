@@ -13,7 +13,11 @@ Enabled actions, for the one checked queue:
 - bounded (the environment may do these, a few times per path): ingest the next head
   (A1..AN, then the rewrite head R); arm a crash point and deliver (kept only when the
   delivery reaches the point); a delivery during a source-control outage (down, deliver,
-  up - kept only when the delivery asked source control); a duplicate process message
+  up - kept only when the delivery asked source control), a retryable failure that the
+  settle policy counts and retries with backoff; once a path had its outage, a head that
+  has failed may fail again the same way (the outage goes on), free of the outage bound
+  because the policy dead-letters it at the queue's ``max_attempts`` (check's default
+  is 2, so that exhaustion is within reach); a duplicate process message
   for an accepted head (ingest publishes only while a request is accepted; a message
   redelivered after the work was done is the ``after_publish_build`` crash);
   dead-letter reconcile of a non-terminal request;
@@ -40,6 +44,7 @@ from .model import (
     DELIVER,
     INGEST,
     OUTAGE,
+    OUTAGE_PERSISTS,
     REDELIVER,
     RESTORE,
     RESUME,
@@ -84,7 +89,7 @@ class DeliveryEffect:
     def worth(self, action: Action) -> bool:
         if action.kind == CRASH:
             return self.durable
-        if action.kind == OUTAGE:
+        if action.kind in (OUTAGE, OUTAGE_PERSISTS):
             return self.asked_source_control
         return True
 
@@ -133,9 +138,16 @@ def enabled(
     if head_due and budget.overlaps < bounds.max_overlaps:
         for point in bounds.stall_points:
             actions.append(Action(STALL, (step("stall", q, value=point),)))
-    if head_due and budget.outages < bounds.max_outages:
+    if head_due:
         down, up = step("source_control", q, value="down"), step("source_control", q, value="up")
-        actions.append(Action(OUTAGE, (down, step("deliver", q), up)))
+        failed_delivery = (down, step("deliver", q), up)
+        if pending[0].failures and budget.outages:
+            # The head failed during this path's outage, which may still be going on:
+            # free, as its failures are bounded by max_attempts, at which the settle
+            # policy dead-letters it.
+            actions.append(Action(OUTAGE_PERSISTS, failed_delivery))
+        elif budget.outages < bounds.max_outages:
+            actions.append(Action(OUTAGE, failed_delivery))
     if budget.duplicates < bounds.max_duplicates:
         for request in obs.requests_of(q):
             if request.state == rules.initial_state:
@@ -164,7 +176,7 @@ def perform(world: World, action: Action) -> World | None:
             raise StepFailed(f"{item.describe()}: {type(exc).__name__}: {exc}") from exc
     if action.kind == CRASH and twin.armed_crash:
         return None
-    if action.kind == OUTAGE and twin.graph.calls == asked:
+    if action.kind in (OUTAGE, OUTAGE_PERSISTS) and twin.graph.calls == asked:
         return None
     if action.kind == STALL and len(twin.in_hand) == stalled:
         return None

@@ -38,8 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description=(
             "Breadth-first exploration of the real process stage on in-memory adapters: "
             "every interleaving of ingests, deliveries, clock advances, build outcomes, "
-            "crashes, duplicates, dead-letters and source-control outages within the "
-            "bounds. Exit 0: every invariant holds in every explored state; 1: a "
+            "crashes, duplicates, dead-letters and source-control outages (retried, and "
+            "dead-lettered at --max-attempts) within the bounds. Exit 0: every invariant "
+            "holds in every explored state; 1: a "
             "counterexample (written as a replayable timeline) or an incomplete run."
         ),
     )
@@ -76,7 +77,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--max-dead-letters", type=_count, default=1, help="dead-letter reconciles per path"
     )
-    p.add_argument("--max-outages", type=_count, default=1, help="source-control errors per path")
+    p.add_argument(
+        "--max-outages",
+        type=_count,
+        default=1,
+        help="source-control outages per path; an outage goes on over the consecutive "
+        "deliveries of the message it failed, up to its dead letter (default 1)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=_positive,
+        default=2,
+        help="the queue's failure budget during the check (overrides the config), small "
+        "so that a delivery exhausts it and is dead-lettered within the bounds (default 2)",
+    )
     p.add_argument(
         "--overlaps",
         action=argparse.BooleanOptionalAction,
@@ -179,6 +193,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         max_duplicates=args.max_duplicates,
         max_dead_letters=args.max_dead_letters,
         max_outages=args.max_outages,
+        max_attempts=args.max_attempts,
         queue=args.queue,
         max_overlaps=args.max_overlaps if args.overlaps else 0,
         stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
@@ -223,15 +238,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def describe_bounds(bounds: Bounds) -> str:
     heads = " ".join(bounds.ingest_order())
+    overlaps = (
+        f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
+        if bounds.max_overlaps
+        else ""
+    )
     return (
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "
-        f"{bounds.max_outages} source-control outage(s)"
-        + (
-            f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
-            if bounds.max_overlaps
-            else ""
-        )
+        f"{bounds.max_outages} source-control outage(s){overlaps}; "
+        f"max_attempts {bounds.max_attempts}"
     )
 
 

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ..simulate.world import OverrideConfigStore, World
+from ..simulate.runtime import OverrideConfigStore
+from ..simulate.world import World
 from .actions import DeliveryEffect, StepFailed, enabled, perform
 from .invariants import (
     PROGRESS,
@@ -81,6 +82,7 @@ class Setup:
         return {
             "max_concurrent": self.max_concurrent,
             "gate_wait_delay_ms": self.gate_wait_delay_ms,
+            "max_attempts": self.bounds.max_attempts,
         }
 
     def rules(self) -> Rules:

@@ -230,6 +230,20 @@ def _strategy_sound(obs: Observation, rules: Rules) -> Iterator[str]:
             yield f"{_label(request)} is admitted with no strategy recorded"
 
 
+def _dead_letters_failed_closed(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request_id in sorted(obs.dead_lettered):
+        request = obs.by_id.get(request_id)
+        if request is None:
+            continue  # a message for no request: nothing to fail closed
+        if request.state not in rules.terminal_states:
+            yield (
+                f"{_label(request)} was dead-lettered, but the reconciler did not fail it closed"
+            )
+        row = obs.queue(request.queue)
+        if row is not None and row.holds(request_id):
+            yield f"{_label(request)} was dead-lettered and still holds a slot of {row.name}"
+
+
 # --- transition invariants ------------------------------------------------------------
 
 
@@ -346,6 +360,11 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "strategy_sound",
         "incremental builds sit on an ancestor, full builds have no base",
         _strategy_sound,
+    ),
+    Invariant(
+        "dead_letter_failed_closed",
+        "a request the runtime dead-lettered is terminal and holds no slot",
+        _dead_letters_failed_closed,
     ),
 )
 

@@ -7,8 +7,11 @@ replays without any knowledge of the checker.
 
 Environment actions that could repeat forever (duplicates, crashes, dead-letters,
 source-control outages) are bounded per path by :class:`Bounds`; what a path has spent
-is its :class:`Budget`, which is part of the hashed state. That, plus a finite history of
-heads and a clock abstracted to relative due times, keeps the state space finite.
+is its :class:`Budget`, which is part of the hashed state. An outage that goes on over
+the consecutive deliveries of the message it failed spends nothing more: the settle
+policy bounds it, dead-lettering the message at ``Bounds.max_attempts`` failures.
+That, plus a finite history of heads and a clock abstracted to relative due times (and
+failure counts no larger than ``max_attempts``), keeps the state space finite.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ REWRITE_HEAD = "R"
 
 # Kinds of action. The fair ones are what the environment is assumed to keep doing
 # forever (the liveness premise); the others are what it *may* do, a bounded number of
-# times: new heads, crashes, duplicates, dead-letters, outages.
+# times: new heads, crashes, duplicates, dead-letters, outages (an outage going on over
+# a failed head's next deliveries is bounded by max_attempts instead).
 DELIVER = "deliver"
 ADVANCE = "advance"
 COMPLETE = "complete"
@@ -35,6 +39,7 @@ CRASH = "crash"
 REDELIVER = "redeliver"
 DEAD_LETTER = "dead_letter"
 OUTAGE = "outage"
+OUTAGE_PERSISTS = "outage_persists"
 STALL = "stall"
 RESUME = "resume"
 FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE, RESUME})
@@ -50,6 +55,7 @@ class Bounds:
     max_duplicates: int = 1
     max_dead_letters: int = 1
     max_outages: int = 1
+    max_attempts: int = 2
     queue: str = DEFAULT_QUEUE
     max_overlaps: int = 0
     stall_points: tuple[str, ...] = STALL_POINTS
@@ -57,6 +63,8 @@ class Bounds:
     def __post_init__(self) -> None:
         if self.heads < 1:
             raise ValueError(f"heads must be >= 1, got {self.heads}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         unknown = set(self.stall_points) - set(STALL_POINTS)
         if unknown:
             raise ValueError(f"unknown stall points {sorted(unknown)}")

@@ -7,7 +7,9 @@ influence what the world does next, and nothing that cannot:
   guards concurrent writers and every step here runs atomically);
 - the pending process messages in order, each with its due time *relative to now*,
   clamped at zero (a message overdue by 1 ms and one due now deliver the same way) -
-  so the absolute clock, which grows on every hold, never splits equivalent states;
+  so the absolute clock, which grows on every hold, never splits equivalent states -
+  and the failures the settle policy counted for it (they decide whether its next
+  failure is retried, and after how long, or dead-lettered);
 - what was published, as sets (a re-publish that a broker would dedupe is not news):
   build request ids, start hooks by (request id, event id);
 - requests the runtime dead-lettered, the source-control switch and the crash armed;
@@ -31,7 +33,8 @@ from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...spec.compiler import Step
-from ..simulate.world import InHand, World, run_sync
+from ..simulate.runtime import run_sync
+from ..simulate.world import InHand, World
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Pending:
     queue: str
     request_id: str
     due_in_ms: int
+    failures: int = 0  # counted by the settle policy: decides retry or dead letter next
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,8 @@ def observe(world: World) -> Observation:
         requests=world.requests.snapshot(),
         queues=tuple(replace(row, version=0) for row in world.queues.snapshot()),
         pending=tuple(
-            Pending(m.queue, m.request_id, max(0, m.due_ms - now)) for m in world.broker.messages
+            Pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
+            for m in world.broker.messages
         ),
         builds=frozenset(r.request_id for r in records if r.kind == BUILD),
         hooks=frozenset((r.request_id, r.dedup_id) for r in records if r.kind == HOOK),

@@ -1,9 +1,9 @@
 """Counterexamples as timeline files, and replaying a timeline with the invariants on.
 
 A counterexample is written as an ordinary ``simulate`` timeline: the queue, the config
-the run used (``max_concurrent``, ``gate_wait_delay_ms``), the commit history and the
-steps of the shortest path. Each step carries, as a comment, what it did when the
-checker replayed it, so the file reads as the story of the failure.
+the run used (``max_concurrent``, ``gate_wait_delay_ms``, ``max_attempts``), the commit
+history and the steps of the shortest path. Each step carries, as a comment, what it did
+when the checker replayed it, so the file reads as the story of the failure.
 
 :func:`replay` is ``simulate`` with the checker's eyes: the same world builder and the
 same step function, plus the state and edge invariants after every step and, at the

@@ -34,11 +34,11 @@ from ...adapters.jetstream.consumer import (
     DEFAULT_FETCH_TIMEOUT_S,
     DEFAULT_RETRY_BASE_S,
     DEFAULT_RETRY_CAP_S,
-    ConsumerLimitReached,
     DeadLetterConsumer,
     Observer,
     ProcessConsumer,
 )
+from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.publisher import JetStreamPublisher

@@ -13,8 +13,9 @@ from ...process.catalog import ProcessMachines
 from ...process.lifecycle import RequestLifecycle
 from ...process.services import LifecycleFactory
 from ...spec.errors import SpecError, SpecIssue
+from .runtime import OverrideConfigStore, run_sync
 from .timeline import Timeline, TimelineStep
-from .world import DeliveryReport, OverrideConfigStore, World, run_sync
+from .world import DeliveryReport, World
 
 MAX_DELIVERIES_PER_RUN = 10_000
 
@@ -125,6 +126,9 @@ def _queue_summary(world: World, queue: str) -> str:
 def explain(world: World, report: DeliveryReport) -> str:
     request = _request(world, report.request_id)
     label = f"{report.request_id} ({request.uri})" if request else report.request_id
+    if report.outcome == "dead_letter" and request is not None:
+        queue = _queue_summary(world, request.queue)
+        return f"{label}: dead_letter ({report.detail}); request {request.state}; {queue}"
     if report.outcome in ("crashed", "retry", "dead_letter"):
         return f"{label}: {report.outcome} ({report.detail})"
     if report.outcome == "stalled":
@@ -172,7 +176,13 @@ def result_json(world: World) -> dict[str, Any]:
         "holds": world.holds,
         "pending": len(world.broker.messages),
         **({"in_hand": len(world.in_hand)} if world.in_hand else {}),
+        **({"dead_letters": dead_letters_json(world)} if world.dead_letters else {}),
     }
+
+
+def dead_letters_json(world: World) -> list[dict[str, str]]:
+    """What the runtime dead-lettered, in order: the request and why."""
+    return [{"request_id": rid, "reason": reason} for rid, reason in world.dead_letters]
 
 
 def request_json(r: Request) -> dict[str, Any]:

@@ -1,14 +1,21 @@
 """A whole pipeline on in-memory adapters and a simulated clock, step by step.
 
 The :class:`World` runs the real controller, ingest, record and reconciler against
-in-memory stores and a simulated process topic (:class:`SimBroker`) that behaves like
-the JetStream runtime: one message in flight per queue, a held or failed message stays
-at the head of its queue (a barrier for that queue only) and falls due again later.
+in-memory stores and the simulated runtime of :mod:`.runtime`: a process topic
+(:class:`~.runtime.SimBroker`) that behaves like the JetStream runtime, with one message
+in flight per queue and a held or failed message staying at the head of its queue (a
+barrier for that queue only) until it falls due again.
 
-Because in-memory adapters never suspend, every coroutine completes in one
-``send(None)``; :func:`run_sync` exploits that so a step is an ordinary function call.
-That keeps ``simulate`` deterministic and lets ``check`` fork a world (``clone``) and
-explore thousands of interleavings without an event loop.
+What becomes of a delivery after the flow ran or raised is the settle policy's call
+(:func:`stovepipe_fsm.domain.settle.settle`), the one the JetStream consumer makes: the
+world counts each message's failures as the service does (holds never count, an ack
+forgets them), redelivers a failure after the same backoff, and dead-letters a message
+at its queue's ``max_attempts``: the record is kept, the message removed, and the
+reconciler fails the request closed, as the dead-letter consumer does on JetStream.
+
+Every step is an ordinary function call (:func:`~.runtime.run_sync`). That keeps
+``simulate`` deterministic and lets ``check`` fork a world (``clone``) and explore
+thousands of interleavings without an event loop.
 
 Overlapping deliveries (``docs/jetstream.md``, fact H): :meth:`World.stall` delivers the
 head and stops that delivery after a named action, *in hand*. Its ack deadline is taken
@@ -24,9 +31,8 @@ stalled, delivery 2 stalled, delivery 1 resumes and acks, delivery 2 still in ha
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ...adapters.memory import (
     ManualClock,
@@ -37,9 +43,8 @@ from ...adapters.memory import (
     MemorySourceControl,
     MemoryUriIndex,
 )
-from ...domain.entities import QueueConfig, Request
-from ...domain.errors import NonRetryable, NotFound
-from ...domain.hooks import HookEvent
+from ...domain.entities import Request
+from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...pipeline.ingest import IngestResult
 from ...pipeline.wiring import Ports, build_stages
@@ -48,8 +53,16 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import PausedDelivery
 from ...process.lifecycle import RequestLifecycle
 from ...process.services import LifecycleFactory
-
-T = TypeVar("T")
+from ...domain.settle import Attempt, Backoff, SettleKind, settle
+from .runtime import (
+    Crash,
+    Message,
+    SimBroker,
+    SimDelivery,
+    SimPublisher,
+    SingleSourceControl,
+    run_sync,
+)
 
 CRASH_POINTS = (
     "after_claim_slot",
@@ -61,135 +74,15 @@ CRASH_POINTS = (
 # gate decisions are then taken on what it loaded), after deriving the strategy, and at
 # every crash point of the admit path.
 STALL_POINTS = ("after_load_queue", "after_derive_strategy", *CRASH_POINTS)
-RETRY_DELAY_MS = 1000
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (in-memory adapters) to completion."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("an in-memory step awaited real I/O")
-
-
-class Crash(Exception):
-    """The simulated process died at a crash point; nothing after it ran."""
-
-
-@dataclass
-class Message:
-    """One process message on the simulated topic."""
-
-    seq: int
-    queue: str
-    request_id: str
-    due_ms: int
-    deliveries: int = 0
-
-
-@dataclass
-class SimBroker:
-    """The process topic: per-queue order, one in flight, holds and retries in place."""
-
-    messages: list[Message] = field(default_factory=list)
-    next_seq: int = 1
-
-    def publish(self, queue: str, request_id: str, now_ms: int) -> None:
-        self.messages.append(Message(self.next_seq, queue, request_id, now_ms))
-        self.next_seq += 1
-
-    def heads(self) -> list[Message]:
-        """The first pending message of every queue (the only deliverable one)."""
-        seen: dict[str, Message] = {}
-        for message in self.messages:
-            seen.setdefault(message.queue, message)
-        return list(seen.values())
-
-    def due(self, now_ms: int) -> list[Message]:
-        return sorted((m for m in self.heads() if m.due_ms <= now_ms), key=lambda m: m.seq)
-
-    def next_due_ms(self) -> int | None:
-        times = [m.due_ms for m in self.heads()]
-        return min(times) if times else None
-
-    def remove(self, message: Message) -> None:
-        self.messages = [m for m in self.messages if m.seq != message.seq]
-
-    def find(self, seq: int) -> Message | None:
-        """The pending message ``seq``; ``None`` once it was settled."""
-        for message in self.messages:
-            if message.seq == seq:
-                return message
-        return None
-
-    def clone(self) -> SimBroker:
-        return SimBroker([dataclasses.replace(m) for m in self.messages], self.next_seq)
-
-
-class SimPublisher:
-    """Process messages go to the simulated topic; build and hook publishes are recorded."""
-
-    def __init__(self, broker: SimBroker, clock: ManualClock, record: MemoryPublisher) -> None:
-        self.broker = broker
-        self.clock = clock
-        self.record = record
-
-    async def publish_process(self, queue: str, request_id: str) -> None:
-        await self.record.publish_process(queue, request_id)
-        self.broker.publish(queue, request_id, self.clock.now_ms())
-
-    async def publish_build(self, queue: str, request_id: str) -> None:
-        await self.record.publish_build(queue, request_id)
-
-    async def publish_hook(self, event: HookEvent) -> None:
-        await self.record.publish_hook(event)
-
-
-class SimDelivery:
-    """A delivery of one :class:`Message`; ack removes it, hold postpones it in place."""
-
-    def __init__(self, world: World, message: Message) -> None:
-        self.world = world
-        self.message = message
-        self.outcome = ""
-
-    @property
-    def queue(self) -> str:
-        return self.message.queue
-
-    @property
-    def request_id(self) -> str:
-        return self.message.request_id
-
-    async def ack(self) -> None:
-        self.world.broker.remove(self.message)
-        self.outcome = "acked"
-
-    async def hold(self, delay_ms: int) -> None:
-        self.outcome = "held"
-        if self.world.broker.find(self.message.seq) is None:
-            return  # settled by another delivery of it: a late nak changes nothing
-        self.message.due_ms = self.world.clock.now_ms() + delay_ms
-        self.world.holds += 1
-
-    async def in_progress(self) -> None:
-        return None
-
-
-class OverrideConfigStore:
-    """A config store with the same knob overrides applied to every queue."""
-
-    def __init__(self, base: ConfigStore, overrides: Mapping[str, Any]) -> None:
-        self.base = base
-        self.overrides = dict(overrides)
-
-    def get(self, queue: str) -> QueueConfig:
-        return dataclasses.replace(self.base.get(queue), **self.overrides)
-
-    def configured_queues(self) -> tuple[str, ...]:
-        return self.base.configured_queues()
+# The service's default retry backoff (1 s, 2 s, 4 s ... 60 s), so a simulated retry
+# falls due when the same failure would be redelivered by ``serve``.
+RETRY_BACKOFF = Backoff()
+# How a settlement of a delivery that raised is reported.
+RAISED_OUTCOMES = {
+    SettleKind.NONE: "crashed",
+    SettleKind.RETRY: "retry",
+    SettleKind.DEAD_LETTER: "dead_letter",
+}
 
 
 @dataclass(frozen=True)
@@ -225,16 +118,6 @@ class InHand:
         return dataclasses.replace(
             self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
         )
-
-
-class SingleSourceControl:
-    """Every queue asks the same in-memory commit graph."""
-
-    def __init__(self, graph: MemorySourceControl) -> None:
-        self.graph = graph
-
-    def for_queue(self, queue: str) -> MemorySourceControl:
-        return self.graph
 
 
 class World:
@@ -322,29 +205,54 @@ class World:
             outcome = run_sync(self.controller.handle(delivery, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, before)
-        return DeliveryReport(message.seq, message.request_id, outcome, "", before)
+        return self._settle(message, Attempt.finished(outcome), before)
 
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
-        """What the runtime does with a delivery that raised (crash, non-retryable, other).
+        """What the runtime does with a delivery that raised: a crash, or a failure."""
+        attempt = Attempt.raised(exc, crashed=isinstance(exc, Crash))
+        # A crash is reported by its crash point; a failure by what the policy says.
+        detail = str(exc) if isinstance(exc, Crash) else ""
+        return self._settle(message, attempt, before, detail)
 
-        A message another delivery already settled is not touched: nothing is left on the
-        topic to retry, dead-letter or redeliver.
+    def _settle(
+        self, message: Message, attempt: Attempt, before: str, detail: str = ""
+    ) -> DeliveryReport:
+        """Perform what the settle policy decides for ``message`` after ``attempt``.
+
+        An ack or a hold was already performed by the delivery itself. A message another
+        delivery already settled is not touched: nothing is left on the topic to count,
+        retry, dead-letter or redeliver.
         """
-        settled = self.broker.find(message.seq) is None
-        if isinstance(exc, Crash):
-            if not settled:
-                message.due_ms = self.clock.now_ms()
-            return DeliveryReport(message.seq, message.request_id, "crashed", str(exc), before)
-        if isinstance(exc, NonRetryable):
-            if not settled:
-                self.broker.remove(message)
-                self.dead_letters.append((message.request_id, str(exc)))
-            return DeliveryReport(message.seq, message.request_id, "dead_letter", str(exc), before)
-        if not settled:  # the runtime's classifier: anything else is retryable
-            message.due_ms = self.clock.now_ms() + RETRY_DELAY_MS
-        return DeliveryReport(
-            message.seq, message.request_id, "retry", f"{type(exc).__name__}: {exc}", before
+        pending = self.broker.find(message.seq)
+        decision = settle(
+            attempt,
+            failures=(pending or message).failures,
+            max_attempts=self.config.get(message.queue).max_attempts,
+            backoff=RETRY_BACKOFF,
         )
+        if pending is not None:
+            pending.failures = decision.failures
+            if decision.kind is SettleKind.RETRY:
+                pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
+            elif decision.kind is SettleKind.NONE:
+                pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once
+            elif decision.kind is SettleKind.DEAD_LETTER:
+                self._dead_letter(pending, decision.reason)
+        outcome = attempt.outcome or RAISED_OUTCOMES[decision.kind]
+        return DeliveryReport(
+            message.seq, message.request_id, outcome, detail or decision.reason, before
+        )
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        """Record the dead letter, remove the message, and fail its request closed.
+
+        The dead-letter consumer on JetStream reconciles a record whose request belongs
+        to the queue it was dead-lettered on; here that happens in the same step.
+        """
+        self.broker.remove(message)
+        self.dead_letters.append((message.request_id, reason))
+        if parse_request_id(message.request_id).queue == message.queue:
+            run_sync(self.reconciler.reconcile(message.request_id))
 
     def stall(self, point: str) -> DeliveryReport | None:
         """Deliver the due head and stop that delivery after ``point``, still in hand.
@@ -369,7 +277,7 @@ class World:
         except Exception as exc:
             return self._failed(message, exc, before)
         if isinstance(result, str):
-            return DeliveryReport(message.seq, message.request_id, result, "", before)
+            return self._settle(message, Attempt.finished(result), before)
         self.in_hand.append(InHand(delivery, result, point, before))
         return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
 
@@ -387,7 +295,7 @@ class World:
         except Exception as exc:
             return self._failed(message, exc, held.state_before)
         assert isinstance(result, str), "a resumed delivery runs to the end"
-        return DeliveryReport(message.seq, message.request_id, result, settled, held.state_before)
+        return self._settle(message, Attempt.finished(result), held.state_before, settled)
 
     def _state_of(self, request_id: str) -> str:
         try:

@@ -1,0 +1,65 @@
+"""The Delivery port over one JetStream process message."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from nats.aio.msg import Msg
+
+from .errors import translated
+
+
+class JetStreamDelivery:
+    """The Delivery port over one JetStream message; remembers how it was settled.
+
+    ``in_progress`` only reaches the broker once half of ``ack_wait_s`` has passed since
+    the message arrived: before that the deadline is still further away than any single
+    step may take (source-control calls time out well inside half the ack wait), and the
+    round trip would be pure cost on every admit.
+    """
+
+    def __init__(
+        self,
+        msg: Msg,
+        queue: str,
+        request_id: str,
+        *,
+        ack_wait_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._msg = msg
+        self._queue = queue
+        self._request_id = request_id
+        self._clock = clock
+        self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
+        self._extend_after = clock() + self._half_wait
+        self.outcome = ""
+        self.extensions = 0
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    @property
+    def request_id(self) -> str:
+        return self._request_id
+
+    async def ack(self) -> None:
+        with translated(f"ack {self._request_id}"):
+            await self._msg.ack()
+        self.outcome = "acked"
+
+    async def hold(self, delay_ms: int) -> None:
+        with translated(f"hold {self._request_id}"):
+            await self._msg.nak(delay=max(delay_ms, 0) / 1000.0)
+        self.outcome = "held"
+
+    async def in_progress(self) -> None:
+        now = self._clock()
+        if now < self._extend_after:
+            return
+        with translated(f"in-progress {self._request_id}"):
+            await self._msg.in_progress()
+        self.extensions += 1
+        self._extend_after = now + self._half_wait  # a fresh deadline from now

@@ -1,0 +1,167 @@
+"""The simulated runtime a :class:`~.world.World` runs on: topic, deliveries, fakes.
+
+These stand where the JetStream runtime stands in ``serve``: :class:`SimBroker` is the
+process topic (one message in flight per queue, a held or failed message stays at the
+head of its queue and falls due again later), :class:`SimDelivery` the Delivery port over
+one of its messages, :class:`SimPublisher` the publisher, and the small adapters that let
+every queue share one config override and one in-memory commit graph.
+
+Because in-memory adapters never suspend, every coroutine completes in one
+``send(None)``; :func:`run_sync` exploits that so a step is an ordinary function call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ...adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
+from ...domain.entities import QueueConfig
+from ...domain.hooks import HookEvent
+from ...ports.config import ConfigStore
+
+if TYPE_CHECKING:
+    from .world import World
+
+T = TypeVar("T")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (in-memory adapters) to completion."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("an in-memory step awaited real I/O")
+
+
+class Crash(Exception):
+    """The simulated process died at a crash point; nothing after it ran."""
+
+
+@dataclass
+class Message:
+    """One process message on the simulated topic."""
+
+    seq: int
+    queue: str
+    request_id: str
+    due_ms: int
+    deliveries: int = 0
+    failures: int = 0  # failed attempts so far, as the settle policy counts them
+
+
+@dataclass
+class SimBroker:
+    """The process topic: per-queue order, one in flight, holds and retries in place."""
+
+    messages: list[Message] = field(default_factory=list)
+    next_seq: int = 1
+
+    def publish(self, queue: str, request_id: str, now_ms: int) -> None:
+        self.messages.append(Message(self.next_seq, queue, request_id, now_ms))
+        self.next_seq += 1
+
+    def heads(self) -> list[Message]:
+        """The first pending message of every queue (the only deliverable one)."""
+        seen: dict[str, Message] = {}
+        for message in self.messages:
+            seen.setdefault(message.queue, message)
+        return list(seen.values())
+
+    def due(self, now_ms: int) -> list[Message]:
+        return sorted((m for m in self.heads() if m.due_ms <= now_ms), key=lambda m: m.seq)
+
+    def next_due_ms(self) -> int | None:
+        times = [m.due_ms for m in self.heads()]
+        return min(times) if times else None
+
+    def remove(self, message: Message) -> None:
+        self.messages = [m for m in self.messages if m.seq != message.seq]
+
+    def find(self, seq: int) -> Message | None:
+        """The pending message ``seq``; ``None`` once it was settled."""
+        for message in self.messages:
+            if message.seq == seq:
+                return message
+        return None
+
+    def clone(self) -> SimBroker:
+        return SimBroker([dataclasses.replace(m) for m in self.messages], self.next_seq)
+
+
+class SimPublisher:
+    """Process messages go to the simulated topic; build and hook publishes are recorded."""
+
+    def __init__(self, broker: SimBroker, clock: ManualClock, record: MemoryPublisher) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.record = record
+
+    async def publish_process(self, queue: str, request_id: str) -> None:
+        await self.record.publish_process(queue, request_id)
+        self.broker.publish(queue, request_id, self.clock.now_ms())
+
+    async def publish_build(self, queue: str, request_id: str) -> None:
+        await self.record.publish_build(queue, request_id)
+
+    async def publish_hook(self, event: HookEvent) -> None:
+        await self.record.publish_hook(event)
+
+
+class SimDelivery:
+    """A delivery of one :class:`Message`; ack removes it, hold postpones it in place."""
+
+    def __init__(self, world: World, message: Message) -> None:
+        self.world = world
+        self.message = message
+        self.outcome = ""
+
+    @property
+    def queue(self) -> str:
+        return self.message.queue
+
+    @property
+    def request_id(self) -> str:
+        return self.message.request_id
+
+    async def ack(self) -> None:
+        self.world.broker.remove(self.message)
+        self.outcome = "acked"
+
+    async def hold(self, delay_ms: int) -> None:
+        self.outcome = "held"
+        if self.world.broker.find(self.message.seq) is None:
+            return  # settled by another delivery of it: a late nak changes nothing
+        self.message.due_ms = self.world.clock.now_ms() + delay_ms
+        self.world.holds += 1
+
+    async def in_progress(self) -> None:
+        return None
+
+
+class OverrideConfigStore:
+    """A config store with the same knob overrides applied to every queue."""
+
+    def __init__(self, base: ConfigStore, overrides: Mapping[str, Any]) -> None:
+        self.base = base
+        self.overrides = dict(overrides)
+
+    def get(self, queue: str) -> QueueConfig:
+        return dataclasses.replace(self.base.get(queue), **self.overrides)
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return self.base.configured_queues()
+
+
+class SingleSourceControl:
+    """Every queue asks the same in-memory commit graph."""
+
+    def __init__(self, graph: MemorySourceControl) -> None:
+        self.graph = graph
+
+    def for_queue(self, queue: str) -> MemorySourceControl:
+        return self.graph

@@ -1,0 +1,156 @@
+"""What becomes of a delivery once the flow ran or raised: one pure decision.
+
+Theory of operation
+-------------------
+The controller finishes a delivery by acking or holding it, or it raises. What the
+runtime does next is decided here and nowhere else, from data alone: what the attempt
+did (:class:`Attempt`), the failures counted for the message so far, the queue's
+``max_attempts`` and the retry :class:`Backoff`. The answer is a :class:`Settlement`,
+a value the caller performs. The JetStream consumer and the simulated world both call
+:func:`settle`, so ``simulate`` and ``check`` run the very policy ``serve`` runs; only
+*how* a decision is carried out (a NAK, a dead-letter record, a due time) differs.
+
+The rules:
+
+- **acked**: done; the message's failure count is forgotten.
+- **held**: the flow already postponed the message; waiting for the gate is not a
+  failure, so the count stays as it is (holds never count toward ``max_attempts``).
+- **crashed**: the runtime stopped mid-delivery, so nothing settled the message; it
+  comes back (an expired ack deadline, or a hand-back on shutdown) and nothing counts.
+- **non-retryable**: a redelivery cannot fix it: dead-letter at once, reporting the
+  failures counted so far.
+- **anything else raised**: one more failure. At ``max_attempts`` failures, give up and
+  dead-letter; below it, retry after a backoff that doubles with each failure.
+
+No I/O, no clock, no randomness: equal inputs give equal settlements, which is what lets
+``check`` explore the policy state by state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .errors import NonRetryable
+
+ACKED = "acked"
+HELD = "held"
+FINISHED_OUTCOMES = (ACKED, HELD)
+
+DEFAULT_RETRY_BASE_S = 1.0
+DEFAULT_RETRY_CAP_S = 60.0
+
+
+class SettleKind(StrEnum):
+    """What the runtime does with the message."""
+
+    ACK = "ack"  # the flow acked it; forget its failures
+    HOLD = "hold"  # the flow held it; keep its failures as they are
+    RETRY = "retry"  # count a failure, redeliver after ``delay_s``
+    DEAD_LETTER = "dead_letter"  # record why, remove it; the request is failed closed
+    NONE = "none"  # nothing settled it (a crash): it comes back at once, uncounted
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one delivery attempt did: finished with an outcome, or raised.
+
+    Build one with :meth:`finished`, :meth:`raised` or :meth:`rejected`; the fields are
+    plain data so a decision can be recorded, compared and replayed.
+    """
+
+    outcome: str = ""  # "acked" | "held" when the flow ran to its end; "" when it raised
+    error: str = ""  # what was raised, described ("Type: message")
+    non_retryable: bool = False
+    crashed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.outcome and self.outcome not in FINISHED_OUTCOMES:
+            raise ValueError(f"outcome must be one of {FINISHED_OUTCOMES}, got {self.outcome!r}")
+        if bool(self.outcome) == bool(self.error or self.crashed):
+            raise ValueError("an attempt either finished with an outcome or raised, not both")
+        if self.non_retryable and self.crashed:
+            raise ValueError("a crash is not a non-retryable failure")
+
+    @classmethod
+    def finished(cls, outcome: str) -> Attempt:
+        """The flow ran to its end and acked or held the message."""
+        return cls(outcome=outcome)
+
+    @classmethod
+    def raised(cls, exc: BaseException, *, crashed: bool = False) -> Attempt:
+        """The flow raised ``exc``; ``crashed`` when the runtime itself stopped mid-way.
+
+        ``NonRetryable`` is told apart by type; anything else is retryable, as the
+        controller's contract says.
+        """
+        return cls(
+            error=f"{type(exc).__name__}: {exc}",
+            non_retryable=not crashed and isinstance(exc, NonRetryable),
+            crashed=crashed,
+        )
+
+    @classmethod
+    def rejected(cls, reason: str) -> Attempt:
+        """The message could not even be handed to the flow (an undecodable payload)."""
+        return cls(error=reason, non_retryable=True)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential retry delays: ``base_s``, 2·``base_s``, 4·``base_s`` ... capped."""
+
+    base_s: float = DEFAULT_RETRY_BASE_S
+    cap_s: float = DEFAULT_RETRY_CAP_S
+
+    def __post_init__(self) -> None:
+        if self.base_s < 0 or self.cap_s < 0:
+            raise ValueError(f"backoff must not be negative, got {self.base_s}, {self.cap_s}")
+
+    def delay_s(self, failures: int) -> float:
+        """The wait before the redelivery that follows failure number ``failures``."""
+        return float(min(self.cap_s, self.base_s * (2 ** max(failures - 1, 0))))
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The decision: what to do with the message, and the failure count that follows.
+
+    ``failures`` is the message's count after this attempt: what a retry stores, what a
+    hold keeps, what a dead letter reports as its attempts; 0 after an ack.
+    """
+
+    kind: SettleKind
+    failures: int
+    delay_s: float = 0.0  # RETRY: redeliver after this long
+    reason: str = ""  # RETRY, DEAD_LETTER: why
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+def settle(
+    attempt: Attempt,
+    *,
+    failures: int,
+    max_attempts: int,
+    backoff: Backoff = DEFAULT_BACKOFF,
+) -> Settlement:
+    """Decide what becomes of a message after ``attempt``, with ``failures`` counted so far."""
+    if failures < 0:
+        raise ValueError(f"failures must be >= 0, got {failures}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    if attempt.outcome == ACKED:
+        return Settlement(SettleKind.ACK, 0)
+    if attempt.outcome == HELD:
+        return Settlement(SettleKind.HOLD, failures)
+    if attempt.crashed:
+        return Settlement(SettleKind.NONE, failures)
+    if attempt.non_retryable:
+        return Settlement(SettleKind.DEAD_LETTER, failures, reason=attempt.error)
+    counted = failures + 1
+    if counted >= max_attempts:
+        reason = f"gave up after {counted} attempts: {attempt.error}"
+        return Settlement(SettleKind.DEAD_LETTER, counted, reason=reason)
+    return Settlement(SettleKind.RETRY, counted, backoff.delay_s(counted), attempt.error)
