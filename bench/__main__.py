@@ -41,7 +41,6 @@ from stovepipe_fsm.adapters.memory import (
     MemorySourceControl,
     MemorySourceControlProvider,
 )
-from stovepipe_fsm.apps.simulate.runtime import run_sync
 from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
 from stovepipe_fsm.domain.hooks import started_event
@@ -50,6 +49,7 @@ from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
 from stovepipe_fsm.process.services import StageServices
+from stovepipe_fsm.simulation.runtime import run_sync
 
 Q = "monorepo/main"
 GREEN, HEAD = "G", "H"

@@ -12,7 +12,7 @@ from check_mutants.mutants import write_mutant
 
 from stovepipe_fsm.apps.check import explorer
 from stovepipe_fsm.apps.cli import main
-from stovepipe_fsm.apps.simulate.timeline import load_timeline
+from stovepipe_fsm.simulation.timeline import load_timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_LINE = re.compile(

@@ -13,9 +13,9 @@ from stovepipe_fsm.apps.check.explorer import Explorer, Setup, can_finish
 from stovepipe_fsm.apps.check.model import Bounds, Budget
 from stovepipe_fsm.apps.check.observe import observe
 from stovepipe_fsm.apps.check.variants import Variant
-from stovepipe_fsm.apps.cli import load_policy_store
-from stovepipe_fsm.apps.simulate.world import World
+from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
+from stovepipe_fsm.simulation.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "monorepo/main"

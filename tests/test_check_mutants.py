@@ -20,10 +20,11 @@ from stovepipe_fsm.apps.check.invariants import Rules, check_edge, check_state
 from stovepipe_fsm.apps.check.observe import observe
 from stovepipe_fsm.apps.check.trace import replay
 from stovepipe_fsm.apps.check.variants import Variant
-from stovepipe_fsm.apps.cli import load_policy_store, main
-from stovepipe_fsm.apps.simulate.runner import simulate
-from stovepipe_fsm.apps.simulate.timeline import Timeline, load_timeline
+from stovepipe_fsm.apps.cli import main
+from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.simulation.replay import simulate
+from stovepipe_fsm.simulation.timeline import Timeline, load_timeline
 from stovepipe_fsm.spec.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.apps.simulate.world import World
 from stovepipe_fsm.domain.entities import QueueConfig
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
+from stovepipe_fsm.simulation.world import World
 from stovepipe_fsm.spec.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.apps.simulate.runtime import run_sync
-from stovepipe_fsm.apps.simulate.world import World
 from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "monorepo/main"

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.apps.simulate.runtime import run_sync
-from stovepipe_fsm.apps.simulate.world import CRASH_POINTS, World
 from stovepipe_fsm.domain.entities import QueueConfig, Request
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.world import CRASH_POINTS, World
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")

@@ -13,11 +13,11 @@ from pathlib import Path
 from test_service_support import Running, machines, running_service, wait_for
 
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
-from stovepipe_fsm.apps.cli import load_policy_store
+from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.apps.service.demo import make_repository
 from stovepipe_fsm.apps.service.operators import status_document
-from stovepipe_fsm.apps.simulate.runner import result_json, simulate
-from stovepipe_fsm.apps.simulate.timeline import load_timeline
+from stovepipe_fsm.simulation.replay import result_json, simulate
+from stovepipe_fsm.simulation.timeline import load_timeline
 
 TIMELINE = Path(__file__).parent / "timelines" / "concurrency_lifecycle.yaml"
 

@@ -20,11 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..spec.errors import SpecError, SpecIssue
+from .options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
-DEFAULT_MACHINES = "machines"
-DEFAULT_CONFIG = "config/queues.yaml"
 DEFAULT_DIAGRAMS = "docs/diagrams"
 
 
@@ -89,25 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_diagram)
 
-    p = sub.add_parser("simulate", help="replay a timeline on in-memory adapters")
-    p.add_argument("timeline")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
-    p.set_defaults(handler=cmd_simulate)
-
     for register in _extensions():
         register(sub)
     return parser
 
 
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
-    """Subcommands that live in their own modules: ``check``, and the service with its
-    operator commands. Imported when the parser is built: ``check`` imports this module."""
+    """Subcommands that live in their own modules: ``simulate``, ``check``, and the
+    service with its operator commands."""
     from .check.command import register as register_check
     from .service.command import register as register_service
+    from .simulate.command import register as register_simulate
 
-    return [register_check, register_service]
+    return [register_simulate, register_check, register_service]
 
 
 # --- validate -----------------------------------------------------------------------
@@ -220,31 +212,6 @@ def cmd_diagram(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     if not written:
         print(f"diagrams in {out_dir} are up to date", file=sys.stderr)
-    return EXIT_OK
-
-
-# --- simulate -----------------------------------------------------------------------
-
-
-def load_policy_store(config_path: str):  # type: ignore[no-untyped-def]
-    from ..adapters.memory.config import StaticConfigStore
-    from ..config.loader import load_queue_config
-
-    return StaticConfigStore(load_queue_config(config_path))
-
-
-def cmd_simulate(args: argparse.Namespace) -> int:
-    from ..process.catalog import load_process_machines
-    from .simulate.runner import render_table, result_json, simulate
-    from .simulate.timeline import load_timeline
-
-    timeline = load_timeline(args.timeline)
-    machines = load_process_machines(args.machines)
-    sim = simulate(timeline, machines, load_policy_store(args.config))
-    if args.json:
-        print(json.dumps(result_json(sim.world), indent=2))
-    else:
-        print(render_table(sim))
     return EXIT_OK
 
 

@@ -85,7 +85,7 @@ def _settings(raw: Mapping[str, Any] | None) -> Settings:
     """
     if not raw:
         return Settings()
-    values = {
+    values: dict[str, Any] = {
         name: int(value) if isinstance(value, float) else value for name, value in raw.items()
     }
     return Settings(**values)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from ..domain.entities import QueueConfig
 from ..domain.queue_names import validate_queue_name
@@ -43,7 +44,7 @@ class Settings:
 
     def apply(self, base: QueueConfig) -> QueueConfig:
         """``base`` with every field this block sets replaced."""
-        changes = dict(self.items())
+        changes: dict[str, Any] = dict(self.items())
         return replace(base, **changes) if changes else base
 
     def items(self) -> tuple[tuple[str, int | str], ...]:

@@ -63,8 +63,8 @@ def role_issues(
                 )
             )
     for name, shape in shapes.items():
-        role = declared.get(name)
-        if role is None:
+        found = declared.get(name)
+        if found is None:
             issues.append(
                 SpecIssue(
                     spec.roles_location or spec.location,
@@ -74,7 +74,7 @@ def role_issues(
                 )
             )
             continue
-        trigger = role.trigger
+        trigger = found.trigger
         issues += _shape_issues(spec, f"role {name!r}", trigger.name, trigger.location, shape)
     issues += _outcome_issues(spec, needs_outcomes)
     return issues

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -47,9 +48,10 @@ def schema_issues(doc: SourceDocument, schema_name: str) -> list[SpecIssue]:
 def _describe(doc: SourceDocument, error: ValidationError) -> list[SpecIssue]:
     path: JsonPath = tuple(error.absolute_path)
     where = _display_path(path)
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(error.schema.get("properties", {}))
-        patterns = list(error.schema.get("patternProperties", {}))
+        allowed = sorted(schema.get("properties", {}))
+        patterns = list(schema.get("patternProperties", {}))
         extras = [
             key
             for key in error.instance

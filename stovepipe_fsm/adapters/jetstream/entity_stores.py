@@ -112,9 +112,9 @@ class _KvEntityStore(Generic[E]):
         self._cell = cell
         self._kind = kind
         self._key_of = key_of
-        self._identity = identity
-        self._encode = encode
-        self._decode = decode
+        self._identity: Callable[[E], str] = identity
+        self._encode: Callable[[E], bytes] = encode
+        self._decode: Callable[[bytes | None], E] = decode
         self._memory = RevisionMemory(remembered_keys)
 
     def _key(self, identity: str) -> str:

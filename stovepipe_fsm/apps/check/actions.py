@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...domain.errors import StovepipeError
-from ..simulate.runner import apply_step
-from ..simulate.world import CRASH_POINTS, World
+from ...simulation.replay import apply_step
+from ...simulation.world import CRASH_POINTS, World
 from .invariants import Rules
 from .model import (
     ADVANCE,

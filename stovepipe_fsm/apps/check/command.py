@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...process.catalog import ProcessMachines, load_process_machines
-from ..cli import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
-from ..simulate.runner import render_table
-from ..simulate.timeline import DEFAULT_QUEUE, load_timeline
-from ..simulate.world import STALL_POINTS
+from ...simulation.replay import render_table
+from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
+from ...simulation.world import STALL_POINTS
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
 from .explorer import DEFAULT_MAX_STATES, Explorer, Result, Setup, stderr_progress
 from .model import Bounds
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ..simulate.runtime import OverrideConfigStore
-from ..simulate.world import World
+from ...simulation.runtime import OverrideConfigStore
+from ...simulation.world import World
 from .actions import DeliveryEffect, StepFailed, enabled, perform
 from .invariants import (
     PROGRESS,

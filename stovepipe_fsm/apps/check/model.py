@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...simulation.timeline import DEFAULT_QUEUE, TimelineStep
+from ...simulation.world import STALL_POINTS
 from ...spec.errors import Location
-from ..simulate.timeline import DEFAULT_QUEUE, TimelineStep
-from ..simulate.world import STALL_POINTS
 
 CHECK_LOCATION = Location("check", 0, 0)
 REWRITE_HEAD = "R"

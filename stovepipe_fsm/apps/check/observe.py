@@ -32,9 +32,9 @@ from ...adapters.memory.publisher import BUILD, HOOK
 from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
+from ...simulation.runtime import run_sync
+from ...simulation.world import InHand, World
 from ...spec.compiler import Step
-from ..simulate.runtime import run_sync
-from ..simulate.world import InHand, World
 
 
 @dataclass(frozen=True)
@@ -141,9 +141,12 @@ def observe(world: World) -> Observation:
     )
 
 
-def _current(store: MemoryRequestStore | MemoryQueueStore, key: str) -> Request | Queue | None:
+def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> int | None:
+    """The stored version of ``key``; ``None`` when nothing is stored under it."""
     try:
-        return run_sync(store.get(key))
+        if isinstance(store, MemoryRequestStore):
+            return run_sync(store.get(key)).version
+        return run_sync(store.get(key)).version
     except NotFound:
         return None
 
@@ -151,8 +154,10 @@ def _current(store: MemoryRequestStore | MemoryQueueStore, key: str) -> Request 
 def _in_hand(world: World, held: InHand) -> InHandView:
     ctx, cursor = held.paused.ctx, held.paused.cursor
     request, row = ctx.request, ctx.queue
-    current_request = _current(world.requests, request.id) if request else None
-    current_row = _current(world.queues, row.name) if row else None
+    request_fresh = request is not None and (
+        _current_version(world.requests, request.id) == request.version
+    )
+    queue_fresh = row is not None and _current_version(world.queues, row.name) == row.version
     return InHandView(
         request_id=held.message.request_id,
         queue=held.message.queue,
@@ -161,9 +166,9 @@ def _in_hand(world: World, held: InHand) -> InHandView:
         pending_actions=cursor.pending_names,
         message_pending=world.broker.find(held.message.seq) is not None,
         request=replace(request, version=0) if request else None,
-        request_fresh=bool(current_request) and current_request.version == request.version,
+        request_fresh=request_fresh,
         queue_row=replace(row, version=0) if row else None,
-        queue_fresh=bool(current_row) and current_row.version == row.version,
+        queue_fresh=queue_fresh,
         config=ctx.config,
         build_strategy=ctx.build_strategy,
         base_uri=ctx.base_uri,

@@ -23,9 +23,9 @@ import yaml
 from ...domain.errors import StovepipeError
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ..simulate.runner import LogRow, Simulation, apply_step, build_world
-from ..simulate.timeline import Timeline
-from ..simulate.world import World
+from ...simulation.replay import LogRow, Simulation, apply_step, build_world
+from ...simulation.timeline import Timeline
+from ...simulation.world import World
 from .explorer import STEP_FAILED, Counterexample, Setup, can_finish
 from .invariants import PROGRESS, Rules, Violation, check_edge, check_state, waiting
 from .model import step_data

@@ -26,14 +26,12 @@ from typing import TYPE_CHECKING
 
 from ...domain.errors import NotFound, StovepipeError
 from ...pipeline.ingest import InvalidUri
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
     from ...adapters.jetstream import Topology
     from .connect import NatsOptions
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-DEFAULT_MACHINES = "machines"
-DEFAULT_CONFIG = "config/queues.yaml"
 INSTALL_HINT = "pip install 'stovepipe-fsm[nats]'"
 
 Handler = Callable[[argparse.Namespace], int]
@@ -287,7 +285,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from ..simulate.runner import request_json
+    from ...views.entities import request_json
     from .operators import operator_pipeline, request_for_uri
 
     async def run() -> int:

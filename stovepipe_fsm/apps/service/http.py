@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from ...domain.errors import NotFound
 from .runtime import Service
@@ -96,7 +97,7 @@ class HttpEndpoint:
 
     async def start(self) -> HttpEndpoint:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        sockets = self._server.sockets or []
+        sockets: tuple[Any, ...] = tuple(self._server.sockets or ())
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
         log.info("http endpoint on %s:%d", self.host, self.port)

@@ -26,7 +26,7 @@ from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import load_process_machines
-from ..simulate.runner import queue_json, render_queue_row, render_request_rows, request_json
+from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
 from .connect import NatsOptions, connect
 from .runtime import Pipeline, open_pipeline
 

@@ -1,6 +1,6 @@
 """The service: the process stage wired on JetStream, one consumer per queue.
 
-This is :class:`~stovepipe_fsm.apps.simulate.world.World` with real adapters: KV stores,
+This is :class:`~stovepipe_fsm.simulation.world.World` with real adapters: KV stores,
 the JetStream publisher, the file config store (hot reload), git ancestry per queue's
 ``repository`` and the system clock. It runs
 
@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import nats.js.errors
 from nats.aio.client import Client
@@ -32,8 +34,6 @@ from ...adapters.jetstream.attempts import AttemptsLedger
 from ...adapters.jetstream.consumer import (
     DEFAULT_ACK_WAIT_S,
     DEFAULT_FETCH_TIMEOUT_S,
-    DEFAULT_RETRY_BASE_S,
-    DEFAULT_RETRY_CAP_S,
     DeadLetterConsumer,
     Observer,
     ProcessConsumer,
@@ -43,6 +43,7 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
+from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
 from ...pipeline.dlq import DeadLetterReconciler
 from ...pipeline.ingest import Ingest
 from ...pipeline.record import Record
@@ -292,8 +293,8 @@ class Service:
 
     # -- internals --------------------------------------------------------------------
 
-    def _spawn(self, name: str, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks[name] = task
 

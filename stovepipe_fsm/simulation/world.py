@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...adapters.memory import (
+from ..adapters.memory import (
     ManualClock,
     MemoryCounter,
     MemoryPublisher,
@@ -43,17 +43,17 @@ from ...adapters.memory import (
     MemorySourceControl,
     MemoryUriIndex,
 )
-from ...domain.entities import Request
-from ...domain.errors import NotFound
-from ...domain.ids import parse_request_id
-from ...pipeline.ingest import IngestResult
-from ...pipeline.wiring import Ports, build_stages
-from ...ports.config import ConfigStore
-from ...process.catalog import ProcessMachines
-from ...process.controller import PausedDelivery
-from ...process.lifecycle import RequestLifecycle
-from ...process.services import LifecycleFactory
-from ...domain.settle import Attempt, Backoff, SettleKind, settle
+from ..domain.entities import Request
+from ..domain.errors import NotFound
+from ..domain.ids import parse_request_id
+from ..domain.settle import Attempt, Backoff, SettleKind, settle
+from ..pipeline.ingest import IngestResult
+from ..pipeline.wiring import Ports, build_stages
+from ..ports.config import ConfigStore
+from ..process.catalog import ProcessMachines
+from ..process.controller import PausedDelivery
+from ..process.lifecycle import RequestLifecycle
+from ..process.services import LifecycleFactory
 from .runtime import (
     Crash,
     Message,

@@ -17,10 +17,10 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
-from ...domain.entities import QueueConfig
-from ...domain.hooks import HookEvent
-from ...ports.config import ConfigStore
+from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
+from ..domain.entities import QueueConfig
+from ..domain.hooks import HookEvent
+from ..ports.config import ConfigStore
 
 if TYPE_CHECKING:
     from .world import World

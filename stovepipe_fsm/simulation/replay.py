@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...domain.entities import Request
-from ...domain.errors import NotFound, StovepipeError
-from ...domain.ids import parse_request_id
-from ...ports.config import ConfigStore
-from ...process.catalog import ProcessMachines
-from ...process.lifecycle import RequestLifecycle
-from ...process.services import LifecycleFactory
-from ...spec.errors import SpecError, SpecIssue
+from ..domain.entities import Request
+from ..domain.errors import NotFound, StovepipeError
+from ..domain.ids import parse_request_id
+from ..ports.config import ConfigStore
+from ..process.catalog import ProcessMachines
+from ..process.lifecycle import RequestLifecycle
+from ..process.services import LifecycleFactory
+from ..spec.errors import SpecError, SpecIssue
+from ..views.entities import queue_json, render_requests_and_queues, request_json
 from .runtime import OverrideConfigStore, run_sync
 from .timeline import Timeline, TimelineStep
 from .world import DeliveryReport, World
@@ -102,8 +103,8 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
         world.redeliver(request_id)
         return [f"duplicate process message for {request_id}"]
     if kind == "dead_letter":
-        request = world.dead_letter(request_id)
-        state = request.state if request else "missing"
+        ended = world.dead_letter(request_id)
+        state = ended.state if ended else "missing"
         return [f"{request_id} {state}; {_queue_summary(world, step.queue)}"]
     raise ValueError(f"unknown step {kind!r}")
 
@@ -185,26 +186,6 @@ def dead_letters_json(world: World) -> list[dict[str, str]]:
     return [{"request_id": rid, "reason": reason} for rid, reason in world.dead_letters]
 
 
-def request_json(r: Request) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "queue": r.queue,
-        "uri": r.uri,
-        "state": r.state,
-        "build_strategy": r.build_strategy,
-        "base_uri": r.base_uri,
-    }
-
-
-def queue_json(q: Any) -> dict[str, Any]:
-    return {
-        "name": q.name,
-        "in_flight_count": q.in_flight_count,
-        "last_green_uri": q.last_green_uri,
-        "latest_request_id": q.latest_request_id,
-    }
-
-
 def _order(request_id: str) -> tuple[str, int]:
     rid = parse_request_id(request_id)
     return (rid.queue, rid.counter)
@@ -222,36 +203,6 @@ def render_table(sim: Simulation) -> str:
     lines.append("")
     lines.append(final_table(sim.world))
     return "\n".join(lines)
-
-
-def render_requests_and_queues(doc: dict[str, Any], *, heading: str = "requests:") -> list[str]:
-    """The ``requests`` and ``queues`` of a result document as aligned text lines.
-
-    Shared by ``simulate`` and ``status`` so a simulation and a live pipeline print alike.
-    """
-    return [
-        heading,
-        *render_request_rows(doc["requests"]),
-        "queues:",
-        *(render_queue_row(q) for q in doc["queues"]),
-    ]
-
-
-def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
-    lines = []
-    for r in requests:
-        strategy = r["build_strategy"] or "-"
-        base = r["base_uri"] or "-"
-        lines.append(f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}")
-    return lines
-
-
-def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str:
-    held = "" if holders is None else f" holders={', '.join(holders) or '-'}"
-    return (
-        f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
-        f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
-    )
 
 
 def final_table(world: World) -> str:

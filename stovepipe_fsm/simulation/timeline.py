@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...domain.queue_names import InvalidQueueName, validate_queue_name
-from ...spec.errors import Location, SpecError, SpecIssue
-from ...spec.schema import load_schema, schema_issues
-from ...spec.yaml_source import SourceDocument, read_yaml
+from ..domain.queue_names import InvalidQueueName, validate_queue_name
+from ..spec.errors import Location, SpecError, SpecIssue
+from ..spec.schema import load_schema, schema_issues
+from ..spec.yaml_source import SourceDocument, read_yaml
 
 DEFAULT_QUEUE = "monorepo/main"
 

@@ -1,0 +1,31 @@
+"""``stovepipe-fsm simulate``: replay a timeline on in-memory adapters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ...process.catalog import load_process_machines
+from ...simulation.replay import render_table, result_json, simulate
+from ...simulation.timeline import load_timeline
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("simulate", help="replay a timeline on in-memory adapters")
+    p.add_argument("timeline")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.set_defaults(handler=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    timeline = load_timeline(args.timeline)
+    machines = load_process_machines(args.machines)
+    sim = simulate(timeline, machines, load_policy_store(args.config))
+    if args.json:
+        print(json.dumps(result_json(sim.world), indent=2))
+    else:
+        print(render_table(sim))
+    return EXIT_OK

@@ -1,0 +1,63 @@
+"""Requests and queues as JSON documents and aligned text: one view for every command.
+
+``simulate`` prints a simulated world's rows and ``status`` a live pipeline's through
+these same functions, so a simulation and a deployment read alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..domain.entities import Queue, Request
+
+
+def request_json(r: Request) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "queue": r.queue,
+        "uri": r.uri,
+        "state": r.state,
+        "build_strategy": r.build_strategy,
+        "base_uri": r.base_uri,
+    }
+
+
+def queue_json(q: Queue) -> dict[str, Any]:
+    return {
+        "name": q.name,
+        "in_flight_count": q.in_flight_count,
+        "last_green_uri": q.last_green_uri,
+        "latest_request_id": q.latest_request_id,
+    }
+
+
+def render_requests_and_queues(doc: dict[str, Any], *, heading: str = "requests:") -> list[str]:
+    """The ``requests`` and ``queues`` of a result document as aligned text lines.
+
+    Shared by ``simulate`` and ``status`` so a simulation and a live pipeline print alike.
+    """
+    return [
+        heading,
+        *render_request_rows(doc["requests"]),
+        "queues:",
+        *(render_queue_row(q) for q in doc["queues"]),
+    ]
+
+
+def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in requests:
+        strategy = r["build_strategy"] or "-"
+        base = r["base_uri"] or "-"
+        lines.append(f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}")
+    return lines
+
+
+def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str:
+    held = "" if holders is None else f" holders={', '.join(holders) or '-'}"
+    return (
+        f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
+        f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
+    )
+
+
