@@ -469,3 +469,42 @@ async def test_shipped_gate_flow_compiles_with_one_trigger_per_open_state() -> N
     assert set(compiled.trigger_for) == set(spec.state_names) - spec.terminal_states
     assert compiled.trigger_for["received"] == "load"
     assert compiled.trigger_for["slot_claimed"] == "admit"
+
+
+# --- registration -----------------------------------------------------------------------
+
+
+class AsyncPredicate:
+    """A callable object whose ``__call__`` is a coroutine function."""
+
+    async def __call__(self, ctx: Any) -> bool:
+        return False
+
+
+async def admitted(ctx: Any) -> bool:
+    """Never awaited as a condition: the machine would see a (truthy) coroutine object."""
+    return False
+
+
+@pytest.mark.parametrize(
+    ("fn", "name"), [(admitted, None), (admitted, "is_admitted"), (AsyncPredicate(), "gate")]
+)
+def test_a_coroutine_condition_is_refused_at_registration(fn: Any, name: str | None) -> None:
+    registry = Registry("toy")
+    with pytest.raises(ValueError) as caught:
+        registry.condition(name)(fn)
+    key = name or "admitted"
+    assert str(caught.value) == (
+        f"toy: condition {key!r} is a coroutine function; conditions must be synchronous "
+        "predicates (load what a condition reads in an action that runs before it)"
+    )
+    assert registry.conditions == {}
+
+
+async def test_sync_conditions_and_async_actions_still_register() -> None:
+    registry = Registry("toy")
+    registry.condition("ready")(lambda ctx: True)
+    registry.action("fetch")(admitted)
+    assert set(registry.conditions) == {"ready"}
+    assert set(registry.actions) == {"fetch"}
+    assert await registry.actions["fetch"].fn(None) is False
