@@ -33,8 +33,8 @@ Two shapes:
   ``initial`` to a terminal state, firing the single trigger that leaves each state.
   ``advance(ctx, cursor, pause_after=...)`` does the same from a :class:`FlowCursor`
   and can stop right after a named action, so a delivery can be held half-done while
-  other deliveries run (``check`` explores overlapping deliveries that way); ``run``
-  itself is left as the lean loop every delivery takes.
+  other deliveries run (``check`` explores overlapping deliveries that way). Both are
+  one driver loop.
 """
 
 from __future__ import annotations
@@ -402,35 +402,7 @@ class CompiledFlow(_Compiled):
         on_step: Callable[[Step], Awaitable[None] | None] | None = None,
     ) -> str:
         """Drive ``ctx`` from the initial state to a terminal one; return that state."""
-        terminal, way_out, decide = self.terminal, self._way_out, self._decide
-        state = self._initial
-        for _ in range(self.max_steps):
-            if state in terminal:
-                return state
-            leave = way_out.get(state)
-            if leave is None:  # only reachable with lint off (dead end, several triggers)
-                raise IllegalTransition(
-                    f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
-                )
-            step, calls = decide(leave[1], state, leave[0], ctx)
-            if on_step is not None:
-                observed = on_step(step)
-                if inspect.isawaitable(observed):  # the signature allows async observers
-                    await observed
-            # The transition's actions, with callables resolved at compile time.
-            for name, fn, is_async in calls:
-                if is_async:
-                    await fn(ctx)
-                else:
-                    fn(ctx)
-                if probe is not None:
-                    probe(name)
-            state = step.dest
-        if state in terminal:
-            return state
-        raise FlowDidNotSettle(
-            f"{self.spec.name}: no terminal state after {self.max_steps} steps (last {state!r})"
-        )
+        return (await self._drive(ctx, self._initial, (), 0, "", probe, on_step))[0]
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -449,13 +421,40 @@ class CompiledFlow(_Compiled):
         Stops right after the first action named ``pause_after`` (``""``: never) and
         returns where it stopped; otherwise returns a ``finished`` cursor in the terminal
         state. The step budget carries over, so pausing never buys a flow extra steps.
-        A separate method rather than options on :meth:`run`: the pause check costs a
-        comparison per action, which every ordinary delivery would otherwise pay.
+        """
+        state, pending, steps = await self._drive(
+            ctx, cursor.state, cursor.pending, cursor.steps, pause_after, probe, None
+        )
+        if pending is None:
+            return FlowCursor(state, (), steps, finished=True)
+        return FlowCursor(state, pending, steps)
+
+    async def _drive(
+        self,
+        ctx: Any,
+        state: str,
+        calls: tuple[ActionCall, ...],
+        steps: int,
+        pause_after: str,
+        probe: Probe | None,
+        on_step: Callable[[Step], Awaitable[None] | None] | None,
+    ) -> tuple[str, tuple[ActionCall, ...] | None, int]:
+        """The driver loop of :meth:`run` and :meth:`advance`.
+
+        ``calls`` are the actions of the transition into ``state`` that have not run yet
+        and ``steps`` the decisions already spent. Runs those actions, then fires the way
+        out of each open state and runs its actions, until a terminal state: returns
+        ``(state, None, steps)`` there, or ``(state, rest, steps)`` right after the first
+        action named ``pause_after``, ``rest`` being what that transition has left to run.
+        Every delivery takes this loop, so it returns plain tuples and resolves nothing
+        per step that the compiler could resolve once; the pause check costs one string
+        comparison per action.
         """
         terminal, way_out, decide = self.terminal, self._way_out, self._decide
-        state, calls, steps = cursor.state, cursor.pending, cursor.steps
+        max_steps = self.max_steps
         while True:
-            for index, (name, fn, is_async) in enumerate(calls):
+            # The transition's actions, with callables resolved at compile time.
+            for name, fn, is_async in calls:
                 if is_async:
                     await fn(ctx)
                 else:
@@ -463,19 +462,25 @@ class CompiledFlow(_Compiled):
                 if probe is not None:
                     probe(name)
                 if name == pause_after:
-                    return FlowCursor(state, calls[index + 1 :], steps)
+                    # The first action of that name is the one that just ran.
+                    ran = next(i for i, call in enumerate(calls) if call[0] == name)
+                    return state, calls[ran + 1 :], steps
             if state in terminal:
-                return FlowCursor(state, (), steps, finished=True)
-            if steps >= self.max_steps:
+                return state, None, steps
+            if steps >= max_steps:
                 raise FlowDidNotSettle(
-                    f"{self.spec.name}: no terminal state after {self.max_steps} steps "
+                    f"{self.spec.name}: no terminal state after {max_steps} steps "
                     f"(last {state!r})"
                 )
             leave = way_out.get(state)
-            if leave is None:
+            if leave is None:  # only reachable with lint off (dead end, several triggers)
                 raise IllegalTransition(
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )
             step, calls = decide(leave[1], state, leave[0], ctx)
             steps += 1
+            if on_step is not None:
+                observed = on_step(step)
+                if inspect.isawaitable(observed):  # the signature allows async observers
+                    await observed
             state = step.dest
