@@ -200,6 +200,17 @@ class _DecidingTransition(Transition):
         return True
 
 
+# What a compiled machine puts in the library's extension points. A differential test
+# (tests/test_compiler_differential.py) holds these to the choices of a stock
+# ``transitions.Machine`` built from the same spec.
+_LEAN_CLASSES: dict[str, Any] = {
+    "state_cls": _NamedState,
+    "transition_cls": _DecidingTransition,
+    "event_cls": _DirectEvent,
+    "get_model_state": _model_state,
+}
+
+
 class _Compiled:
     """One ``transitions.Machine`` plus what firing it needs, resolved once at compile time.
 
@@ -224,17 +235,9 @@ class _Compiled:
         self._picked: tuple[Step, tuple[ActionCall, ...]] | None = None
         self._answers: dict[str, bool] = {}
         self._cursor = _Cursor()
-        # Looked up at compile time (not bound at import) so a test can swap ``Machine``.
-        machine_cls = type(
-            "CompiledMachine",
-            (Machine,),
-            {
-                "state_cls": _NamedState,
-                "transition_cls": _DecidingTransition,
-                "event_cls": _DirectEvent,
-                "get_model_state": _model_state,
-            },
-        )
+        # Both looked up at compile time (not bound at import) so a test can swap
+        # ``Machine`` and the bench can compile with the library's stock classes.
+        machine_cls = type("CompiledMachine", (Machine,), dict(_LEAN_CLASSES))
         self.machine = machine_cls(
             model=None,
             states=list(spec.state_names),
