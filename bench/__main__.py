@@ -10,6 +10,10 @@ Two decision paths are timed separately, each in two implementations:
   stores, publisher, source control and delivery, the same awaits in the same order,
   the same metrics calls - with no machine in between.
 
+``--stock`` adds a third implementation to the same interleaved rounds: the shipped
+controller with its machines compiled on the stock ``transitions`` classes instead of the
+compiler's lean ones, which prices the lean classes.
+
 The *admit* path is a latest head with a free slot and a last green that is its
 ancestor: load R, load Q, coalesce, gate, ancestry check, claim slot, mark processing,
 announce, publish build, ack. The *supersede* path is a head with a newer head stamped:
@@ -50,6 +54,7 @@ from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
 from stovepipe_fsm.process.services import StageServices
 from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.spec import compiler
 
 Q = "monorepo/main"
 GREEN, HEAD = "G", "H"
@@ -219,6 +224,7 @@ class ReferenceController:
 # --- workloads -----------------------------------------------------------------------
 
 Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
+Maker = Callable[[Ports, Path], Handle]
 
 
 def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
@@ -235,6 +241,16 @@ def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
         metrics=ports.metrics,
     )
     return ProcessController(machines, services).handle
+
+
+def stock_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
+    """The shipped controller, its machines compiled on the library's stock classes."""
+    lean = compiler._LEAN_CLASSES
+    compiler._LEAN_CLASSES = {}
+    try:
+        return machine_handle(ports, machines_dir)
+    finally:
+        compiler._LEAN_CLASSES = lean
 
 
 def reference_handle(ports: Ports, machines_dir: Path) -> Handle:
@@ -279,29 +295,34 @@ def time_supersedes(ports: Ports, handle: Handle, n: int) -> float:
     return spent / 1e9
 
 
-def check_equivalent(machines_dir: Path) -> None:
-    """Both implementations must decide alike, or the comparison means nothing."""
+def check_equivalent(machines_dir: Path, makers: dict[str, Maker]) -> None:
+    """Every implementation must decide alike, or the comparison means nothing."""
     for timer in (time_admits, time_supersedes):
-        results = []
-        for make in (machine_handle, reference_handle):
+        results = {}
+        for label, make in makers.items():
             ports = make_ports()
             timer(ports, make(ports, machines_dir), 3)
-            results.append((ports.requests.snapshot(), ports.queues.snapshot()))
-        if results[0] != results[1]:
-            sys.exit(f"bench: the reference diverges from the controller on {timer.__name__}")
+            results[label] = (ports.requests.snapshot(), ports.queues.snapshot())
+        for label, result in results.items():
+            if result != results["machine"]:
+                sys.exit(f"bench: {label} diverges from the controller on {timer.__name__}")
 
 
-def measure_pair(
-    timer: Callable[[Ports, Handle, int], float], machines_dir: Path, n: int, rounds: int
-) -> tuple[list[float], list[float]]:
-    """Decisions per second of machine and reference, rounds interleaved.
+def measure(
+    timer: Callable[[Ports, Handle, int], float],
+    machines_dir: Path,
+    n: int,
+    rounds: int,
+    makers: dict[str, Maker],
+) -> dict[str, list[float]]:
+    """Decisions per second of each implementation, rounds interleaved.
 
-    Alternating the two (fresh stores every round) keeps a change in machine load from
+    Alternating them (fresh stores every round) keeps a change in machine load from
     favouring whichever implementation happened to run in the quiet moment.
     """
-    rates: dict[str, list[float]] = {"machine": [], "reference": []}
+    rates: dict[str, list[float]] = {label: [] for label in makers}
     for _ in range(rounds):
-        for label, make in (("machine", machine_handle), ("reference", reference_handle)):
+        for label, make in makers.items():
             ports = make_ports()
             handle = make(ports, machines_dir)
             gc.collect()
@@ -311,7 +332,7 @@ def measure_pair(
             finally:
                 gc.enable()
             rates[label].append(n / seconds)
-    return rates["machine"], rates["reference"]
+    return rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,18 +341,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=10_000, help="decisions per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2,000 decisions x 3 rounds")
+    parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="also time the controller on machines compiled with stock transitions classes",
+    )
     args = parser.parse_args(argv)
     n, rounds = (2_000, 3) if args.quick else (args.n, args.rounds)
     machines_dir = Path(args.machines)
-    check_equivalent(machines_dir)
+    makers: dict[str, Maker] = {"machine": machine_handle, "reference": reference_handle}
+    if args.stock:
+        makers["stock"] = stock_machine_handle
+    check_equivalent(machines_dir, makers)
 
     print(f"python {sys.version.split()[0]}; {n} decisions x {rounds} rounds; best round shown")
     header = f"{'path':<10} {'machine/s':>11} {'reference/s':>12} {'machine us':>11} "
     header += f"{'ref us':>8} {'ratio':>6}"
     print(header)
     worst = 0.0
+    stock_rows = []
     for label, timer in (("admit", time_admits), ("supersede", time_supersedes)):
-        machine, reference = measure_pair(timer, machines_dir, n, rounds)
+        rates = measure(timer, machines_dir, n, rounds, makers)
+        machine, reference = rates["machine"], rates["reference"]
         best_m, best_r = max(machine), max(reference)
         ratio = best_r / best_m
         worst = max(worst, ratio)
@@ -340,8 +371,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{label:<10} {best_m:>11,.0f} {best_r:>12,.0f} {1e6 / best_m:>11.1f} "
             f"{1e6 / best_r:>8.1f} {ratio:>5.2f}x   (median of paired rounds {paired:.2f}x)"
         )
+        if args.stock:
+            best_s = max(rates["stock"])
+            paired_s = statistics.median(
+                m / s for m, s in zip(machine, rates["stock"], strict=True)
+            )
+            stock_rows.append(
+                f"{label:<10} {1e6 / best_m:>11.1f} {1e6 / best_s:>9.1f} "
+                f"{1e6 / best_s - 1e6 / best_m:>9.1f} {best_m / best_s:>5.2f}x"
+                f"   (median of paired rounds {paired_s:.2f}x)"
+            )
     verdict = "within" if worst < TARGET_RATIO else "OVER"
     print(f"machine/reference cost: worst {worst:.2f}x ({verdict} the {TARGET_RATIO}x target)")
+    if stock_rows:
+        print("lean vs stock transitions classes, same rounds:")
+        print(f"{'path':<10} {'lean us':>11} {'stock us':>9} {'saved us':>9} {'stock/lean':>6}")
+        for row in stock_rows:
+            print(row)
     return 0
 
 

@@ -357,24 +357,6 @@ async def test_probe_is_called_after_each_action_not_before(flow: CompiledFlow) 
     assert snapshots == [("prepare", 1), ("load", 2), ("note", 3), ("publish", 4), ("finish", 5)]
 
 
-async def test_sync_and_async_step_observers_see_every_step(flow: CompiledFlow) -> None:
-    sync_steps: list[Step] = []
-    await flow.run(Ctx(available=True), on_step=sync_steps.append)
-    assert [(s.trigger, s.source, s.dest, s.actions) for s in sync_steps] == [
-        ("fetch", "start", "fetched", ("prepare", "load", "note")),
-        ("decide", "fetched", "done", ("publish", "finish")),
-    ]
-
-    async_steps: list[str] = []
-
-    async def observe(step: Step) -> None:
-        await asyncio.sleep(0)
-        async_steps.append(step.dest)
-
-    await flow.run(Ctx(available=False), on_step=observe)
-    assert async_steps == ["fetched", "parked"]
-
-
 async def test_failing_action_stops_the_flow_and_propagates(flow: CompiledFlow) -> None:
     ctx = Ctx(available=True, explode=True)
     seen: list[str] = []
@@ -469,3 +451,42 @@ async def test_shipped_gate_flow_compiles_with_one_trigger_per_open_state() -> N
     assert set(compiled.trigger_for) == set(spec.state_names) - spec.terminal_states
     assert compiled.trigger_for["received"] == "load"
     assert compiled.trigger_for["slot_claimed"] == "admit"
+
+
+# --- registration -----------------------------------------------------------------------
+
+
+class AsyncPredicate:
+    """A callable object whose ``__call__`` is a coroutine function."""
+
+    async def __call__(self, ctx: Any) -> bool:
+        return False
+
+
+async def admitted(ctx: Any) -> bool:
+    """Never awaited as a condition: the machine would see a (truthy) coroutine object."""
+    return False
+
+
+@pytest.mark.parametrize(
+    ("fn", "name"), [(admitted, None), (admitted, "is_admitted"), (AsyncPredicate(), "gate")]
+)
+def test_a_coroutine_condition_is_refused_at_registration(fn: Any, name: str | None) -> None:
+    registry = Registry("toy")
+    with pytest.raises(ValueError) as caught:
+        registry.condition(name)(fn)
+    key = name or "admitted"
+    assert str(caught.value) == (
+        f"toy: condition {key!r} is a coroutine function; conditions must be synchronous "
+        "predicates (load what a condition reads in an action that runs before it)"
+    )
+    assert registry.conditions == {}
+
+
+async def test_sync_conditions_and_async_actions_still_register() -> None:
+    registry = Registry("toy")
+    registry.condition("ready")(lambda ctx: True)
+    registry.action("fetch")(admitted)
+    assert set(registry.conditions) == {"ready"}
+    assert set(registry.actions) == {"fetch"}
+    assert await registry.actions["fetch"].fn(None) is False

@@ -33,16 +33,16 @@ Two shapes:
   ``initial`` to a terminal state, firing the single trigger that leaves each state.
   ``advance(ctx, cursor, pause_after=...)`` does the same from a :class:`FlowCursor`
   and can stop right after a named action, so a delivery can be held half-done while
-  other deliveries run (``check`` explores overlapping deliveries that way); ``run``
-  itself is left as the lean loop every delivery takes.
+  other deliveries run (``check`` explores overlapping deliveries that way). Both are
+  one driver loop.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from transitions import Event, Machine, MachineError, State, Transition
 from transitions.core import Condition, EventData
@@ -84,7 +84,8 @@ class _NamedState(State):
 
     @property
     def name(self) -> str:
-        return self._name  # type: ignore[no-any-return]
+        # A compiled machine is built from string names only (the spec's identifiers).
+        return cast(str, self._name)
 
 
 class _DirectEvent(Event):
@@ -165,7 +166,7 @@ class _DirectCondition(Condition):
     """
 
     def check(self, event_data: Any) -> bool:
-        guard = self.func
+        guard = cast(_Guard, self.func)  # the compiler hands every condition a _Guard
         answers = guard.answers
         try:
             answer = answers[guard.name]
@@ -180,10 +181,12 @@ class _DecidingTransition(Transition):
     ``Transition.execute`` runs prepare and before callbacks, the machine-wide
     before/after-state-change hooks, the states' exit/enter callbacks and about ten log
     calls on every fire; a compiled machine declares none of those callbacks (its only
-    one is the recorder in ``after``), yet paying for them made one trigger cost about
-    14 us instead of 3.5 us. This keeps what decides - the library's own condition check
-    on this transition, reached from the library's event loop in declaration order -
-    and the state change, and calls the ``after`` callbacks directly.
+    one is the recorder in ``after``), yet paying for them costs several times the
+    decision itself (bench/README.md has the figures). This keeps what decides - the
+    library's own condition check on this transition, reached from the library's event
+    loop in declaration order - and the state change, and calls the ``after`` callbacks
+    directly. ``tests/test_compiler_differential.py`` proves it decides as the stock
+    ``transitions.Machine`` does.
     """
 
     condition_cls = _DirectCondition
@@ -196,8 +199,19 @@ class _DecidingTransition(Transition):
                 return False
         setattr(event_data.model, event_data.machine.model_attribute, self.dest)
         for callback in self.after:
-            callback(*event_data.args, **event_data.kwargs)
+            cast(Callable[..., None], callback)(*event_data.args, **event_data.kwargs)
         return True
+
+
+# What a compiled machine puts in the library's extension points. A differential test
+# (tests/test_compiler_differential.py) holds these to the choices of a stock
+# ``transitions.Machine`` built from the same spec.
+_LEAN_CLASSES: dict[str, Any] = {
+    "state_cls": _NamedState,
+    "transition_cls": _DecidingTransition,
+    "event_cls": _DirectEvent,
+    "get_model_state": _model_state,
+}
 
 
 class _Compiled:
@@ -224,17 +238,9 @@ class _Compiled:
         self._picked: tuple[Step, tuple[ActionCall, ...]] | None = None
         self._answers: dict[str, bool] = {}
         self._cursor = _Cursor()
-        # Looked up at compile time (not bound at import) so a test can swap ``Machine``.
-        machine_cls = type(
-            "CompiledMachine",
-            (Machine,),
-            {
-                "state_cls": _NamedState,
-                "transition_cls": _DecidingTransition,
-                "event_cls": _DirectEvent,
-                "get_model_state": _model_state,
-            },
-        )
+        # Both looked up at compile time (not bound at import) so a test can swap
+        # ``Machine`` and the bench can compile with the library's stock classes.
+        machine_cls = type("CompiledMachine", (Machine,), dict(_LEAN_CLASSES))
         self.machine = machine_cls(
             model=None,
             states=list(spec.state_names),
@@ -308,6 +314,10 @@ class _Compiled:
             )
         return self._decide(event, state, trigger, ctx)
 
+    def _take_picked(self) -> tuple[Step, tuple[ActionCall, ...]] | None:
+        """What the recorder callback noted during the fire that just ran, if anything."""
+        return self._picked
+
     def _decide(
         self, event: Event, state: str, trigger: str, ctx: Any
     ) -> tuple[Step, tuple[ActionCall, ...]]:
@@ -321,7 +331,7 @@ class _Compiled:
             raise IllegalTransition(
                 f"{self.spec.name}: trigger {trigger!r} is not allowed from state {state!r}"
             ) from None
-        picked = self._picked
+        picked = self._take_picked()
         if not fired or picked is None:
             raise IllegalTransition(
                 f"{self.spec.name}: no transition for trigger {trigger!r} from state "
@@ -399,38 +409,9 @@ class CompiledFlow(_Compiled):
         ctx: Any,
         *,
         probe: Probe | None = None,
-        on_step: Callable[[Step], Awaitable[None] | None] | None = None,
     ) -> str:
         """Drive ``ctx`` from the initial state to a terminal one; return that state."""
-        terminal, way_out, decide = self.terminal, self._way_out, self._decide
-        state = self._initial
-        for _ in range(self.max_steps):
-            if state in terminal:
-                return state
-            leave = way_out.get(state)
-            if leave is None:  # only reachable with lint off (dead end, several triggers)
-                raise IllegalTransition(
-                    f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
-                )
-            step, calls = decide(leave[1], state, leave[0], ctx)
-            if on_step is not None:
-                observed = on_step(step)
-                if inspect.isawaitable(observed):  # the signature allows async observers
-                    await observed
-            # The transition's actions, with callables resolved at compile time.
-            for name, fn, is_async in calls:
-                if is_async:
-                    await fn(ctx)
-                else:
-                    fn(ctx)
-                if probe is not None:
-                    probe(name)
-            state = step.dest
-        if state in terminal:
-            return state
-        raise FlowDidNotSettle(
-            f"{self.spec.name}: no terminal state after {self.max_steps} steps (last {state!r})"
-        )
+        return (await self._drive(ctx, self._initial, (), 0, "", probe))[0]
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -449,13 +430,39 @@ class CompiledFlow(_Compiled):
         Stops right after the first action named ``pause_after`` (``""``: never) and
         returns where it stopped; otherwise returns a ``finished`` cursor in the terminal
         state. The step budget carries over, so pausing never buys a flow extra steps.
-        A separate method rather than options on :meth:`run`: the pause check costs a
-        comparison per action, which every ordinary delivery would otherwise pay.
+        """
+        state, pending, steps = await self._drive(
+            ctx, cursor.state, cursor.pending, cursor.steps, pause_after, probe
+        )
+        if pending is None:
+            return FlowCursor(state, (), steps, finished=True)
+        return FlowCursor(state, pending, steps)
+
+    async def _drive(
+        self,
+        ctx: Any,
+        state: str,
+        calls: tuple[ActionCall, ...],
+        steps: int,
+        pause_after: str,
+        probe: Probe | None,
+    ) -> tuple[str, tuple[ActionCall, ...] | None, int]:
+        """The driver loop of :meth:`run` and :meth:`advance`.
+
+        ``calls`` are the actions of the transition into ``state`` that have not run yet
+        and ``steps`` the decisions already spent. Runs those actions, then fires the way
+        out of each open state and runs its actions, until a terminal state: returns
+        ``(state, None, steps)`` there, or ``(state, rest, steps)`` right after the first
+        action named ``pause_after``, ``rest`` being what that transition has left to run.
+        Every delivery takes this loop, so it returns plain tuples and resolves nothing
+        per step that the compiler could resolve once; the pause check costs one string
+        comparison per action.
         """
         terminal, way_out, decide = self.terminal, self._way_out, self._decide
-        state, calls, steps = cursor.state, cursor.pending, cursor.steps
+        max_steps = self.max_steps
         while True:
-            for index, (name, fn, is_async) in enumerate(calls):
+            # The transition's actions, with callables resolved at compile time.
+            for name, fn, is_async in calls:
                 if is_async:
                     await fn(ctx)
                 else:
@@ -463,16 +470,18 @@ class CompiledFlow(_Compiled):
                 if probe is not None:
                     probe(name)
                 if name == pause_after:
-                    return FlowCursor(state, calls[index + 1 :], steps)
+                    # The first action of that name is the one that just ran.
+                    ran = next(i for i, call in enumerate(calls) if call[0] == name)
+                    return state, calls[ran + 1 :], steps
             if state in terminal:
-                return FlowCursor(state, (), steps, finished=True)
-            if steps >= self.max_steps:
+                return state, None, steps
+            if steps >= max_steps:
                 raise FlowDidNotSettle(
-                    f"{self.spec.name}: no terminal state after {self.max_steps} steps "
+                    f"{self.spec.name}: no terminal state after {max_steps} steps "
                     f"(last {state!r})"
                 )
             leave = way_out.get(state)
-            if leave is None:
+            if leave is None:  # only reachable with lint off (dead end, several triggers)
                 raise IllegalTransition(
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )

@@ -13,6 +13,7 @@ role, or turns a flow into a lifecycle, is a load error instead of a runtime sur
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,10 +64,18 @@ class Registry:
         """Register a predicate over the machine's context.
 
         ``provides``: facts that hold when it is true; ``provides_unless``: when false.
+        A coroutine function is refused: the machine decides without awaiting, so it
+        would only ever see the coroutine object, which is truthy.
         """
 
         def register(fn: Condition) -> Condition:
             key = name or fn.__name__
+            if _is_coroutine_function(fn):
+                raise ValueError(
+                    f"{self.machine}: condition {key!r} is a coroutine function; conditions "
+                    "must be synchronous predicates (load what a condition reads in an "
+                    "action that runs before it)"
+                )
             self._check_free(key)
             self.conditions[key] = ConditionInfo(
                 key, fn, frozenset(provides), frozenset(provides_unless), _doc(fn)
@@ -102,6 +111,11 @@ class Registry:
     def _check_free(self, key: str) -> None:
         if key in self.conditions or key in self.actions:
             raise ValueError(f"{self.machine}: {key!r} is registered twice")
+
+
+def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    """``async def`` functions, and objects whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _doc(fn: Callable[..., Any]) -> str:
