@@ -3,8 +3,9 @@
 The contracts live in ``pyproject.toml`` (``[tool.importlinter]``) and ``make test`` runs
 ``lint-imports``. These tests prove the contracts hold on the source, that they catch
 each form an import can take (relative, absolute, from the package root, inside a
-function), and that every sub-package is placed in a layer. Dynamic imports would be
-invisible to any static check, so the package has none.
+function), that every sub-package is placed in a layer, and that no module takes part in
+an import cycle. Dynamic imports would be invisible to any static check, so the package
+has none.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import grimp  # import-linter's own graph builder
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,3 +127,14 @@ def test_the_package_has_no_dynamic_imports() -> None:
             if name in ("import_module", "__import__"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
+
+
+def test_no_module_takes_part_in_an_import_cycle() -> None:
+    graph = grimp.build_graph("stovepipe_fsm")
+    cycles = sorted(
+        (importer, imported)
+        for importer in graph.modules
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if graph.chain_exists(importer=imported, imported=importer)
+    )
+    assert cycles == []

@@ -15,15 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
 from ..domain.entities import QueueConfig
 from ..domain.hooks import HookEvent
 from ..ports.config import ConfigStore
-
-if TYPE_CHECKING:
-    from .world import World
 
 T = TypeVar("T")
 
@@ -112,10 +109,18 @@ class SimPublisher:
         await self.record.publish_hook(event)
 
 
+class DeliveryHost(Protocol):
+    """What a delivery settles against: the world's topic, clock and hold count."""
+
+    broker: SimBroker
+    clock: ManualClock
+    holds: int
+
+
 class SimDelivery:
     """A delivery of one :class:`Message`; ack removes it, hold postpones it in place."""
 
-    def __init__(self, world: World, message: Message) -> None:
+    def __init__(self, world: DeliveryHost, message: Message) -> None:
         self.world = world
         self.message = message
         self.outcome = ""
