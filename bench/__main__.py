@@ -92,7 +92,7 @@ def make_ports() -> Ports:
     return Ports(
         requests=MemoryRequestStore(),
         queues=MemoryQueueStore(),
-        config=FixedConfig(QueueConfig(max_concurrent=1, gate_wait_delay_ms=1000)),
+        config=FixedConfig(QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=1000)),
         source_control=MemorySourceControlProvider(default=graph),
         publisher=MemoryPublisher(),
         clock=ManualClock(0),
@@ -232,6 +232,7 @@ def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
     services = StageServices.build(
         machines.request,
         machines.roles,
+        parameter_defaults=machines.parameter_defaults,
         requests=ports.requests,
         queues=ports.queues,
         config=ports.config,

@@ -88,7 +88,7 @@ def linear_history(length: int = HISTORY) -> MemorySourceControlProvider:
 
 def bench_config() -> StaticConfigStore:
     return StaticConfigStore(
-        QueueConfig(max_concurrent=1, gate_wait_delay_ms=GATE_WAIT_MS, max_attempts=5)
+        QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=GATE_WAIT_MS, max_attempts=5)
     )
 
 

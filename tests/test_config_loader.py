@@ -16,11 +16,14 @@ from stovepipe_fsm.config import (
     policy_from_mapping,
 )
 from stovepipe_fsm.domain import QueueConfig
+from stovepipe_fsm.domain.entities import RUNTIME_KEYS
+from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.spec.errors import SpecError, SpecIssue
 from stovepipe_fsm.spec.schema import load_schema, schema_issues
 from stovepipe_fsm.spec.yaml_source import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+DECLARED = load_process_machines(ROOT / "machines").parameters
 SHIPPED = ROOT / "config" / "queues.yaml"
 SCHEMA_FILE = ROOT / "stovepipe_fsm" / "spec" / "schemas" / "queues.schema.json"
 
@@ -33,7 +36,7 @@ def write(tmp_path: Path, text: str, name: str = "queues.yaml") -> Path:
 
 def issues_of(path: Path) -> list[SpecIssue]:
     with pytest.raises(SpecError) as caught:
-        load_queue_config(path, display_name=path.name)
+        load_queue_config(path, display_name=path.name, parameters=DECLARED)
     return list(caught.value.issues)
 
 
@@ -47,12 +50,14 @@ def where(issue: SpecIssue) -> str:
 def test_shipped_config_passes_schema_and_loads() -> None:
     doc = read_yaml(SHIPPED, display_name="config/queues.yaml")
     assert schema_issues(doc, "queues") == []
-    assert check_queue_config(SHIPPED) == []
-    policy = load_queue_config(SHIPPED)
+    assert check_queue_config(SHIPPED, parameters=DECLARED) == []
+    policy = load_queue_config(SHIPPED, parameters=DECLARED)
     assert policy.configured_queues() == ("monorepo/main",)
-    assert policy.resolve("monorepo/main").max_concurrent == 1
-    assert policy.resolve("mobile/ios").gate_wait_delay_ms == 2000
-    assert policy.resolve("other/queue") == QueueConfig()
+    assert policy.resolve("monorepo/main").param("max_concurrent") == 1
+    assert policy.resolve("mobile/ios").param("gate_wait_delay_ms") == 2000
+    assert policy.resolve("other/queue") == QueueConfig.of(
+        max_concurrent=1, gate_wait_delay_ms=5000
+    )
 
 
 def test_shipped_config_round_trips_through_the_schema_as_json() -> None:
@@ -61,9 +66,9 @@ def test_shipped_config_round_trips_through_the_schema_as_json() -> None:
     again = json.loads(json.dumps(data))
     assert again == data
     assert list(Draft202012Validator(load_schema("queues")).iter_errors(again)) == []
-    assert policy_from_mapping(again).resolve("mobile/ios") == load_queue_config(SHIPPED).resolve(
+    assert policy_from_mapping(again, parameters=DECLARED).resolve(
         "mobile/ios"
-    )
+    ) == load_queue_config(SHIPPED, parameters=DECLARED).resolve("mobile/ios")
 
 
 def test_schema_file_is_well_formed_and_documents_every_property() -> None:
@@ -72,11 +77,24 @@ def test_schema_file_is_well_formed_and_documents_every_property() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"].endswith("/queues.schema.json")
     settings_props = schema["$defs"]["settings"]["properties"]
-    assert set(settings_props) == {f for f, _ in _all_fields()}
+    # The published file lists the runtime's own keys; parameters come from the machines.
+    assert set(settings_props) == set(RUNTIME_KEYS)
     for block in (*schema["properties"].values(), *settings_props.values()):
         assert block.get("title") and block.get("description")
     assert schema["additionalProperties"] is False
-    assert schema["$defs"]["settings"]["additionalProperties"] is False
+    assert schema["$defs"]["settings"]["additionalProperties"] is True
+
+
+def test_declared_parameters_are_the_only_keys_beyond_the_runtime_ones(tmp_path: Path) -> None:
+    path = write(tmp_path, "defaults:\n  max_concurent: 2\n")
+    [issue] = issues_of(path)
+    assert str(issue) == (
+        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: gate_wait_delay_ms, "
+        "max_attempts, max_concurrent, ref, repository"
+    )
+    # Loaded without the declarations (an operator command), any further key is kept.
+    policy = load_queue_config(path)
+    assert policy.resolve("q").param("max_concurent") == 2
 
 
 def _all_fields() -> list[tuple[str, object]]:
@@ -91,8 +109,8 @@ def _all_fields() -> list[tuple[str, object]]:
 
 def test_every_knob_is_loaded(tmp_path: Path) -> None:
     body = "".join(f"  {name}: {value}\n" for name, value in _all_fields())
-    policy = load_queue_config(write(tmp_path, f"defaults:\n{body}"))
-    assert policy.resolve("q") == QueueConfig(
+    policy = load_queue_config(write(tmp_path, f"defaults:\n{body}"), parameters=DECLARED)
+    assert policy.resolve("q") == QueueConfig.of(
         max_concurrent=3,
         gate_wait_delay_ms=10,
         max_attempts=2,
@@ -146,9 +164,11 @@ def test_bad_entry_value_is_located(tmp_path: Path, value: str) -> None:
 
 
 def test_float_with_zero_fraction_is_stored_as_int(tmp_path: Path) -> None:
-    config = load_queue_config(write(tmp_path, "defaults: {max_concurrent: 2.0}\n")).resolve("q")
-    assert config.max_concurrent == 2
-    assert type(config.max_concurrent) is int
+    config = load_queue_config(
+        write(tmp_path, "defaults: {max_concurrent: 2.0}\n"), parameters=DECLARED
+    ).resolve("q")
+    assert config.param("max_concurrent") == 2
+    assert type(config.param("max_concurrent")) is int
 
 
 @pytest.mark.parametrize(
@@ -179,7 +199,9 @@ def test_wrong_shape_is_an_error(tmp_path: Path, text: str) -> None:
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
-    [issue] = check_queue_config(tmp_path / "nope.yaml", display_name="nope.yaml")
+    [issue] = check_queue_config(
+        tmp_path / "nope.yaml", display_name="nope.yaml", parameters=DECLARED
+    )
     assert str(issue) == "nope.yaml:1:1: file not found"
 
 
@@ -190,10 +212,10 @@ def test_duplicate_queue_key_is_a_syntax_error(tmp_path: Path) -> None:
 
 
 def test_null_blocks_set_nothing(tmp_path: Path) -> None:
-    policy = load_queue_config(write(tmp_path, "defaults:\nqueues:\n  a/b:\n"))
+    policy = load_queue_config(write(tmp_path, "defaults:\nqueues:\n  a/b:\n"), parameters=DECLARED)
     assert policy.defaults == Settings()
     assert policy.configured_queues() == ("a/b",)
-    assert policy.resolve("a/b") == QueueConfig()
+    assert policy.resolve("a/b") == QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=5000)
 
 
 # --- queue-name and pattern keys --------------------------------------------------
@@ -255,13 +277,18 @@ def test_all_issues_are_reported_in_one_go(tmp_path: Path) -> None:
         ("queues.yaml:7:3", "tie"),
         ("queues.yaml:7:30", "schema"),
     ]
-    assert check_queue_config(tmp_path / "queues.yaml", display_name="queues.yaml") == issues
+    assert (
+        check_queue_config(
+            tmp_path / "queues.yaml", display_name="queues.yaml", parameters=DECLARED
+        )
+        == issues
+    )
 
 
 def test_issue_text_is_file_line_column_message(tmp_path: Path) -> None:
     path = write(tmp_path, "defaults: {max_concurrent: 0}\n")
     with pytest.raises(SpecError) as caught:
-        load_queue_config(path, display_name="config/queues.yaml")
+        load_queue_config(path, display_name="config/queues.yaml", parameters=DECLARED)
     assert str(caught.value) == (
         "config/queues.yaml:1:28: defaults.max_concurrent: 0 is less than the minimum of 1"
     )
@@ -272,7 +299,9 @@ def test_issue_text_is_file_line_column_message(tmp_path: Path) -> None:
 
 def test_mapping_content_is_validated_like_a_file() -> None:
     with pytest.raises(SpecError) as caught:
-        policy_from_mapping({"defaults": {"max_concurrent": True}, "queues": {"a b": {}}})
+        policy_from_mapping(
+            {"defaults": {"max_concurrent": True}, "queues": {"a b": {}}}, parameters=DECLARED
+        )
     messages = [str(i) for i in caught.value.issues]
     assert any("defaults.max_concurrent: True is not of type 'integer'" in m for m in messages)
     assert any("invalid queue name 'a b'" in m for m in messages)
@@ -281,9 +310,10 @@ def test_mapping_content_is_validated_like_a_file() -> None:
 
 def test_mapping_content_builds_the_same_policy_as_the_file(tmp_path: Path) -> None:
     text = 'defaults: {max_attempts: 3}\nqueues:\n  "m/*": {max_concurrent: 2}\n'
-    from_file = load_queue_config(write(tmp_path, text))
+    from_file = load_queue_config(write(tmp_path, text), parameters=DECLARED)
     from_mapping = policy_from_mapping(
-        {"defaults": {"max_attempts": 3}, "queues": {"m/*": {"max_concurrent": 2}}}
+        {"defaults": {"max_attempts": 3}, "queues": {"m/*": {"max_concurrent": 2}}},
+        parameters=DECLARED,
     )
     assert isinstance(from_mapping, QueuePolicy)
     assert from_mapping.defaults == from_file.defaults

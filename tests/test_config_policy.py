@@ -8,7 +8,10 @@ import pytest
 
 from stovepipe_fsm.config import PolicyEntry, QueuePolicy, Settings, load_queue_config
 from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
+from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.spec.errors import Location, SpecError, SpecIssue
+
+DECLARED = load_process_machines(Path(__file__).resolve().parents[1] / "machines").parameters
 
 LAYERED = """\
 defaults:
@@ -26,13 +29,13 @@ queues:
 def layered(tmp_path: Path) -> QueuePolicy:
     path = tmp_path / "queues.yaml"
     path.write_text(LAYERED, encoding="utf-8")
-    return load_queue_config(path)
+    return load_queue_config(path, parameters=DECLARED)
 
 
 def load_text(tmp_path: Path, text: str) -> QueuePolicy:
     path = tmp_path / "queues.yaml"
     path.write_text(text, encoding="utf-8")
-    return load_queue_config(path, display_name="queues.yaml")
+    return load_queue_config(path, display_name="queues.yaml", parameters=DECLARED)
 
 
 def tie_issues_of(tmp_path: Path, text: str) -> list[SpecIssue]:
@@ -46,24 +49,24 @@ def tie_issues_of(tmp_path: Path, text: str) -> list[SpecIssue]:
 
 def test_built_in_defaults_without_any_override(tmp_path: Path) -> None:
     policy = load_text(tmp_path, "queues: {}\n")
-    assert policy.resolve("any/queue") == QueueConfig(
+    assert policy.resolve("any/queue") == QueueConfig.of(
         max_concurrent=1, gate_wait_delay_ms=5000, max_attempts=5
     )
 
 
 def test_defaults_block_overrides_built_ins_field_by_field(tmp_path: Path) -> None:
     policy = load_text(tmp_path, "defaults: {gate_wait_delay_ms: 250}\n")
-    assert policy.resolve("q") == QueueConfig(gate_wait_delay_ms=250)
+    assert policy.resolve("q") == QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=250)
 
 
 def test_general_pattern_beats_defaults(layered: QueuePolicy) -> None:
-    assert layered.resolve("web/main") == QueueConfig(
+    assert layered.resolve("web/main") == QueueConfig.of(
         max_concurrent=2, gate_wait_delay_ms=100, max_attempts=7
     )
 
 
 def test_specific_pattern_beats_general_pattern(layered: QueuePolicy) -> None:
-    assert layered.resolve("mobile/android") == QueueConfig(
+    assert layered.resolve("mobile/android") == QueueConfig.of(
         max_concurrent=3, gate_wait_delay_ms=200, max_attempts=7
     )
 
@@ -71,13 +74,13 @@ def test_specific_pattern_beats_general_pattern(layered: QueuePolicy) -> None:
 def test_more_specific_pattern_wins_and_entries_do_not_stack(layered: QueuePolicy) -> None:
     # 'mobile/*' also matches, but only the winner's fields apply: max_concurrent comes
     # from defaults, not from the less specific pattern.
-    assert layered.resolve("mobile/ios/beta") == QueueConfig(
+    assert layered.resolve("mobile/ios/beta") == QueueConfig.of(
         max_concurrent=2, gate_wait_delay_ms=300, max_attempts=7
     )
 
 
 def test_exact_name_beats_every_pattern(layered: QueuePolicy) -> None:
-    assert layered.resolve("mobile/ios/main") == QueueConfig(
+    assert layered.resolve("mobile/ios/main") == QueueConfig.of(
         max_concurrent=2, gate_wait_delay_ms=5000, max_attempts=9
     )
 
@@ -86,8 +89,8 @@ def test_exact_name_beats_a_pattern_with_as_many_literal_characters(tmp_path: Pa
     policy = load_text(
         tmp_path, 'queues:\n  "ab*": {max_concurrent: 5}\n  ab: {max_concurrent: 4}\n'
     )
-    assert policy.resolve("ab").max_concurrent == 4
-    assert policy.resolve("abc").max_concurrent == 5
+    assert policy.resolve("ab").param("max_concurrent") == 4
+    assert policy.resolve("abc").param("max_concurrent") == 5
 
 
 def test_winning_entry_names_the_key_and_its_location(layered: QueuePolicy) -> None:
@@ -115,9 +118,9 @@ def test_resolve_rejects_invalid_queue_names(layered: QueuePolicy, name: object)
 
 
 def test_settings_apply_only_what_is_set() -> None:
-    base = QueueConfig(max_concurrent=4, repository="r")
+    base = QueueConfig.of(max_concurrent=4, repository="r")
     assert Settings().apply(base) is base
-    assert Settings(ref="main").apply(base) == QueueConfig(
+    assert Settings(ref="main").apply(base) == QueueConfig.of(
         max_concurrent=4, repository="r", ref="main"
     )
 

@@ -14,7 +14,10 @@ from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.config import load_queue_config
 from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
 from stovepipe_fsm.ports import ConfigStore
+from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.spec.errors import SpecError
+
+DECLARED = load_process_machines(Path(__file__).resolve().parents[1] / "machines").parameters
 
 GOOD = "defaults: {max_concurrent: 2}\nqueues:\n  mono/main: {max_concurrent: 3}\n"
 EDITED = "defaults: {max_concurrent: 4}\nqueues:\n  mono/main: {max_concurrent: 5}\n"
@@ -62,7 +65,9 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def store(editor: Editor, clock: ManualClock) -> FileConfigStore:
-    return FileConfigStore(editor.path, clock=clock, display_name="queues.yaml")
+    return FileConfigStore(
+        editor.path, clock=clock, display_name="queues.yaml", parameters=DECLARED
+    )
 
 
 def config_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -78,8 +83,8 @@ def config_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]
 
 def test_file_store_is_a_config_store(store: FileConfigStore) -> None:
     port: ConfigStore = store
-    assert port.get("mono/main") == QueueConfig(max_concurrent=3)
-    assert port.get("other") == QueueConfig(max_concurrent=2)
+    assert port.get("mono/main") == QueueConfig.of(max_concurrent=3, gate_wait_delay_ms=5000)
+    assert port.get("other") == QueueConfig.of(max_concurrent=2, gate_wait_delay_ms=5000)
     assert port.configured_queues() == ("mono/main",)
     assert store.last_error is None
 
@@ -88,12 +93,12 @@ def test_invalid_file_at_start_raises(tmp_path: Path) -> None:
     path = tmp_path / "queues.yaml"
     path.write_text(BAD, encoding="utf-8")
     with pytest.raises(SpecError, match=r"queues.yaml:1:28: .*minimum of 1"):
-        FileConfigStore(path, display_name="queues.yaml")
+        FileConfigStore(path, display_name="queues.yaml", parameters=DECLARED)
 
 
 def test_missing_file_at_start_raises(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="file not found"):
-        FileConfigStore(tmp_path / "absent.yaml")
+        FileConfigStore(tmp_path / "absent.yaml", parameters=DECLARED)
 
 
 def test_get_rejects_invalid_queue_names(store: FileConfigStore) -> None:
@@ -103,7 +108,7 @@ def test_get_rejects_invalid_queue_names(store: FileConfigStore) -> None:
 
 def test_negative_interval_is_refused(editor: Editor) -> None:
     with pytest.raises(ValueError, match="check_interval_s"):
-        FileConfigStore(editor.path, check_interval_s=-1)
+        FileConfigStore(editor.path, check_interval_s=-1, parameters=DECLARED)
 
 
 def test_edit_is_picked_up_after_the_check_interval(
@@ -111,16 +116,16 @@ def test_edit_is_picked_up_after_the_check_interval(
 ) -> None:
     editor.write(EDITED)
     clock.advance(999)
-    assert store.get("mono/main").max_concurrent == 3  # not re-checked yet
+    assert store.get("mono/main").param("max_concurrent") == 3  # not re-checked yet
     clock.advance(1)
-    assert store.get("mono/main").max_concurrent == 5
-    assert store.get("other").max_concurrent == 4
+    assert store.get("mono/main").param("max_concurrent") == 5
+    assert store.get("other").param("max_concurrent") == 4
 
 
 def test_file_is_checked_at_most_once_per_interval(
     editor: Editor, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = FileConfigStore(editor.path, clock=clock, check_interval_s=2.5)
+    store = FileConfigStore(editor.path, clock=clock, check_interval_s=2.5, parameters=DECLARED)
     calls: list[object] = []
     real_stat = os.stat
 
@@ -142,7 +147,7 @@ def test_unchanged_file_is_not_parsed_again(store: FileConfigStore, clock: Manua
     before = store.policy
     clock.advance(5000)
     assert store.refresh() is False
-    assert store.get("q") == QueueConfig(max_concurrent=2)
+    assert store.get("q") == QueueConfig.of(max_concurrent=2, gate_wait_delay_ms=5000)
     assert store.policy is before
 
 
@@ -150,13 +155,13 @@ def test_same_size_edit_is_detected_through_mtime(store: FileConfigStore, editor
     assert len(EDITED) == len(GOOD)
     editor.write(EDITED)
     assert store.refresh() is True
-    assert store.get("mono/main").max_concurrent == 5
+    assert store.get("mono/main").param("max_concurrent") == 5
 
 
 def test_atomic_replace_is_detected(store: FileConfigStore, editor: Editor) -> None:
     editor.replace_atomically(EDITED)
     assert store.refresh() is True
-    assert store.get("other").max_concurrent == 4
+    assert store.get("other").param("max_concurrent") == 4
 
 
 def test_bad_edit_keeps_last_good_and_reports_once(
@@ -168,7 +173,7 @@ def test_bad_edit_keeps_last_good_and_reports_once(
     caplog.set_level(logging.INFO, logger="stovepipe_fsm.config")
     editor.write(BAD)
     clock.advance(1000)
-    assert store.get("mono/main").max_concurrent == 3
+    assert store.get("mono/main").param("max_concurrent") == 3
     error = store.last_error
     assert error is not None
     assert [str(i) for i in error.issues] == [
@@ -176,14 +181,14 @@ def test_bad_edit_keeps_last_good_and_reports_once(
     ]
     for _ in range(3):
         clock.advance(1000)
-        assert store.get("other").max_concurrent == 2
+        assert store.get("other").param("max_concurrent") == 2
     [warning] = config_warnings(caplog)
     assert "queues.yaml:1:28" in warning.getMessage()
     assert "keeping the last good configuration" in warning.getMessage()
 
     editor.write(ALSO_BAD)  # a different bad version gets its own warning
     clock.advance(1000)
-    assert store.get("mono/main").max_concurrent == 3
+    assert store.get("mono/main").param("max_concurrent") == 3
     assert len(config_warnings(caplog)) == 2
     assert store.last_error is not None and store.last_error is not error
 
@@ -197,7 +202,7 @@ def test_fixed_edit_clears_the_error(
     assert store.last_error is not None
     editor.write(EDITED)
     clock.advance(1000)
-    assert store.get("mono/main").max_concurrent == 5
+    assert store.get("mono/main").param("max_concurrent") == 5
     assert store.last_error is None
 
 
@@ -210,13 +215,13 @@ def test_deleted_file_keeps_last_good_until_it_returns(
     editor.path.unlink()
     for _ in range(3):
         clock.advance(1000)
-        assert store.get("mono/main").max_concurrent == 3
+        assert store.get("mono/main").param("max_concurrent") == 3
     assert store.last_error is not None
     assert "file not found" in str(store.last_error)
     assert len(config_warnings(caplog)) == 1
     editor.write(EDITED)
     clock.advance(1000)
-    assert store.get("mono/main").max_concurrent == 5
+    assert store.get("mono/main").param("max_concurrent") == 5
     assert store.last_error is None
 
 
@@ -225,7 +230,7 @@ def test_syntax_error_edit_keeps_last_good(
 ) -> None:
     editor.write("defaults: {max_concurrent: 2\n")
     clock.advance(1000)
-    assert store.get("q").max_concurrent == 2
+    assert store.get("q").param("max_concurrent") == 2
     assert store.last_error is not None
     assert store.last_error.issues[0].rule == "syntax"
 
@@ -235,24 +240,26 @@ def test_clock_stepping_back_does_not_stall_reloads(
 ) -> None:
     editor.write(EDITED)
     clock.set(0)
-    assert store.get("other").max_concurrent == 4
+    assert store.get("other").param("max_concurrent") == 4
 
 
 def test_default_clock_with_zero_interval_checks_every_call(editor: Editor) -> None:
-    store = FileConfigStore(editor.path, check_interval_s=0)
+    store = FileConfigStore(editor.path, check_interval_s=0, parameters=DECLARED)
     editor.write(EDITED)
-    assert store.get("other").max_concurrent == 4
+    assert store.get("other").param("max_concurrent") == 4
 
 
 def test_policy_matches_a_fresh_load(store: FileConfigStore, editor: Editor) -> None:
-    assert store.policy == load_queue_config(editor.path, display_name="queues.yaml")
+    assert store.policy == load_queue_config(
+        editor.path, display_name="queues.yaml", parameters=DECLARED
+    )
 
 
 # --- the static store -------------------------------------------------------------
 
 
 def test_static_store_defaults_to_built_ins() -> None:
-    store: ConfigStore = StaticConfigStore()
+    store: ConfigStore = StaticConfigStore(parameters=DECLARED)
     assert store.get("any/queue") == QueueConfig()
     assert store.configured_queues() == ()
 
@@ -262,22 +269,30 @@ def test_static_store_from_mapping_resolves_like_the_file(tmp_path: Path) -> Non
         "defaults": {"max_attempts": 3},
         "queues": {"mono/main": {"max_concurrent": 2}, "mobile/*": {"gate_wait_delay_ms": 10}},
     }
-    store = StaticConfigStore(content)
-    assert store.get("mono/main") == QueueConfig(max_concurrent=2, max_attempts=3)
-    assert store.get("mobile/ios") == QueueConfig(gate_wait_delay_ms=10, max_attempts=3)
+    store = StaticConfigStore(content, parameters=DECLARED)
+    assert store.get("mono/main") == QueueConfig.of(
+        max_concurrent=2, gate_wait_delay_ms=5000, max_attempts=3
+    )
+    assert store.get("mobile/ios") == QueueConfig.of(
+        max_concurrent=1, gate_wait_delay_ms=10, max_attempts=3
+    )
     assert store.configured_queues() == ("mono/main",)
 
 
 def test_static_store_from_policy(editor: Editor) -> None:
-    policy = load_queue_config(editor.path)
-    store = StaticConfigStore(policy)
+    policy = load_queue_config(editor.path, parameters=DECLARED)
+    store = StaticConfigStore(policy, parameters=DECLARED)
     assert store.policy is policy
-    assert store.get("mono/main").max_concurrent == 3
+    assert store.get("mono/main").param("max_concurrent") == 3
 
 
 def test_static_store_from_queue_config_sets_defaults() -> None:
-    store = StaticConfigStore(QueueConfig(max_concurrent=4, repository="repo"))
-    assert store.get("q") == QueueConfig(max_concurrent=4, repository="repo")
+    store = StaticConfigStore(
+        QueueConfig.of(max_concurrent=4, repository="repo"), parameters=DECLARED
+    )
+    assert store.get("q") == QueueConfig.of(
+        max_concurrent=4, gate_wait_delay_ms=5000, repository="repo"
+    )
 
 
 @pytest.mark.parametrize(
@@ -292,14 +307,14 @@ def test_static_store_from_queue_config_sets_defaults() -> None:
 )
 def test_static_store_validates_content(content: dict[str, object], fragment: str) -> None:
     with pytest.raises(SpecError, match=fragment):
-        StaticConfigStore(content, name="scenario")
+        StaticConfigStore(content, name="scenario", parameters=DECLARED)
 
 
 def test_static_store_validates_queue_config_values() -> None:
     with pytest.raises(SpecError, match=r"defaults\.max_concurrent"):
-        StaticConfigStore(QueueConfig(max_concurrent=0))
+        StaticConfigStore(QueueConfig.of(max_concurrent=0), parameters=DECLARED)
 
 
 def test_static_store_rejects_invalid_queue_names() -> None:
     with pytest.raises(InvalidQueueName):
-        StaticConfigStore().get("")
+        StaticConfigStore(parameters=DECLARED).get("")

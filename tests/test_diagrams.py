@@ -173,7 +173,7 @@ def test_legend_explains_every_condition_and_action_from_the_registry(
 ) -> None:
     spec, registry = specs["queue_gate"], REGISTRIES["queue_gate"]
     page = render_mermaid(spec, registry)
-    legend = page.split("## Conditions and actions", 1)[1]
+    legend = page.split("## Conditions and actions", 1)[1].split("\n## ", 1)[0]
     used_conditions = {r.name for t in spec.transitions for r in t.conditions + t.unless}
     used_actions = {r.name for t in spec.transitions for r in t.actions}
     rows = {line.split("|")[1].strip(" `"): line for line in legend.splitlines() if "| `" in line}

@@ -84,7 +84,7 @@ class Stage:
     machines: ProcessMachines = MACHINES
     config: ConfigStore = field(
         default_factory=lambda: StaticConfigStore(
-            QueueConfig(max_concurrent=1, gate_wait_delay_ms=1000)
+            QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=1000)
         )
     )
     history: dict[str, list[str]] = field(default_factory=dict)
@@ -251,7 +251,7 @@ async def test_stale_head_is_superseded_and_names_the_newer_head() -> None:
 
 
 async def test_gate_reads_max_concurrent_at_check_time() -> None:
-    config = MutableConfigStore(QueueConfig(max_concurrent=1, gate_wait_delay_ms=250))
+    config = MutableConfigStore(QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=250))
     stage = Stage(config=config)
     running = Request(id=rid(1), queue=Q, uri="A", state="processing", build_strategy=FULL)
     await stage.seed(
@@ -259,7 +259,7 @@ async def test_gate_reads_max_concurrent_at_check_time() -> None:
     )
     held = await stage.deliver(rid(2))
     assert (held.outcome, held.delay_ms) == (HELD, 250)
-    config.config = QueueConfig(max_concurrent=2, gate_wait_delay_ms=250)
+    config.config = QueueConfig.of(max_concurrent=2, gate_wait_delay_ms=250)
     admitted = await stage.deliver(rid(2))
     assert admitted.outcome == ACKED
     assert (await stage.queue()).slot_holders == (rid(1), rid(2))

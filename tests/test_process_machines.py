@@ -47,7 +47,7 @@ def edited(tmp_path: Path, file: str, *edits: tuple[str, str]) -> Path:
 
 
 def world(machines: ProcessMachines, max_concurrent: int = 1) -> World:
-    config = StaticConfigStore(QueueConfig(max_concurrent=max_concurrent, gate_wait_delay_ms=10))
+    config = StaticConfigStore(QueueConfig.of(max_concurrent=max_concurrent, gate_wait_delay_ms=10))
     return World(machines, config, {"A": [], "B": ["A"]})
 
 

@@ -154,7 +154,7 @@ class TimelineMachine(RuleBasedStateMachine):
     @initialize(max_concurrent=st.sampled_from([1, 2]), history=histories())
     def start(self, max_concurrent: int, history: dict[str, list[str]]) -> None:
         config = StaticConfigStore(
-            QueueConfig(max_concurrent=max_concurrent, gate_wait_delay_ms=DELAY_MS)
+            QueueConfig.of(max_concurrent=max_concurrent, gate_wait_delay_ms=DELAY_MS)
         )
         self.world = World(MACHINES, config, history)
         self.max_concurrent = max_concurrent
@@ -244,7 +244,7 @@ TestTimelineInvariants = TimelineMachine.TestCase
 def test_a_backlog_drains_to_its_newest_head(max_concurrent: int, heads: list[str]) -> None:
     """Progress: with nothing in flight, any backlog ends with only the newest admitted."""
     config = StaticConfigStore(
-        QueueConfig(max_concurrent=max_concurrent, gate_wait_delay_ms=DELAY_MS)
+        QueueConfig.of(max_concurrent=max_concurrent, gate_wait_delay_ms=DELAY_MS)
     )
     world = World(MACHINES, config, {h: [] for h in HEADS})
     for head in heads:

@@ -298,6 +298,28 @@ def _cases() -> list[Case]:
         column=3,
     )
 
+    text = edit(GATE, "    default: 1\n", "    default: 0\n")
+    add(
+        "parameter-default",
+        "parameter-default",
+        text,
+        line_of(text, "    default: 0"),
+        "default of parameter 'max_concurrent' does not fit its declaration: 0 is less than "
+        "the minimum of 1",
+        column=column_of(text, line_of(text, "    default: 0"), "0"),
+    )
+    gate_wait = GATE[GATE.index("  gate_wait_delay_ms:\n") : GATE.index("states:\n")]
+    text = edit(GATE, gate_wait, "")
+    add(
+        "undeclared-parameter",
+        "undeclared-parameter",
+        text,
+        line_of(text, "after: hold"),
+        "'hold' reads parameter 'gate_wait_delay_ms', which machine 'queue_gate' does not "
+        "declare; declared parameters: max_concurrent",
+        column=column_of(text, line_of(text, "after: hold"), "hold"),
+    )
+
     text = edit(REQUEST, "kind: lifecycle\n", "kind: flow\n")
     add(
         "wrong-kind",

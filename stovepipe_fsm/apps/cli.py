@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..spec.errors import SpecError, SpecIssue
+from ..spec.model import ParameterSpec
 from .options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="schema + lint of machines and queue config")
     p.add_argument("paths", nargs="*", help="files or directories (default: the shipped ones)")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--machines",
+        default=DEFAULT_MACHINES,
+        help="where the parameters a config file may set are declared, when no machine "
+        "file is validated in the same run (default: machines)",
+    )
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("diagram", help="write state diagrams to docs/diagrams")
@@ -117,6 +124,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
     from ..process.catalog import REGISTRIES
     from ..spec.loader import check_machine
+    from ..spec.model import MachineSpec
+    from ..spec.parameters import clash_issues, declared_parameters
     from ..spec.yaml_source import read_yaml
 
     paths: list[Path] = []
@@ -132,12 +141,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
             paths.append(path)
     issues: list[SpecIssue] = []
     names: dict[str, str] = {}
+    specs: list[MachineSpec] = []
+    configs: list[Path] = []
+    unreadable = 0
     for path in paths:
         kind = _file_kind(path, read_yaml)
         if kind == "config":
-            issues += check_queue_config(path)
+            configs.append(path)
             continue
         spec, found_issues = check_machine(path, REGISTRIES)
+        if spec is not None:
+            specs.append(spec)
+        else:
+            unreadable += 1
         issues += found_issues
         if spec is not None and spec.name in names:
             issues.append(
@@ -150,6 +166,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
         elif spec is not None:
             names[spec.name] = spec.file
+    issues += clash_issues(specs)
+    if configs:
+        declarations = declared_parameters(specs) if specs else _declared_in(args.machines)
+        for path in configs:
+            # A machine file of this run that did not load declares nothing we can see:
+            # flagging the keys it may declare would only repeat that one mistake.
+            issues += check_queue_config(
+                path, parameters=declarations, other_keys=bool(unreadable)
+            )
     if args.format == "json":
         print(
             json.dumps(
@@ -163,6 +188,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
         status = f"{len(issues)} issue(s)" if issues else "ok"
         print(f"validated {len(paths)} file(s): {status}", file=sys.stderr)
     return EXIT_FAIL if issues else EXIT_OK
+
+
+def _declared_in(machines: str) -> dict[str, ParameterSpec] | None:
+    """The parameters the machines in ``machines`` declare; ``None`` (any key accepted)
+    when they do not load, which ``validate`` of those files would report."""
+    from ..process.catalog import load_process_machines
+
+    try:
+        return dict(load_process_machines(machines).parameters)
+    except (SpecError, OSError) as exc:
+        print(
+            f"note: the machines in {machines} did not load ({type(exc).__name__}); "
+            "parameter names and values in config files are not checked",
+            file=sys.stderr,
+        )
+        return None
 
 
 def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]

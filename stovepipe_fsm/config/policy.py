@@ -3,7 +3,10 @@
 Resolution is deliberately simple enough to do in one's head when reading
 ``config/queues.yaml``:
 
-1. start from the built-in :class:`~stovepipe_fsm.domain.entities.QueueConfig` defaults;
+1. start from the built-in :class:`~stovepipe_fsm.domain.entities.QueueConfig` defaults
+   of the runtime's own keys and the declared default of every parameter (a policy
+   loaded without its machines' declarations has none: the process stage's services
+   fill them in);
 2. apply every field set under ``defaults:``;
 3. apply the fields set in the *single* best matching ``queues:`` entry: the exact
    name if there is one, else the matching pattern with the most literal characters.
@@ -17,15 +20,15 @@ name are rejected at load time instead of being ordered by position in the file.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..domain.entities import QueueConfig
+from ..domain.entities import RUNTIME_KEYS, QueueConfig
 from ..domain.queue_names import validate_queue_name
 from ..spec.errors import Location, SpecError, SpecIssue
 from .globs import common_match, glob_match, is_pattern, specificity
 
-SETTING_NAMES = tuple(f.name for f in fields(QueueConfig))
+SETTING_NAMES = RUNTIME_KEYS
 
 
 @dataclass(frozen=True)
@@ -36,24 +39,24 @@ class Settings:
     default value" must differ: an entry that sets nothing must not reset ``defaults:``.
     """
 
-    max_concurrent: int | None = None
-    gate_wait_delay_ms: int | None = None
     max_attempts: int | None = None
     repository: str | None = None
     ref: str | None = None
+    parameters: tuple[tuple[str, Any], ...] = ()
 
     def apply(self, base: QueueConfig) -> QueueConfig:
         """``base`` with every field this block sets replaced."""
-        changes: dict[str, Any] = dict(self.items())
-        return replace(base, **changes) if changes else base
+        changes = dict(self.items())
+        return base.with_values(changes) if changes else base
 
-    def items(self) -> tuple[tuple[str, int | str], ...]:
-        """The fields that are set, in declaration order."""
-        return tuple(
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        """The fields that are set: runtime keys in declaration order, then parameters."""
+        runtime = tuple(
             (f.name, getattr(self, f.name))
             for f in fields(self)
-            if getattr(self, f.name) is not None
+            if f.name != "parameters" and getattr(self, f.name) is not None
         )
+        return runtime + self.parameters
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class QueuePolicy:
     defaults: Settings = Settings()
     entries: tuple[PolicyEntry, ...] = ()
     source: str = "<built-in>"
+    parameter_defaults: tuple[tuple[str, Any], ...] = ()
     _exact: dict[str, PolicyEntry] = field(init=False, repr=False, compare=False)
     _patterns: tuple[PolicyEntry, ...] = field(init=False, repr=False, compare=False)
 
@@ -126,7 +130,7 @@ class QueuePolicy:
         no queue can have, so a typo at a call site fails loudly instead of quietly
         getting the defaults.
         """
-        config = self.defaults.apply(QueueConfig())
+        config = self.defaults.apply(QueueConfig(parameters=self.parameter_defaults))
         entry = self.winning_entry(queue)
         return entry.settings.apply(config) if entry is not None else config
 

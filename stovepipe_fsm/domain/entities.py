@@ -6,7 +6,9 @@ Callers never mutate an entity; they build the next snapshot with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 NO_STRATEGY = ""
 FULL = "full"
@@ -76,10 +78,62 @@ class Queue:
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """Per-queue knobs, resolved from ``config/queues.yaml`` at gate-check time."""
+    """One queue's settings, resolved from ``config/queues.yaml`` at gate-check time.
 
-    max_concurrent: int = 1
-    gate_wait_delay_ms: int = 5000
+    Two kinds of key: the runtime's own (``max_attempts``, ``repository``, ``ref``:
+    what the service needs whatever the policy) and the policy's ``parameters``, whose
+    names, types and defaults the machines declare (``max_concurrent``, ...). Parameters
+    are kept as sorted ``(name, value)`` pairs with list values as tuples, so a config is
+    a hashable value like every other entity.
+    """
+
     max_attempts: int = 5
     repository: str | None = None
     ref: str | None = None
+    parameters: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, **values: Any) -> QueueConfig:
+        """A config from keyword values: runtime keys by name, the rest as parameters."""
+        runtime = {k: values.pop(k) for k in RUNTIME_KEYS if k in values}
+        return cls(**runtime, parameters=_pairs(values))
+
+    def runtime_items(self) -> tuple[tuple[str, Any], ...]:
+        """The runtime's own keys and their values."""
+        return tuple((k, getattr(self, k)) for k in RUNTIME_KEYS)
+
+    def param(self, name: str) -> Any:
+        """The value of parameter ``name``; ``KeyError`` naming the known ones if unset."""
+        for key, value in self.parameters:
+            if key == name:
+                return value
+        known = ", ".join(k for k, _ in self.parameters) or "none"
+        raise KeyError(f"parameter {name!r} is not set for this queue; set: {known}")
+
+    def with_parameters(self, values: Mapping[str, Any]) -> QueueConfig:
+        """This config with ``values`` set (replacing parameters of the same name)."""
+        if not values:
+            return self
+        merged = dict(self.parameters)
+        merged.update(values)
+        return replace(self, parameters=_pairs(merged))
+
+    def with_values(self, values: Mapping[str, Any]) -> QueueConfig:
+        """This config with runtime keys and parameters of ``values`` set."""
+        runtime = {k: v for k, v in values.items() if k in RUNTIME_KEYS}
+        rest = {k: v for k, v in values.items() if k not in RUNTIME_KEYS}
+        return replace(self, **runtime).with_parameters(rest)
+
+
+#: The keys config/queues.yaml may set whatever the policy declares.
+RUNTIME_KEYS = ("max_attempts", "repository", "ref")
+
+
+def _pairs(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, _hashable(v)) for k, v in values.items()))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value

@@ -65,6 +65,7 @@ def build_stages(
     services = StageServices.build(
         machines.request,
         machines.roles,
+        parameter_defaults=machines.parameter_defaults,
         requests=ports.requests,
         queues=ports.queues,
         config=ports.config,

@@ -7,12 +7,15 @@ refuses to compile anything that does not pass.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..spec.compiler import CompiledFlow, CompiledLifecycle
 from ..spec.loader import load_machine_dir
-from ..spec.model import MachineSpec
+from ..spec.model import MachineSpec, ParameterSpec
+from ..spec.parameters import declared_parameters, defaults_of
 from ..spec.registry import Registry
 from .gate import GATE
 from .roles import REQUEST_ROLES, RequestRoles
@@ -31,6 +34,7 @@ class ProcessMachines:
     request: CompiledLifecycle
     queue_gate: CompiledFlow
     roles: RequestRoles
+    parameters: Mapping[str, ParameterSpec]
 
     @classmethod
     def from_specs(cls, specs: dict[str, MachineSpec]) -> ProcessMachines:
@@ -38,7 +42,13 @@ class ProcessMachines:
             request=CompiledLifecycle(specs["request"], REQUEST),
             queue_gate=CompiledFlow(specs["queue_gate"], GATE),
             roles=RequestRoles.from_spec(specs["request"]),
+            parameters=declared_parameters(specs.values()),
         )
+
+    @property
+    def parameter_defaults(self) -> dict[str, Any]:
+        """Each declared parameter's default: what a queue gets that config leaves unset."""
+        return defaults_of(self.parameters)
 
 
 def load_process_machines(

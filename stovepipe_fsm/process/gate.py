@@ -30,6 +30,10 @@ SLOT_HELD = "slot_held"
 STRATEGY_DERIVED = "strategy_derived"
 START_ANNOUNCED = "start_announced"
 
+# Parameters the gate's conditions and actions read; queue_gate.yaml declares them.
+MAX_CONCURRENT = "max_concurrent"
+GATE_WAIT_DELAY_MS = "gate_wait_delay_ms"
+
 GATE = Registry("queue_gate", kind="flow")
 
 
@@ -62,10 +66,10 @@ def latest_not_stamped(ctx: DeliveryContext) -> bool:
     return not latest or compare_request_id(ctx.req.queue, ctx.req.id, latest) > 0
 
 
-@GATE.condition()
+@GATE.condition(parameters=[MAX_CONCURRENT])
 def gate_closed(ctx: DeliveryContext) -> bool:
     """Slots held by requests other than R reach the queue's max_concurrent."""
-    return ctx.others_holding() >= ctx.config.max_concurrent
+    return ctx.others_holding() >= int(ctx.config.param(MAX_CONCURRENT))
 
 
 @GATE.condition(provides_unless=[SLOT_HELD])
@@ -104,7 +108,7 @@ async def load_queue(ctx: DeliveryContext) -> None:
     ctx.slot_conflict = False
 
 
-@GATE.action()
+@GATE.action(parameters=[MAX_CONCURRENT])
 async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
     """Free slots still listed for requests that already ended, when they close the gate.
 
@@ -112,7 +116,7 @@ async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
     holder. Only when the other holders would close the gate are they looked up (the open
     gate needs no reads); only terminal ones are released, in one queue-row CAS.
     """
-    if ctx.others_holding() >= ctx.config.max_concurrent:
+    if ctx.others_holding() >= ctx.config.param(MAX_CONCURRENT):
         ctx.queue = await ctx.services.lifecycle.release_stale_holders(ctx.q, keep=ctx.req.id)
 
 
@@ -232,9 +236,9 @@ async def ack(ctx: DeliveryContext) -> None:
     ctx.outcome = "acked"
 
 
-@GATE.action(finishes=True)
+@GATE.action(finishes=True, parameters=[GATE_WAIT_DELAY_MS])
 async def hold(ctx: DeliveryContext) -> None:
     """Postpone the same message by gate_wait_delay_ms; not a failure."""
-    await ctx.delivery.hold(ctx.config.gate_wait_delay_ms)
+    await ctx.delivery.hold(ctx.config.param(GATE_WAIT_DELAY_MS))
     ctx.outcome = "held"
     ctx.services.metrics.count("holds", ctx.req.queue)

@@ -12,10 +12,11 @@ argument, never a patch applied after construction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..domain.entities import QueueConfig
 from ..ports.clock import Clock
 from ..ports.config import ConfigStore
 from ..ports.publisher import Publisher
@@ -45,6 +46,30 @@ class OnceLog:
             log.warning(message, *args)
 
 
+class DeclaredDefaults:
+    """A config store whose every answer carries each declared parameter.
+
+    Config files set only what they change; a parameter a queue's config leaves unset
+    takes the default its machine declares. Applied here, once, so every condition and
+    action reads a complete config whichever store the stage was given.
+    """
+
+    def __init__(self, store: ConfigStore, defaults: Mapping[str, Any]) -> None:
+        self.store = store
+        self.defaults = QueueConfig().with_parameters(defaults).parameters
+
+    def get(self, queue: str) -> QueueConfig:
+        config = self.store.get(queue)
+        if not self.defaults:
+            return config
+        merged = dict(self.defaults)
+        merged.update(config.parameters)
+        return replace(config, parameters=tuple(sorted(merged.items())))
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return self.store.configured_queues()
+
+
 @dataclass(frozen=True)
 class StageServices:
     """Everything a registered condition or action of the process stage may use."""
@@ -66,6 +91,7 @@ class StageServices:
         request_machine: CompiledLifecycle,
         roles: RequestRoles,
         *,
+        parameter_defaults: Mapping[str, Any],
         requests: RequestStore,
         queues: QueueStore,
         config: ConfigStore,
@@ -80,7 +106,7 @@ class StageServices:
             roles=roles,
             requests=requests,
             queues=queues,
-            config=config,
+            config=DeclaredDefaults(config, parameter_defaults),
             source_control=source_control,
             publisher=publisher,
             clock=clock,

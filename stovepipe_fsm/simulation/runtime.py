@@ -156,7 +156,7 @@ class OverrideConfigStore:
         self.overrides = dict(overrides)
 
     def get(self, queue: str) -> QueueConfig:
-        return dataclasses.replace(self.base.get(queue), **self.overrides)
+        return self.base.get(queue).with_values(self.overrides)
 
     def configured_queues(self) -> tuple[str, ...]:
         return self.base.configured_queues()

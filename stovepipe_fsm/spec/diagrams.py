@@ -23,6 +23,7 @@ drift check and the optional SVG layout by Graphviz live in
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from collections import Counter
@@ -206,8 +207,56 @@ def render_mermaid(spec: MachineSpec, registry: Registry | None = None) -> str:
         *_transitions_table(spec),
         "",
         *_legend_table(spec, registry),
+        *_parameters_table(spec),
+        *_roles_table(spec),
     ]
     return "\n".join(out) + "\n"
+
+
+def _parameters_table(spec: MachineSpec) -> list[str]:
+    """The machine's declared parameters: the reference of what config may set."""
+    if not spec.parameters:
+        return []
+    rows = [
+        "",
+        "## Parameters",
+        "",
+        "Set per queue and per glob in `config/queues.yaml`.",
+        "",
+        "| Parameter | Type | Bounds | Default | Description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for p in spec.parameters:
+        schema = p.value_schema()
+        bounds = ", ".join(
+            f"{key} {json.dumps(value, sort_keys=True)}"
+            for key, value in sorted(schema.items())
+            if key != "type"
+        )
+        rows.append(
+            f"| `{p.name}` | {schema.get('type', '')} | {markdown_cell(bounds) or '-'} | "
+            f"`{json.dumps(as_json_value(p.default))}` | {markdown_cell(p.description)} |"
+        )
+    return rows
+
+
+def _roles_table(spec: MachineSpec) -> list[str]:
+    """Which trigger plays each role the runtime relies on, and the build outcomes."""
+    if not spec.roles and not spec.outcomes:
+        return []
+    rows = ["", "## Roles and outcomes", "", "| Role | Trigger | Note |", "| --- | --- | --- |"]
+    rows += [f"| {r.role} | `{r.trigger.name}` | |" for r in spec.roles]
+    for o in spec.outcomes:
+        note = "green: advances last green" if o.green else ""
+        rows.append(f"| outcome `{o.name}` | `{o.trigger.name}` | {note} |")
+    return rows
+
+
+def as_json_value(value: object) -> object:
+    """A declared value as JSON shows it (stored tuples are arrays)."""
+    if isinstance(value, tuple):
+        return [as_json_value(v) for v in value]
+    return value
 
 
 def _reading_guide(spec: MachineSpec) -> str:

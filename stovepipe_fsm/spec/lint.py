@@ -21,6 +21,9 @@ needs the edit. Rules:
 - ``flow-trigger``           a flow state whose way out uses more than one trigger
 - ``flow-exhaustive``        a flow state where some combination of conditions fires nothing
 - ``flow-finish``            a flow must settle the delivery exactly on entering a terminal state
+- ``parameter-default``      a parameter default its own declaration refuses
+- ``undeclared-parameter``   a used condition or action reads a parameter the machine does
+                             not declare (see :mod:`.parameters`)
 - ``persist-before-publish`` an action that needs a persisted fact runs on a path where that
                              fact has not been established (e.g. publish before the write)
 
@@ -36,6 +39,7 @@ from collections.abc import Mapping
 
 from .errors import Location, SpecIssue
 from .model import FLOW, MachineSpec, TransitionSpec
+from .parameters import parameter_issues
 from .registry import Registry
 from .roles import role_issues
 
@@ -69,6 +73,7 @@ def lint_machine(
     wrong_kind = any(i.rule == "wrong-kind" for i in issues)
     if spec.kind == FLOW and not wrong_kind:  # flow rules would only repeat that mistake
         issues += _flow_shape(spec, registry)
+    issues += parameter_issues(spec, registry)
     if registry is not None and not any(i.rule == "unregistered" for i in issues):
         issues += _persist_before_publish(spec, registry, reachable)
     return issues

@@ -14,7 +14,17 @@ from typing import Any
 
 from .errors import SpecError, SpecIssue
 from .lint import lint_machine
-from .model import LIFECYCLE, MachineSpec, NameRef, OutcomeSpec, RoleSpec, StateSpec, TransitionSpec
+from .model import (
+    LIFECYCLE,
+    MachineSpec,
+    NameRef,
+    OutcomeSpec,
+    ParameterSpec,
+    RoleSpec,
+    StateSpec,
+    TransitionSpec,
+)
+from .parameters import clash_issues
 from .registry import Registry
 from .schema import schema_issues
 from .yaml_source import JsonPath, SourceDocument, read_yaml
@@ -56,7 +66,40 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
             _outcome(doc, name, body) for name, body in data.get("outcomes", {}).items()
         ),
         outcomes_location=doc.locate(("outcomes",), key=True) if "outcomes" in data else None,
+        parameters=tuple(
+            _parameter(doc, name, body) for name, body in data.get("parameters", {}).items()
+        ),
     )
+
+
+def _parameter(doc: SourceDocument, name: str, body: dict[str, Any]) -> ParameterSpec:
+    schema = tuple(
+        (key, _freeze(value))
+        for key, value in body.items()
+        if key not in ("default", "description")
+    )
+    return ParameterSpec(
+        name=name,
+        schema=schema,
+        default=_freeze_value(body["default"]),
+        description=body["description"],
+        location=doc.locate(("parameters", name), key=True),
+        default_location=doc.locate(("parameters", name, "default")),
+    )
+
+
+def _freeze(value: Any) -> Any:
+    """A declaration value, hashable: mappings become sorted (key, value) tuples."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _freeze_value(value: Any) -> Any:
+    """A parameter value, hashable: lists become tuples."""
+    if isinstance(value, list):
+        return tuple(_freeze_value(v) for v in value)
+    return value
 
 
 def _outcome(doc: SourceDocument, name: str, body: dict[str, Any]) -> OutcomeSpec:
@@ -172,6 +215,7 @@ def load_machine_dir(
             )
             continue
         specs[spec.name] = spec
+    issues += clash_issues(specs.values())
     if issues:
         raise SpecError(issues)
     return specs

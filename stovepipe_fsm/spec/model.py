@@ -81,6 +81,31 @@ class OutcomeSpec:
 
 
 @dataclass(frozen=True)
+class ParameterSpec:
+    """``parameters: {name: {type, default, description, ...}}``: one typed policy knob.
+
+    ``schema`` is the declaration as JSON Schema for the value (``type`` and bounds);
+    config/queues.yaml values are validated against it.
+    """
+
+    name: str
+    schema: tuple[tuple[str, object], ...]
+    default: object
+    description: str
+    location: Location
+    default_location: Location
+
+    def value_schema(self) -> dict[str, object]:
+        return {key: _thaw(value) for key, value in self.schema}
+
+
+def _thaw(value: object) -> object:
+    if isinstance(value, tuple):
+        return {k: _thaw(v) for k, v in value}
+    return value
+
+
+@dataclass(frozen=True)
 class MachineSpec:
     name: str
     kind: str
@@ -95,6 +120,7 @@ class MachineSpec:
     roles_location: Location | None = None
     outcomes: tuple[OutcomeSpec, ...] = ()
     outcomes_location: Location | None = None
+    parameters: tuple[ParameterSpec, ...] = ()
 
     @cached_property
     def state_map(self) -> dict[str, StateSpec]:

@@ -31,6 +31,7 @@ class ConditionInfo:
     provides: frozenset[str] = frozenset()
     provides_unless: frozenset[str] = frozenset()
     doc: str = ""
+    parameters: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ActionInfo:
     requires: frozenset[str] = frozenset()
     finishes: bool = False
     doc: str = ""
+    parameters: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -60,10 +62,12 @@ class Registry:
         *,
         provides: Iterable[str] = (),
         provides_unless: Iterable[str] = (),
+        parameters: Iterable[str] = (),
     ) -> Callable[[Condition], Condition]:
         """Register a predicate over the machine's context.
 
         ``provides``: facts that hold when it is true; ``provides_unless``: when false.
+        ``parameters``: the machine parameters it reads (lint checks they are declared).
         A coroutine function is refused: the machine decides without awaiting, so it
         would only ever see the coroutine object, which is truthy.
         """
@@ -78,7 +82,12 @@ class Registry:
                 )
             self._check_free(key)
             self.conditions[key] = ConditionInfo(
-                key, fn, frozenset(provides), frozenset(provides_unless), _doc(fn)
+                key,
+                fn,
+                frozenset(provides),
+                frozenset(provides_unless),
+                _doc(fn),
+                frozenset(parameters),
             )
             return fn
 
@@ -91,18 +100,26 @@ class Registry:
         provides: Iterable[str] = (),
         requires: Iterable[str] = (),
         finishes: bool = False,
+        parameters: Iterable[str] = (),
     ) -> Callable[[Action], Action]:
         """Register an action (sync or async) over the machine's context.
 
         ``requires``: facts that must hold on every path before it runs (lint checks).
         ``finishes``: it settles the delivery (ack/hold); only the last step of a flow.
+        ``parameters``: the machine parameters it reads (lint checks they are declared).
         """
 
         def register(fn: Action) -> Action:
             key = name or fn.__name__
             self._check_free(key)
             self.actions[key] = ActionInfo(
-                key, fn, frozenset(provides), frozenset(requires), finishes, _doc(fn)
+                key,
+                fn,
+                frozenset(provides),
+                frozenset(requires),
+                finishes,
+                _doc(fn),
+                frozenset(parameters),
             )
             return fn
 

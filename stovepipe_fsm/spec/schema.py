@@ -37,10 +37,17 @@ def _validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load_schema(name))
 
 
-def schema_issues(doc: SourceDocument, schema_name: str) -> list[SpecIssue]:
-    """Every schema violation in ``doc``, each located at the offending key or value."""
+def schema_issues(
+    doc: SourceDocument, schema_name: str, *, schema: Mapping[str, Any] | None = None
+) -> list[SpecIssue]:
+    """Every schema violation in ``doc``, each located at the offending key or value.
+
+    ``schema`` replaces the packaged schema ``schema_name`` (a schema a loader derived
+    from it, e.g. with a policy's declared parameters added).
+    """
+    validator = _validator(schema_name) if schema is None else Draft202012Validator(schema)
     issues: list[SpecIssue] = []
-    for error in _validator(schema_name).iter_errors(doc.data):
+    for error in validator.iter_errors(doc.data):
         issues.extend(_describe(doc, error))
     return issues
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...config.loader import load_queue_config
+from ...config.loader import Declarations, load_queue_config
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
 from ...domain.queue_names import validate_queue_name
@@ -62,6 +62,7 @@ class FileConfigStore:
         check_interval_s: float = 1.0,
         clock: Clock | None = None,
         display_name: str | None = None,
+        parameters: Declarations = None,
     ) -> None:
         if check_interval_s < 0:
             raise ValueError(f"check_interval_s must be >= 0, got {check_interval_s}")
@@ -71,9 +72,15 @@ class FileConfigStore:
         self._clock: Clock = clock or MonotonicClock()
         self._lock = threading.Lock()
         self._stamp = _stamp(self._path)
-        self._policy = load_queue_config(self._path, display_name=self._name)
+        self._parameters = parameters
+        self._policy = self._load()
         self._last_error: SpecError | None = None
         self._checked_at_ms = self._clock.now_ms()
+
+    def _load(self) -> QueuePolicy:
+        return load_queue_config(
+            self._path, display_name=self._name, parameters=self._parameters
+        )
 
     @property
     def path(self) -> Path:
@@ -123,7 +130,7 @@ class FileConfigStore:
             return False
         self._stamp = stamp
         try:
-            policy = load_queue_config(self._path, display_name=self._name)
+            policy = self._load()
         except SpecError as error:
             self._last_error = error
             LOGGER.warning(

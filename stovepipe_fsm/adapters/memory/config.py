@@ -8,13 +8,13 @@ would refuse.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
-from ...config.loader import MEMORY_SOURCE, policy_from_mapping
+from ...config.loader import MEMORY_SOURCE, Declarations, policy_from_mapping
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
 from ...domain.queue_names import validate_queue_name
+from ...spec.parameters import as_json
 
 
 class StaticConfigStore:
@@ -30,16 +30,20 @@ class StaticConfigStore:
         source: QueuePolicy | QueueConfig | Mapping[str, Any] | None = None,
         *,
         name: str = MEMORY_SOURCE,
+        parameters: Declarations = None,
     ) -> None:
         if source is None:
             self._policy = QueuePolicy()
         elif isinstance(source, QueuePolicy):
             self._policy = source
         elif isinstance(source, QueueConfig):
-            defaults = {k: v for k, v in asdict(source).items() if v is not None}
-            self._policy = policy_from_mapping({"defaults": defaults}, source=name)
+            defaults = {k: v for k, v in source.runtime_items() if v is not None}
+            defaults.update((k, as_json(v)) for k, v in source.parameters)
+            self._policy = policy_from_mapping(
+                {"defaults": defaults}, source=name, parameters=parameters
+            )
         else:
-            self._policy = policy_from_mapping(source, source=name)
+            self._policy = policy_from_mapping(source, source=name, parameters=parameters)
 
     @property
     def policy(self) -> QueuePolicy:

@@ -172,7 +172,7 @@ class Job:
 
     def setup(self, machines: ProcessMachines | None = None) -> Setup:
         loaded = machines or load_process_machines(self.machines, lint=self.lint)
-        store = load_policy_store(self.config)
+        store = load_policy_store(self.config, loaded.parameters)
         return Setup(loaded, store, self.bounds, self.max_concurrent, self.variant)
 
 
@@ -320,7 +320,8 @@ def _print_trace(result: Replay, steps: int) -> None:
 
 def _replay(args: argparse.Namespace, machines: ProcessMachines, variant: Variant) -> int:
     timeline = load_timeline(args.replay)
-    result = replay(timeline, machines, load_policy_store(args.config), variant=variant)
+    store = load_policy_store(args.config, machines.parameters)
+    result = replay(timeline, machines, store, variant=variant)
     print(render_table(result.simulation()))
     print()
     if result.violation is None:

@@ -75,7 +75,10 @@ class Setup:
 
     @property
     def gate_wait_delay_ms(self) -> int:
-        return self.config.get(self.bounds.queue).gate_wait_delay_ms
+        """The hold delay of the checked queue: its config, else the declared default."""
+        values = dict(self.machines.parameter_defaults)
+        values.update(self.config.get(self.bounds.queue).parameters)
+        return int(values["gate_wait_delay_ms"])
 
     def knobs(self) -> dict[str, int]:
         """The config a replay needs: written into the counterexample timeline."""

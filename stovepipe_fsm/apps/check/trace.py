@@ -60,7 +60,9 @@ def replay(
     world = build_world(timeline, machines, config, lifecycle_factory=variant.lifecycle_factory)
     rules = Rules.for_machines(
         machines,
-        max_concurrent=world.config.get(timeline.queue).max_concurrent,
+        max_concurrent=int(
+            world.controller.services.config.get(timeline.queue).param("max_concurrent")
+        ),
         history=timeline.history,
         bare_counter=variant.bare_counter,
     )

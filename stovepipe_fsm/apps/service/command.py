@@ -224,11 +224,12 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             url = server.url
         nc = await connect(nats_options(args, service=True, url=url))
         stack.push_async_callback(nc.drain)
+        machines = load_process_machines(args.machines)
         service = Service(
             nc,
             topology_of(args),
-            load_process_machines(args.machines),
-            FileConfigStore(args.config),
+            machines,
+            FileConfigStore(args.config, parameters=machines.parameters),
         )
         await service.start()
         http = None

@@ -176,7 +176,7 @@ async def run_demo(
                 nc,
                 topology,
                 machines,
-                FileConfigStore(config_path),
+                FileConfigStore(config_path, parameters=machines.parameters),
                 options=ServiceOptions(fetch_timeout_s=0.2, discover_interval_s=0.5),
                 observer=timeline.observe,
             )

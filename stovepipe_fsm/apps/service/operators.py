@@ -32,7 +32,11 @@ from .runtime import Pipeline, open_pipeline
 
 
 def load_config_store(path: str | None) -> ConfigStore:
-    """The file store when the file exists; the built-in defaults otherwise."""
+    """The file store when the file exists; the built-in defaults otherwise.
+
+    Loaded tolerantly (no parameter declarations): an operator command does not run the
+    policy, so a key only a newer machine file declares must not make it fail.
+    """
     if path and Path(path).exists():
         return FileConfigStore(path)
     return StaticConfigStore()

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_simulate(args: argparse.Namespace) -> int:
     timeline = load_timeline(args.timeline)
     machines = load_process_machines(args.machines)
-    sim = simulate(timeline, machines, load_policy_store(args.config))
+    sim = simulate(timeline, machines, load_policy_store(args.config, machines.parameters))
     if args.json:
         print(json.dumps(result_json(sim.world), indent=2))
     else:
