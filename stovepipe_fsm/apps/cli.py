@@ -116,7 +116,10 @@ def default_validate_paths() -> list[Path]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
     from ..process.catalog import REGISTRIES
+    from ..spec.invariants import repeated_invariants
+    from ..spec.lint import DUPLICATE_INVARIANT
     from ..spec.loader import check_machine
+    from ..spec.model import MachineSpec
     from ..spec.yaml_source import read_yaml
 
     paths: list[Path] = []
@@ -132,6 +135,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             paths.append(path)
     issues: list[SpecIssue] = []
     names: dict[str, str] = {}
+    machines: list[MachineSpec] = []
     for path in paths:
         kind = _file_kind(path, read_yaml)
         if kind == "config":
@@ -150,6 +154,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
         elif spec is not None:
             names[spec.name] = spec.file
+            machines.append(spec)
+    issues += repeated_invariants(machines, DUPLICATE_INVARIANT)
     if args.format == "json":
         print(
             json.dumps(
