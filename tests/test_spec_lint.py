@@ -500,6 +500,36 @@ def _cases() -> list[Case]:
         "established",
         column=len("    after: [mark_processing, release_lost_claim, ") + 1,
     )
+
+    text = edit(GATE, "  - admits_latest ", "  - admit_latest  ")
+    add(
+        "unknown-invariant",
+        "unknown-invariant",
+        text,
+        line_of(text, "- admit_latest "),
+        "no invariant named 'admit_latest' in the catalogue; invariants: admits_latest, "
+        "dead_letter_failed_closed, last_green_forward, max_concurrent, newest_not_superseded,",
+        column=len("  - ") + 1,
+    )
+    text = edit(GATE, "  - progress ", "  - {name: progress, held_by: paused} ")
+    add(
+        "invariant-parameter",
+        "invariant-parameter",
+        text,
+        line_of(text, "held_by: paused"),
+        "invariant 'progress' has no parameter 'held_by'; its parameters: none",
+        column=column_of(text, line_of(text, "held_by: paused"), "held_by"),
+    )
+    text = edit(GATE, "  - progress ", "  - max_concurrent\n  - progress ")
+    add(
+        "duplicate-invariant",
+        "duplicate-invariant",
+        text,
+        line_of(text, "  - max_concurrent", 2),
+        f"invariant 'max_concurrent' is declared twice (first at line "
+        f"{line_of(text, '  - max_concurrent')}); declare it once",
+        column=len("  - ") + 1,
+    )
     text = edit(
         GATE,
         "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",

@@ -85,14 +85,17 @@ def test_machine_schema_documents_every_property() -> None:
     transition = schema["properties"]["transitions"]["items"]["properties"]
     assert set(top) == {
         *("name", "kind", "description", "initial", "roles", "outcomes", "parameters"),
-        *("states", "transitions"),
+        *("invariants", "states", "transitions"),
     }
     assert set(state) == {"name", "terminal", "holds_slot", "description"}
     assert set(transition) == {
         *("trigger", "source", "dest", "conditions", "unless", "before", "after"),
         "description",
     }
-    for key in ("kind", "initial", "roles", "outcomes", "parameters", "states", "transitions"):
+    for key in (
+        *("kind", "initial", "roles", "outcomes", "parameters", "invariants"),
+        *("states", "transitions"),
+    ):
         assert top[key].get("description"), key
 
 

@@ -123,6 +123,8 @@ def default_validate_paths() -> list[Path]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
     from ..process.catalog import REGISTRIES
+    from ..spec.invariants import repeated_invariants
+    from ..spec.lint import DUPLICATE_INVARIANT
     from ..spec.loader import check_machine
     from ..spec.model import MachineSpec
     from ..spec.parameters import clash_issues, declared_parameters
@@ -144,6 +146,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     specs: list[MachineSpec] = []
     configs: list[Path] = []
     unreadable = 0
+    machines: list[MachineSpec] = []
     for path in paths:
         kind = _file_kind(path, read_yaml)
         if kind == "config":
@@ -166,6 +169,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
         elif spec is not None:
             names[spec.name] = spec.file
+            machines.append(spec)
+    issues += repeated_invariants(machines, DUPLICATE_INVARIANT)
     issues += clash_issues(specs)
     if configs:
         declarations = declared_parameters(specs) if specs else _declared_in(args.machines)

@@ -26,6 +26,12 @@ needs the edit. Rules:
                              not declare (see :mod:`.parameters`)
 - ``persist-before-publish`` an action that needs a persisted fact runs on a path where that
                              fact has not been established (e.g. publish before the write)
+- ``unknown-invariant``      an ``invariants:`` name the catalogue does not have
+                             (:mod:`.invariants`; the message lists the catalogue)
+- ``invariant-parameter``    a parameter the invariant does not take, a value its schema
+                             refuses, or a required parameter left out
+- ``duplicate-invariant``    an invariant declared twice in the policy (in one file, or
+                             again in a later file of the machine directory)
 
 Non-determinism and exhaustiveness are decided exactly by enumerating the truth table of
 the conditions involved (treated as independent), so the YAML must say ``unless`` where
@@ -38,19 +44,30 @@ import itertools
 from collections.abc import Mapping
 
 from .errors import Location, SpecIssue
+from .invariants import INVARIANTS, InvariantCatalog, unknown_invariant
 from .model import FLOW, MachineSpec, TransitionSpec
 from .parameters import parameter_issues
 from .registry import Registry
 from .roles import role_issues
 
 MAX_TRUTH_TABLE_VARIABLES = 12
+UNKNOWN_INVARIANT = "unknown-invariant"
+INVARIANT_PARAMETER = "invariant-parameter"
+DUPLICATE_INVARIANT = "duplicate-invariant"
 
 
 def lint_machine(
-    spec: MachineSpec, registries: Mapping[str, Registry] | None = None
+    spec: MachineSpec,
+    registries: Mapping[str, Registry] | None = None,
+    *,
+    invariants: InvariantCatalog = INVARIANTS,
 ) -> list[SpecIssue]:
-    """Every lint issue of ``spec``; empty when the machine is sound."""
-    issues = _structure(spec)
+    """Every lint issue of ``spec``; empty when the machine is sound.
+
+    ``invariants`` is the catalogue its ``invariants:`` names come from (the shipped one,
+    with whatever plugins registered in it).
+    """
+    issues = _structure(spec) + _invariants(spec, invariants)
     if any(i.rule in ("duplicate-state", "undeclared-state") for i in issues):
         return issues  # graph rules would only repeat the same mistake
     registry = None
@@ -117,6 +134,29 @@ def _structure(spec: MachineSpec) -> list[SpecIssue]:
                     "undeclared-state",
                 )
             )
+    return issues
+
+
+def _invariants(spec: MachineSpec, catalog: InvariantCatalog) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    seen: dict[str, Location] = {}
+    for ref in spec.invariants:
+        if ref.name in seen:
+            issues.append(
+                SpecIssue(
+                    ref.location,
+                    f"invariant {ref.name!r} is declared twice (first at line "
+                    f"{seen[ref.name].line}); declare it once",
+                    DUPLICATE_INVARIANT,
+                )
+            )
+            continue
+        seen[ref.name] = ref.location
+        info = catalog.get(ref.name)
+        if info is None:
+            issues.append(unknown_invariant(ref, catalog, UNKNOWN_INVARIANT))
+        else:
+            issues += info.parameter_issues(ref, INVARIANT_PARAMETER)
     return issues
 
 

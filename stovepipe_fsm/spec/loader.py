@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError, SpecIssue
-from .lint import lint_machine
+from .invariants import repeated_invariants
+from .lint import DUPLICATE_INVARIANT, lint_machine
 from .model import (
     LIFECYCLE,
+    InvariantParameter,
+    InvariantRef,
     MachineSpec,
     NameRef,
     OutcomeSpec,
@@ -68,6 +71,30 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
         outcomes_location=doc.locate(("outcomes",), key=True) if "outcomes" in data else None,
         parameters=tuple(
             _parameter(doc, name, body) for name, body in data.get("parameters", {}).items()
+        ),
+        invariants=tuple(
+            _invariant(doc, item, ("invariants", i))
+            for i, item in enumerate(data.get("invariants", ()))
+        ),
+        invariants_location=(
+            doc.locate(("invariants",), key=True) if "invariants" in data else None
+        ),
+    )
+
+
+def _invariant(doc: SourceDocument, item: str | dict[str, Any], path: JsonPath) -> InvariantRef:
+    """A bare name, or ``{name: ..., <parameter>: <value>, ...}``."""
+    if isinstance(item, str):
+        return InvariantRef(item, doc.locate(path))
+    return InvariantRef(
+        item["name"],
+        doc.locate((*path, "name")),
+        tuple(
+            InvariantParameter(
+                key, value, doc.locate((*path, key), key=True), doc.locate((*path, key))
+            )
+            for key, value in item.items()
+            if key != "name"
         ),
     )
 
@@ -216,6 +243,8 @@ def load_machine_dir(
             continue
         specs[spec.name] = spec
     issues += clash_issues(specs.values())
+    if lint:
+        issues += repeated_invariants(specs.values(), DUPLICATE_INVARIANT)
     if issues:
         raise SpecError(issues)
     return specs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from .errors import Location
 
@@ -106,6 +107,29 @@ def _thaw(value: object) -> object:
 
 
 @dataclass(frozen=True)
+class InvariantParameter:
+    """One parameter of an invariant declaration: its value, where its key and value are."""
+
+    name: str
+    value: Any
+    location: Location
+    value_location: Location
+
+
+@dataclass(frozen=True)
+class InvariantRef:
+    """An entry of ``invariants:``: a catalogue name, where it is written, its parameters."""
+
+    name: str
+    location: Location
+    parameters: tuple[InvariantParameter, ...] = ()
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return {p.name: p.value for p in self.parameters}
+
+
+@dataclass(frozen=True)
 class MachineSpec:
     name: str
     kind: str
@@ -121,6 +145,8 @@ class MachineSpec:
     outcomes: tuple[OutcomeSpec, ...] = ()
     outcomes_location: Location | None = None
     parameters: tuple[ParameterSpec, ...] = ()
+    invariants: tuple[InvariantRef, ...] = ()
+    invariants_location: Location | None = None
 
     @cached_property
     def state_map(self) -> dict[str, StateSpec]:

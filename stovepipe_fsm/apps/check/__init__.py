@@ -11,7 +11,8 @@ Modules:
 
 - :mod:`.model` - bounds, the per-path budget of bounded actions, labelled actions;
 - :mod:`.observe` - what of a world is hashed (the clock abstracted to relative times);
-- :mod:`.invariants` - the safety properties checked in every state and on every edge;
+- :mod:`.invariants` - the properties checked in every state and on every edge, and
+  the :class:`~.invariants.Proof` of the ones a policy declares;
 - :mod:`.actions` - which actions a state enables, and applying one to a forked world;
 - :mod:`.variants` - the seed's bare in-flight counter, to show why holders exist;
 - :mod:`.explorer` - the breadth-first search and the liveness pass over its graph;

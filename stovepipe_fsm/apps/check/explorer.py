@@ -17,11 +17,12 @@ Faults are only tried where they can matter: the plain delivery of a head is per
 first, and its crash and outage variants only when it wrote something or asked source
 control (:class:`~.actions.DeliveryEffect`); otherwise they re-reach known states.
 
-Progress (liveness) on the finite graph: the quiescent states are marked, then a reverse
-breadth-first search over fair edges only (deliveries, clock advances, completions,
-source control recovering) marks every state that can still get there. A state left
-unmarked is a wedge or a lost head: no amount of fair behaviour finishes its work. The
-reported one is the unmarked state of least depth, with its shortest path.
+Progress (liveness) on the finite graph, when the policy declares it: the quiescent
+states are marked, then a reverse breadth-first search over fair edges only (deliveries,
+clock advances, completions, source control recovering) marks every state that can
+still get there. A state left unmarked is a wedge or a lost head: no amount of fair
+behaviour finishes its work. The reported one is the unmarked state of least depth,
+with its shortest path.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...simulation.runtime import OverrideConfigStore
 from ...simulation.world import World
+from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .actions import DeliveryEffect, StepFailed, enabled, perform
 from .invariants import (
     PROGRESS,
@@ -72,6 +74,7 @@ class Setup:
     bounds: Bounds
     max_concurrent: int
     variant: Variant = field(default_factory=Variant)
+    catalog: InvariantCatalog = INVARIANTS  # where declared names not built in are found
 
     @property
     def gate_wait_delay_ms(self) -> int:
@@ -94,6 +97,7 @@ class Setup:
             max_concurrent=self.max_concurrent,
             history=self.bounds.history(),
             bare_counter=self.variant.bare_counter,
+            catalog=self.catalog,
         )
 
     def new_world(self) -> World:
@@ -193,7 +197,7 @@ class Explorer:
         started = time.perf_counter()
         with quiet_logs():
             counterexample, complete = self._search(started)
-            if counterexample is None and complete:
+            if counterexample is None and complete and self.rules.proof.progress:
                 counterexample = self._progress_pass()
         return Result(
             max_concurrent=self.setup.max_concurrent,

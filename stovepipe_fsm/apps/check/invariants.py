@@ -15,15 +15,32 @@ effects from, so a declaration the durable state contradicts is itself a finding
 With ``bare_counter`` (the seed's anonymous ``in_flight_count``, see :mod:`.variants`)
 holders have no identity, so the holder-identity invariants are replaced by their
 counting form; the point of that mode is to show the counting form is not enough.
+
+What a run checks is what the policy declares: the machine files name invariants of the
+catalogue (:mod:`stovepipe_fsm.spec.invariants`), :data:`CATALOGUE_CHECKS` says which of
+the functions here decide each built-in name, and a :class:`Proof` holds the checks one
+policy selects (plus those of plugin-registered invariants, which bring their own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
 from ...process.catalog import ProcessMachines
+from ...spec.errors import SpecError
+from ...spec.invariants import (
+    INVARIANTS,
+    STATE,
+    InvariantCatalog,
+    InvariantCheck,
+    policy_invariants,
+    unknown_invariant,
+)
+from ...spec.lint import UNKNOWN_INVARIANT
+from ...spec.model import InvariantRef
 from .observe import Observation, counter_of
 
 
@@ -39,6 +56,7 @@ class Rules:
     superseded_states: frozenset[str]
     outcomes: tuple[str, ...]
     history: Mapping[str, Sequence[str]]
+    proof: Proof
     bare_counter: bool = False
 
     @classmethod
@@ -49,7 +67,9 @@ class Rules:
         max_concurrent: int,
         history: Mapping[str, Sequence[str]],
         bare_counter: bool = False,
+        catalog: InvariantCatalog = INVARIANTS,
     ) -> Rules:
+        """The rules of ``machines``, checking the invariants they declare."""
         request, roles = machines.request, machines.roles
         return cls(
             max_concurrent=max_concurrent,
@@ -60,6 +80,7 @@ class Rules:
             superseded_states=roles.superseded_states,
             outcomes=tuple(roles.outcomes),
             history={k: tuple(v) for k, v in history.items()},
+            proof=Proof.declared_by(machines, catalog),
             bare_counter=bare_counter,
         )
 
@@ -395,13 +416,91 @@ PROGRESS = Invariant(
 )
 
 
+# Which checks decide each built-in name of the catalogue (stovepipe_fsm/spec/invariants.py).
+# Most names are one check; slot_bookkeeping is the holder rules (or, with the bare counter,
+# their counting form). A test holds this table and the catalogue together.
+CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
+    "persist_before_publish": ("persist_before_publish",),
+    "one_event_per_admission": ("one_event_per_admission",),
+    "admits_latest": ("admits_latest",),
+    "newest_not_superseded": ("newest_not_superseded",),
+    "superseded_never_started": ("superseded_never_started",),
+    "max_concurrent": ("max_concurrent",),
+    "slot_bookkeeping": (
+        "slot_state_holds_slot",
+        "holder_is_admitting",
+        "idle_holders_exact",
+        "counter_covers_processing",
+        "idle_counter_exact",
+    ),
+    "strategy_sound": ("strategy_sound",),
+    "strategy_immutable": ("strategy_immutable",),
+    "last_green_forward": ("last_green_forward",),
+    "dead_letter_failed_closed": ("dead_letter_failed_closed",),
+    "progress": ("progress",),
+}
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The checks one run makes: those of the invariants the policy declares.
+
+    Built-in checks keep the order of :data:`STATE_INVARIANTS` and :data:`EDGE_INVARIANTS`
+    whatever the declaration order, so a state that breaks two properties is reported
+    the same way by every policy that declares both; plugin checks come after them.
+    """
+
+    names: tuple[str, ...]
+    state: tuple[Invariant, ...]
+    edge: tuple[Invariant, ...]
+    progress: bool
+
+    @classmethod
+    def declared_by(
+        cls, machines: ProcessMachines, catalog: InvariantCatalog = INVARIANTS
+    ) -> Proof:
+        specs = (machines.request.spec, machines.queue_gate.spec)
+        return cls.of(policy_invariants(specs), catalog)
+
+    @classmethod
+    def of(cls, refs: Sequence[InvariantRef], catalog: InvariantCatalog = INVARIANTS) -> Proof:
+        """The checks of ``refs``; a name neither built in nor registered is a located error
+        (lint reports it first, unless the machines were loaded without lint)."""
+        chosen: set[str] = set()
+        state: list[Invariant] = []
+        edge: list[Invariant] = []
+        for ref in refs:
+            if ref.name in CATALOGUE_CHECKS:
+                chosen.update(CATALOGUE_CHECKS[ref.name])
+                continue
+            info = catalog.get(ref.name)
+            if info is None or info.check is None:
+                raise SpecError([unknown_invariant(ref, catalog, UNKNOWN_INVARIANT)])
+            in_state = info.scope == STATE
+            bound = Invariant(ref.name, info.summary, _bind(info.check, info.values(ref), in_state))
+            (state if in_state else edge).append(bound)
+        return cls(
+            names=tuple(ref.name for ref in refs),
+            state=(*(i for i in STATE_INVARIANTS if i.name in chosen), *state),
+            edge=(*(i for i in EDGE_INVARIANTS if i.name in chosen), *edge),
+            progress=PROGRESS.name in chosen,
+        )
+
+
+def _bind(check: InvariantCheck, params: Mapping[str, Any], in_state: bool) -> InvariantCheck:
+    """A plugin check with its declaration's parameters, called like the built-in ones."""
+    if in_state:
+        return lambda obs, rules: check(obs, rules, params)
+    return lambda pre, post, rules: check(pre, post, rules, params)
+
+
 def _applies(invariant: Invariant, rules: Rules) -> bool:
     return invariant.counter if rules.bare_counter else invariant.holders
 
 
 def check_state(obs: Observation, rules: Rules) -> Violation | None:
-    """The first state invariant ``obs`` breaks, if any."""
-    for invariant in STATE_INVARIANTS:
+    """The first state invariant the policy declares that ``obs`` breaks, if any."""
+    for invariant in rules.proof.state:
         if not _applies(invariant, rules):
             continue
         for detail in invariant.check(obs, rules):
@@ -410,8 +509,8 @@ def check_state(obs: Observation, rules: Rules) -> Violation | None:
 
 
 def check_edge(pre: Observation, post: Observation, rules: Rules) -> Violation | None:
-    """The first transition invariant the step ``pre`` -> ``post`` breaks, if any."""
-    for invariant in EDGE_INVARIANTS:
+    """The first transition invariant the policy declares that ``pre`` -> ``post`` breaks."""
+    for invariant in rules.proof.edge:
         if not _applies(invariant, rules):
             continue
         for detail in invariant.check(pre, post, rules):

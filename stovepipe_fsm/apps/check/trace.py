@@ -6,10 +6,10 @@ history and the steps of the shortest path. Each step carries, as a comment, wha
 when the checker replayed it, so the file reads as the story of the failure.
 
 :func:`replay` is ``simulate`` with the checker's eyes: the same world builder and the
-same step function, plus the state and edge invariants after every step and, at the
-end, the progress check (can fair actions alone still finish the work?). It is how a
-written counterexample is confirmed, and how ``check --replay`` re-evaluates any
-timeline.
+same step function, plus the declared state and edge invariants after every step and,
+at the end, the progress check when declared (can fair actions alone still finish the
+work?). It is how a written counterexample is confirmed, and how ``check --replay``
+re-evaluates any timeline.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ...process.catalog import ProcessMachines
 from ...simulation.replay import LogRow, Simulation, apply_step, build_world
 from ...simulation.timeline import Timeline
 from ...simulation.world import World
+from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .explorer import STEP_FAILED, Counterexample, Setup, can_finish
 from .invariants import PROGRESS, Rules, Violation, check_edge, check_state, waiting
 from .model import step_data
@@ -54,8 +55,9 @@ def replay(
     config: ConfigStore,
     *,
     variant: Variant | None = None,
+    catalog: InvariantCatalog = INVARIANTS,
 ) -> Replay:
-    """Run ``timeline`` step by step, stopping at the first broken property."""
+    """Run ``timeline`` step by step, stopping at the first broken declared property."""
     variant = variant or Variant()
     world = build_world(timeline, machines, config, lifecycle_factory=variant.lifecycle_factory)
     rules = Rules.for_machines(
@@ -65,6 +67,7 @@ def replay(
         ),
         history=timeline.history,
         bare_counter=variant.bare_counter,
+        catalog=catalog,
     )
     result = Replay(world)
     obs = observe(world)
@@ -87,7 +90,7 @@ def replay(
             result.violation, result.step = violation, number
             return result
         obs = post
-    if not can_finish(world, rules, timeline.queue):
+    if rules.proof.progress and not can_finish(world, rules, timeline.queue):
         detail = "no fair continuation finishes: " + waiting(obs, rules)
         result.violation = Violation(PROGRESS.name, PROGRESS.summary, detail)
         result.step = len(timeline.steps)
