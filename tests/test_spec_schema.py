@@ -84,7 +84,7 @@ def test_machine_schema_documents_every_property() -> None:
     state = schema["properties"]["states"]["items"]["oneOf"][1]["properties"]
     transition = schema["properties"]["transitions"]["items"]["properties"]
     assert set(top) == {
-        *("name", "kind", "description", "initial", "roles", "outcomes"),
+        *("name", "kind", "description", "initial", "roles", "outcomes", "plugins"),
         *("states", "transitions"),
     }
     assert set(state) == {"name", "terminal", "holds_slot", "description"}
@@ -92,7 +92,7 @@ def test_machine_schema_documents_every_property() -> None:
         *("trigger", "source", "dest", "conditions", "unless", "before", "after"),
         "description",
     }
-    for key in ("kind", "initial", "roles", "outcomes", "states", "transitions"):
+    for key in ("kind", "initial", "roles", "outcomes", "plugins", "states", "transitions"):
         assert top[key].get("description"), key
 
 
