@@ -115,8 +115,6 @@ def default_validate_paths() -> list[Path]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
-    from ..process.catalog import REGISTRIES
-    from ..spec.loader import check_machine
     from ..spec.yaml_source import read_yaml
 
     paths: list[Path] = []
@@ -130,26 +128,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
             paths += found
         else:
             paths.append(path)
-    issues: list[SpecIssue] = []
-    names: dict[str, str] = {}
+    kinds = {path: _file_kind(path, read_yaml) for path in paths}
+    policies: dict[Path, list[Path]] = {}  # machine files by directory: one policy each
     for path in paths:
-        kind = _file_kind(path, read_yaml)
-        if kind == "config":
+        if kinds[path] == "machine":
+            policies.setdefault(path.resolve().parent, []).append(path)
+    issues: list[SpecIssue] = []
+    for path in paths:  # in the order given; a policy is checked at its first file
+        if kinds[path] == "config":
             issues += check_queue_config(path)
-            continue
-        spec, found_issues = check_machine(path, REGISTRIES)
-        issues += found_issues
-        if spec is not None and spec.name in names:
-            issues.append(
-                SpecIssue(
-                    spec.location,
-                    f"machine name {spec.name!r} is already used by {names[spec.name]}; "
-                    "names must be unique",
-                    "duplicate-machine",
-                )
-            )
-        elif spec is not None:
-            names[spec.name] = spec.file
+        elif (files := policies.pop(path.resolve().parent, None)) is not None:
+            issues += _check_policy_files(files)
     if args.format == "json":
         print(
             json.dumps(
@@ -163,6 +152,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
         status = f"{len(issues)} issue(s)" if issues else "ok"
         print(f"validated {len(paths)} file(s): {status}", file=sys.stderr)
     return EXIT_FAIL if issues else EXIT_OK
+
+
+def _check_policy_files(files: list[Path]) -> list[SpecIssue]:
+    """The machine files of one directory, as one policy: its plugins are imported from
+    the directory above (the policy directory)."""
+    from ..process.catalog import check_policy
+
+    specs, issues = check_policy(files, policy_dir=files[0].resolve().parent.parent)
+    names: dict[str, str] = {}
+    for spec in specs:
+        if spec.name in names:
+            issues.append(
+                SpecIssue(
+                    spec.location,
+                    f"machine name {spec.name!r} is already used by {names[spec.name]}; "
+                    "names must be unique",
+                    "duplicate-machine",
+                )
+            )
+        else:
+            names[spec.name] = spec.file
+    return issues
 
 
 def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
@@ -182,13 +193,12 @@ def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
 
 
 def cmd_diagram(args: argparse.Namespace) -> int:
-    from ..process.catalog import REGISTRIES
-    from ..spec.loader import load_machine_dir
+    from ..process.catalog import load_policy
     from .diagram_files import DiagramError, diagram_files, stale_diagrams, write_diagrams
 
-    specs = load_machine_dir(args.machines, REGISTRIES)
+    policy = load_policy(args.machines)
     try:
-        files = diagram_files(specs, REGISTRIES, svg=args.svg)
+        files = diagram_files(policy.specs, policy.registries, svg=args.svg)
     except DiagramError as exc:
         print(f"stovepipe-fsm diagram: {exc}", file=sys.stderr)
         return EXIT_USAGE
