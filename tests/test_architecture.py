@@ -5,7 +5,8 @@ The contracts live in ``pyproject.toml`` (``[tool.importlinter]``) and ``make te
 each form an import can take (relative, absolute, from the package root, inside a
 function), that every sub-package is placed in a layer, and that no module takes part in
 an import cycle. Dynamic imports would be invisible to any static check, so the package
-has none.
+has none of its own modules: the one dynamic import is the plugin loader's, which imports
+the modules a policy names and refuses any module of the package.
 """
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ def test_every_sub_package_is_placed_in_a_layer() -> None:
     assert packages == placed
 
 
-def test_the_package_has_no_dynamic_imports() -> None:
+PLUGIN_LOADER = "stovepipe_fsm/spec/plugins.py"
+
+
+def test_the_package_has_no_dynamic_imports_but_the_plugin_loader() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -125,8 +129,10 @@ def test_the_package_has_no_dynamic_imports() -> None:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name in ("import_module", "__import__"):
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert found == []
+                found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    plugin_loader = [f for f in found if f.startswith(f"{PLUGIN_LOADER}:")]
+    assert len(plugin_loader) == 1
+    assert [f for f in found if f not in plugin_loader] == []
 
 
 def test_no_module_takes_part_in_an_import_cycle() -> None:

@@ -85,7 +85,7 @@ def test_machine_schema_documents_every_property() -> None:
     transition = schema["properties"]["transitions"]["items"]["properties"]
     assert set(top) == {
         *("name", "kind", "description", "initial", "roles", "outcomes", "parameters"),
-        *("invariants", "states", "transitions"),
+        *("plugins", "invariants", "states", "transitions"),
     }
     assert set(state) == {"name", "terminal", "holds_slot", "description"}
     assert set(transition) == {
@@ -93,7 +93,7 @@ def test_machine_schema_documents_every_property() -> None:
         "description",
     }
     for key in (
-        *("kind", "initial", "roles", "outcomes", "parameters", "invariants"),
+        *("kind", "initial", "roles", "outcomes", "parameters", "plugins", "invariants"),
         *("states", "transitions"),
     ):
         assert top[key].get("description"), key

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..spec.errors import SpecError, SpecIssue
-from ..spec.model import ParameterSpec
+from ..spec.model import MachineSpec, ParameterSpec
 from .options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
@@ -122,12 +122,7 @@ def default_validate_paths() -> list[Path]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
-    from ..process.catalog import REGISTRIES
-    from ..spec.invariants import repeated_invariants
-    from ..spec.lint import DUPLICATE_INVARIANT
-    from ..spec.loader import check_machine
-    from ..spec.model import MachineSpec
-    from ..spec.parameters import clash_issues, declared_parameters
+    from ..spec.parameters import declared_parameters
     from ..spec.yaml_source import read_yaml
 
     paths: list[Path] = []
@@ -141,45 +136,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
             paths += found
         else:
             paths.append(path)
-    issues: list[SpecIssue] = []
-    names: dict[str, str] = {}
-    specs: list[MachineSpec] = []
-    configs: list[Path] = []
-    unreadable = 0
-    machines: list[MachineSpec] = []
+    kinds = {path: _file_kind(path, read_yaml) for path in paths}
+    policies: dict[Path, list[Path]] = {}  # machine files by directory: one policy each
     for path in paths:
-        kind = _file_kind(path, read_yaml)
-        if kind == "config":
-            configs.append(path)
-            continue
-        spec, found_issues = check_machine(path, REGISTRIES)
-        if spec is not None:
-            specs.append(spec)
-        else:
-            unreadable += 1
-        issues += found_issues
-        if spec is not None and spec.name in names:
-            issues.append(
-                SpecIssue(
-                    spec.location,
-                    f"machine name {spec.name!r} is already used by {names[spec.name]}; "
-                    "names must be unique",
-                    "duplicate-machine",
-                )
-            )
-        elif spec is not None:
-            names[spec.name] = spec.file
-            machines.append(spec)
-    issues += repeated_invariants(machines, DUPLICATE_INVARIANT)
-    issues += clash_issues(specs)
-    if configs:
+        if kinds[path] == "machine":
+            policies.setdefault(path.resolve().parent, []).append(path)
+    checked = {directory: _check_policy_files(files) for directory, files in policies.items()}
+    specs = [spec for found, _, _ in checked.values() for spec in found]
+    unreadable = sum(count for _, _, count in checked.values())
+    declarations: dict[str, ParameterSpec] | None = None
+    if any(kind == "config" for kind in kinds.values()):
         declarations = declared_parameters(specs) if specs else _declared_in(args.machines)
-        for path in configs:
+    issues: list[SpecIssue] = []
+    reported: set[Path] = set()
+    for path in paths:  # in the order given; a policy is reported at its first file
+        if kinds[path] == "config":
             # A machine file of this run that did not load declares nothing we can see:
             # flagging the keys it may declare would only repeat that one mistake.
             issues += check_queue_config(
                 path, parameters=declarations, other_keys=bool(unreadable)
             )
+        elif (directory := path.resolve().parent) not in reported:
+            reported.add(directory)
+            issues += checked[directory][1]
     if args.format == "json":
         print(
             json.dumps(
@@ -193,6 +172,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
         status = f"{len(issues)} issue(s)" if issues else "ok"
         print(f"validated {len(paths)} file(s): {status}", file=sys.stderr)
     return EXIT_FAIL if issues else EXIT_OK
+
+
+def _check_policy_files(files: list[Path]) -> tuple[list[MachineSpec], list[SpecIssue], int]:
+    """The machine files of one directory, as one policy: its plugins are imported from
+    the directory above (the policy directory). Returns the specs that parsed, every
+    issue, and how many files did not parse."""
+    from ..process.catalog import check_policy
+    from ..spec.loader import across_machines
+
+    specs, issues = check_policy(files, policy_dir=files[0].resolve().parent.parent)
+    names: dict[str, str] = {}
+    unique: list[MachineSpec] = []
+    for spec in specs:
+        if spec.name in names:
+            issues.append(
+                SpecIssue(
+                    spec.location,
+                    f"machine name {spec.name!r} is already used by {names[spec.name]}; "
+                    "names must be unique",
+                    "duplicate-machine",
+                )
+            )
+        else:
+            names[spec.name] = spec.file
+            unique.append(spec)
+    issues += across_machines(unique)
+    return specs, issues, len(files) - len(specs)
 
 
 def _declared_in(machines: str) -> dict[str, ParameterSpec] | None:
@@ -228,13 +234,12 @@ def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
 
 
 def cmd_diagram(args: argparse.Namespace) -> int:
-    from ..process.catalog import REGISTRIES
-    from ..spec.loader import load_machine_dir
+    from ..process.catalog import load_policy
     from .diagram_files import DiagramError, diagram_files, stale_diagrams, write_diagrams
 
-    specs = load_machine_dir(args.machines, REGISTRIES)
+    policy = load_policy(args.machines)
     try:
-        files = diagram_files(specs, REGISTRIES, svg=args.svg)
+        files = diagram_files(policy.specs, policy.registries, svg=args.svg)
     except DiagramError as exc:
         print(f"stovepipe-fsm diagram: {exc}", file=sys.stderr)
         return EXIT_USAGE

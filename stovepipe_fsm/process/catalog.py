@@ -1,28 +1,34 @@
 """The registries the shipped machines are checked against, and their compiled form.
 
-``REGISTRIES`` maps a machine name to the Python callables its YAML may name; the
-``validate`` command lints machine files against it, and :func:`load_process_machines`
-refuses to compile anything that does not pass.
+``REGISTRIES`` maps a machine name to the built-in Python callables its YAML may name.
+It is read-only: a policy is loaded by :func:`load_policy`, which copies it and adds what
+the policy's plugins register (:mod:`.plugins`), so no policy sees another's names.
+:func:`load_process_machines` compiles a policy and refuses anything that does not pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..spec.compiler import CompiledFlow, CompiledLifecycle
-from ..spec.loader import load_machine_dir
+from ..spec.errors import SpecIssue
+from ..spec.loader import LoadedPolicy
+from ..spec.loader import check_policy as check_spec_policy
+from ..spec.loader import load_policy as load_spec_policy
 from ..spec.model import MachineSpec, ParameterSpec
 from ..spec.parameters import declared_parameters, defaults_of
 from ..spec.registry import Registry
 from .gate import GATE
+from .plugins import PluginRegistry
 from .roles import REQUEST_ROLES, RequestRoles
 
 REQUEST = Registry("request", kind="lifecycle", roles=REQUEST_ROLES, outcomes=True)
 
-REGISTRIES: dict[str, Registry] = {"request": REQUEST, "queue_gate": GATE}
+REGISTRIES: Mapping[str, Registry] = MappingProxyType({"request": REQUEST, "queue_gate": GATE})
 
 DEFAULT_MACHINES_DIR = Path("machines")
 
@@ -37,10 +43,12 @@ class ProcessMachines:
     parameters: Mapping[str, ParameterSpec]
 
     @classmethod
-    def from_specs(cls, specs: dict[str, MachineSpec]) -> ProcessMachines:
+    def from_specs(
+        cls, specs: Mapping[str, MachineSpec], registries: Mapping[str, Registry] = REGISTRIES
+    ) -> ProcessMachines:
         return cls(
-            request=CompiledLifecycle(specs["request"], REQUEST),
-            queue_gate=CompiledFlow(specs["queue_gate"], GATE),
+            request=CompiledLifecycle(specs["request"], registries["request"]),
+            queue_gate=CompiledFlow(specs["queue_gate"], registries["queue_gate"]),
             roles=RequestRoles.from_spec(specs["request"]),
             parameters=declared_parameters(specs.values()),
         )
@@ -50,13 +58,33 @@ class ProcessMachines:
         """Each declared parameter's default: what a queue gets that config leaves unset."""
         return defaults_of(self.parameters)
 
+    @property
+    def registries(self) -> dict[str, Registry]:
+        """The registries the machines were compiled against (built-ins and plugins)."""
+        return {"request": self.request.registry, "queue_gate": self.queue_gate.registry}
+
+
+def load_policy(directory: str | Path = DEFAULT_MACHINES_DIR, *, lint: bool = True) -> LoadedPolicy:
+    """Read, check and lint the machines of ``directory`` with the plugins they list."""
+    return load_spec_policy(directory, REGISTRIES, PluginRegistry, lint=lint)
+
+
+def check_policy(
+    paths: Sequence[str | Path], *, policy_dir: Path | None
+) -> tuple[list[MachineSpec], list[SpecIssue]]:
+    """Every issue of machine files that form one policy (for ``validate``)."""
+    specs, _, issues = check_spec_policy(paths, REGISTRIES, PluginRegistry, policy_dir=policy_dir)
+    return specs, issues
+
 
 def load_process_machines(
     directory: str | Path = DEFAULT_MACHINES_DIR, *, lint: bool = True
 ) -> ProcessMachines:
-    """Load, lint and compile ``request.yaml`` and ``queue_gate.yaml`` from ``directory``.
+    """Load, lint and compile ``request.yaml`` and ``queue_gate.yaml`` from ``directory``,
+    with the plugins they list.
 
     ``lint=False`` exists for the model checker's mutation tests, which must be able to
     run a machine lint would reject to show the checker catches it independently.
     """
-    return ProcessMachines.from_specs(load_machine_dir(directory, REGISTRIES, lint=lint))
+    policy = load_policy(directory, lint=lint)
+    return ProcessMachines.from_specs(policy.specs, policy.registries)

@@ -372,24 +372,24 @@ def _legend_table(spec: MachineSpec, registry: Registry | None) -> list[str]:
         "| --- | --- | --- | --- | --- |",
     ]
     for name in sorted(conditions):
-        doc, facts = _condition_info(registry, name)
-        rows.append(f"| `{name}` | condition | {_code(conditions[name])} | {doc} | {facts} |")
+        kind, doc, facts = _condition_info(registry, name)
+        rows.append(f"| `{name}` | {kind} | {_code(conditions[name])} | {doc} | {facts} |")
     for name in sorted(actions):
         kind, doc, facts = _action_info(registry, name)
         rows.append(f"| `{name}` | {kind} | {_code(actions[name])} | {doc} | {facts} |")
     return rows
 
 
-def _condition_info(registry: Registry | None, name: str) -> tuple[str, str]:
+def _condition_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
     if registry is None:
-        return "", ""
+        return "condition", "", ""
     info = registry.conditions.get(name)
     if info is None:
-        return "(not registered)", ""
+        return "condition", "(not registered)", ""
     facts = _facts(
         ("provides when true", info.provides), ("provides when false", info.provides_unless)
     )
-    return markdown_cell(info.doc), facts
+    return _from_plugin("condition", info.origin), markdown_cell(info.doc), facts
 
 
 def _action_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
@@ -400,7 +400,12 @@ def _action_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
         return "action", "(not registered)", ""
     kind = "action, settles the delivery" if info.finishes else "action"
     facts = _facts(("requires", info.requires), ("provides", info.provides))
-    return kind, markdown_cell(info.doc), facts
+    return _from_plugin(kind, info.origin), markdown_cell(info.doc), facts
+
+
+def _from_plugin(kind: str, origin: str) -> str:
+    """A plugin's names say where they come from; built-in ones say nothing more."""
+    return f"{kind} (plugin `{markdown_cell(origin)}`)" if origin else kind
 
 
 def _facts(*groups: tuple[str, frozenset[str]]) -> str:

@@ -4,11 +4,16 @@ Loading never stops at the first problem: syntax problems end parsing, but every
 issue is reported together, and every lint issue is reported together. A caller that
 gets a :class:`MachineSpec` back can compile it; anything else raises
 :class:`SpecError` carrying all the issues with their ``file:line:column``.
+
+A *policy* is the machine files of one directory: :func:`load_policy` and
+:func:`check_policy` read them all, load the plugins they list (:mod:`.plugins`) into
+registries of the policy's own, and lint every file against those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,7 @@ from .model import (
     TransitionSpec,
 )
 from .parameters import clash_issues
+from .plugins import ApiFactory, policy_registries
 from .registry import Registry
 from .schema import schema_issues
 from .yaml_source import JsonPath, SourceDocument, read_yaml
@@ -79,6 +85,8 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
         invariants_location=(
             doc.locate(("invariants",), key=True) if "invariants" in data else None
         ),
+        plugins=_names(doc, data.get("plugins"), ("plugins",)),
+        plugins_location=doc.locate(("plugins",), key=True) if "plugins" in data else None,
     )
 
 
@@ -223,16 +231,26 @@ def load_machine_dir(
 
     All files are read before raising so one run reports the problems of all of them.
     """
-    specs: dict[str, MachineSpec] = {}
+    specs: list[MachineSpec] = []
     issues: list[SpecIssue] = []
     for filename in files:
         try:
-            spec = load_machine(Path(directory) / filename, registries, lint=lint)
+            specs.append(load_machine(Path(directory) / filename, registries, lint=lint))
         except SpecError as exc:
             issues.extend(exc.issues)
-            continue
-        if spec.name in specs:
-            first = specs[spec.name].file
+    by_name, duplicates = _by_name(specs)
+    issues += duplicates + across_machines(by_name.values(), lint=lint)
+    if issues:
+        raise SpecError(issues)
+    return by_name
+
+
+def _by_name(specs: Iterable[MachineSpec]) -> tuple[dict[str, MachineSpec], list[SpecIssue]]:
+    by_name: dict[str, MachineSpec] = {}
+    issues: list[SpecIssue] = []
+    for spec in specs:
+        if spec.name in by_name:
+            first = by_name[spec.name].file
             issues.append(
                 SpecIssue(
                     spec.location,
@@ -241,10 +259,86 @@ def load_machine_dir(
                 )
             )
             continue
-        specs[spec.name] = spec
-    issues += clash_issues(specs.values())
+        by_name[spec.name] = spec
+    return by_name, issues
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """The machines of one policy, keyed by name, and the registries they were checked
+    against: the built-in ones plus what this policy's plugins registered."""
+
+    specs: dict[str, MachineSpec]
+    registries: dict[str, Registry]
+
+
+def policy_dir_of(machines_dir: str | Path) -> Path:
+    """Where a policy's plugin modules are imported from: the directory that contains
+    the machines directory (``.`` for ``machines/``)."""
+    return Path(machines_dir).resolve().parent
+
+
+def check_policy(
+    paths: Sequence[str | Path],
+    builtins: Mapping[str, Registry],
+    api: ApiFactory,
+    *,
+    policy_dir: Path | None,
+    lint: bool = True,
+) -> tuple[list[MachineSpec], dict[str, Registry], list[SpecIssue]]:
+    """Every issue of the machine files of one policy, without raising.
+
+    Each file is parsed and schema-checked, the plugins listed by all of them (and the
+    installed ones) are loaded into the policy's registries, and each file is linted
+    against those. A file that does not parse contributes its issues and no plugins.
+    """
+    specs: list[MachineSpec] = []
+    issues: list[SpecIssue] = []
+    for path in paths:
+        try:
+            specs.append(parse_machine(read_yaml(path)))
+        except SpecError as exc:
+            issues.extend(exc.issues)
+    refs = [ref for spec in specs for ref in spec.plugins]
+    registries, plugin_issues = policy_registries(builtins, refs, api, policy_dir=policy_dir)
+    issues += plugin_issues
     if lint:
-        issues += repeated_invariants(specs.values(), DUPLICATE_INVARIANT)
+        for spec in specs:
+            issues += lint_machine(spec, registries)
+    order = {str(path): index for index, path in enumerate(paths)}  # issues file by file
+    issues.sort(key=lambda issue: order.get(issue.location.file, len(order)))
+    return specs, registries, issues
+
+
+def load_policy(
+    directory: str | Path,
+    builtins: Mapping[str, Registry],
+    api: ApiFactory,
+    *,
+    lint: bool = True,
+    files: Iterable[str] = MACHINE_FILES,
+) -> LoadedPolicy:
+    """Load the machines of ``directory`` with the plugins they list; raise on any issue.
+
+    Plugin problems raise even with ``lint=False``: nothing can run a name that is not
+    registered.
+    """
+    paths = [Path(directory) / filename for filename in files]
+    specs, registries, issues = check_policy(
+        paths, builtins, api, policy_dir=policy_dir_of(directory), lint=lint
+    )
+    by_name, duplicates = _by_name(specs)
+    issues += duplicates + across_machines(by_name.values(), lint=lint)
     if issues:
         raise SpecError(issues)
-    return specs
+    return LoadedPolicy(by_name, registries)
+
+
+def across_machines(specs: Iterable[MachineSpec], *, lint: bool = True) -> list[SpecIssue]:
+    """What only the machines of a policy together can get wrong: a parameter declared
+    differently by two of them, an invariant declared by both."""
+    specs = list(specs)
+    issues = clash_issues(specs)
+    if lint:
+        issues += repeated_invariants(specs, DUPLICATE_INVARIANT)
+    return issues

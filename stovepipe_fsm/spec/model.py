@@ -20,7 +20,7 @@ FLOW = "flow"
 
 @dataclass(frozen=True)
 class NameRef:
-    """A state, condition or action name as written, with where it was written."""
+    """A state, condition, action or plugin name as written, with where it was written."""
 
     name: str
     location: Location
@@ -147,6 +147,10 @@ class MachineSpec:
     parameters: tuple[ParameterSpec, ...] = ()
     invariants: tuple[InvariantRef, ...] = ()
     invariants_location: Location | None = None
+    # ``plugins:``: modules adding conditions and actions (see :mod:`.plugins`), each
+    # located at its list item so a plugin that fails is reported where it is named.
+    plugins: tuple[NameRef, ...] = ()
+    plugins_location: Location | None = None
 
     @cached_property
     def state_map(self) -> dict[str, StateSpec]:

@@ -9,6 +9,10 @@ A registry belongs to one machine name (``request`` or ``queue_gate``) and may d
 the roles its code relies on the machine for (``roles``, ``outcomes``; see
 :mod:`.roles`) and the ``kind`` of machine the code drives: a YAML edit that drops a
 role, or turns a flow into a lifecycle, is a load error instead of a runtime surprise.
+
+The registries in ``process/catalog.py`` hold the built-in vocabulary and are never
+changed after import; a policy with plugins works on :meth:`Registry.copy` of them
+(:mod:`.plugins`), so one policy's plugin names never leak into another's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ Condition = Callable[[Any], bool]
 Action = Callable[[Any], Any]
 
 
+class RegistrationRefused(ValueError):
+    """A condition or action that cannot be registered (raised by the decorator)."""
+
+
+class DuplicateName(RegistrationRefused):
+    """A name registered twice for one machine."""
+
+
 @dataclass(frozen=True)
 class ConditionInfo:
     name: str
@@ -32,6 +44,7 @@ class ConditionInfo:
     provides_unless: frozenset[str] = frozenset()
     doc: str = ""
     parameters: frozenset[str] = frozenset()
+    origin: str = ""  # the plugin that registered it; "" for the built-in vocabulary
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,7 @@ class ActionInfo:
     finishes: bool = False
     doc: str = ""
     parameters: frozenset[str] = frozenset()
+    origin: str = ""  # the plugin that registered it; "" for the built-in vocabulary
 
 
 @dataclass
@@ -55,6 +69,19 @@ class Registry:
     outcomes: bool = False
     conditions: dict[str, ConditionInfo] = field(default_factory=dict)
     actions: dict[str, ActionInfo] = field(default_factory=dict)
+    origin: str = ""  # recorded on every registration made through this registry
+
+    def copy(self, *, origin: str = "", empty: bool = False) -> Registry:
+        """The same machine's registry, with its own tables (empty ones if ``empty``)."""
+        return Registry(
+            self.machine,
+            kind=self.kind,
+            roles=self.roles,
+            outcomes=self.outcomes,
+            conditions={} if empty else dict(self.conditions),
+            actions={} if empty else dict(self.actions),
+            origin=origin,
+        )
 
     def condition(
         self,
@@ -75,7 +102,7 @@ class Registry:
         def register(fn: Condition) -> Condition:
             key = name or fn.__name__
             if _is_coroutine_function(fn):
-                raise ValueError(
+                raise RegistrationRefused(
                     f"{self.machine}: condition {key!r} is a coroutine function; conditions "
                     "must be synchronous predicates (load what a condition reads in an "
                     "action that runs before it)"
@@ -88,6 +115,7 @@ class Registry:
                 frozenset(provides_unless),
                 _doc(fn),
                 frozenset(parameters),
+                self.origin,
             )
             return fn
 
@@ -120,6 +148,7 @@ class Registry:
                 finishes,
                 _doc(fn),
                 frozenset(parameters),
+                self.origin,
             )
             return fn
 
@@ -127,7 +156,7 @@ class Registry:
 
     def _check_free(self, key: str) -> None:
         if key in self.conditions or key in self.actions:
-            raise ValueError(f"{self.machine}: {key!r} is registered twice")
+            raise DuplicateName(f"{self.machine}: {key!r} is registered twice")
 
 
 def _is_coroutine_function(fn: Callable[..., Any]) -> bool:

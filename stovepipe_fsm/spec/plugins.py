@@ -1,0 +1,407 @@
+"""Plugins: conditions and actions a policy adds in its own Python modules.
+
+A plugin is a module with a ``register(plugin)`` function. It is found two ways:
+
+- the ``plugins:`` list of a machine file names importable modules. Each is imported
+  with the *policy directory* (the directory that contains the machines directory)
+  first on the module search path, then the interpreter's own path, so a policy can
+  ship ``rules.py`` beside ``machines/`` without installing anything;
+- an installed distribution declares an entry point in the group ``stovepipe_fsm.plugins``
+  (``name = package.module`` or ``name = package.module:register``); every policy
+  loaded in that environment uses it.
+
+Registries are never changed in place: :func:`policy_registries` copies the built-in
+ones and adds what this policy's plugins register, so two policies loaded by one
+process (two example directories, one test and the next) never see each other's names.
+A module a policy imports from its own directory replaces a module of the same name
+that another policy imported from elsewhere, for the same reason.
+
+``register`` receives the object ``api`` builds over a fresh, empty registry per
+machine; the names it registers are then added to the policy's registries. Anything
+that goes wrong is a located issue, at the ``plugins:`` item that names the module (or
+at the entry point's line in the distribution's ``entry_points.txt``):
+
+- ``plugin-import``    the module or entry point cannot be imported (the exception, on
+                       one line), or it names a module of stovepipe-fsm itself
+- ``plugin-entry``     the module has no ``register`` function
+- ``plugin-register``  ``register`` raised, or registered something the policy cannot
+                       use (an async condition, a name that is not an identifier)
+- ``plugin-duplicate`` a name registered twice for one machine: by one plugin, by two,
+                       or by a plugin and the built-in vocabulary
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from importlib import metadata
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Generic, TypeVar
+
+from .errors import Location, SpecIssue
+from .model import NameRef
+from .registry import (
+    ActionInfo,
+    ConditionInfo,
+    DuplicateName,
+    RegistrationRefused,
+    Registry,
+)
+
+ENTRY_POINT_GROUP = "stovepipe_fsm.plugins"
+REGISTER = "register"
+PACKAGE = "stovepipe_fsm"
+IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
+
+Ctx = TypeVar("Ctx")
+ApiFactory = Callable[[Mapping[str, Registry]], object]
+
+
+class MachineVocabulary(Generic[Ctx]):
+    """What a plugin registers for one machine; ``Ctx`` is what its callables receive.
+
+    The same rules as the built-in registrations (:class:`.registry.Registry`), checked
+    when ``register`` runs: a condition must be a synchronous predicate, a name must be
+    an identifier the YAML can spell, and a name may be registered once.
+    """
+
+    def __init__(self, registry: Registry, *, no_actions: str = "") -> None:
+        self._registry = registry
+        self._no_actions = no_actions
+
+    @property
+    def machine(self) -> str:
+        return self._registry.machine
+
+    def condition(
+        self,
+        name: str | None = None,
+        *,
+        provides: Iterable[str] = (),
+        provides_unless: Iterable[str] = (),
+        parameters: Iterable[str] = (),
+    ) -> Callable[[Callable[[Ctx], bool]], Callable[[Ctx], bool]]:
+        """Register a synchronous predicate; ``provides[_unless]``: facts when true/false;
+        ``parameters``: the machine parameters it reads (the machine must declare them)."""
+        inner = self._registry.condition(
+            name, provides=provides, provides_unless=provides_unless, parameters=parameters
+        )
+
+        def register(fn: Callable[[Ctx], bool]) -> Callable[[Ctx], bool]:
+            self._check_name(name or fn.__name__, "condition")
+            inner(fn)
+            return fn
+
+        return register
+
+    def action(
+        self,
+        name: str | None = None,
+        *,
+        provides: Iterable[str] = (),
+        requires: Iterable[str] = (),
+        finishes: bool = False,
+        parameters: Iterable[str] = (),
+    ) -> Callable[[Callable[[Ctx], Any]], Callable[[Ctx], Any]]:
+        """Register a step (a function or a coroutine function) that may do I/O;
+        ``parameters``: the machine parameters it reads (the machine must declare them)."""
+        if self._no_actions:
+            raise RegistrationRefused(f"{self.machine}: {self._no_actions}")
+        inner = self._registry.action(
+            name, provides=provides, requires=requires, finishes=finishes, parameters=parameters
+        )
+
+        def register(fn: Callable[[Ctx], Any]) -> Callable[[Ctx], Any]:
+            self._check_name(name or fn.__name__, "action")
+            inner(fn)
+            return fn
+
+        return register
+
+    def _check_name(self, key: str, kind: str) -> None:
+        if not IDENTIFIER.match(key):
+            raise RegistrationRefused(
+                f"{self.machine}: {kind} name {key!r} is not an identifier a machine file can "
+                "name (lower-case letters, digits and '_', starting with a letter)"
+            )
+
+
+# --- loading --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plugin:
+    """One plugin to load: how to find its ``register`` and where to report problems."""
+
+    label: str  # "plugin 'rules'" or "plugin entry point 'x = m' of distribution 'd'"
+    origin: str  # recorded on its registrations (diagrams show it)
+    locations: tuple[Location, ...]
+    load: Callable[[], object]
+    module_name: str = ""
+
+
+class _PluginFailed(Exception):
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+def policy_registries(
+    builtins: Mapping[str, Registry],
+    plugins: Sequence[NameRef],
+    api: ApiFactory,
+    *,
+    policy_dir: Path | None,
+) -> tuple[dict[str, Registry], list[SpecIssue]]:
+    """The built-in registries plus what the installed and listed plugins register.
+
+    ``plugins`` are the ``plugins:`` items of every machine file of the policy, in file
+    order (a module listed in two files is loaded once and reported at both items);
+    ``policy_dir`` is put first on the module search path while they are imported.
+    """
+    registries = {name: registry.copy() for name, registry in builtins.items()}
+    issues: list[SpecIssue] = []
+    seen: set[int] = set()  # register functions already run (one module listed twice)
+    for plugin in [*_installed(), *_listed(plugins, policy_dir)]:
+        try:
+            register = _register_function(plugin)
+            if id(register) in seen:
+                continue
+            seen.add(id(register))
+            staged = _run(plugin, register, registries, api, policy_dir)
+        except _PluginFailed as failed:
+            issues += [SpecIssue(where, failed.message, failed.rule) for where in plugin.locations]
+            continue
+        issues += _merge(plugin, staged, registries)
+    return registries, issues
+
+
+def _listed(refs: Sequence[NameRef], policy_dir: Path | None) -> Iterator[_Plugin]:
+    where: dict[str, list[Location]] = {}
+    for ref in refs:
+        where.setdefault(ref.name, []).append(ref.location)
+    for name, locations in where.items():
+        yield _Plugin(
+            label=f"plugin {name!r}",
+            origin=name,
+            locations=tuple(locations),
+            load=partial(_import, name, policy_dir),
+            module_name=name,
+        )
+
+
+def _installed() -> Iterator[_Plugin]:
+    found = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    for ep in sorted(found, key=lambda ep: (_dist_name(ep), ep.name, ep.value)):
+        yield _Plugin(
+            label=(
+                f"plugin entry point '{ep.name} = {ep.value}' of distribution {_dist_name(ep)!r}"
+            ),
+            origin=f"{_dist_name(ep)}:{ep.name}",
+            locations=(_entry_point_location(ep),),
+            load=ep.load,
+        )
+
+
+def _register_function(plugin: _Plugin) -> Callable[[object], object]:
+    try:
+        loaded = plugin.load()
+    except _PluginFailed:
+        raise
+    except Exception as exc:
+        raise _PluginFailed(
+            "plugin-import", f"{plugin.label} cannot be imported: {_one_line(exc)}"
+        ) from None
+    if isinstance(loaded, ModuleType):
+        register = getattr(loaded, REGISTER, None)
+        if not callable(register):
+            raise _PluginFailed(
+                "plugin-entry",
+                f"{plugin.label} has no {REGISTER}(plugin) function; define "
+                f"'def {REGISTER}(plugin: PluginRegistry) -> None' in {loaded.__name__}",
+            )
+        return register  # type: ignore[no-any-return]
+    if not callable(loaded):
+        raise _PluginFailed(
+            "plugin-entry",
+            f"{plugin.label} names a {type(loaded).__name__}, not a module or a "
+            f"{REGISTER}(plugin) function",
+        )
+    return loaded
+
+
+def _run(
+    plugin: _Plugin,
+    register: Callable[[object], object],
+    registries: Mapping[str, Registry],
+    api: ApiFactory,
+    policy_dir: Path | None,
+) -> dict[str, Registry]:
+    staged = {
+        name: registry.copy(origin=plugin.origin, empty=True)
+        for name, registry in registries.items()
+    }
+    try:
+        with _search_path(policy_dir if plugin.module_name else None):
+            register(api(staged))
+    except DuplicateName as exc:
+        raise _PluginFailed("plugin-duplicate", f"{plugin.label}: {exc}") from None
+    except RegistrationRefused as exc:
+        raise _PluginFailed("plugin-register", f"{plugin.label}: {exc}") from None
+    except Exception as exc:
+        raise _PluginFailed(
+            "plugin-register", f"{plugin.label}: {REGISTER}() raised {_one_line(exc)}"
+        ) from None
+    return staged
+
+
+def _merge(
+    plugin: _Plugin, staged: Mapping[str, Registry], registries: Mapping[str, Registry]
+) -> list[SpecIssue]:
+    """Add what ``plugin`` registered; a name the machine already has is an issue."""
+    problems: list[str] = []
+    for machine, registry in staged.items():
+        target = registries[machine]
+        entries: list[tuple[str, ConditionInfo | ActionInfo]] = [
+            *(("condition", info) for info in registry.conditions.values()),
+            *(("action", info) for info in registry.actions.values()),
+        ]
+        for kind, info in entries:
+            taken = target.conditions.get(info.name) or target.actions.get(info.name)
+            if taken is not None:
+                owner = f"plugin {taken.origin!r}" if taken.origin else "the built-in vocabulary"
+                problems.append(
+                    f"{plugin.label} registers {kind} {info.name!r} for machine {machine!r}, "
+                    f"which {owner} already registers; choose another name"
+                )
+            elif isinstance(info, ConditionInfo):
+                target.conditions[info.name] = info
+            else:
+                target.actions[info.name] = info
+    return [
+        SpecIssue(where, problem, "plugin-duplicate")
+        for problem in problems
+        for where in plugin.locations
+    ]
+
+
+# --- importing a listed module ------------------------------------------------------------
+
+
+def _import(name: str, policy_dir: Path | None) -> ModuleType:
+    """Import ``name`` for this policy: from ``policy_dir`` first, then ``sys.path``.
+
+    A module already imported under that name from somewhere else (another policy's
+    directory) is dropped from ``sys.modules`` first, with its submodules, so this
+    policy gets its own; the other policy keeps the functions it registered.
+    """
+    if name == PACKAGE or name.startswith(f"{PACKAGE}."):
+        raise _PluginFailed(
+            "plugin-import",
+            f"plugin {name!r} is a module of stovepipe-fsm itself; a plugin is a module of "
+            "your own with a register(plugin) function",
+        )
+    top = name.partition(".")[0]
+    with _search_path(policy_dir):
+        importlib.invalidate_caches()
+        cached = sys.modules.get(top)
+        if cached is not None and not _same_source(cached, _find(top)):
+            for key in [k for k in sys.modules if k == top or k.startswith(f"{top}.")]:
+                del sys.modules[key]
+        return importlib.import_module(name)
+
+
+def _find(top: str) -> ModuleSpec | None:
+    """Where importing the top-level ``top`` would find it now, ignoring ``sys.modules``."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        spec = find_spec(top, None) if find_spec is not None else None
+        if spec is not None:
+            return spec  # type: ignore[no-any-return]
+    return None
+
+
+@contextmanager
+def _search_path(policy_dir: Path | None) -> Iterator[None]:
+    """``policy_dir`` first on ``sys.path`` for the duration (a plugin may import lazily
+    in ``register``); the path is restored afterwards."""
+    if policy_dir is None:
+        yield
+        return
+    entry = str(policy_dir)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)
+
+
+def _same_source(module: ModuleType, found: ModuleSpec | None) -> bool:
+    """Whether the imported ``module`` is the one the search path gives now.
+
+    A module not loaded from a file (built in, or put in place by hand) is kept: there is
+    nothing to compare. One loaded from a file the path no longer leads to (another
+    policy's directory) is not.
+    """
+    spec = getattr(module, "__spec__", None)
+    if spec is None or not (spec.has_location or spec.submodule_search_locations):
+        return True
+    return found is not None and _where(spec) == _where(found)
+
+
+def _where(spec: ModuleSpec) -> tuple[str, tuple[str, ...]]:
+    origin = os.path.realpath(spec.origin) if spec.origin and spec.has_location else ""
+    locations = tuple(os.path.realpath(p) for p in spec.submodule_search_locations or ())
+    return origin, locations
+
+
+# --- entry points ---------------------------------------------------------------------------
+
+
+def _dist_name(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(dist.name) if dist is not None else "unknown"
+
+
+def _entry_point_location(ep: metadata.EntryPoint) -> Location:
+    """The entry point's line in its distribution's ``entry_points.txt``, when found."""
+    path = _entry_points_file(getattr(ep, "dist", None))
+    if path is None:
+        return Location(f"<entry point {ep.name}>", 1, 1)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return Location(str(path), 1, 1)
+    section = ""
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if text.startswith("[") and text.endswith("]"):
+            section = text[1:-1].strip()
+        elif section == ENTRY_POINT_GROUP and text.partition("=")[0].strip() == ep.name:
+            return Location(str(path), number, line.index(text) + 1)
+    return Location(str(path), 1, 1)
+
+
+def _entry_points_file(dist: metadata.Distribution | None) -> Path | None:
+    if dist is None:
+        return None
+    for file in dist.files or ():
+        if file.name == "entry_points.txt" and file.parent.name.endswith(".dist-info"):
+            return Path(str(file.locate()))
+    base = getattr(dist, "_path", None)  # a dist-info directory without a RECORD
+    return Path(base) / "entry_points.txt" if base is not None else None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
