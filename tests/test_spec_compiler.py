@@ -357,6 +357,28 @@ async def test_probe_is_called_after_each_action_not_before(flow: CompiledFlow) 
     assert snapshots == [("prepare", 1), ("load", 2), ("note", 3), ("publish", 4), ("finish", 5)]
 
 
+@pytest.mark.parametrize(
+    ("available", "dest", "guard"), [(True, "done", "conditions"), (False, "parked", "unless")]
+)
+async def test_a_finished_cursor_names_the_transition_that_settled_it(
+    flow: CompiledFlow, available: bool, dest: str, guard: str
+) -> None:
+    """What the simulated world reads a hold reason from: the declaration, located."""
+    start = flow.start()
+    assert start.via is None
+    paused = await flow.advance(Ctx(available=available), start, pause_after="load")
+    assert paused.via is not None and paused.via.dest == "fetched"  # where it stopped
+    cursor = await flow.advance(Ctx(available=available), start)
+    assert cursor.finished and cursor.via is not None
+    assert (cursor.via.source, cursor.via.dest) == ("fetched", dest)
+    transition = cursor.via.transition
+    assert transition is not None
+    assert [ref.name for ref in getattr(transition, guard)] == ["ready"]
+    lines = TOY_FLOW.splitlines()
+    declared = next(n for n, line in enumerate(lines, 1) if f"dest: {dest}" in line)
+    assert transition.location.line == declared
+
+
 async def test_failing_action_stops_the_flow_and_propagates(flow: CompiledFlow) -> None:
     ctx = Ctx(available=True, explode=True)
     seen: list[str] = []
