@@ -55,11 +55,11 @@ def test_table_shows_every_decision_of_the_walkthrough(
         (2, 0, "run", f"{rid}1 (A): admitted full -> build"),
         (6, 0, "run", f"{rid}2 (B): superseded by {rid}4"),
         (6, 0, "run", f"{rid}3 (C): superseded by {rid}4"),
-        (6, 0, "run", f"{rid}4 (D): held (gate closed or not yet stamped)"),
+        (6, 0, "run", f"{rid}4 (D): held (gate_closed)"),
         (9, 0, "run", "nothing due"),
         (11, 1000, "run", f"{rid}4 (D): superseded by {rid}6"),
         (11, 1000, "run", f"{rid}5 (E): superseded by {rid}6"),
-        (11, 1000, "run", f"{rid}6 (F): held (gate closed or not yet stamped)"),
+        (11, 1000, "run", f"{rid}6 (F): held (gate_closed)"),
         (12, 1000, "complete A succeeded", f"{rid}1 succeeded; in_flight=0"),
         (14, 2000, "run", f"{rid}6 (F): admitted incremental_since_green base A -> build"),
     ]
