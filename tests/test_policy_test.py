@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
 from pathlib import Path
 
 import pytest
+from check_mutants.mutants import write_mutant
 from fixture_policy import CONFIG, MACHINES, copy_policy
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
@@ -115,6 +118,49 @@ def test_every_check_can_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     code, out, err = run_test(capsys, str(write(tmp_path, "ok.yaml", text)), *POLICY)
     assert (code, out) == (0, ""), err
     assert err.splitlines()[-1] == "1 passed, 0 failed"
+
+
+# --- the worked example of docs/testing-policy.md, on the shipped policy ------------------
+
+DOC = ROOT / "docs" / "testing-policy.md"
+
+
+def _doc_blocks(kind: str, section: str = "") -> list[str]:
+    text = DOC.read_text(encoding="utf-8")
+    if section:
+        text = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{kind}\n(.*?)```", text, re.S)
+
+
+def test_the_worked_example_prints_what_the_docs_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [timeline] = _doc_blocks("yaml", "A worked example")
+    passing, failing = _doc_blocks("console", "A worked example")
+    (tmp_path / "tests" / "timelines").mkdir(parents=True)
+    write(tmp_path / "tests" / "timelines", "two_slots.yaml", timeline)
+    shutil.copytree(ROOT / "machines", tmp_path / "machines")
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    no_gate = write_mutant("no_gate", tmp_path / "no_gate")
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", str(no_gate)]) == 0  # "the machine still validates"
+    for session, machines in ((passing, "machines"), (failing, str(no_gate))):
+        command, *shown = session.splitlines()
+        args = shlex.split(command.removeprefix("$ "))
+        assert args[:2] == ["stovepipe-fsm", "test"]
+        code, out, err = run_test(capsys, *args[2:], "--machines", machines)
+        assert out.splitlines() + err.splitlines() == shown
+        assert code == (0 if session is passing else 1)
+    # The located error shown for a misspelt state, on the same timeline.
+    [shown] = [b for b in _doc_blocks("text", "Expect steps") if "acepted" in b]
+    write(
+        tmp_path / "tests" / "timelines",
+        "two_slots.yaml",
+        timeline.replace("state: accepted", "state: acepted"),
+    )
+    code, out, err = run_test(capsys, "tests/timelines/two_slots.yaml")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[0] == shown.strip()
 
 
 # --- every kind of check, failing --------------------------------------------------------
