@@ -1,7 +1,8 @@
 """The checker fails when the policy is wrong: every mutant yields a counterexample that
 the simulator replays into the same broken state.
 
-Each mutant is a copy of ``machines/`` with one plausible mistake (``check_mutants``).
+Each mutant is a copy of the tests' own machines (``tests/fixtures``) with one plausible
+mistake (``check_mutants``); every run here uses that policy, never the shipped one.
 For each: ``check`` exits 1 naming the expected invariant, writes a timeline, and that
 timeline - loaded by the simulator's own loader and replayed by its own step function
 - breaks the same invariant at its last step, checked twice: by ``replay`` and by
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from check_mutants.mutants import MUTANTS, write_mutant
+from fixture_policy import CONFIG, MACHINES
 
 from stovepipe_fsm.apps.check.invariants import Rules, check_edge, check_state
 from stovepipe_fsm.apps.check.observe import observe
@@ -46,14 +48,18 @@ def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``check`` on the fixture config, and on the fixture machines unless others are named."""
     capsys.readouterr()
-    code = main(["check", *args])
+    policy = ["--config", str(CONFIG)]
+    if "--machines" not in args:
+        policy += ["--machines", str(MACHINES)]
+    code = main(["check", *args, *policy])
     return code, capsys.readouterr().out
 
 
 def simulated_violation(timeline: Timeline, machines, rules: Rules) -> str:  # type: ignore[no-untyped-def]
     """The invariant broken by ``simulate``'s end state (edge ones: last step's pair)."""
-    store = load_policy_store("config/queues.yaml")
+    store = load_policy_store(str(CONFIG))
     end = observe(simulate(timeline, machines, store).world)
     before_last = replace(timeline, steps=timeline.steps[:-1])
     pre = observe(simulate(before_last, machines, store).world)
@@ -87,7 +93,7 @@ def test_mutant_yields_a_replayable_counterexample(
     assert timeline.config == {"max_concurrent": 1, "gate_wait_delay_ms": 5000, "max_attempts": 2}
     assert timeline.history["R"] == ("A1",)
     machines = load_process_machines(machines_dir, lint=False)
-    replayed = replay(timeline, machines, load_policy_store("config/queues.yaml"))
+    replayed = replay(timeline, machines, load_policy_store(str(CONFIG)))
     assert replayed.violation is not None
     assert replayed.violation.invariant == invariant
     assert replayed.step == len(timeline.steps)
@@ -103,12 +109,12 @@ def test_mutant_yields_a_replayable_counterexample(
     assert f"invariant {invariant} is broken" in stdout
 
 
-def test_the_same_traces_are_clean_on_the_shipped_machines(
+def test_the_same_traces_are_clean_on_the_unmutated_machines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A counterexample is about the mutation, not an artefact of the trace."""
-    shipped = load_process_machines(ROOT / "machines")
-    store = load_policy_store("config/queues.yaml")
+    unmutated = load_process_machines(MACHINES)
+    store = load_policy_store(str(CONFIG))
     for name in sorted(EXPECTED):
         out = tmp_path / f"{name}.yaml"
         machines_dir = write_mutant(name, tmp_path / name)
@@ -116,7 +122,7 @@ def test_the_same_traces_are_clean_on_the_shipped_machines(
             capsys, "--machines", str(machines_dir), "--no-lint", "--out", str(out), *SMALL
         )
         assert code == 1
-        assert replay(load_timeline(out), shipped, store).violation is None, name
+        assert replay(load_timeline(out), unmutated, store).violation is None, name
 
 
 def test_publish_before_persist_is_caught_at_the_crash_between_them(
@@ -130,7 +136,7 @@ def test_publish_before_persist_is_caught_at_the_crash_between_them(
     world = replay(
         load_timeline(out),
         load_process_machines(machines_dir, lint=False),
-        load_policy_store("config/queues.yaml"),
+        load_policy_store(str(CONFIG)),
     ).world
     (request,) = world.requests.snapshot()
     assert request.state == "accepted"
@@ -157,13 +163,14 @@ def test_bare_counter_leaks_a_slot_after_a_crash(
     code, stdout = run_check(capsys, "--bare-counter", "--out", str(out), *SMALL)
     assert code == 1
     assert "invariant idle_counter_exact:" in stdout
-    assert f"replay: stovepipe-fsm check --replay {out} --bare-counter" in stdout
+    policy = f"--machines {MACHINES} --config {CONFIG}"
+    assert f"replay: stovepipe-fsm check --replay {out} {policy} --bare-counter" in stdout
     timeline = load_timeline(out)
     kinds = [step.kind for step in timeline.steps]
     assert kinds == ["ingest", "crash", "deliver", "dead_letter", "deliver"]
     assert timeline.steps[1].value == "after_claim_slot"
-    machines = load_process_machines(ROOT / "machines")
-    store = load_policy_store("config/queues.yaml")
+    machines = load_process_machines(MACHINES)
+    store = load_policy_store(str(CONFIG))
     leaked = replay(timeline, machines, store, variant=Variant(bare_counter=True))
     assert leaked.violation is not None and leaked.violation.invariant == "idle_counter_exact"
     assert leaked.world.queues.snapshot()[0].in_flight_count == 1
@@ -189,8 +196,8 @@ def test_bare_counter_wedges_the_queue_after_a_crash(
         "crash after_claim_slot",
         "deliver",
     ]
-    machines = load_process_machines(ROOT / "machines")
-    store = load_policy_store("config/queues.yaml")
+    machines = load_process_machines(MACHINES)
+    store = load_policy_store(str(CONFIG))
     wedged = replay(timeline, machines, store, variant=Variant(bare_counter=True))
     assert wedged.violation is not None and wedged.violation.invariant == "progress"
     assert "request/monorepo/main/1 (A1)" in wedged.violation.detail

@@ -1,7 +1,8 @@
 """``stovepipe-fsm validate``: the command reviewers and CI run after editing the YAML.
 
-Defects are injected into copies of the shipped files in a temporary directory; the
-command must name every one as ``file:line:column: message`` (or as JSON), exit 1, and
+Defects are injected into a copy of the tests' own policy (``tests/fixtures``, laid out
+like the shipped ``machines/`` and ``config/``) in a temporary directory; the command
+must name every one as ``file:line:column: message`` (or as JSON), exit 1, and
 never show a traceback.
 """
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_policy import copy_policy
 
 from stovepipe_fsm.apps.cli import main
 
@@ -24,11 +26,8 @@ ISSUE_LINE = r"^[^:\s]+:\d+:\d+: .+$"
 
 @pytest.fixture
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the shipped machines and config; the working directory during the test."""
-    for rel in SHIPPED:
-        target = tmp_path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / rel, target)
+    """A copy of the fixture machines and config; the working directory during the test."""
+    copy_policy(tmp_path)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

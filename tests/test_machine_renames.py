@@ -2,19 +2,20 @@
 
 The runtime names no state and no trigger of the request machine; it reads them from
 the machine's ``initial``, ``roles:`` and ``outcomes:``. So renaming every state and
-trigger of ``machines/request.yaml`` (and an outcome, with the timeline that reports
-it) must replay the seed's walkthrough to the same result under the new names, and a
-rename done in one place only must be a ``validate`` error at the line to fix.
+trigger of the request machine (and an outcome, with the timeline that reports it) must
+replay the seed's walkthrough to the same result under the new names, and a rename done
+in one place only must be a ``validate`` error at the line to fix. The renames are made
+in a copy of the tests' own policy (``tests/fixtures``), never the shipped one.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from fixture_policy import CONFIG, MACHINES, copy_policy
 
 from stovepipe_fsm.apps.cli import main
 
@@ -69,9 +70,7 @@ def rename_request_machine(text: str, *, outcomes: dict[str, str]) -> str:
 
 @pytest.fixture
 def policy(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "machines", tmp_path / "machines")
-    shutil.copytree(ROOT / "config", tmp_path / "config")
-    return tmp_path
+    return copy_policy(tmp_path)
 
 
 def simulate_json(
@@ -103,11 +102,11 @@ def test_a_consistent_rename_replays_the_walkthrough_to_the_same_result(
     assert main(["validate", str(policy / "machines")]) == 0
     capsys.readouterr()
 
-    shipped = simulate_json(capsys, WALKTHROUGH, ROOT / "machines", ROOT / "config" / "queues.yaml")
+    unrenamed = simulate_json(capsys, WALKTHROUGH, MACHINES, CONFIG)
     renamed_run = simulate_json(
         capsys, timeline, policy / "machines", policy / "config" / "queues.yaml"
     )
-    expected = json.loads(renamed(json.dumps(shipped), STATES))
+    expected = json.loads(renamed(json.dumps(unrenamed), STATES))
     assert renamed_run == expected
     states = {r["state"] for r in renamed_run["requests"]}  # type: ignore[index]
     assert states == {"green", "skipped", "building"}

@@ -1,9 +1,10 @@
 """The YAML machines drive the process stage: edit the file, the behaviour changes.
 
-Each test copies the shipped ``machines/`` directory, makes one edit, compiles it with
-``load_process_machines(dir, lint=False)`` (lint would rightly refuse some of these) and
-replays the same scenario on both. If the controller branched around the machine, the
-edited copy would behave like the shipped one and these tests would fail.
+Each test copies the tests' own machines (``tests/fixtures/machines``, which began as
+the shipped ones), makes one edit, compiles it with ``load_process_machines(dir,
+lint=False)`` (lint would rightly refuse some of these) and replays the same scenario on
+both. If the controller branched around the machine, the
+edited copy would behave like the unedited one and these tests would fail.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fixture_policy import MACHINES
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import QueueConfig
@@ -19,8 +21,6 @@ from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 from stovepipe_fsm.simulation.world import World
 from stovepipe_fsm.spec.errors import SpecError
 
-ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "machines"
 Q = "monorepo/main"
 
 STALE_TRANSITION = """\
@@ -34,9 +34,9 @@ STALE_TRANSITION = """\
 
 
 def edited(tmp_path: Path, file: str, *edits: tuple[str, str]) -> Path:
-    """A copy of the shipped machines with ``old -> new`` applied to ``file``."""
+    """A copy of the fixture machines with ``old -> new`` applied to ``file``."""
     target = tmp_path / "machines"
-    shutil.copytree(SHIPPED, target)
+    shutil.copytree(MACHINES, target)
     path = target / file
     text = path.read_text()
     for old, new in edits:
@@ -68,8 +68,8 @@ def backlog_of_two(machines: ProcessMachines) -> World:
     return w
 
 
-def test_shipped_machine_supersedes_the_stale_head() -> None:
-    w = backlog_of_two(load_process_machines(SHIPPED))
+def test_unedited_machine_supersedes_the_stale_head() -> None:
+    w = backlog_of_two(load_process_machines(MACHINES))
     assert states(w) == ["superseded", "processing"]
     assert [p.request_id for p in w.published.builds()] == [f"request/{Q}/2"]
 
@@ -98,14 +98,14 @@ def test_announce_after_publish_in_yaml_reorders_the_publishes(tmp_path: Path) -
             "after: [mark_processing, release_lost_claim, publish_build, announce, ack]",
         ),
     )
-    shipped, reordered = (
-        world(load_process_machines(SHIPPED)),
+    unedited, reordered = (
+        world(load_process_machines(MACHINES)),
         world(load_process_machines(directory, lint=False)),
     )
-    for w in (shipped, reordered):
+    for w in (unedited, reordered):
         w.ingest(Q, "A")
         drain(w)
-    assert [r.kind for r in shipped.published.records] == ["process", "hook", "build"]
+    assert [r.kind for r in unedited.published.records] == ["process", "hook", "build"]
     assert [r.kind for r in reordered.published.records] == ["process", "build", "hook"]
 
 

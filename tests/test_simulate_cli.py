@@ -53,15 +53,18 @@ def test_table_shows_every_decision_of_the_walkthrough(
     rid = "request/monorepo/main/"
     expected = [
         (2, 0, "run", f"{rid}1 (A): admitted full -> build"),
-        (6, 0, "run", f"{rid}2 (B): superseded by {rid}4"),
-        (6, 0, "run", f"{rid}3 (C): superseded by {rid}4"),
-        (6, 0, "run", f"{rid}4 (D): held (gate closed or not yet stamped)"),
-        (9, 0, "run", "nothing due"),
-        (11, 1000, "run", f"{rid}4 (D): superseded by {rid}6"),
-        (11, 1000, "run", f"{rid}5 (E): superseded by {rid}6"),
-        (11, 1000, "run", f"{rid}6 (F): held (gate closed or not yet stamped)"),
-        (12, 1000, "complete A succeeded", f"{rid}1 succeeded; in_flight=0"),
-        (14, 2000, "run", f"{rid}6 (F): admitted incremental_since_green base A -> build"),
+        (3, 0, "expect request A", "ok (state, strategy, base)"),
+        (7, 0, "run", f"{rid}2 (B): superseded by {rid}4"),
+        (7, 0, "run", f"{rid}3 (C): superseded by {rid}4"),
+        (7, 0, "run", f"{rid}4 (D): held (gate_closed)"),
+        (10, 0, "expect request D", "ok (state, holds, hold_reason)"),
+        (11, 0, "expect queue monorepo/main", "ok (in_flight, latest, builds)"),
+        (14, 0, "run", "nothing due"),
+        (17, 1000, "run", f"{rid}4 (D): superseded by {rid}6"),
+        (17, 1000, "run", f"{rid}5 (E): superseded by {rid}6"),
+        (17, 1000, "run", f"{rid}6 (F): held (gate_closed)"),
+        (21, 1000, "complete A succeeded", f"{rid}1 succeeded; in_flight=0"),
+        (25, 2000, "run", f"{rid}6 (F): admitted incremental_since_green base A -> build"),
     ]
     for row in expected:
         assert row in rows, f"missing row {row}\n{out}"
@@ -80,6 +83,7 @@ def test_table_ends_with_the_final_state(capsys: pytest.CaptureFixture[str]) -> 
     assert re.search(r"request/monorepo/main/1\s+A\s+succeeded\s+full\s+-", final)
     assert "monorepo/main: in_flight=1 last_green=A latest=request/monorepo/main/6" in final
     assert "holds: 2; pending: 0" in final
+    assert final.rstrip().endswith("expectations: 33 passed, 0 failed")
 
 
 def test_table_shows_crash_retry_and_redelivery(
@@ -160,7 +164,9 @@ def test_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = simulate([str(WALKTHROUGH), "--json"], capsys)
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"requests", "queues", "builds", "hooks", "holds", "pending"}
+    plain = {"requests", "queues", "builds", "hooks", "holds", "pending"}
+    assert set(doc) == {*plain, "expectations"}  # the walkthrough carries expect steps
+    assert doc["expectations"] == {"passed": 33, "failed": []}
 
 
 BAD_TIMELINES = {

@@ -1,20 +1,21 @@
 """The compiler: lifecycle steps with derived slot effects, and the flow driver.
 
-The lifecycle tests run the shipped ``request.yaml``, so they pin the slot rules the
-process stage relies on (admit takes a slot; every way into a terminal state releases
-it). The flow tests use a tiny machine with sync and async actions to pin the driver's
-contract: conditions see what earlier actions loaded, actions run in the written order
-after the machine decided, a probe sees each action, and a cycle hits the step budget.
+The lifecycle tests run the tests' copy of ``request.yaml`` (``tests/fixtures``), so
+they pin the slot rules the process stage relies on (admit takes a slot; every way into a
+terminal state releases it). The flow tests use a tiny machine with sync and async
+actions to pin the driver's contract: conditions see what earlier actions loaded,
+actions run in the written order after the machine decided, a probe sees each action,
+and a cycle hits the step budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fixture_policy import MACHINES
 
 from stovepipe_fsm.domain.errors import Retryable, StovepipeError
 from stovepipe_fsm.process.catalog import REGISTRIES, REQUEST
@@ -32,9 +33,6 @@ from stovepipe_fsm.spec.model import MachineSpec
 from stovepipe_fsm.spec.registry import Registry
 from stovepipe_fsm.spec.yaml_source import parse_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-MACHINES = ROOT / "machines"
-
 
 def spec_of(text: str) -> MachineSpec:
     return parse_machine(parse_yaml(text, "m.yaml"))
@@ -45,7 +43,7 @@ def request_machine() -> CompiledLifecycle:
     return CompiledLifecycle(load_machine(MACHINES / "request.yaml", REGISTRIES), REQUEST)
 
 
-# --- lifecycle: the shipped request machine ------------------------------------------
+# --- lifecycle: the request machine (the tests' copy) ---------------------------------
 
 # (source, trigger) -> (dest, takes_slot, releases_slot)
 REQUEST_STEPS = {
@@ -357,6 +355,28 @@ async def test_probe_is_called_after_each_action_not_before(flow: CompiledFlow) 
     assert snapshots == [("prepare", 1), ("load", 2), ("note", 3), ("publish", 4), ("finish", 5)]
 
 
+@pytest.mark.parametrize(
+    ("available", "dest", "guard"), [(True, "done", "conditions"), (False, "parked", "unless")]
+)
+async def test_a_finished_cursor_names_the_transition_that_settled_it(
+    flow: CompiledFlow, available: bool, dest: str, guard: str
+) -> None:
+    """What the simulated world reads a hold reason from: the declaration, located."""
+    start = flow.start()
+    assert start.via is None
+    paused = await flow.advance(Ctx(available=available), start, pause_after="load")
+    assert paused.via is not None and paused.via.dest == "fetched"  # where it stopped
+    cursor = await flow.advance(Ctx(available=available), start)
+    assert cursor.finished and cursor.via is not None
+    assert (cursor.via.source, cursor.via.dest) == ("fetched", dest)
+    transition = cursor.via.transition
+    assert transition is not None
+    assert [ref.name for ref in getattr(transition, guard)] == ["ready"]
+    lines = TOY_FLOW.splitlines()
+    declared = next(n for n, line in enumerate(lines, 1) if f"dest: {dest}" in line)
+    assert transition.location.line == declared
+
+
 async def test_failing_action_stops_the_flow_and_propagates(flow: CompiledFlow) -> None:
     ctx = Ctx(available=True, explode=True)
     seen: list[str] = []
@@ -445,7 +465,7 @@ async def test_flow_with_a_dead_end_fails_clearly_when_lint_is_bypassed() -> Non
         await CompiledFlow(spec, SPIN).run({"busy": False, "ticks": 0})
 
 
-async def test_shipped_gate_flow_compiles_with_one_trigger_per_open_state() -> None:
+async def test_gate_flow_compiles_with_one_trigger_per_open_state() -> None:
     spec = load_machine(MACHINES / "queue_gate.yaml", REGISTRIES)
     compiled = CompiledFlow(spec, REGISTRIES["queue_gate"])
     assert set(compiled.trigger_for) == set(spec.state_names) - spec.terminal_states

@@ -1,9 +1,11 @@
 """Semantic lint: one broken machine per rule, each reported at the line to edit.
 
-Most cases are copies of the shipped machines with one realistic edit (the kind of
-change a reviewer would make in a pull request), so the tests also prove lint catches
-mistakes in the real tables, not only in toy ones. A test parses the rule list out of
-``spec/lint.py``'s docstring so a new rule without a case here fails the suite.
+Most cases are copies of the tests' own machines (``tests/fixtures/machines``, which
+began as the shipped ones) with one realistic edit (the kind of change a reviewer would
+make in a pull request), so the tests also prove lint catches mistakes in real tables,
+not only in toy ones. A test parses the rule list out of ``spec/lint.py``'s docstring so
+a new rule without a case here fails the suite. The messages docs/machines.md quotes
+are checked against the same edits of the shipped machines, whose lines it cites.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fixture_policy import GATE_YAML, MACHINES, REQUEST_YAML
 
 from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
 from stovepipe_fsm.spec import lint as lint_module
@@ -23,9 +26,9 @@ from stovepipe_fsm.spec.registry import Registry
 from stovepipe_fsm.spec.yaml_source import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-MACHINES = ROOT / "machines"
-REQUEST = (MACHINES / "request.yaml").read_text(encoding="utf-8")
-GATE = (MACHINES / "queue_gate.yaml").read_text(encoding="utf-8")
+SHIPPED = ROOT / "machines"
+REQUEST = REQUEST_YAML.read_text(encoding="utf-8")
+GATE = GATE_YAML.read_text(encoding="utf-8")
 NAME = "m.yaml"
 
 
@@ -131,18 +134,20 @@ def test_toy_machines_are_clean() -> None:
     assert lint_text(flow, TOYS) == []
 
 
-# --- the shipped machines ------------------------------------------------------------
+# --- the machines the cases edit, and the shipped ones --------------------------------
 
 
+@pytest.mark.parametrize("directory", [MACHINES, SHIPPED], ids=["fixture", "shipped"])
 @pytest.mark.parametrize("filename", ["request.yaml", "queue_gate.yaml"])
-def test_shipped_machines_lint_clean_against_the_registries(filename: str) -> None:
-    spec = load_machine(MACHINES / filename, lint=False)
+def test_machines_lint_clean_against_the_registries(directory: Path, filename: str) -> None:
+    spec = load_machine(directory / filename, lint=False)
     assert lint_machine(spec, REGISTRIES) == []
     assert lint_machine(spec, None) == []
 
 
-def test_shipped_machines_load_and_compile() -> None:
-    machines = load_process_machines(MACHINES)
+@pytest.mark.parametrize("directory", [MACHINES, SHIPPED], ids=["fixture", "shipped"])
+def test_machines_load_and_compile(directory: Path) -> None:
+    machines = load_process_machines(directory)
     assert machines.request.spec.name == "request"
     assert machines.queue_gate.spec.name == "queue_gate"
 
@@ -164,7 +169,8 @@ class Case:
     also: frozenset[str] = frozenset()  # rules the same edit rightly triggers as well
 
 
-def _cases() -> list[Case]:
+def _cases(request: str, gate: str) -> list[Case]:
+    """One case per rule, built on ``request`` and ``gate`` (the texts of the two machines)."""
     cases: list[Case] = []
 
     def add(
@@ -179,7 +185,7 @@ def _cases() -> list[Case]:
     ) -> None:
         cases.append(Case(id, rule, text, line, fragment, registries, column, also))
 
-    text = edit(REQUEST, "  - name: cancelled\n", "  - name: accepted\n  - name: cancelled\n")
+    text = edit(request, "  - name: cancelled\n", "  - name: accepted\n  - name: cancelled\n")
     add(
         "duplicate-state",
         "duplicate-state",
@@ -188,7 +194,7 @@ def _cases() -> list[Case]:
         f"state 'accepted' is declared twice (first at line {line_of(text, '- name: accepted')})",
     )
 
-    text = edit(REQUEST, "    dest: cancelled\n", "    dest: canceled\n")
+    text = edit(request, "    dest: cancelled\n", "    dest: canceled\n")
     add(
         "undeclared-dest",
         "undeclared-state",
@@ -197,7 +203,7 @@ def _cases() -> list[Case]:
         "state 'canceled' is not declared; declared states: accepted, processing,",
         column=len("    dest: ") + 1,
     )
-    text = edit(REQUEST, "initial: accepted\n", "initial: ingested\n")
+    text = edit(request, "initial: accepted\n", "initial: ingested\n")
     add(
         "undeclared-initial",
         "undeclared-state",
@@ -206,7 +212,7 @@ def _cases() -> list[Case]:
         "state 'ingested' is not declared",
     )
 
-    text = edit(REQUEST, "name: request\n", "name: requests\n")
+    text = edit(request, "name: request\n", "name: requests\n")
     add(
         "unknown-machine",
         "unknown-machine",
@@ -216,7 +222,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        GATE,
+        gate,
         "    dest: loaded\n    after: load_request\n",
         "    dest: loaded\n    after: load_requests\n",
     )
@@ -229,7 +235,7 @@ def _cases() -> list[Case]:
         "registered actions: ack, announce,",
         column=len("    after: ") + 1,
     )
-    text = edit(GATE, "    conditions: gate_closed\n", "    conditions: gate_shut\n")
+    text = edit(gate, "    conditions: gate_closed\n", "    conditions: gate_shut\n")
     add(
         "unregistered-condition",
         "unregistered",
@@ -241,7 +247,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        REQUEST,
+        request,
         "  - trigger: fail_closed\n    source: [accepted, processing]\n    dest: failed\n"
         "    description: dead-letter reconciler forces a conservative outcome\n",
         "",
@@ -255,7 +261,7 @@ def _cases() -> list[Case]:
         "declared triggers: admit, supersede, succeed, fail, cancel",
         column=column_of(text, line_of(text, "dead_letter: fail_closed"), "fail_closed"),
     )
-    text = edit(REQUEST, "  dead_letter: fail_closed", "  # dead_letter: fail_closed")
+    text = edit(request, "  dead_letter: fail_closed", "  # dead_letter: fail_closed")
     add(
         "missing-role",
         "missing-role",
@@ -265,7 +271,7 @@ def _cases() -> list[Case]:
         "reconciler fires it to end a request whose delivery gave up): name the trigger that "
         "plays it",
     )
-    text = edit(REQUEST, "  dead_letter: fail_closed", "  dead_letter: fail_closed\n  retry: admit")
+    text = edit(request, "  dead_letter: fail_closed", "  dead_letter: fail_closed\n  retry: admit")
     add(
         "unknown-role",
         "unknown-role",
@@ -275,7 +281,7 @@ def _cases() -> list[Case]:
         "dead_letter, supersede",
         column=3,
     )
-    text = edit(REQUEST, "  supersede: supersede ", "  supersede: succeed ")
+    text = edit(request, "  supersede: supersede ", "  supersede: succeed ")
     add(
         "role-from-initial",
         "role-shape",
@@ -286,7 +292,7 @@ def _cases() -> list[Case]:
         column=column_of(text, line_of(text, "supersede: succeed"), "succeed"),
     )
     text = edit(
-        REQUEST, "  cancelled: {trigger: cancel}", "  cancelled: {trigger: cancel, green: true}"
+        request, "  cancelled: {trigger: cancel}", "  cancelled: {trigger: cancel, green: true}"
     )
     add(
         "two-green-outcomes",
@@ -298,7 +304,7 @@ def _cases() -> list[Case]:
         column=3,
     )
 
-    text = edit(GATE, "    default: 1\n", "    default: 0\n")
+    text = edit(gate, "    default: 1\n", "    default: 0\n")
     add(
         "parameter-default",
         "parameter-default",
@@ -308,8 +314,8 @@ def _cases() -> list[Case]:
         "the minimum of 1",
         column=column_of(text, line_of(text, "    default: 0"), "0"),
     )
-    gate_wait = GATE[GATE.index("  gate_wait_delay_ms:\n") : GATE.index("states:\n")]
-    text = edit(GATE, gate_wait, "")
+    gate_wait = gate[gate.index("  gate_wait_delay_ms:\n") : gate.index("states:\n")]
+    text = edit(gate, gate_wait, "")
     add(
         "undeclared-parameter",
         "undeclared-parameter",
@@ -320,7 +326,7 @@ def _cases() -> list[Case]:
         column=column_of(text, line_of(text, "after: hold"), "hold"),
     )
 
-    text = edit(REQUEST, "kind: lifecycle\n", "kind: flow\n")
+    text = edit(request, "kind: lifecycle\n", "kind: flow\n")
     add(
         "wrong-kind",
         "wrong-kind",
@@ -362,7 +368,7 @@ def _cases() -> list[Case]:
         TOYS,
         column=column_of(text, line_of(text, "trigger: reopen"), "closed"),
     )
-    text = edit(REQUEST, "    source: [accepted, processing]\n", "    source: '*'\n")
+    text = edit(request, "    source: [accepted, processing]\n", "    source: '*'\n")
     add(
         "terminal-exit-wildcard",
         "terminal-exit",
@@ -373,7 +379,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        GATE,
+        gate,
         "    conditions: gate_closed\n    after: hold\n",
         "    conditions: gate_closed\n    unless: gate_closed\n    after: hold\n",
     )
@@ -386,7 +392,7 @@ def _cases() -> list[Case]:
         also=frozenset({"flow-exhaustive"}),  # nothing leaves 'latest' when the gate is closed
     )
 
-    text = edit(GATE, "    unless: slot_conflict\n", "")
+    text = edit(gate, "    unless: slot_conflict\n", "")
     add(
         "nondeterministic",
         "nondeterministic",
@@ -398,7 +404,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        REQUEST,
+        request,
         "  - name: cancelled\n    terminal: true\n",
         "  - name: cancelled\n    terminal: true\n    holds_slot: true\n",
     )
@@ -411,7 +417,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        GATE,
+        gate,
         "    after: [publish_build, ack]\n",
         "    after: [publish_build, ack]\n"
         "  - trigger: ack_only\n    source: reannounced\n    dest: acked\n    after: ack\n",
@@ -426,7 +432,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        GATE,
+        gate,
         "    unless: gate_closed\n",
         "    conditions: request_is_processing\n    unless: gate_closed\n",
     )
@@ -439,7 +445,7 @@ def _cases() -> list[Case]:
         "request_is_processing=false; the delivery would stop there",
     )
 
-    text = edit(GATE, "    after: [supersede, ack]\n", "    after: supersede\n")
+    text = edit(gate, "    after: [supersede, ack]\n", "    after: supersede\n")
     add(
         "flow-finish-missing",
         "flow-finish",
@@ -447,7 +453,7 @@ def _cases() -> list[Case]:
         line_of(text, "trigger: coalesce", 1),
         "transition into terminal state 'acked' must end with exactly one finishing action",
     )
-    text = edit(GATE, "    after: [supersede, ack]\n", "    after: [ack, supersede]\n")
+    text = edit(gate, "    after: [supersede, ack]\n", "    after: [ack, supersede]\n")
     add(
         "flow-finish-not-last",
         "flow-finish",
@@ -456,7 +462,7 @@ def _cases() -> list[Case]:
         "must end with exactly one finishing action (ack or hold) as its last action",
     )
     text = edit(
-        GATE,
+        gate,
         "    dest: loaded\n    after: load_request\n",
         "    dest: loaded\n    after: [load_request, ack]\n",
     )
@@ -470,7 +476,7 @@ def _cases() -> list[Case]:
     )
 
     text = edit(
-        GATE,
+        gate,
         "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
         "    after: [publish_build, mark_processing, release_lost_claim, announce, ack]\n",
     )
@@ -486,7 +492,7 @@ def _cases() -> list[Case]:
         column=len("    after: [") + 1,
     )
     text = edit(
-        GATE,
+        gate,
         "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
         "    after: [mark_processing, release_lost_claim, publish_build, announce, ack]\n",
     )
@@ -531,7 +537,7 @@ def _cases() -> list[Case]:
         column=len("  - ") + 1,
     )
     text = edit(
-        GATE,
+        gate,
         "    after: [mark_processing, release_lost_claim, announce, publish_build, ack]\n",
         "    after: [announce, mark_processing, release_lost_claim, publish_build, ack]\n",
     )
@@ -544,7 +550,7 @@ def _cases() -> list[Case]:
         column=len("    after: [") + 1,
     )
     text = edit(
-        GATE,
+        gate,
         "    after: [derive_strategy, claim_slot]\n",
         "    after: [claim_slot, derive_strategy]\n",
     )
@@ -558,7 +564,7 @@ def _cases() -> list[Case]:
     return cases
 
 
-CASES = _cases()
+CASES = _cases(REQUEST, GATE)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -742,12 +748,15 @@ def test_issues_of_several_rules_are_reported_together() -> None:
 # --- the reference in docs/machines.md -----------------------------------------------
 
 DOC = ROOT / "docs" / "machines.md"
+# The reference quotes file:line of the shipped machines: these checks are about them.
+SHIPPED_REQUEST = (SHIPPED / "request.yaml").read_text(encoding="utf-8")
+SHIPPED_GATE = (SHIPPED / "queue_gate.yaml").read_text(encoding="utf-8")
 
 
 def _display_name(case: Case) -> str:
-    if case.text.startswith(REQUEST.splitlines()[0]):
+    if case.text.startswith(SHIPPED_REQUEST.splitlines()[0]):
         return "machines/request.yaml"
-    if case.text.startswith(GATE.splitlines()[0]):
+    if case.text.startswith(SHIPPED_GATE.splitlines()[0]):
         return "machines/queue_gate.yaml"
     return "toy.yaml"
 
@@ -768,10 +777,11 @@ def test_every_message_shown_in_the_lint_reference_is_what_lint_prints() -> None
         for block in re.findall(r"```text\n(.*?)```", section, re.S)
         for line in block.splitlines()
     ]
+    shipped_cases = _cases(SHIPPED_REQUEST, SHIPPED_GATE)
     printed = {
         f"{_display_name(case)}:{i.location.line}:{i.location.column}: {i.message}"
-        for case in CASES
+        for case in shipped_cases
         for i in lint_text(case.text, case.registries)
     }
-    assert len(shown) >= len({c.rule for c in CASES})
+    assert len(shown) >= len({c.rule for c in shipped_cases})
     assert [line for line in shown if line not in printed] == []

@@ -18,6 +18,10 @@ slot claim is idempotent per request, Request writes are compare-and-set, and th
 event's id is derived from the admission, so a crash at any point and a redelivery
 converge on the same durable outcome.
 
+``decide`` is ``handle`` with the flow transition that settled the delivery: the
+simulated world records from it why a delivery was held (the conditions of the
+transition into the held state), for the timelines that expect a hold reason.
+
 ``begin``/``resume`` run the same flow in two halves, stopping after a named action: a
 delivery held half-done while other deliveries of its queue run is what a stale ack
 allows on JetStream (``docs/jetstream.md``, fact H), and ``check`` explores it that way.
@@ -29,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from ..ports.delivery import Delivery
-from ..spec.compiler import FlowCursor, Probe
+from ..spec.compiler import FlowCursor, Probe, Step
 from .catalog import ProcessMachines
 from .context import DeliveryContext
 from .services import StageServices
@@ -47,6 +51,14 @@ class PausedDelivery:
     cursor: FlowCursor
 
 
+@dataclass(frozen=True)
+class Decision:
+    """How a delivery ended: what settled it (acked|held) and the transition that did."""
+
+    outcome: str
+    via: Step | None
+
+
 class ProcessController:
     """Runs deliveries through the compiled ``queue_gate`` flow on fixed services."""
 
@@ -59,31 +71,43 @@ class ProcessController:
         ctx = DeliveryContext(self.services, delivery, delivery.request_id)
         started = time.perf_counter()
         await self.machines.queue_gate.run(ctx, probe=probe)
+        self._observe(ctx, started)
+        return ctx.outcome
+
+    async def decide(self, delivery: Delivery, *, probe: Probe | None = None) -> Decision:
+        """:meth:`handle`, answering the flow transition that settled the delivery too."""
+        ctx = DeliveryContext(self.services, delivery, delivery.request_id)
+        started = time.perf_counter()
+        flow = self.machines.queue_gate
+        cursor = await flow.advance(ctx, flow.start(), probe=probe)
+        self._observe(ctx, started)
+        return Decision(ctx.outcome, cursor.via)
+
+    def _observe(self, ctx: DeliveryContext, started: float) -> None:
         metrics = self.services.metrics
         metrics.observe_latency((time.perf_counter() - started) * 1000.0)
-        metrics.count(f"deliveries_{ctx.outcome}", delivery.queue)
-        return ctx.outcome
+        metrics.count(f"deliveries_{ctx.outcome}", ctx.delivery.queue)
 
     async def begin(
         self, delivery: Delivery, *, pause_after: str, probe: Probe | None = None
-    ) -> PausedDelivery | str:
-        """Run ``delivery`` until the action ``pause_after`` has run; the outcome if it
+    ) -> PausedDelivery | Decision:
+        """Run ``delivery`` until the action ``pause_after`` has run; the decision if it
         finished without reaching that action."""
         ctx = DeliveryContext(self.services, delivery, delivery.request_id)
         return await self._advance(ctx, self.machines.queue_gate.start(), pause_after, probe)
 
     async def resume(
         self, paused: PausedDelivery, *, probe: Probe | None = None
-    ) -> PausedDelivery | str:
+    ) -> PausedDelivery | Decision:
         """Run the rest of a paused delivery to the end of its flow."""
         return await self._advance(paused.ctx, paused.cursor, "", probe)
 
     async def _advance(
         self, ctx: DeliveryContext, cursor: FlowCursor, pause_after: str, probe: Probe | None
-    ) -> PausedDelivery | str:
+    ) -> PausedDelivery | Decision:
         flow = self.machines.queue_gate
         cursor = await flow.advance(ctx, cursor, pause_after=pause_after, probe=probe)
         if not cursor.finished:
             return PausedDelivery(ctx, cursor)
         self.services.metrics.count(f"deliveries_{ctx.outcome}", ctx.delivery.queue)
-        return ctx.outcome
+        return Decision(ctx.outcome, cursor.via)

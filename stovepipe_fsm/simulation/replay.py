@@ -1,4 +1,10 @@
-"""Replay a :class:`Timeline` on a :class:`World`, recording a readable log."""
+"""Replay a :class:`Timeline` on a :class:`World`, recording a readable log.
+
+Steps that act change the world; ``expect`` steps only read it (:mod:`.expectations`):
+their results are kept on the :class:`Simulation`, shown as log rows, and counted in
+``simulate --json``. Whether a failed expectation fails a command is the command's call:
+``simulate`` shows it, ``test`` exits 1 on it.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,9 @@ from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
 from ..spec.errors import SpecError, SpecIssue
 from ..views.entities import queue_json, render_requests_and_queues, request_json
+from .expectations import Expectation, Result, evaluate, state_issues
 from .runtime import OverrideConfigStore, run_sync
-from .timeline import Timeline, TimelineStep
+from .timeline import Timeline, TimelineStep, has_expectations
 from .world import DeliveryReport, World
 
 MAX_DELIVERIES_PER_RUN = 10_000
@@ -33,6 +40,12 @@ class LogRow:
 class Simulation:
     world: World
     rows: list[LogRow] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)  # every expect check, in order
+    expects: bool = False  # whether the timeline has expect steps at all
+
+    @property
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if not r.passed]
 
 
 def build_world(
@@ -48,9 +61,25 @@ def build_world(
 
 
 def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
-    """Run every step; a step that cannot apply raises SpecError at its location."""
-    sim = Simulation(build_world(timeline, machines, config))
+    """Run every step; a step that cannot apply raises SpecError at its location.
+
+    Expected states are checked against the request machine before anything runs: a
+    state the machine does not declare is bad input, not a failed expectation.
+    """
+    issues = [
+        issue
+        for step in timeline.steps
+        if step.expect is not None
+        for issue in state_issues(step.expect, machines.request.spec.state_names)
+    ]
+    if issues:
+        raise SpecError(issues)
+    sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
     for number, step in enumerate(timeline.steps, start=1):
+        if step.expect is not None:
+            rows = _check(sim, step.expect)
+            sim.rows += [LogRow(number, sim.world.clock.now_ms(), step.describe(), r) for r in rows]
+            continue
         try:
             results = apply_step(sim.world, step)
         except (StovepipeError, ValueError) as exc:
@@ -59,6 +88,17 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
         for result in results or ["-"]:
             sim.rows.append(LogRow(number, sim.world.clock.now_ms(), step.describe(), result))
     return sim
+
+
+def _check(sim: Simulation, expectation: Expectation) -> list[str]:
+    """Evaluate an expect step; its log rows: one per failed check, one for the rest."""
+    results = evaluate(sim.world, expectation)
+    sim.results += results
+    rows = [f"FAILED {r.message}" for r in results if not r.passed]
+    passed = [r.check.key for r in results if r.passed]
+    if passed:
+        rows.append(f"ok ({', '.join(passed)})")
+    return rows
 
 
 def apply_step(world: World, step: TimelineStep) -> list[str]:
@@ -139,7 +179,7 @@ def explain(world: World, report: DeliveryReport) -> str:
     if request is None:
         return f"{label}: {report.outcome}"
     if report.outcome == "held":
-        return f"{label}: held (gate closed or not yet stamped)"
+        return f"{label}: held ({report.hold_reason or 'no reason recorded'})"
     roles = world.machines.roles
     if request.state in roles.admitted_states:
         if report.state_before in roles.admitted_states:
@@ -162,9 +202,11 @@ def _request(world: World, request_id: str) -> Request | None:
         return None
 
 
-def result_json(world: World) -> dict[str, Any]:
+def result_json(world: World, sim: Simulation | None = None) -> dict[str, Any]:
     """The ``simulate --json`` document; ``status --json`` shares its ``requests`` and
-    ``queues`` entries, not its other keys."""
+    ``queues`` entries, not its other keys. With a simulation of a timeline that has
+    expect steps, ``expectations`` counts the checks that passed and lists those that
+    failed (line, column and message)."""
     requests = sorted(world.requests.snapshot(), key=lambda r: _order(r.id))
     return {
         "requests": [request_json(r) for r in requests],
@@ -178,6 +220,18 @@ def result_json(world: World) -> dict[str, Any]:
         "pending": len(world.broker.messages),
         **({"in_hand": len(world.in_hand)} if world.in_hand else {}),
         **({"dead_letters": dead_letters_json(world)} if world.dead_letters else {}),
+        **({"expectations": expectations_json(sim)} if sim is not None and sim.expects else {}),
+    }
+
+
+def expectations_json(sim: Simulation) -> dict[str, Any]:
+    """How the expect checks of a run went: the passed count and each failure, located."""
+    return {
+        "passed": sum(1 for r in sim.results if r.passed),
+        "failed": [
+            {"line": r.check.location.line, "column": r.check.location.column, "message": r.message}
+            for r in sim.failures
+        ],
     }
 
 
@@ -202,6 +256,9 @@ def render_table(sim: Simulation) -> str:
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
     lines.append("")
     lines.append(final_table(sim.world))
+    if sim.expects:
+        failed = len(sim.failures)
+        lines.append(f"expectations: {len(sim.results) - failed} passed, {failed} failed")
     return "\n".join(lines)
 
 

@@ -1,4 +1,9 @@
-"""Timeline files for ``simulate``: parsed once, validated with located errors."""
+"""Timeline files for ``simulate`` and ``test``: parsed once, validated with located errors.
+
+A step either acts on the world (ingest, deliver, complete, ...) or asserts on it
+(``expect``, parsed by :mod:`.expectations`); an asserting step carries its parsed form
+in :attr:`TimelineStep.expect` and is never applied to the world.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,14 @@ from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..spec.errors import Location, SpecError, SpecIssue
 from ..spec.schema import load_schema, schema_issues
 from ..spec.yaml_source import SourceDocument, read_yaml
+from .expectations import Expectation, parse_expectation
 
 DEFAULT_QUEUE = "monorepo/main"
 
 
 @dataclass(frozen=True)
 class TimelineStep:
-    """One step: ``kind`` is the step's key (deliver, ingest, complete, ...)."""
+    """One step: ``kind`` is the step's key (deliver, ingest, complete, expect, ...)."""
 
     kind: str
     location: Location
@@ -25,8 +31,11 @@ class TimelineStep:
     outcome: str = ""
     amount: int = 0
     value: str = ""
+    expect: Expectation | None = None
 
     def describe(self) -> str:
+        if self.expect is not None:
+            return f"expect {self.expect.subject}"
         if self.kind in ("deliver", "run"):
             return self.kind
         if self.kind == "advance_ms":
@@ -58,15 +67,29 @@ def load_timeline(path: str | Path) -> Timeline:
     steps = []
     for index, raw in enumerate(data["steps"]):
         where = doc.locate(("steps", index))
-        step = _step(raw, where, queue)
-        if step.queue != queue:
-            _check_queue(step.queue, where, issues)
+        if isinstance(raw, dict) and "expect" in raw:
+            expectation, found = parse_expectation(doc, index, queue)
+            issues += found
+            step = TimelineStep(
+                "expect", where, expectation.uri, expectation.queue, expect=expectation
+            )
+            if step.queue != queue:
+                _check_queue(step.queue, doc.locate(("steps", index, "expect", "queue")), issues)
+        else:
+            step = _step(raw, where, queue)
+            if step.queue != queue:
+                _check_queue(step.queue, where, issues)
         steps.append(step)
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
     if issues:
         raise SpecError(issues)
     return Timeline(doc.file, queue, tuple(steps), dict(data.get("config", {})), history)
+
+
+def has_expectations(timeline: Timeline) -> bool:
+    """Whether the timeline asserts anything (``stovepipe-fsm test`` counts only those)."""
+    return any(step.expect is not None for step in timeline.steps)
 
 
 def _step_kinds() -> tuple[str, ...]:

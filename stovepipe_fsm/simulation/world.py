@@ -26,6 +26,11 @@ next message can start under the stalled one. :meth:`World.resume` runs the rest
 the stalled delivery; its ack or hold of a message already settled is a no-op, as on
 the server. Two stalls of one message give the exact shape of fact H (delivery 1
 stalled, delivery 2 stalled, delivery 1 resumes and acks, delivery 2 still in hand).
+
+Every hold that postponed a message is recorded with its reason (:class:`Hold`): the
+flow transition that led into the held state says why, by its conditions
+(``gate_closed``, ``latest_not_stamped``, or a user's own), so timelines can expect a
+hold reason under any machine, not only the shipped one.
 """
 
 from __future__ import annotations
@@ -51,9 +56,10 @@ from ..pipeline.ingest import IngestResult
 from ..pipeline.wiring import Ports, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
-from ..process.controller import PausedDelivery
+from ..process.controller import Decision, PausedDelivery
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
+from ..spec.compiler import Step
 from .runtime import (
     Crash,
     Message,
@@ -92,6 +98,33 @@ class DeliveryReport:
     outcome: str  # acked | held | crashed | retry | dead_letter
     detail: str = ""
     state_before: str = ""  # the request's state when the delivery started ("" if none)
+    hold_reason: str = ""  # why the flow held it (see hold_reason), when it was held
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One hold that postponed a message: whose, on which queue, and why."""
+
+    request_id: str
+    queue: str
+    reason: str
+
+
+def hold_reason(step: Step | None) -> str:
+    """Why a delivery ended where ``step`` took it: the transition's ``conditions``.
+
+    A transition into a held state says why by what it tests (``gate_closed``,
+    ``latest_not_stamped``); one guarded by ``unless`` only says ``not <name>``; an
+    unguarded one by its ``description``, else by its trigger and source state.
+    """
+    t = step.transition if step is not None else None
+    if step is None or t is None:
+        return ""
+    if t.conditions:
+        return " and ".join(c.name for c in t.conditions)
+    if t.unless:
+        return " and ".join(f"not {u.name}" for u in t.unless)
+    return t.description or f"{step.trigger} from {step.source}"
 
 
 @dataclass(frozen=True)
@@ -144,6 +177,7 @@ class World:
         self.graph = MemorySourceControl(history or {})
         self.armed_crash = ""
         self.holds = 0
+        self.hold_log: list[Hold] = []
         self.dead_letters: list[tuple[str, str]] = []
         self.in_hand: list[InHand] = []
         self._wire()
@@ -183,6 +217,7 @@ class World:
         twin.graph = self.graph.clone()
         twin.armed_crash = self.armed_crash
         twin.holds = self.holds
+        twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
         twin._wire()
         twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
@@ -201,11 +236,26 @@ class World:
         # Recorded so a report can tell an admission from the re-announce of a request
         # that was already processing: both end with the request processing.
         before = self._state_of(message.request_id)
+        holds = self.holds
         try:
-            outcome = run_sync(self.controller.handle(delivery, probe=probe))
+            decision = run_sync(self.controller.decide(delivery, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, before)
-        return self._settle(message, Attempt.finished(outcome), before)
+        return self._finished(message, decision, before, holds)
+
+    def _finished(
+        self, message: Message, decision: Decision, before: str, holds: int, detail: str = ""
+    ) -> DeliveryReport:
+        """Settle a delivery that ran to the end; record why, if it postponed its message.
+
+        ``holds`` is the hold count before the delivery: a hold of a message another
+        delivery already settled changes nothing on the topic, and is not recorded.
+        """
+        reason = hold_reason(decision.via) if decision.outcome == "held" else ""
+        if self.holds > holds:
+            self.hold_log.append(Hold(message.request_id, message.queue, reason))
+        report = self._settle(message, Attempt.finished(decision.outcome), before, detail)
+        return dataclasses.replace(report, hold_reason=reason) if reason else report
 
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
         """What the runtime does with a delivery that raised: a crash, or a failure."""
@@ -271,13 +321,14 @@ class World:
         delivery = SimDelivery(self, message)
         probe = self._probe if self.armed_crash else None
         before = self._state_of(message.request_id)
+        holds = self.holds
         action = point.removeprefix("after_")
         try:
             result = run_sync(self.controller.begin(delivery, pause_after=action, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, before)
-        if isinstance(result, str):
-            return self._settle(message, Attempt.finished(result), before)
+        if isinstance(result, Decision):
+            return self._finished(message, result, before, holds)
         self.in_hand.append(InHand(delivery, result, point, before))
         return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
 
@@ -290,12 +341,13 @@ class World:
         message = held.message
         probe = self._probe if self.armed_crash else None
         settled = "" if self.broker.find(message.seq) else "message already settled"
+        holds = self.holds
         try:
             result = run_sync(self.controller.resume(held.paused, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, held.state_before)
-        assert isinstance(result, str), "a resumed delivery runs to the end"
-        return self._settle(message, Attempt.finished(result), held.state_before, settled)
+        assert isinstance(result, Decision), "a resumed delivery runs to the end"
+        return self._finished(message, result, held.state_before, holds, settled)
 
     def _state_of(self, request_id: str) -> str:
         try:

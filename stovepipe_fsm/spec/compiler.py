@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from transitions import Event, Machine, MachineError, State, Transition
@@ -66,7 +66,12 @@ class _Cursor:
 
 @dataclass(frozen=True)
 class Step:
-    """The outcome of firing one trigger."""
+    """The outcome of firing one trigger.
+
+    ``transition`` is the declaration the machine picked (its conditions, description and
+    location), so a caller can say *why* a delivery ended where it did; it takes no part
+    in comparisons, which are about what the step does.
+    """
 
     trigger: str
     source: str
@@ -74,6 +79,7 @@ class Step:
     actions: tuple[str, ...]
     takes_slot: bool
     releases_slot: bool
+    transition: TransitionSpec | None = field(default=None, compare=False, repr=False)
 
 
 ActionCall = tuple[str, Callable[[Any], Any], bool]  # name, callable, is a coroutine fn
@@ -270,6 +276,7 @@ class _Compiled:
             actions=names,
             takes_slot=dest in self.slot_states and source not in self.slot_states,
             releases_slot=dest in self.terminal,
+            transition=t,
         )
         calls = tuple((name, *self._actions[name]) for name in names)
         return {
@@ -366,13 +373,16 @@ class FlowCursor:
 
     With the context the actions fill in, that is all a paused delivery is: the machine
     itself is stateless between fires (its cursor model is reset on every decision), so
-    one compiled flow can hold any number of deliveries half-done.
+    one compiled flow can hold any number of deliveries half-done. ``via`` is the step
+    that led into ``state`` (``None`` before the first decision): for a finished
+    delivery, the transition that settled it.
     """
 
     state: str
     pending: tuple[ActionCall, ...] = ()
     steps: int = 0
     finished: bool = False
+    via: Step | None = None
 
     @property
     def pending_names(self) -> tuple[str, ...]:
@@ -411,7 +421,7 @@ class CompiledFlow(_Compiled):
         probe: Probe | None = None,
     ) -> str:
         """Drive ``ctx`` from the initial state to a terminal one; return that state."""
-        return (await self._drive(ctx, self._initial, (), 0, "", probe))[0]
+        return (await self._drive(ctx, self._initial, (), 0, None, "", probe))[0]
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -431,12 +441,12 @@ class CompiledFlow(_Compiled):
         returns where it stopped; otherwise returns a ``finished`` cursor in the terminal
         state. The step budget carries over, so pausing never buys a flow extra steps.
         """
-        state, pending, steps = await self._drive(
-            ctx, cursor.state, cursor.pending, cursor.steps, pause_after, probe
+        state, pending, steps, via = await self._drive(
+            ctx, cursor.state, cursor.pending, cursor.steps, cursor.via, pause_after, probe
         )
         if pending is None:
-            return FlowCursor(state, (), steps, finished=True)
-        return FlowCursor(state, pending, steps)
+            return FlowCursor(state, (), steps, finished=True, via=via)
+        return FlowCursor(state, pending, steps, via=via)
 
     async def _drive(
         self,
@@ -444,16 +454,18 @@ class CompiledFlow(_Compiled):
         state: str,
         calls: tuple[ActionCall, ...],
         steps: int,
+        via: Step | None,
         pause_after: str,
         probe: Probe | None,
-    ) -> tuple[str, tuple[ActionCall, ...] | None, int]:
+    ) -> tuple[str, tuple[ActionCall, ...] | None, int, Step | None]:
         """The driver loop of :meth:`run` and :meth:`advance`.
 
-        ``calls`` are the actions of the transition into ``state`` that have not run yet
-        and ``steps`` the decisions already spent. Runs those actions, then fires the way
-        out of each open state and runs its actions, until a terminal state: returns
-        ``(state, None, steps)`` there, or ``(state, rest, steps)`` right after the first
-        action named ``pause_after``, ``rest`` being what that transition has left to run.
+        ``calls`` are the actions of the transition into ``state`` that have not run yet,
+        ``steps`` the decisions already spent and ``via`` the step that led into
+        ``state``. Runs those actions, then fires the way out of each open state and runs
+        its actions, until a terminal state: returns ``(state, None, steps, via)`` there,
+        or ``(state, rest, steps, via)`` right after the first action named
+        ``pause_after``, ``rest`` being what that transition has left to run.
         Every delivery takes this loop, so it returns plain tuples and resolves nothing
         per step that the compiler could resolve once; the pause check costs one string
         comparison per action.
@@ -472,9 +484,9 @@ class CompiledFlow(_Compiled):
                 if name == pause_after:
                     # The first action of that name is the one that just ran.
                     ran = next(i for i, call in enumerate(calls) if call[0] == name)
-                    return state, calls[ran + 1 :], steps
+                    return state, calls[ran + 1 :], steps, via
             if state in terminal:
-                return state, None, steps
+                return state, None, steps, via
             if steps >= max_steps:
                 raise FlowDidNotSettle(
                     f"{self.spec.name}: no terminal state after {max_steps} steps "
@@ -485,6 +497,6 @@ class CompiledFlow(_Compiled):
                 raise IllegalTransition(
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )
-            step, calls = decide(leave[1], state, leave[0], ctx)
+            via, calls = decide(leave[1], state, leave[0], ctx)
             steps += 1
-            state = step.dest
+            state = via.dest

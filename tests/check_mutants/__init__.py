@@ -1,1 +1,1 @@
-"""Mutated copies of the shipped machines, written on demand into a test's tmp_path."""
+"""Mutated copies of the tests' own machines, written on demand into a test's tmp_path."""

@@ -1,6 +1,8 @@
-"""Mutations of ``machines/`` the model checker must catch, each a copy in a directory.
+"""Mutations of the machines the model checker must catch, each a copy in a directory.
 
-Every mutant is a small, plausible edit of the shipped YAML - the kind a policy change
+The mutants are made from the tests' own machines (``tests/fixtures/machines``, which
+began as the shipped ones), so a changed shipped policy does not move their targets.
+Every mutant is a small, plausible edit of that YAML - the kind a policy change
 could make by accident - applied to the parsed document so it cannot silently miss its
 target: an edit that finds nothing to change raises instead of writing an unchanged copy.
 Some mutants are rejected by lint (that is lint doing its job); the checker loads those
@@ -15,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-SHIPPED = Path(__file__).resolve().parents[2] / "machines"
+from fixture_policy import MACHINES as BASE
 
 Doc = dict[str, Any]
 
@@ -72,10 +73,10 @@ MUTANTS: dict[str, Callable[[Doc, Doc], None]] = {
 def write_mutant(name: str, directory: Path) -> Path:
     """Write the machines with mutation ``name`` applied into ``directory``; return it."""
     directory.mkdir(parents=True, exist_ok=True)
-    for source in SHIPPED.glob("*.yaml"):
+    for source in BASE.glob("*.yaml"):
         shutil.copy(source, directory / source.name)
-    gate = yaml.safe_load((SHIPPED / "queue_gate.yaml").read_text(encoding="utf-8"))
-    request = yaml.safe_load((SHIPPED / "request.yaml").read_text(encoding="utf-8"))
+    gate = yaml.safe_load((BASE / "queue_gate.yaml").read_text(encoding="utf-8"))
+    request = yaml.safe_load((BASE / "request.yaml").read_text(encoding="utf-8"))
     MUTANTS[name](gate, request)
     for filename, doc in (("queue_gate.yaml", gate), ("request.yaml", request)):
         text = yaml.safe_dump(doc, sort_keys=False)

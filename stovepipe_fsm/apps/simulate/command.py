@@ -1,4 +1,10 @@
-"""``stovepipe-fsm simulate``: replay a timeline on in-memory adapters."""
+"""``stovepipe-fsm simulate``: replay a timeline on in-memory adapters.
+
+A timeline's expect steps are evaluated and shown (a row per failed check, ``ok`` for
+the rest, and a count under the final table or in ``--json``), but do not change the
+exit code: ``simulate`` shows what happened; ``stovepipe-fsm test`` is the command that
+judges it.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     machines = load_process_machines(args.machines)
     sim = simulate(timeline, machines, load_policy_store(args.config, machines.parameters))
     if args.json:
-        print(json.dumps(result_json(sim.world), indent=2))
+        print(json.dumps(result_json(sim.world, sim), indent=2))
     else:
         print(render_table(sim))
     return EXIT_OK

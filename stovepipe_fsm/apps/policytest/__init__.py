@@ -1,0 +1,1 @@
+"""``stovepipe-fsm test``: the timelines of a policy, with their expectations, as a suite."""
