@@ -38,21 +38,22 @@ from typing import Any
 
 from stovepipe_fsm.adapters.memory import (
     ManualClock,
+    MemoryCounter,
     MemoryDelivery,
     MemoryPublisher,
     MemoryQueueStore,
     MemoryRequestStore,
     MemorySourceControl,
     MemorySourceControlProvider,
+    MemoryUriIndex,
 )
 from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
 from stovepipe_fsm.domain.hooks import started_event
 from stovepipe_fsm.domain.ids import compare_request_id
+from stovepipe_fsm.pipeline import wiring
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
-from stovepipe_fsm.process.services import StageServices
 from stovepipe_fsm.simulation.runtime import run_sync
 from stovepipe_fsm.spec import compiler
 
@@ -139,7 +140,7 @@ class ReferenceController:
                 raise NonRetryable(f"queue row {request.queue!r} not found") from None
             config = p.config.get(queue.name)
             others = sum(1 for h in queue.slot_holders if h != request.id)
-            if others >= config.max_concurrent:
+            if others >= config.param("max_concurrent"):
                 queue = await self._release_stale_holders(queue, request.id)
             latest = queue.latest_request_id
             if latest and compare_request_id(request.queue, request.id, latest) < 0:
@@ -150,11 +151,12 @@ class ReferenceController:
                 await delivery.ack()
                 return "acked"
             if not latest or compare_request_id(request.queue, request.id, latest) > 0:
-                await delivery.hold(config.gate_wait_delay_ms)
+                await delivery.hold(config.param("gate_wait_delay_ms"))
                 p.metrics.count("holds", request.queue)
                 return "held"
-            if sum(1 for h in queue.slot_holders if h != request.id) >= config.max_concurrent:
-                await delivery.hold(config.gate_wait_delay_ms)
+            others = sum(1 for h in queue.slot_holders if h != request.id)
+            if others >= config.param("max_concurrent"):
+                await delivery.hold(config.param("gate_wait_delay_ms"))
                 p.metrics.count("holds", request.queue)
                 return "held"
             strategy, base = await self._derive(request, queue, delivery)
@@ -228,20 +230,18 @@ Maker = Callable[[Ports, Path], Handle]
 
 
 def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
-    machines = load_process_machines(machines_dir)
-    services = StageServices.build(
-        machines.request,
-        machines.roles,
-        parameter_defaults=machines.parameter_defaults,
+    wired = wiring.Ports(
         requests=ports.requests,
         queues=ports.queues,
+        uri_index=MemoryUriIndex(),
+        counter=MemoryCounter(),
         config=ports.config,
         source_control=ports.source_control,
         publisher=ports.publisher,
         clock=ports.clock,
-        metrics=ports.metrics,
     )
-    return ProcessController(machines, services).handle
+    stages = wiring.build_stages(load_process_machines(machines_dir), wired, metrics=ports.metrics)
+    return stages.controller.handle
 
 
 def stock_machine_handle(ports: Ports, machines_dir: Path) -> Handle:

@@ -46,6 +46,9 @@ class OnceLog:
             log.warning(message, *args)
 
 
+MAX_COMPLETED_CONFIGS = 4096
+
+
 class DeclaredDefaults:
     """A config store whose every answer carries each declared parameter.
 
@@ -57,14 +60,23 @@ class DeclaredDefaults:
     def __init__(self, store: ConfigStore, defaults: Mapping[str, Any]) -> None:
         self.store = store
         self.defaults = QueueConfig().with_parameters(defaults).parameters
+        # Completed configs by the store's answer: a config is a hashable value and a
+        # store answers the same few values again and again (once per delivery).
+        self._completed: dict[QueueConfig, QueueConfig] = {}
 
     def get(self, queue: str) -> QueueConfig:
         config = self.store.get(queue)
         if not self.defaults:
             return config
-        merged = dict(self.defaults)
-        merged.update(config.parameters)
-        return replace(config, parameters=tuple(sorted(merged.items())))
+        completed = self._completed.get(config)
+        if completed is None:
+            merged = dict(self.defaults)
+            merged.update(config.parameters)
+            completed = replace(config, parameters=tuple(sorted(merged.items())))
+            if len(self._completed) >= MAX_COMPLETED_CONFIGS:
+                self._completed.clear()
+            self._completed[config] = completed
+        return completed
 
     def configured_queues(self) -> tuple[str, ...]:
         return self.store.configured_queues()
