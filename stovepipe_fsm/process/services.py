@@ -53,8 +53,10 @@ class DeclaredDefaults:
     """A config store whose every answer carries each declared parameter.
 
     Config files set only what they change; a parameter a queue's config leaves unset
-    takes the default its machine declares. Applied here, once, so every condition and
-    action reads a complete config whichever store the stage was given.
+    takes the default its machine declares. A store loaded with the declarations already
+    answers complete configs; one built without them (a test's, a tolerant one) does
+    not, so the services complete every answer and every condition and action reads a
+    complete config whichever store the stage was given.
     """
 
     def __init__(self, store: ConfigStore, defaults: Mapping[str, Any]) -> None:
