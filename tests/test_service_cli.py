@@ -116,7 +116,10 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
             return doc if states == ["succeeded", "processing"] else None
 
         doc = wait_until(b_processing, "B admitted")
-        assert set(doc) == {"requests", "queues", "slot_holders"}  # as docs/service.md shows
+        # as docs/service.md shows
+        assert set(doc) == {"requests", "queues", "slot_holders", "policy"}
+        policy_hash = doc["policy"]["hash"]
+        assert f'stovepipe_policy_info{{hash="{policy_hash}"}} 1' in http_get(port, "/metrics")[1]
         assert doc["slot_holders"] == {"team/app": ["request/team/app/2"]}
         assert doc["requests"][1] == {
             "id": "request/team/app/2",
@@ -146,6 +149,7 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
     assert records and all({"level", "message"} <= r.keys() for r in records)
     assert any(r.get("queue") == "team/app" and r.get("request_id") for r in records)
     assert "service stopped" in [r["message"] for r in records]
+    assert f"policy {policy_hash} in force" in [r["message"] for r in records]
 
 
 def test_demo_runs_the_walkthrough_and_exits_zero() -> None:

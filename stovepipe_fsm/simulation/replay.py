@@ -1,6 +1,7 @@
 """Replay a :class:`Timeline` on a :class:`World`, recording a readable log.
 
-Steps that act change the world; ``expect`` steps only read it (:mod:`.expectations`):
+Steps that act change the world (a ``config`` step changes the settings its gate checks
+read from then on, :mod:`.config_steps`); ``expect`` steps only read it (:mod:`.expectations`):
 their results are kept on the :class:`Simulation`, shown as log rows, and counted in
 ``simulate --json``. Whether a failed expectation fails a command is the command's call:
 ``simulate`` shows it, ``test`` exits 1 on it.
@@ -20,6 +21,7 @@ from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
 from ..spec.errors import SpecError, SpecIssue
 from ..views.entities import queue_json, render_requests_and_queues, request_json
+from .config_steps import LayeredConfigStore, config_issues
 from .expectations import Expectation, Result, evaluate, state_issues
 from .runtime import OverrideConfigStore, run_sync
 from .timeline import Timeline, TimelineStep, has_expectations
@@ -57,20 +59,30 @@ def build_world(
 ) -> World:
     if timeline.config:
         config = OverrideConfigStore(config, timeline.config)
+    if any(step.config is not None for step in timeline.steps):
+        config = LayeredConfigStore(config)
     return World(machines, config, timeline.history, lifecycle_factory=lifecycle_factory)
 
 
 def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
     """Run every step; a step that cannot apply raises SpecError at its location.
 
-    Expected states are checked against the request machine before anything runs: a
-    state the machine does not declare is bad input, not a failed expectation.
+    Expected states are checked against the request machine, and config steps against
+    the machines' parameter declarations, before anything runs: a state the machine does
+    not declare, or a key its config does not accept, is bad input, not a failed
+    expectation.
     """
     issues = [
         issue
         for step in timeline.steps
         if step.expect is not None
         for issue in state_issues(step.expect, machines.request.spec.state_names)
+    ]
+    issues += [
+        issue
+        for step in timeline.steps
+        if step.config is not None
+        for issue in config_issues(step.config, machines.parameters)
     ]
     if issues:
         raise SpecError(issues)
@@ -103,6 +115,11 @@ def _check(sim: Simulation, expectation: Expectation) -> list[str]:
 
 def apply_step(world: World, step: TimelineStep) -> list[str]:
     kind = step.kind
+    if step.config is not None:
+        if not isinstance(world.config, LayeredConfigStore):
+            raise ValueError("config step on a world built without config layers")
+        world.config.apply(step.config)
+        return ["in force from this step on"]
     if kind == "ingest":
         result = world.ingest(step.queue, step.uri)
         verb = "created" if result.created else "existing"

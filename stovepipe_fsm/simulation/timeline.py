@@ -2,7 +2,8 @@
 
 A step either acts on the world (ingest, deliver, complete, ...) or asserts on it
 (``expect``, parsed by :mod:`.expectations`); an asserting step carries its parsed form
-in :attr:`TimelineStep.expect` and is never applied to the world.
+in :attr:`TimelineStep.expect` and is never applied to the world. A ``config`` step
+(:mod:`.config_steps`) carries its parsed change in :attr:`TimelineStep.config`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..spec.errors import Location, SpecError, SpecIssue
 from ..spec.schema import load_schema, schema_issues
 from ..spec.yaml_source import SourceDocument, read_yaml
+from .config_steps import ConfigChange, parse_config_change
 from .expectations import Expectation, parse_expectation
 
 DEFAULT_QUEUE = "monorepo/main"
@@ -32,10 +34,13 @@ class TimelineStep:
     amount: int = 0
     value: str = ""
     expect: Expectation | None = None
+    config: ConfigChange | None = None
 
     def describe(self) -> str:
         if self.expect is not None:
             return f"expect {self.expect.subject}"
+        if self.config is not None:
+            return self.config.describe()
         if self.kind in ("deliver", "run"):
             return self.kind
         if self.kind == "advance_ms":
@@ -75,6 +80,10 @@ def load_timeline(path: str | Path) -> Timeline:
             )
             if step.queue != queue:
                 _check_queue(step.queue, doc.locate(("steps", index, "expect", "queue")), issues)
+        elif isinstance(raw, dict) and "config" in raw:
+            change, found = parse_config_change(doc, index, queue)
+            issues += found
+            step = TimelineStep("config", where, queue=change.queue, config=change)
         else:
             step = _step(raw, where, queue)
             if step.queue != queue:

@@ -73,14 +73,18 @@ class FileConfigStore:
         self._lock = threading.Lock()
         self._stamp = _stamp(self._path)
         self._parameters = parameters
-        self._policy = self._load()
+        self._policy, self._source = self._load(parameters)
         self._last_error: SpecError | None = None
         self._checked_at_ms = self._clock.now_ms()
 
-    def _load(self) -> QueuePolicy:
-        return load_queue_config(
-            self._path, display_name=self._name, parameters=self._parameters
-        )
+    def _load(self, parameters: Declarations) -> tuple[QueuePolicy, bytes]:
+        """The file's policy and the bytes it was read from (the version's identity)."""
+        try:
+            raw = self._path.read_bytes()
+        except OSError:
+            raw = b""  # the load below reports why, at its location
+        policy = load_queue_config(self._path, display_name=self._name, parameters=parameters)
+        return policy, raw
 
     @property
     def path(self) -> Path:
@@ -90,6 +94,23 @@ class FileConfigStore:
     def policy(self) -> QueuePolicy:
         """The policy in force: the last version of the file that loaded cleanly."""
         return self._policy
+
+    @property
+    def source(self) -> bytes:
+        """The bytes of the version in force (what the policy hash counts)."""
+        return self._source
+
+    def redeclare(self, parameters: Declarations) -> None:
+        """Check the file against other parameter declarations (a new machines version)
+        and, when it fits, serve it under them from now on.
+
+        Raises SpecError, located in the file, when the version of the file in force
+        does not fit the new declarations; then nothing changes.
+        """
+        with self._lock:
+            policy, raw = self._load(parameters)
+            self._parameters, self._policy, self._source = parameters, policy, raw
+            self._stamp = _stamp(self._path)
 
     @property
     def last_error(self) -> SpecError | None:
@@ -130,7 +151,7 @@ class FileConfigStore:
             return False
         self._stamp = stamp
         try:
-            policy = self._load()
+            policy, raw = self._load(self._parameters)
         except SpecError as error:
             self._last_error = error
             LOGGER.warning(
@@ -139,7 +160,7 @@ class FileConfigStore:
                 error,
             )
             return False
-        self._policy = policy
+        self._policy, self._source = policy, raw
         if self._last_error is not None:
             LOGGER.info("%s: valid again, error cleared", self._name)
         self._last_error = None

@@ -120,6 +120,8 @@ class Topology:
     uris_bucket: str = "stovepipe-uris"
     counters_bucket: str = "stovepipe-counters"
     attempts_bucket: str = "stovepipe-attempts"
+    #: What the service says about itself (the policy it has in force), for ``status``.
+    service_bucket: str = "stovepipe-service"
     storage: api.StorageType = api.StorageType.FILE
     replicas: int = 1
     #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
@@ -160,6 +162,7 @@ class Topology:
             "uris_bucket": f"stovepipe-{tag}-uris",
             "counters_bucket": f"stovepipe-{tag}-counters",
             "attempts_bucket": f"stovepipe-{tag}-attempts",
+            "service_bucket": f"stovepipe-{tag}-service",
         }
         names.update(overrides)
         return cls(**names)  # type: ignore[arg-type]  # values checked by __post_init__
@@ -211,6 +214,7 @@ class Topology:
             self.uris_bucket,
             self.counters_bucket,
             self.attempts_bucket,
+            self.service_bucket,
         )
 
     def stream_specs(self) -> tuple[StreamSpec, ...]:

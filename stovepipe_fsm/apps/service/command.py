@@ -202,11 +202,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
-    from ...adapters.file import FileConfigStore
     from ...adapters.jetstream import NatsServer
-    from ...process.catalog import load_process_machines
     from .connect import connect
     from .http import HttpEndpoint
+    from .policy import PolicyReloader
     from .runtime import Service
 
     stop = stop or asyncio.Event()
@@ -224,12 +223,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             url = server.url
         nc = await connect(nats_options(args, service=True, url=url))
         stack.push_async_callback(nc.drain)
-        machines = load_process_machines(args.machines)
+        reloader = PolicyReloader.open(args.machines, args.config)
         service = Service(
-            nc,
-            topology_of(args),
-            machines,
-            FileConfigStore(args.config, parameters=machines.parameters),
+            nc, topology_of(args), reloader.machines, reloader.config, reloader=reloader
         )
         await service.start()
         http = None

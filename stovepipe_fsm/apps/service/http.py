@@ -26,7 +26,8 @@ def _label(value: str) -> str:
 
 
 async def render_metrics(service: Service) -> str:
-    """Counters of the controller and the runtime, and slots in use per queue."""
+    """Counters of the controller and the runtime, the policy hash, and slots in use per
+    queue."""
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str) -> None:
@@ -50,9 +51,7 @@ async def render_metrics(service: Service) -> str:
     dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
     latency = service.metrics.latency
-    family(
-        "stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery."
-    )
+    family("stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery.")
     for bound, count in latency.cumulative():
         lines.append(f'stovepipe_decision_latency_ms_bucket{{le="{bound}"}} {count}')
     lines.append(f"stovepipe_decision_latency_ms_sum {latency.sum_ms:.3f}")
@@ -65,6 +64,9 @@ async def render_metrics(service: Service) -> str:
         "stovepipe_queues_refused", "gauge", "Queues left unserved: the stream's consumer limit."
     )
     lines.append(f"stovepipe_queues_refused {len(service.refused)}")
+    if service.policy_hash:
+        family("stovepipe_policy_info", "gauge", "The policy in force: 1, labelled by its hash.")
+        lines.append(f'stovepipe_policy_info{{hash="{_label(service.policy_hash)}"}} 1')
     family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
     lines += await _in_flight_lines(service)
     return "\n".join(lines) + "\n"

@@ -10,7 +10,9 @@ field; ``slot_holders`` is its own (``docs/service.md`` shows the whole document
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from ...adapters.file import FileConfigStore
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.codec import decode_queue, decode_request
 from ...adapters.jetstream.errors import translated
+from ...adapters.jetstream.policy_record import read_policy_record
 from ...adapters.memory.config import StaticConfigStore
 from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
@@ -84,7 +87,8 @@ async def _bucket_values(js: JetStreamContext, bucket: str) -> list[bytes]:
 
 
 async def status_document(js: JetStreamContext, topology: Topology) -> dict[str, Any]:
-    """Every request and queue row, ordered like ``simulate --json``."""
+    """Every request and queue row, ordered like ``simulate --json``, and the policy hash
+    the service last wrote (``policy``, absent until a service ran with this topology)."""
     requests = [decode_request(v) for v in await _bucket_values(js, topology.requests_bucket)]
     queues = [decode_queue(v) for v in await _bucket_values(js, topology.queues_bucket)]
 
@@ -92,18 +96,26 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         parsed = parse_request_id(request_id)
         return (parsed.queue, parsed.counter)
 
+    policy = await read_policy_record(js, topology)
     return {
         "requests": [request_json(r) for r in sorted(requests, key=lambda r: order(r.id))],
         "queues": [queue_json(q) for q in sorted(queues, key=lambda q: q.name)],
         # Who holds each queue's slots: the first thing to look at when a queue waits.
         "slot_holders": {q.name: list(q.slot_holders) for q in queues},
+        # The policy the service runs (once a service has written it).
+        **({"policy": asdict(policy)} if policy is not None else {}),
     }
 
 
 def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
     """Queues with their slot holders, then each queue's ``recent`` newest requests."""
     holders = doc.get("slot_holders", {})
-    lines = ["queues:", *(render_queue_row(q, holders.get(q["name"], [])) for q in doc["queues"])]
+    lines = []
+    if "policy" in doc:
+        policy = doc["policy"]
+        loaded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(policy["loaded_at_ms"] / 1000))
+        lines.append(f"policy: {policy['hash']} (loaded {loaded} by {policy['replica']})")
+    lines += ["queues:", *(render_queue_row(q, holders.get(q["name"], [])) for q in doc["queues"])]
     shown: list[dict[str, Any]] = []
     for q in doc["queues"]:
         rows = [r for r in doc["requests"] if r["queue"] == q["name"]]

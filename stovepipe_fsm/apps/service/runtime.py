@@ -7,7 +7,11 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
 - one :class:`ProcessConsumer` per queue: every queue ``config.configured_queues()``
   names, plus every queue ingest creates later, found by polling the queues bucket
   (a new queue gets its consumer without a restart);
-- one :class:`DeadLetterConsumer` that fails dead-lettered requests closed.
+- one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
+- with a :class:`~.policy.PolicyReloader`, a watch on the policy: a new machines
+  version that passes its checks is swapped in between deliveries (every consumer
+  reaches the stages through :attr:`Pipeline.stages`, one reference), and the policy
+  hash is logged and written to the service bucket on start and on every reload.
 
 Stopping is graceful: runners finish (or hand back) the message in hand, then the
 subscriptions are drained. Nothing here holds state a replica could lose: all of it is in
@@ -19,6 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import time
 from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -41,6 +48,7 @@ from ...adapters.jetstream.consumer import (
 from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
+from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
 from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
@@ -55,6 +63,7 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from .policy import PolicyReloader
 
 log = logging.getLogger("stovepipe_fsm.service")
 
@@ -69,6 +78,8 @@ class ServiceOptions:
     discover_interval_s: float = 2.0
     #: How long a stop waits for in-hand messages before handing them back.
     shutdown_timeout_s: float = 10.0
+    #: How often the machines directory and the config file are checked for edits.
+    policy_check_interval_s: float = 1.0
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -78,12 +89,32 @@ def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
 
 @dataclass
 class Pipeline:
-    """The stages on one broker, shared by the service and operator commands."""
+    """The stages on one broker, shared by the service and operator commands.
+
+    ``stages`` is the one reference through which the consumers reach the controller
+    and the reconciler: :meth:`swap` replaces it whole, so a delivery runs on the stages
+    it started with and the next one on the new stages, never on half of each.
+    """
 
     js: JetStreamContext
     topology: Topology
     stages: Stages
     ledger: AttemptsLedger
+    ports: Ports | None = None
+    metrics: Metrics | None = None
+
+    def swap(self, machines: ProcessMachines) -> None:
+        """Build the stages on ``machines`` (same ports) and put them in force."""
+        assert self.ports is not None, "a pipeline opened by open_pipeline"
+        self.stages = build_stages(machines, self.ports, metrics=self.metrics)
+
+    async def handle(self, delivery: Any) -> str:
+        """A delivery, run by the controller in force when it starts."""
+        return await self.stages.controller.handle(delivery)
+
+    async def reconcile(self, request_id: str) -> object:
+        """A dead letter, reconciled by the stages in force."""
+        return await self.stages.reconciler.reconcile(request_id)
 
     @property
     def controller(self) -> ProcessController:
@@ -136,6 +167,8 @@ async def open_pipeline(
         topology=topology,
         stages=build_stages(machines, ports, metrics=metrics),
         ledger=AttemptsLedger(attempts_kv),
+        ports=ports,
+        metrics=metrics,
     )
 
 
@@ -170,6 +203,7 @@ class Service:
         clock: Clock | None = None,
         options: ServiceOptions | None = None,
         observer: Observer | None = None,
+        reloader: PolicyReloader | None = None,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
@@ -188,7 +222,14 @@ class Service:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._dead_letters: DeadLetterConsumer | None = None
+        self.reloader = reloader
+        self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self.started = False
+
+    @property
+    def policy_hash(self) -> str:
+        """The hash of the policy in force; empty when the service was not given paths."""
+        return self.reloader.hash if self.reloader is not None else ""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -206,7 +247,7 @@ class Service:
         self._dead_letters = DeadLetterConsumer(
             self.js,
             self.topology,
-            pipeline.reconciler.reconcile,
+            pipeline.reconcile,
             observer=self._observe,
             fetch_timeout_s=self.options.fetch_timeout_s,
             ack_wait_s=self.options.ack_wait_s,
@@ -217,6 +258,10 @@ class Service:
             await self.add_queue(queue)
         await self.discover()
         self._spawn("discover", self._discover_loop())
+        if self.reloader is not None:
+            log.info("policy %s in force", self.reloader.hash)
+            await self._record_policy()
+            self._spawn("policy", self._policy_loop())
         self.started = True
         log.info("service started with %d queue consumer(s)", len(self.consumers))
 
@@ -234,7 +279,7 @@ class Service:
             self.js,
             self.topology,
             queue,
-            handler=self.pipeline.controller,
+            handler=self.pipeline,
             config=self.config,
             ledger=self.pipeline.ledger,
             observer=self._observe,
@@ -308,6 +353,36 @@ class Service:
                 await self.discover()
             except Exception as exc:  # the broker may be reconnecting; try next round
                 log.warning("queue discovery failed: %s: %s", type(exc).__name__, exc)
+
+    async def reload_policy(self) -> bool:
+        """Take up an edit of the policy now; True when a new policy is in force."""
+        assert self.reloader is not None and self.pipeline is not None, "start() first"
+        change = self.reloader.check()
+        if change is None:
+            return False
+        if change.machines is not None:
+            self.pipeline.swap(change.machines)
+            self.machines = change.machines
+        await self._record_policy()
+        return True
+
+    async def _policy_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.options.policy_check_interval_s)
+            if self._stop.is_set():
+                return
+            try:
+                await self.reload_policy()
+            except Exception as exc:  # the broker may be reconnecting; try next round
+                log.warning("policy check failed: %s: %s", type(exc).__name__, exc)
+
+    async def _record_policy(self) -> None:
+        record = PolicyRecord(self.policy_hash, int(time.time() * 1000), self.replica)
+        try:
+            await write_policy_record(self.js, self.topology, record)
+        except Exception as exc:  # status shows an older hash until the next write
+            log.warning("policy record not written: %s: %s", type(exc).__name__, exc)
 
     def _observe(self, event: str, queue: str, request_id: str, detail: str) -> None:
         self.events[(event, queue)] += 1

@@ -1,0 +1,159 @@
+"""The policy ``serve`` has in force, and how an edit of it is taken up without a restart.
+
+The config file reloads itself (:class:`~...adapters.file.FileConfigStore`); the machines
+directory is watched here, on the same rules: a new version of a machine file is loaded,
+validated and linted first (:func:`~...process.catalog.load_process_machines`), and only
+a version that passes every check replaces the one in force. A bad version is logged
+with its ``file:line:col`` issues and the last good policy stays. Two more checks stand
+between a new machines version and the running service:
+
+- **No request state may disappear.** Stored requests keep their state in the requests
+  bucket for good (terminal ones included), and a request machine that does not declare
+  a state cannot load, advance or fail closed a request that is in it. So a new version
+  whose request machine lacks any state of the one in force is refused, naming the
+  states (a rename counts as a removal). Keep the state, unreachable if it must be, or
+  move the stored requests out of it and restart.
+- **The config in force must fit the new parameter declarations.** The config file is
+  loaded again with the new machines' declarations; if it does not fit (a parameter
+  removed that the file still sets, a value the new declaration refuses) the new
+  version is refused with the config's located issues. Edit the file first (or after:
+  a refused version is checked again on the next edit of either).
+
+Then :class:`PolicyReloader` hands the new machines to the service, which builds new
+stages on them and swaps them in between deliveries. Each change of the machines or of
+the config in force changes the policy hash (:mod:`...spec.policy_hash`), logged here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...adapters.file import FileConfigStore
+from ...process.catalog import ProcessMachines, load_process_machines
+from ...spec.errors import SpecError
+from ...spec.loader import MACHINE_FILES
+from ...spec.policy_hash import policy_hash, read_machine_file
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+#: What identifies one version of a file without reading it: (mtime_ns, size, inode,
+#: device), None when it cannot be stat'ed.
+Stamp = tuple[int, int, int, int] | None
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    """What :meth:`PolicyReloader.check` found: new machines to swap in, or ``None`` when
+    only the config changed (already in force: the store serves it)."""
+
+    machines: ProcessMachines | None
+    hash: str
+
+
+class PolicyRefused(Exception):
+    """A new machines version that loads but cannot replace the one in force."""
+
+
+class PolicyReloader:
+    """Watches the machines directory and the config store; reports a new policy."""
+
+    def __init__(
+        self, machines_dir: str | Path, machines: ProcessMachines, config: FileConfigStore
+    ) -> None:
+        """``machines`` loaded from ``machines_dir`` just now, ``config`` with their
+        declarations (:meth:`open` does both)."""
+        self.machines_dir = Path(machines_dir)
+        self.config = config
+        self.machines = machines
+        self._stamps = self._stat()
+        self._sources = self._read()
+        self._config_source = config.source
+        self.hash = self._hash()
+        #: Why the machines directory's current version is not in force, or None.
+        self.last_error: str | None = None
+        self._refused_with = b""  # the config in force when it was refused
+
+    @classmethod
+    def open(cls, machines_dir: str | Path, config_path: str | Path) -> PolicyReloader:
+        """Load the machines, then the config with their parameter declarations."""
+        machines = load_process_machines(machines_dir)
+        config = FileConfigStore(config_path, parameters=machines.parameters)
+        return cls(machines_dir, machines, config)
+
+    def check(self) -> PolicyChange | None:
+        """Look at both now; the change to apply, or None when the policy is the same."""
+        self.config.refresh()
+        if self.last_error is not None and self.config.source != self._refused_with:
+            self._stamps = ()  # the config changed: a refused version may fit it now
+        machines = self._check_machines()
+        if machines is None and self.config.source == self._config_source:
+            return None
+        self._config_source = self.config.source
+        self.hash = self._hash()
+        what = "machines and config" if machines is not None else "config"
+        log.info("policy %s in force (%s reloaded)", self.hash, what)
+        return PolicyChange(machines, self.hash)
+
+    def _check_machines(self) -> ProcessMachines | None:
+        stamps = self._stat()
+        if stamps == self._stamps:
+            return None
+        self._stamps = stamps
+        sources = self._read()
+        try:
+            machines = load_process_machines(self.machines_dir)
+            refuse_removed_states(self.machines, machines)
+            self.config.redeclare(machines.parameters)
+        except (SpecError, PolicyRefused) as error:
+            self.last_error = str(error)
+            self._refused_with = self.config.source
+            log.warning(
+                "%s: new version not loaded, keeping the policy in force (%s):\n%s",
+                self.machines_dir,
+                self.hash,
+                error,
+            )
+            return None
+        if self.last_error is not None:
+            log.info("%s: valid again, error cleared", self.machines_dir)
+        self.last_error = None
+        self.machines, self._sources = machines, sources
+        return machines
+
+    def _hash(self) -> str:
+        specs = [self.machines.request.spec, self.machines.queue_gate.spec]
+        return policy_hash(
+            self.machines_dir, specs, self.config.source, machine_sources=self._sources
+        )
+
+    def _stat(self) -> tuple[Stamp, ...]:
+        return tuple(_stamp(self.machines_dir / name) for name in MACHINE_FILES)
+
+    def _read(self) -> dict[str, bytes]:
+        return {name: read_machine_file(self.machines_dir / name) for name in MACHINE_FILES}
+
+
+def refuse_removed_states(old: ProcessMachines, new: ProcessMachines) -> None:
+    """Raise :class:`PolicyRefused` when ``new``'s request machine lacks a state of
+    ``old``'s: stored requests may be in any of them (see the module's docstring)."""
+    kept = set(new.request.spec.state_names)
+    removed = [s for s in old.request.spec.state_names if s not in kept]
+    if removed:
+        raise PolicyRefused(
+            f"{new.request.spec.file}: the new request machine removes state(s) "
+            f"{', '.join(repr(s) for s in removed)} of the machine in force; stored requests "
+            "may be in them (the requests bucket keeps every request's state, terminal ones "
+            "included) and could no longer be loaded or failed closed. Keep the state(s), "
+            "unreachable if need be, or move the stored requests out and restart."
+        )
+
+
+def _stamp(path: Path) -> Stamp:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino, info.st_dev)

@@ -1,0 +1,108 @@
+"""The policy hash: one short name for the policy a process has in force.
+
+An operator who edits ``machines/`` or ``config/queues.yaml`` under a running service
+needs to know which version each replica runs; a hash of everything that decides
+behaviour answers that at a glance (``serve`` logs it, ``status`` and ``/metrics`` show
+it). It is defined as the first 16 hex digits of the SHA-256 of these records, in
+this order:
+
+1. each machine file the policy loads (``request.yaml``, ``queue_gate.yaml``), by
+   file name, with its bytes;
+2. each plugin module the machines list under ``plugins:`` (sorted by module name),
+   with the bytes of its source file *as this process imported it*: a module already
+   imported is reused, not re-run, so the source in force is the one read at first
+   sight (a module with no source file counts by name alone);
+3. each installed plugin entry point (sorted), by distribution, version and entry
+   point, as those are what an installed plugin is known by;
+4. the queue config, with its bytes (the version in force; none when there is none).
+
+A record is ``kind NUL name NUL length NUL bytes``, so no two different policies run
+into one byte string. Names are file names, not paths: the same policy checked out in
+two directories has the same hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import weakref
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+from .loader import MACHINE_FILES
+from .model import MachineSpec
+from .plugins import ENTRY_POINT_GROUP
+
+HASH_DIGITS = 16
+
+# The source digest of each plugin module object, taken the first time it is hashed:
+# an edit of the file after the import is not code in force.
+_SOURCES: weakref.WeakKeyDictionary[ModuleType, bytes] = weakref.WeakKeyDictionary()
+
+
+def policy_hash(
+    machines_dir: str | Path,
+    specs: Iterable[MachineSpec],
+    config_source: bytes | None,
+    *,
+    machine_sources: dict[str, bytes] | None = None,
+) -> str:
+    """The hash of the policy whose machines ``specs`` were loaded from ``machines_dir``.
+
+    ``machine_sources`` are the machine files' bytes when the caller read them already
+    (the exact version it loaded); otherwise they are read now.
+    """
+    digest = hashlib.sha256()
+    for name in MACHINE_FILES:
+        raw = (machine_sources or {}).get(name)
+        if raw is None:
+            raw = read_machine_file(Path(machines_dir) / name)
+        _record(digest, "machine", name, raw)
+    for module in sorted({ref.name for spec in specs for ref in spec.plugins}):
+        _record(digest, "plugin", module, _plugin_source(module))
+    for entry in installed_plugins():
+        _record(digest, "entry-point", entry, b"")
+    if config_source is not None:
+        _record(digest, "config", "queues", config_source)
+    return digest.hexdigest()[:HASH_DIGITS]
+
+
+def read_machine_file(path: Path) -> bytes:
+    """A machine file's bytes; an unreadable one counts as empty (it did not load)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def installed_plugins() -> list[str]:
+    """``distribution version: name = value`` of each installed plugin entry point."""
+    found = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    described = []
+    for ep in found:
+        dist = ep.dist
+        owner = f"{dist.name} {dist.version}" if dist is not None else "?"
+        described.append(f"{owner}: {ep.name} = {ep.value}")
+    return sorted(described)
+
+
+def _plugin_source(name: str) -> bytes:
+    module = sys.modules.get(name)
+    if module is None:
+        return b""
+    cached = _SOURCES.get(module)
+    if cached is None:
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        try:
+            cached = Path(origin).read_bytes() if origin else b""
+        except OSError:
+            cached = b""
+        _SOURCES[module] = cached
+    return cached
+
+
+def _record(digest: hashlib._Hash, kind: str, name: str, raw: bytes) -> None:
+    digest.update(f"{kind}\0{name}\0{len(raw)}\0".encode())
+    digest.update(raw)

@@ -1,0 +1,208 @@
+"""``serve`` takes up an edited machines directory without a restart, on a real broker.
+
+The service runs on a copy of the tests' policy with a config that leaves
+``max_concurrent`` to the machine's declared default (1). Raising that default in
+``queue_gate.yaml`` under the running service is a new behaviour one can see: a second
+head is admitted beside the first instead of held. A broken edit, or one that removes a
+request state, leaves the policy in force, says why, and keeps the hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from fixture_policy import GATE_YAML, REQUEST_YAML, copy_policy
+from nats_server import connect
+from test_service_support import FAST, WAIT_S, Events, Running, memory_provider, wait_for
+
+from stovepipe_fsm.adapters.jetstream.policy_record import read_policy_record
+from stovepipe_fsm.apps.service.http import render_metrics
+from stovepipe_fsm.apps.service.operators import status_document
+from stovepipe_fsm.apps.service.policy import PolicyReloader
+from stovepipe_fsm.apps.service.runtime import Service, ServiceOptions
+
+QUEUE = "team/app"
+CONFIG = "defaults: {gate_wait_delay_ms: 100}\n"
+ONE_SLOT = "    minimum: 1\n    default: 1\n"
+TWO_SLOTS = "    minimum: 1\n    default: 2\n"
+CANCELLED = (
+    "  cancelled: {trigger: cancel}\n",
+    "  - name: cancelled\n    terminal: true\n    description: build cancelled\n",
+    "  - trigger: cancel\n    source: processing\n    dest: cancelled\n"
+    "    description: record - build cancelled\n",
+)
+
+
+def policy_copy(root: Path) -> Path:
+    policy = copy_policy(root)
+    (policy / "config" / "queues.yaml").write_text(CONFIG)
+    assert ONE_SLOT in (policy / "machines" / GATE_YAML.name).read_text()
+    return policy
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+@contextlib.asynccontextmanager
+async def serving(js_env, policy: Path, options: ServiceOptions = FAST) -> AsyncIterator[Running]:  # type: ignore[no-untyped-def]
+    """The service as ``serve`` builds it: machines and config from files, reloadable."""
+    nc = await connect(js_env.server)
+    events = Events()
+    reloader = PolicyReloader.open(policy / "machines", policy / "config" / "queues.yaml")
+    service = Service(
+        nc,
+        js_env.topology,
+        reloader.machines,
+        reloader.config,
+        source_control=memory_provider()[1],
+        options=options,
+        observer=events,
+        reloader=reloader,
+    )
+    try:
+        await asyncio.wait_for(service.start(), WAIT_S)
+        yield Running(service, events, nc)
+    finally:
+        try:
+            await asyncio.wait_for(service.stop(), WAIT_S)
+        finally:
+            await asyncio.wait_for(nc.close(), WAIT_S)
+
+
+async def shown_hash(js_env) -> str:  # type: ignore[no-untyped-def]
+    doc = await status_document(js_env.js, js_env.topology)
+    return str(doc["policy"]["hash"])
+
+
+async def test_an_edited_machine_is_taken_up_with_a_new_hash(js_env, tmp_path) -> None:
+    policy = policy_copy(tmp_path / "policy")
+    options = ServiceOptions(**{**FAST.__dict__, "policy_check_interval_s": 0.1})
+    async with serving(js_env, policy, options) as run:
+        before = run.service.policy_hash
+        assert await shown_hash(js_env) == before
+        metrics = await render_metrics(run.service)
+        assert f'stovepipe_policy_info{{hash="{before}"}} 1' in metrics
+        a = await run.ingest(QUEUE, "A")
+        await run.wait_state(a, "processing")
+        b = await run.ingest(QUEUE, "B")
+        await wait_for(lambda: _held(run, b), "B held behind A (one slot)")
+
+        edit(policy / "machines" / GATE_YAML.name, ONE_SLOT, TWO_SLOTS)
+
+        async def new_hash_shown() -> str | None:
+            shown = await shown_hash(js_env)
+            return shown if shown != before else None
+
+        after = await wait_for(new_hash_shown, "the new policy hash in status")
+        assert after == run.service.policy_hash
+        assert f'stovepipe_policy_info{{hash="{after}"}} 1' in await render_metrics(run.service)
+        assert run.service.reloader is not None and run.service.reloader.last_error is None
+        # B's next recheck runs on the new stages: a second slot, so B is admitted.
+        await run.wait_state(b, "processing")
+        assert (await run.queue(QUEUE)).in_flight_count == 2
+
+
+async def _held(run: Running, request_id: str) -> bool:
+    return run.events.count("held", request_id) >= 1
+
+
+async def test_a_config_edit_changes_the_hash_too(js_env, tmp_path) -> None:
+    policy = policy_copy(tmp_path / "policy")
+    async with serving(js_env, policy) as run:
+        before = run.service.policy_hash
+        (policy / "config" / "queues.yaml").write_text(CONFIG + "queues: {team/app: {}}\n")
+        assert await run.service.reload_policy()
+        assert run.service.policy_hash not in ("", before)
+        assert await shown_hash(js_env) == run.service.policy_hash
+        assert not await run.service.reload_policy()  # nothing new: nothing reloaded
+
+
+async def test_a_broken_edit_keeps_the_policy_and_logs_where(
+    js_env, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = policy_copy(tmp_path / "policy")
+    gate = policy / "machines" / GATE_YAML.name
+    async with serving(js_env, policy) as run:
+        before = run.service.policy_hash
+        in_force = run.service.pipeline.stages if run.service.pipeline else None
+        edit(gate, "initial: received\n", "initial: recieved\n")
+        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+            assert not await run.service.reload_policy()
+        warning = "\n".join(r.getMessage() for r in caplog.records)
+        line = gate.read_text().splitlines().index("initial: recieved") + 1
+        assert "new version not loaded, keeping the policy in force" in warning
+        assert f"{gate}:{line}:10:" in warning and "recieved" in warning
+        assert run.service.policy_hash == before and await shown_hash(js_env) == before
+        assert run.service.pipeline is not None and run.service.pipeline.stages is in_force
+        # The old policy still runs: one slot, so B is held behind A.
+        a = await run.ingest(QUEUE, "A")
+        await run.wait_state(a, "processing")
+        b = await run.ingest(QUEUE, "B")
+        await wait_for(lambda: _held(run, b), "B held under the policy in force")
+        # Fixed, with the new default: taken up, error cleared.
+        edit(gate, "initial: recieved\n", "initial: received\n")
+        edit(gate, ONE_SLOT, TWO_SLOTS)
+        assert await run.service.reload_policy()
+        assert run.service.reloader is not None and run.service.reloader.last_error is None
+        await run.wait_state(b, "processing")
+
+
+async def test_removing_a_request_state_is_refused_with_the_reason(
+    js_env, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = policy_copy(tmp_path / "policy")
+    request = policy / "machines" / REQUEST_YAML.name
+    async with serving(js_env, policy) as run:
+        before = run.service.policy_hash
+        machines = run.service.machines
+        for cut in CANCELLED:
+            edit(request, cut, "")
+        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+            assert not await run.service.reload_policy()
+        warning = "\n".join(r.getMessage() for r in caplog.records)
+        assert "removes state(s) 'cancelled' of the machine in force" in warning
+        assert "stored requests may be in them" in warning
+        assert run.service.machines is machines and run.service.policy_hash == before
+        reloader = run.service.reloader
+        assert reloader is not None and reloader.last_error is not None
+        assert "'cancelled'" in reloader.last_error
+        record = await read_policy_record(js_env.js, js_env.topology)
+        assert record is not None and record.hash == before
+
+
+async def test_new_machines_the_config_does_not_fit_are_refused(js_env, tmp_path) -> None:
+    # The config sets a parameter the machines in force declare; a version without the
+    # declaration loads, but would make the config in force invalid: refused with the
+    # config's located issue.
+    policy = policy_copy(tmp_path / "policy")
+    gate = policy / "machines" / GATE_YAML.name
+    declared = (
+        "parameters:\n  build_window:\n    type: string\n    default: always\n"
+        "    description: when builds may start\n"
+    )
+    edit(gate, "parameters:\n", declared)
+    config = policy / "config" / "queues.yaml"
+    config.write_text("defaults: {gate_wait_delay_ms: 100, build_window: nights}\n")
+    async with serving(js_env, policy) as run:
+        before = run.service.policy_hash
+        machines = run.service.machines
+        edit(gate, declared, "parameters:\n")
+        assert not await run.service.reload_policy()
+        reloader = run.service.reloader
+        assert reloader is not None and reloader.last_error is not None
+        assert f"{config}:1:" in reloader.last_error and "build_window" in reloader.last_error
+        assert run.service.machines is machines and run.service.policy_hash == before
+        assert run.service.config.get(QUEUE).param("build_window") == "nights"
+        # The config edited to fit the new machines: the refused version is taken up.
+        config.write_text("defaults: {gate_wait_delay_ms: 100}\n")
+        assert await run.service.reload_policy()
+        assert reloader.last_error is None and run.service.machines is not machines
+        assert "build_window" not in run.service.machines.parameters
