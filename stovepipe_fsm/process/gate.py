@@ -33,6 +33,7 @@ START_ANNOUNCED = "start_announced"
 # Parameters the gate's conditions and actions read; queue_gate.yaml declares them.
 MAX_CONCURRENT = "max_concurrent"
 GATE_WAIT_DELAY_MS = "gate_wait_delay_ms"
+PAUSED = "paused"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -50,6 +51,16 @@ def request_is_terminal(ctx: DeliveryContext) -> bool:
 def request_is_processing(ctx: DeliveryContext) -> bool:
     """R is in a state the request machine's admit role leads to: already admitted."""
     return ctx.services.lifecycle.is_admitted(ctx.req)
+
+
+@GATE.condition(parameters=[PAUSED])
+def paused(ctx: DeliveryContext) -> bool:
+    """The queue's ``paused`` parameter is set: every head waits, none is superseded.
+
+    Holding before coalescing keeps a paused queue exactly as it was: a head ingested
+    meanwhile is coalesced like any other once the queue resumes.
+    """
+    return bool(ctx.config.param(PAUSED))
 
 
 @GATE.condition()

@@ -8,6 +8,7 @@ their results are kept on the :class:`Simulation`, shown as log rows, and counte
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,11 @@ from ..process.catalog import ProcessMachines
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
 from ..spec.errors import SpecError, SpecIssue
+from ..spec.parameters import as_json
 from ..views.entities import queue_json, render_requests_and_queues, request_json
 from .expectations import Expectation, Result, evaluate, state_issues
 from .runtime import OverrideConfigStore, run_sync
-from .timeline import Timeline, TimelineStep, has_expectations
+from .timeline import Timeline, TimelineStep, config_issues, has_expectations
 from .world import DeliveryReport, World
 
 MAX_DELIVERIES_PER_RUN = 10_000
@@ -63,8 +65,10 @@ def build_world(
 def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
     """Run every step; a step that cannot apply raises SpecError at its location.
 
-    Expected states are checked against the request machine before anything runs: a
-    state the machine does not declare is bad input, not a failed expectation.
+    Expected states are checked against the request machine, and the parameters the
+    timeline sets against the machines' declarations, before anything runs: a state the
+    machine does not declare, or an unknown parameter, is bad input, not a failed
+    expectation.
     """
     issues = [
         issue
@@ -72,6 +76,7 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
         if step.expect is not None
         for issue in state_issues(step.expect, machines.request.spec.state_names)
     ]
+    issues += config_issues(timeline, machines.parameters)
     if issues:
         raise SpecError(issues)
     sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
@@ -133,6 +138,10 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
     if kind == "source_control":
         world.graph.set_available(step.value == "up")
         return [f"source control {step.value}"]
+    if kind == "config":
+        world.config.set(step.queue, dict(step.values))
+        shown = ", ".join(f"{k}={json.dumps(as_json(v))}" for k, v in step.values)
+        return [f"queue {step.queue}: {shown}"]
     request_id = _request_id(world, step)
     if kind == "complete":
         request = world.complete(request_id, step.outcome)

@@ -67,6 +67,7 @@ from .runtime import (
     SimDelivery,
     SimPublisher,
     SingleSourceControl,
+    StepConfigStore,
     run_sync,
 )
 
@@ -165,7 +166,7 @@ class World:
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
     ) -> None:
         self.machines = machines
-        self.config = config
+        self.config = StepConfigStore(config)
         self.lifecycle_factory = lifecycle_factory
         self.clock = ManualClock(0)
         self.requests = MemoryRequestStore()
@@ -205,7 +206,7 @@ class World:
     def clone(self) -> World:
         twin = object.__new__(World)
         twin.machines = self.machines
-        twin.config = self.config
+        twin.config = self.config.clone()
         twin.lifecycle_factory = self.lifecycle_factory
         twin.clock = self.clock.clone()
         twin.requests = self.requests.clone()
