@@ -30,6 +30,7 @@ def test_the_shipped_gate_declares_its_knobs_with_their_defaults() -> None:
         "max_concurrent": 1,
         "gate_wait_delay_ms": 5000,
         "paused": False,
+        "full_build_paths": (),
     }
     declared = MACHINES.parameters["max_concurrent"]
     assert declared.value_schema() == {"type": "integer", "minimum": 1}
@@ -106,7 +107,8 @@ def test_validate_checks_config_keys_against_the_declarations(
     out = capsys.readouterr().out
     assert code == 1
     assert "unknown key 'max_concurrnt' in queues.monorepo/main; allowed: " in out
-    assert "gate_wait_delay_ms, max_attempts, max_concurrent, paused, ref, repository" in out
+    allowed = "full_build_paths, gate_wait_delay_ms, max_attempts, max_concurrent, paused, ref"
+    assert allowed + ", repository" in out
 
 
 def test_a_new_parameter_in_the_machines_is_a_new_config_key(

@@ -20,6 +20,8 @@ from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN
 from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 from ..domain.hooks import started_event
 from ..domain.ids import compare_request_id
+from ..domain.path_globs import first_match
+from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
 from .context import DeliveryContext
 
@@ -34,6 +36,7 @@ START_ANNOUNCED = "start_announced"
 MAX_CONCURRENT = "max_concurrent"
 GATE_WAIT_DELAY_MS = "gate_wait_delay_ms"
 PAUSED = "paused"
+FULL_BUILD_PATHS = "full_build_paths"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -141,9 +144,15 @@ async def supersede(ctx: DeliveryContext) -> None:
     ctx.services.metrics.count("supersedes", ctx.req.queue)
 
 
-@GATE.action(provides=[STRATEGY_DERIVED])
+@GATE.action(provides=[STRATEGY_DERIVED], parameters=[FULL_BUILD_PATHS])
 async def derive_strategy(ctx: DeliveryContext) -> None:
-    """Full or incremental-since-green, from ancestry of the queue's last green."""
+    """Full or incremental-since-green, from ancestry of the queue's last green; full
+    also when the diff from last green to R touches a full_build_paths glob.
+
+    The diff is taken against last green, the base an incremental build would reuse,
+    never against the previous head: a build file changed by a head that was superseded
+    (or failed) is still in the diff of the next one.
+    """
     request, last_green = ctx.req, ctx.q.last_green_uri
     ctx.build_strategy, ctx.base_uri = FULL, ""
     if not last_green:
@@ -159,6 +168,10 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     await ctx.delivery.in_progress()
     try:
         is_ancestor = await source_control.is_ancestor(last_green, request.uri)
+        if is_ancestor and _touches_build_files(
+            await _changed_if_needed(ctx, source_control, last_green), ctx
+        ):
+            return
     except NotFound as exc:
         log.warning(
             "queue %s request %s: ancestry of %s unknown (%s); full build",
@@ -170,6 +183,30 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
         return
     if is_ancestor:
         ctx.build_strategy, ctx.base_uri = INCREMENTAL_SINCE_GREEN, last_green
+
+
+async def _changed_if_needed(
+    ctx: DeliveryContext, source_control: SourceControl, last_green: str
+) -> frozenset[str]:
+    """The paths changed since last green, asked only when some glob could match them."""
+    if not ctx.config.param(FULL_BUILD_PATHS):
+        return frozenset()
+    return await source_control.changed_paths(last_green, ctx.req.uri)
+
+
+def _touches_build_files(changed: frozenset[str], ctx: DeliveryContext) -> bool:
+    if not changed:
+        return False
+    hit = first_match(changed, ctx.config.param(FULL_BUILD_PATHS))
+    if hit is None:
+        return False
+    log.info(
+        "queue %s request %s: %s changed since last green (matches %s); full build",
+        ctx.req.queue,
+        ctx.req.id,
+        *hit,
+    )
+    return True
 
 
 @GATE.action(requires=[STRATEGY_DERIVED])

@@ -59,7 +59,13 @@ def build_world(
 ) -> World:
     if timeline.config:
         config = OverrideConfigStore(config, timeline.config)
-    return World(machines, config, timeline.history, lifecycle_factory=lifecycle_factory)
+    return World(
+        machines,
+        config,
+        timeline.history,
+        lifecycle_factory=lifecycle_factory,
+        changes=timeline.changes,
+    )
 
 
 def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:

@@ -65,6 +65,7 @@ class Timeline:
     config: dict[str, Any] = field(default_factory=dict)
     history: dict[str, tuple[str, ...]] = field(default_factory=dict)
     config_location: Location = field(default_factory=lambda: Location("", 0, 0))
+    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def load_timeline(path: str | Path) -> Timeline:
@@ -93,11 +94,20 @@ def load_timeline(path: str | Path) -> Timeline:
         steps.append(step)
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
+    changes = {str(k): tuple(v) for k, v in data.get("changes", {}).items()}
+    for commit in changes:
+        if commit not in history:
+            issues.append(
+                SpecIssue(
+                    doc.locate(("changes", commit), key=True),
+                    f"changes: {commit!r} is not a commit of the history",
+                )
+            )
     if issues:
         raise SpecError(issues)
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
-    return Timeline(doc.file, queue, tuple(steps), config, history, config_at)
+    return Timeline(doc.file, queue, tuple(steps), config, history, config_at, changes)
 
 
 def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> list[SpecIssue]:

@@ -164,6 +164,7 @@ class World:
         history: Mapping[str, Sequence[str]] | None = None,
         *,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
+        changes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.machines = machines
         self.config = StepConfigStore(config)
@@ -175,7 +176,7 @@ class World:
         self.counter = MemoryCounter()
         self.published = MemoryPublisher()
         self.broker = SimBroker()
-        self.graph = MemorySourceControl(history or {})
+        self.graph = MemorySourceControl(history or {}, changes)
         self.armed_crash = ""
         self.holds = 0
         self.hold_log: list[Hold] = []
