@@ -144,14 +144,16 @@ async def supersede(ctx: DeliveryContext) -> None:
     ctx.services.metrics.count("supersedes", ctx.req.queue)
 
 
-@GATE.action(provides=[STRATEGY_DERIVED], parameters=[FULL_BUILD_PATHS])
+@GATE.action(provides=[STRATEGY_DERIVED])
 async def derive_strategy(ctx: DeliveryContext) -> None:
     """Full or incremental-since-green, from ancestry of the queue's last green; full
     also when the diff from last green to R touches a full_build_paths glob.
 
     The diff is taken against last green, the base an incremental build would reuse,
     never against the previous head: a build file changed by a head that was superseded
-    (or failed) is still in the diff of the next one.
+    (or failed) is still in the diff of the next one. ``full_build_paths`` is read only
+    if the policy declares it, so a policy written without it keeps validating and
+    never asks for the diff.
     """
     request, last_green = ctx.req, ctx.q.last_green_uri
     ctx.build_strategy, ctx.base_uri = FULL, ""
@@ -189,15 +191,20 @@ async def _changed_if_needed(
     ctx: DeliveryContext, source_control: SourceControl, last_green: str
 ) -> frozenset[str]:
     """The paths changed since last green, asked only when some glob could match them."""
-    if not ctx.config.param(FULL_BUILD_PATHS):
+    if not _full_build_paths(ctx):
         return frozenset()
     return await source_control.changed_paths(last_green, ctx.req.uri)
+
+
+def _full_build_paths(ctx: DeliveryContext) -> tuple[str, ...]:
+    """The queue's full_build_paths globs; none when the policy does not declare them."""
+    return tuple(dict(ctx.config.parameters).get(FULL_BUILD_PATHS, ()))
 
 
 def _touches_build_files(changed: frozenset[str], ctx: DeliveryContext) -> bool:
     if not changed:
         return False
-    hit = first_match(changed, ctx.config.param(FULL_BUILD_PATHS))
+    hit = first_match(changed, _full_build_paths(ctx))
     if hit is None:
         return False
     log.info(
