@@ -56,7 +56,7 @@ def test_shipped_config_passes_schema_and_loads() -> None:
     assert policy.resolve("monorepo/main").param("max_concurrent") == 1
     assert policy.resolve("mobile/ios").param("gate_wait_delay_ms") == 2000
     assert policy.resolve("other/queue") == QueueConfig.of(
-        max_concurrent=1, gate_wait_delay_ms=5000
+        max_concurrent=1, gate_wait_delay_ms=5000, paused=False, full_build_paths=[]
     )
 
 
@@ -89,8 +89,8 @@ def test_declared_parameters_are_the_only_keys_beyond_the_runtime_ones(tmp_path:
     path = write(tmp_path, "defaults:\n  max_concurent: 2\n")
     [issue] = issues_of(path)
     assert str(issue) == (
-        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: gate_wait_delay_ms, "
-        "max_attempts, max_concurrent, ref, repository"
+        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: full_build_paths, "
+        "gate_wait_delay_ms, max_attempts, max_concurrent, paused, ref, repository"
     )
     # Loaded without the declarations (an operator command), any further key is kept.
     policy = load_queue_config(path)
@@ -104,6 +104,8 @@ def _all_fields() -> list[tuple[str, object]]:
         ("max_attempts", 2),
         ("repository", "repos/mono"),
         ("ref", "refs/heads/main"),
+        ("paused", "true"),
+        ("full_build_paths", "[WORKSPACE]"),
     ]
 
 
@@ -116,6 +118,8 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         max_attempts=2,
         repository="repos/mono",
         ref="refs/heads/main",
+        paused=True,
+        full_build_paths=["WORKSPACE"],
     )
 
 
@@ -215,7 +219,9 @@ def test_null_blocks_set_nothing(tmp_path: Path) -> None:
     policy = load_queue_config(write(tmp_path, "defaults:\nqueues:\n  a/b:\n"), parameters=DECLARED)
     assert policy.defaults == Settings()
     assert policy.configured_queues() == ("a/b",)
-    assert policy.resolve("a/b") == QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=5000)
+    assert policy.resolve("a/b") == QueueConfig.of(
+        max_concurrent=1, gate_wait_delay_ms=5000, paused=False, full_build_paths=[]
+    )
 
 
 # --- queue-name and pattern keys --------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,8 +11,15 @@ from stovepipe_fsm.config import PolicyEntry, QueuePolicy, Settings, load_queue_
 from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.spec.errors import Location, SpecError, SpecIssue
+from stovepipe_fsm.spec.parameters import defaults_of
 
 DECLARED = load_process_machines(Path(__file__).resolve().parents[1] / "machines").parameters
+
+
+def shipped(**values: Any) -> QueueConfig:
+    """A queue's config under the shipped declarations: what ``values`` leaves unset
+    takes its declared default, as every resolved config does."""
+    return QueueConfig.of(**{**defaults_of(DECLARED), **values})
 
 LAYERED = """\
 defaults:
@@ -49,24 +57,24 @@ def tie_issues_of(tmp_path: Path, text: str) -> list[SpecIssue]:
 
 def test_built_in_defaults_without_any_override(tmp_path: Path) -> None:
     policy = load_text(tmp_path, "queues: {}\n")
-    assert policy.resolve("any/queue") == QueueConfig.of(
+    assert policy.resolve("any/queue") == shipped(
         max_concurrent=1, gate_wait_delay_ms=5000, max_attempts=5
     )
 
 
 def test_defaults_block_overrides_built_ins_field_by_field(tmp_path: Path) -> None:
     policy = load_text(tmp_path, "defaults: {gate_wait_delay_ms: 250}\n")
-    assert policy.resolve("q") == QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=250)
+    assert policy.resolve("q") == shipped(max_concurrent=1, gate_wait_delay_ms=250)
 
 
 def test_general_pattern_beats_defaults(layered: QueuePolicy) -> None:
-    assert layered.resolve("web/main") == QueueConfig.of(
+    assert layered.resolve("web/main") == shipped(
         max_concurrent=2, gate_wait_delay_ms=100, max_attempts=7
     )
 
 
 def test_specific_pattern_beats_general_pattern(layered: QueuePolicy) -> None:
-    assert layered.resolve("mobile/android") == QueueConfig.of(
+    assert layered.resolve("mobile/android") == shipped(
         max_concurrent=3, gate_wait_delay_ms=200, max_attempts=7
     )
 
@@ -74,13 +82,13 @@ def test_specific_pattern_beats_general_pattern(layered: QueuePolicy) -> None:
 def test_more_specific_pattern_wins_and_entries_do_not_stack(layered: QueuePolicy) -> None:
     # 'mobile/*' also matches, but only the winner's fields apply: max_concurrent comes
     # from defaults, not from the less specific pattern.
-    assert layered.resolve("mobile/ios/beta") == QueueConfig.of(
+    assert layered.resolve("mobile/ios/beta") == shipped(
         max_concurrent=2, gate_wait_delay_ms=300, max_attempts=7
     )
 
 
 def test_exact_name_beats_every_pattern(layered: QueuePolicy) -> None:
-    assert layered.resolve("mobile/ios/main") == QueueConfig.of(
+    assert layered.resolve("mobile/ios/main") == shipped(
         max_concurrent=2, gate_wait_delay_ms=5000, max_attempts=9
     )
 

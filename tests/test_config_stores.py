@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,15 @@ from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
 from stovepipe_fsm.ports import ConfigStore
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.spec.errors import SpecError
+from stovepipe_fsm.spec.parameters import defaults_of
 
 DECLARED = load_process_machines(Path(__file__).resolve().parents[1] / "machines").parameters
+
+
+def shipped(**values: Any) -> QueueConfig:
+    """A queue's config under the shipped declarations: what ``values`` leaves unset
+    takes its declared default, as every resolved config does."""
+    return QueueConfig.of(**{**defaults_of(DECLARED), **values})
 
 GOOD = "defaults: {max_concurrent: 2}\nqueues:\n  mono/main: {max_concurrent: 3}\n"
 EDITED = "defaults: {max_concurrent: 4}\nqueues:\n  mono/main: {max_concurrent: 5}\n"
@@ -83,8 +91,8 @@ def config_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]
 
 def test_file_store_is_a_config_store(store: FileConfigStore) -> None:
     port: ConfigStore = store
-    assert port.get("mono/main") == QueueConfig.of(max_concurrent=3, gate_wait_delay_ms=5000)
-    assert port.get("other") == QueueConfig.of(max_concurrent=2, gate_wait_delay_ms=5000)
+    assert port.get("mono/main") == shipped(max_concurrent=3, gate_wait_delay_ms=5000)
+    assert port.get("other") == shipped(max_concurrent=2, gate_wait_delay_ms=5000)
     assert port.configured_queues() == ("mono/main",)
     assert store.last_error is None
 
@@ -147,7 +155,7 @@ def test_unchanged_file_is_not_parsed_again(store: FileConfigStore, clock: Manua
     before = store.policy
     clock.advance(5000)
     assert store.refresh() is False
-    assert store.get("q") == QueueConfig.of(max_concurrent=2, gate_wait_delay_ms=5000)
+    assert store.get("q") == shipped(max_concurrent=2, gate_wait_delay_ms=5000)
     assert store.policy is before
 
 
@@ -270,10 +278,10 @@ def test_static_store_from_mapping_resolves_like_the_file(tmp_path: Path) -> Non
         "queues": {"mono/main": {"max_concurrent": 2}, "mobile/*": {"gate_wait_delay_ms": 10}},
     }
     store = StaticConfigStore(content, parameters=DECLARED)
-    assert store.get("mono/main") == QueueConfig.of(
+    assert store.get("mono/main") == shipped(
         max_concurrent=2, gate_wait_delay_ms=5000, max_attempts=3
     )
-    assert store.get("mobile/ios") == QueueConfig.of(
+    assert store.get("mobile/ios") == shipped(
         max_concurrent=1, gate_wait_delay_ms=10, max_attempts=3
     )
     assert store.configured_queues() == ("mono/main",)
@@ -290,7 +298,7 @@ def test_static_store_from_queue_config_sets_defaults() -> None:
     store = StaticConfigStore(
         QueueConfig.of(max_concurrent=4, repository="repo"), parameters=DECLARED
     )
-    assert store.get("q") == QueueConfig.of(
+    assert store.get("q") == shipped(
         max_concurrent=4, gate_wait_delay_ms=5000, repository="repo"
     )
 

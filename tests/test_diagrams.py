@@ -128,7 +128,8 @@ def test_edge_labels_carry_conditions_unless_and_actions_in_order(
     ) in gate
     reannounce = "dispatch [request_is_processing, !request_is_terminal] / announce"
     assert f"loaded --> reannounced : {reannounce}" in gate
-    assert "queue_loaded --> latest : coalesce [!newer_head_exists, !latest_not_stamped]" in gate
+    latest = "coalesce [!paused, !newer_head_exists, !latest_not_stamped]"
+    assert f"queue_loaded --> latest : {latest}" in gate
     request = mermaid_block(render_mermaid(specs["request"]))
     # a transition listing two sources is drawn once from each of them
     assert "accepted --> failed : fail_closed" in request

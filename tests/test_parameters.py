@@ -25,8 +25,13 @@ MACHINES = load_process_machines(ROOT / "machines")
 Q = "monorepo/main"
 
 
-def test_the_shipped_gate_declares_its_two_knobs_with_their_defaults() -> None:
-    assert MACHINES.parameter_defaults == {"max_concurrent": 1, "gate_wait_delay_ms": 5000}
+def test_the_shipped_gate_declares_its_knobs_with_their_defaults() -> None:
+    assert MACHINES.parameter_defaults == {
+        "max_concurrent": 1,
+        "gate_wait_delay_ms": 5000,
+        "paused": False,
+        "full_build_paths": (),
+    }
     declared = MACHINES.parameters["max_concurrent"]
     assert declared.value_schema() == {"type": "integer", "minimum": 1}
     assert declared.location.file.endswith("queue_gate.yaml")
@@ -102,7 +107,8 @@ def test_validate_checks_config_keys_against_the_declarations(
     out = capsys.readouterr().out
     assert code == 1
     assert "unknown key 'max_concurrnt' in queues.monorepo/main; allowed: " in out
-    assert "gate_wait_delay_ms, max_attempts, max_concurrent, ref, repository" in out
+    allowed = "full_build_paths, gate_wait_delay_ms, max_attempts, max_concurrent, paused, ref"
+    assert allowed + ", repository" in out
 
 
 def test_a_new_parameter_in_the_machines_is_a_new_config_key(
@@ -112,23 +118,24 @@ def test_a_new_parameter_in_the_machines_is_a_new_config_key(
     gate.write_text(
         gate.read_text(encoding="utf-8").replace(
             "parameters:\n",
-            "parameters:\n  paused:\n    type: boolean\n    default: false\n"
-            "    description: hold every head of the queue\n",
+            "parameters:\n  nightly_only:\n    type: boolean\n    default: false\n"
+            "    description: admit heads at night only\n",
             1,
         ),
         encoding="utf-8",
     )
     config = policy / "config" / "queues.yaml"
     config.write_text(
-        config.read_text(encoding="utf-8") + '  "legacy/*": {paused: true}\n', encoding="utf-8"
+        config.read_text(encoding="utf-8") + '  "legacy/*": {nightly_only: true}\n',
+        encoding="utf-8",
     )
     assert main(["validate", str(policy / "machines"), str(config)]) == 0
     config.write_text(
-        config.read_text(encoding="utf-8").replace("{paused: true}", "{paused: 1}"),
+        config.read_text(encoding="utf-8").replace("{nightly_only: true}", "{nightly_only: 1}"),
         encoding="utf-8",
     )
     assert main(["validate", str(policy / "machines"), str(config)]) == 1
-    assert "paused: 1 is not of type 'boolean'" in capsys.readouterr().out
+    assert "nightly_only: 1 is not of type 'boolean'" in capsys.readouterr().out
 
 
 def test_two_machines_declaring_one_parameter_differently_clash(

@@ -28,6 +28,7 @@ STALE_TRANSITION = """\
     source: queue_loaded
     dest: acked
     conditions: newer_head_exists
+    unless: paused
     after: [supersede, ack]
     description: stale - superseded on sight, no slot consumed
 """
@@ -79,8 +80,11 @@ def test_without_the_coalesce_step_a_stale_head_is_admitted(tmp_path: Path) -> N
         tmp_path,
         "queue_gate.yaml",
         (STALE_TRANSITION, ""),
-        ("    unless: newer_head_exists\n", ""),
-        ("unless: [newer_head_exists, latest_not_stamped]", "unless: latest_not_stamped"),
+        ("    unless: [paused, newer_head_exists]\n", "    unless: paused\n"),
+        (
+            "unless: [paused, newer_head_exists, latest_not_stamped]",
+            "unless: [paused, latest_not_stamped]",
+        ),
     )
     w = backlog_of_two(load_process_machines(directory, lint=False))
     # A, now stale, takes the only slot; B waits behind it instead of superseding it.

@@ -450,7 +450,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         "flow-finish-missing",
         "flow-finish",
         text,
-        line_of(text, "trigger: coalesce", 1),
+        line_of(text, "trigger: coalesce", 2),
         "transition into terminal state 'acked' must end with exactly one finishing action",
     )
     text = edit(gate, "    after: [supersede, ack]\n", "    after: [ack, supersede]\n")
@@ -458,7 +458,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         "flow-finish-not-last",
         "flow-finish",
         text,
-        line_of(text, "trigger: coalesce", 1),
+        line_of(text, "trigger: coalesce", 2),
         "must end with exactly one finishing action (ack or hold) as its last action",
     )
     text = edit(

@@ -1,9 +1,10 @@
-"""Source-control port: ancestry only. Process never parses a URI.
+"""Source-control port: ancestry and changed paths. Process never parses a URI.
 
 ``is_ancestor(a, b)`` answers whether commit ``a`` is an ancestor of (or equal to)
-commit ``b``. It raises ``NotFound`` when either commit is unknown (ancestry
-uncertainty: the caller falls back to a full build) and ``Retryable`` for anything
-transient (connection, timeout); every other outcome is a bool.
+commit ``b``. ``changed_paths(a, b)`` is the set of file paths (relative to the
+repository root, ``/``-separated) whose content differs between commits ``a`` and ``b``.
+Both raise ``NotFound`` when either commit is unknown (uncertainty: the caller falls
+back to a full build) and ``Retryable`` for anything transient (connection, timeout).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Protocol
 
 class SourceControl(Protocol):
     async def is_ancestor(self, ancestor: str, descendant: str) -> bool: ...
+
+    async def changed_paths(self, base: str, head: str) -> frozenset[str]: ...
 
 
 class SourceControlProvider(Protocol):

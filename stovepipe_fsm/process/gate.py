@@ -20,6 +20,8 @@ from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN
 from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 from ..domain.hooks import started_event
 from ..domain.ids import compare_request_id
+from ..domain.path_globs import first_match
+from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
 from .context import DeliveryContext
 
@@ -33,6 +35,8 @@ START_ANNOUNCED = "start_announced"
 # Parameters the gate's conditions and actions read; queue_gate.yaml declares them.
 MAX_CONCURRENT = "max_concurrent"
 GATE_WAIT_DELAY_MS = "gate_wait_delay_ms"
+PAUSED = "paused"
+FULL_BUILD_PATHS = "full_build_paths"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -50,6 +54,16 @@ def request_is_terminal(ctx: DeliveryContext) -> bool:
 def request_is_processing(ctx: DeliveryContext) -> bool:
     """R is in a state the request machine's admit role leads to: already admitted."""
     return ctx.services.lifecycle.is_admitted(ctx.req)
+
+
+@GATE.condition(parameters=[PAUSED])
+def paused(ctx: DeliveryContext) -> bool:
+    """The queue's ``paused`` parameter is set: every head waits, none is superseded.
+
+    Holding before coalescing keeps a paused queue exactly as it was: a head ingested
+    meanwhile is coalesced like any other once the queue resumes.
+    """
+    return bool(ctx.config.param(PAUSED))
 
 
 @GATE.condition()
@@ -132,7 +146,15 @@ async def supersede(ctx: DeliveryContext) -> None:
 
 @GATE.action(provides=[STRATEGY_DERIVED])
 async def derive_strategy(ctx: DeliveryContext) -> None:
-    """Full or incremental-since-green, from ancestry of the queue's last green."""
+    """Full or incremental-since-green, from ancestry of the queue's last green; full
+    also when the diff from last green to R touches a full_build_paths glob.
+
+    The diff is taken against last green, the base an incremental build would reuse,
+    never against the previous head: a build file changed by a head that was superseded
+    (or failed) is still in the diff of the next one. ``full_build_paths`` is read only
+    if the policy declares it, so a policy written without it keeps validating and
+    never asks for the diff.
+    """
     request, last_green = ctx.req, ctx.q.last_green_uri
     ctx.build_strategy, ctx.base_uri = FULL, ""
     if not last_green:
@@ -148,6 +170,10 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     await ctx.delivery.in_progress()
     try:
         is_ancestor = await source_control.is_ancestor(last_green, request.uri)
+        if is_ancestor and _touches_build_files(
+            await _changed_if_needed(ctx, source_control, last_green), ctx
+        ):
+            return
     except NotFound as exc:
         log.warning(
             "queue %s request %s: ancestry of %s unknown (%s); full build",
@@ -159,6 +185,35 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
         return
     if is_ancestor:
         ctx.build_strategy, ctx.base_uri = INCREMENTAL_SINCE_GREEN, last_green
+
+
+async def _changed_if_needed(
+    ctx: DeliveryContext, source_control: SourceControl, last_green: str
+) -> frozenset[str]:
+    """The paths changed since last green, asked only when some glob could match them."""
+    if not _full_build_paths(ctx):
+        return frozenset()
+    return await source_control.changed_paths(last_green, ctx.req.uri)
+
+
+def _full_build_paths(ctx: DeliveryContext) -> tuple[str, ...]:
+    """The queue's full_build_paths globs; none when the policy does not declare them."""
+    return tuple(dict(ctx.config.parameters).get(FULL_BUILD_PATHS, ()))
+
+
+def _touches_build_files(changed: frozenset[str], ctx: DeliveryContext) -> bool:
+    if not changed:
+        return False
+    hit = first_match(changed, _full_build_paths(ctx))
+    if hit is None:
+        return False
+    log.info(
+        "queue %s request %s: %s changed since last green (matches %s); full build",
+        ctx.req.queue,
+        ctx.req.id,
+        *hit,
+    )
+    return True
 
 
 @GATE.action(requires=[STRATEGY_DERIVED])

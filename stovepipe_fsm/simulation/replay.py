@@ -1,7 +1,6 @@
 """Replay a :class:`Timeline` on a :class:`World`, recording a readable log.
 
-Steps that act change the world (a ``config`` step changes the settings its gate checks
-read from then on, :mod:`.config_steps`); ``expect`` steps only read it (:mod:`.expectations`):
+Steps that act change the world; ``expect`` steps only read it (:mod:`.expectations`):
 their results are kept on the :class:`Simulation`, shown as log rows, and counted in
 ``simulate --json``. Whether a failed expectation fails a command is the command's call:
 ``simulate`` shows it, ``test`` exits 1 on it.
@@ -9,6 +8,7 @@ their results are kept on the :class:`Simulation`, shown as log rows, and counte
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +20,11 @@ from ..process.catalog import ProcessMachines
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
 from ..spec.errors import SpecError, SpecIssue
+from ..spec.parameters import as_json
 from ..views.entities import queue_json, render_requests_and_queues, request_json
-from .config_steps import LayeredConfigStore, config_issues
 from .expectations import Expectation, Result, evaluate, state_issues
 from .runtime import OverrideConfigStore, run_sync
-from .timeline import Timeline, TimelineStep, has_expectations
+from .timeline import Timeline, TimelineStep, config_issues, has_expectations
 from .world import DeliveryReport, World
 
 MAX_DELIVERIES_PER_RUN = 10_000
@@ -59,17 +59,21 @@ def build_world(
 ) -> World:
     if timeline.config:
         config = OverrideConfigStore(config, timeline.config)
-    if any(step.config is not None for step in timeline.steps):
-        config = LayeredConfigStore(config)
-    return World(machines, config, timeline.history, lifecycle_factory=lifecycle_factory)
+    return World(
+        machines,
+        config,
+        timeline.history,
+        lifecycle_factory=lifecycle_factory,
+        changes=timeline.changes,
+    )
 
 
 def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
     """Run every step; a step that cannot apply raises SpecError at its location.
 
-    Expected states are checked against the request machine, and config steps against
-    the machines' parameter declarations, before anything runs: a state the machine does
-    not declare, or a key its config does not accept, is bad input, not a failed
+    Expected states are checked against the request machine, and the parameters the
+    timeline sets against the machines' declarations, before anything runs: a state the
+    machine does not declare, or an unknown parameter, is bad input, not a failed
     expectation.
     """
     issues = [
@@ -78,12 +82,7 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
         if step.expect is not None
         for issue in state_issues(step.expect, machines.request.spec.state_names)
     ]
-    issues += [
-        issue
-        for step in timeline.steps
-        if step.config is not None
-        for issue in config_issues(step.config, machines.parameters)
-    ]
+    issues += config_issues(timeline, machines.parameters)
     if issues:
         raise SpecError(issues)
     sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
@@ -115,11 +114,6 @@ def _check(sim: Simulation, expectation: Expectation) -> list[str]:
 
 def apply_step(world: World, step: TimelineStep) -> list[str]:
     kind = step.kind
-    if step.config is not None:
-        if not isinstance(world.config, LayeredConfigStore):
-            raise ValueError("config step on a world built without config layers")
-        world.config.apply(step.config)
-        return ["in force from this step on"]
     if kind == "ingest":
         result = world.ingest(step.queue, step.uri)
         verb = "created" if result.created else "existing"
@@ -150,6 +144,10 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
     if kind == "source_control":
         world.graph.set_available(step.value == "up")
         return [f"source control {step.value}"]
+    if kind == "config":
+        world.config.set(step.queue, dict(step.values))
+        shown = ", ".join(f"{k}={json.dumps(as_json(v))}" for k, v in step.values)
+        return [f"queue {step.queue}: {shown}"]
     request_id = _request_id(world, step)
     if kind == "complete":
         request = world.complete(request_id, step.outcome)

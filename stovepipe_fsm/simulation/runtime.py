@@ -162,6 +162,39 @@ class OverrideConfigStore:
         return self.base.configured_queues()
 
 
+class StepConfigStore:
+    """The world's config: a base store, with the parameters ``config:`` steps set per queue.
+
+    A timeline (or the checker, exploring pause and resume) changes a queue's policy
+    mid-run the way an edit of ``config/queues.yaml`` does in ``serve``: the next delivery
+    resolves the new values. Changes are kept apart from the base so a fork of the world
+    copies only them.
+    """
+
+    def __init__(
+        self, base: ConfigStore, changes: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        self.base = base
+        self.changes: dict[str, dict[str, Any]] = {
+            queue: dict(values) for queue, values in (changes or {}).items()
+        }
+
+    def get(self, queue: str) -> QueueConfig:
+        changed = self.changes.get(queue)
+        config = self.base.get(queue)
+        return config.with_values(changed) if changed else config
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return self.base.configured_queues()
+
+    def set(self, queue: str, values: Mapping[str, Any]) -> None:
+        """From now on ``queue`` resolves ``values`` over what it resolved before."""
+        self.changes.setdefault(queue, {}).update(values)
+
+    def clone(self) -> StepConfigStore:
+        return StepConfigStore(self.base, self.changes)
+
+
 class SingleSourceControl:
     """Every queue asks the same in-memory commit graph."""
 

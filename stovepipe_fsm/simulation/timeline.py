@@ -2,21 +2,24 @@
 
 A step either acts on the world (ingest, deliver, complete, ...) or asserts on it
 (``expect``, parsed by :mod:`.expectations`); an asserting step carries its parsed form
-in :attr:`TimelineStep.expect` and is never applied to the world. A ``config`` step
-(:mod:`.config_steps`) carries its parsed change in :attr:`TimelineStep.config`.
+in :attr:`TimelineStep.expect` and is never applied to the world.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..domain.entities import RUNTIME_KEYS
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..spec.errors import Location, SpecError, SpecIssue
+from ..spec.model import ParameterSpec
+from ..spec.parameters import as_json, value_problems
 from ..spec.schema import load_schema, schema_issues
 from ..spec.yaml_source import SourceDocument, read_yaml
-from .config_steps import ConfigChange, parse_config_change
 from .expectations import Expectation, parse_expectation
 
 DEFAULT_QUEUE = "monorepo/main"
@@ -34,13 +37,11 @@ class TimelineStep:
     amount: int = 0
     value: str = ""
     expect: Expectation | None = None
-    config: ConfigChange | None = None
+    values: tuple[tuple[str, Any], ...] = ()  # a config step's parameters, sorted by name
 
     def describe(self) -> str:
         if self.expect is not None:
             return f"expect {self.expect.subject}"
-        if self.config is not None:
-            return self.config.describe()
         if self.kind in ("deliver", "run"):
             return self.kind
         if self.kind == "advance_ms":
@@ -49,6 +50,10 @@ class TimelineStep:
             return f"complete {self.uri} {self.outcome}"
         if self.kind in ("crash", "source_control", "stall"):
             return f"{self.kind} {self.value}"
+        if self.kind == "config":
+            return f"config {self.queue} " + " ".join(
+                f"{k}={json.dumps(as_json(v))}" for k, v in self.values
+            )
         return f"{self.kind} {self.uri}"
 
 
@@ -57,8 +62,10 @@ class Timeline:
     file: str
     queue: str
     steps: tuple[TimelineStep, ...]
-    config: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     history: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    config_location: Location = field(default_factory=lambda: Location("", 0, 0))
+    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def load_timeline(path: str | Path) -> Timeline:
@@ -80,10 +87,6 @@ def load_timeline(path: str | Path) -> Timeline:
             )
             if step.queue != queue:
                 _check_queue(step.queue, doc.locate(("steps", index, "expect", "queue")), issues)
-        elif isinstance(raw, dict) and "config" in raw:
-            change, found = parse_config_change(doc, index, queue)
-            issues += found
-            step = TimelineStep("config", where, queue=change.queue, config=change)
         else:
             step = _step(raw, where, queue)
             if step.queue != queue:
@@ -91,9 +94,41 @@ def load_timeline(path: str | Path) -> Timeline:
         steps.append(step)
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
+    changes = {str(k): tuple(v) for k, v in data.get("changes", {}).items()}
+    for commit in changes:
+        if commit not in history:
+            issues.append(
+                SpecIssue(
+                    doc.locate(("changes", commit), key=True),
+                    f"changes: {commit!r} is not a commit of the history",
+                )
+            )
     if issues:
         raise SpecError(issues)
-    return Timeline(doc.file, queue, tuple(steps), dict(data.get("config", {})), history)
+    config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
+    config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
+    return Timeline(doc.file, queue, tuple(steps), config, history, config_at, changes)
+
+
+def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> list[SpecIssue]:
+    """Parameters the timeline sets (``config:`` and its ``config`` steps) that the
+    machines do not declare, or values their declarations refuse."""
+    issues: list[SpecIssue] = []
+    settings = [(timeline.config_location, tuple(timeline.config.items()))]
+    settings += [(s.location, s.values) for s in timeline.steps if s.kind == "config"]
+    allowed = ", ".join(sorted({*declared, *RUNTIME_KEYS}))
+    for where, values in settings:
+        for name, value in values:
+            parameter = declared.get(name)
+            if parameter is None:
+                if name not in RUNTIME_KEYS:
+                    issues.append(
+                        SpecIssue(where, f"config: unknown parameter {name!r}; allowed: {allowed}")
+                    )
+                continue
+            for problem in value_problems(parameter, value):
+                issues.append(SpecIssue(where, f"config: {name}: {problem}"))
+    return issues
 
 
 def has_expectations(timeline: Timeline) -> bool:
@@ -207,6 +242,18 @@ def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineSte
         return TimelineStep(
             kind, where, uri=value["uri"], queue=value.get("queue", queue), outcome=value["outcome"]
         )
+    if kind == "config":
+        values = {k: _hashable(v) for k, v in value.items() if k != "queue"}
+        return TimelineStep(
+            kind, where, queue=value.get("queue", queue), values=tuple(sorted(values.items()))
+        )
     if isinstance(value, str):
         return TimelineStep(kind, where, uri=value, queue=queue)
     return TimelineStep(kind, where, uri=value["uri"], queue=value.get("queue", queue))
+
+
+def _hashable(value: Any) -> Any:
+    """A list as a tuple, so a step stays a hashable value."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value

@@ -67,6 +67,7 @@ from .runtime import (
     SimDelivery,
     SimPublisher,
     SingleSourceControl,
+    StepConfigStore,
     run_sync,
 )
 
@@ -163,9 +164,10 @@ class World:
         history: Mapping[str, Sequence[str]] | None = None,
         *,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
+        changes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.machines = machines
-        self.config = config
+        self.config = StepConfigStore(config)
         self.lifecycle_factory = lifecycle_factory
         self.clock = ManualClock(0)
         self.requests = MemoryRequestStore()
@@ -174,7 +176,7 @@ class World:
         self.counter = MemoryCounter()
         self.published = MemoryPublisher()
         self.broker = SimBroker()
-        self.graph = MemorySourceControl(history or {})
+        self.graph = MemorySourceControl(history or {}, changes)
         self.armed_crash = ""
         self.holds = 0
         self.hold_log: list[Hold] = []
@@ -205,7 +207,7 @@ class World:
     def clone(self) -> World:
         twin = object.__new__(World)
         twin.machines = self.machines
-        twin.config = self.config
+        twin.config = self.config.clone()
         twin.lifecycle_factory = self.lifecycle_factory
         twin.clock = self.clock.clone()
         twin.requests = self.requests.clone()

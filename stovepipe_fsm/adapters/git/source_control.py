@@ -1,7 +1,9 @@
 """``SourceControl`` answered by a local git repository.
 
 ``is_ancestor(a, b)`` runs ``git -C <repo> merge-base --is-ancestor a b``, whose exit
-status is the answer: 0 yes, 1 no. Exit 128 is either "this name is not a commit here"
+status is the answer: 0 yes, 1 no. ``changed_paths(a, b)`` runs ``git diff --name-only
+a b`` (trees compared, renames as a deletion plus an addition). For either, exit 128
+is either "this name is not a commit here"
 (``NotFound``: the caller falls back to a full build, which is always a valid superset)
 or a problem with the repository itself, which is reported as ``Retryable`` with git's
 own message so an operator can see what broke (missing clone, permissions, ownership).
@@ -26,6 +28,7 @@ StrPath = str | os.PathLike[str]
 
 # Fragments of git's (forced-English) messages that mean "no such commit here".
 _UNKNOWN_COMMIT_MESSAGES = ("Not a valid commit name", "Not a valid object name")
+_UNKNOWN_REVISION_MESSAGES = ("bad revision", "bad object", "unknown revision")
 
 
 def _runner_for(repo_path: str, runner: GitRunner | None) -> GitRunner:
@@ -92,6 +95,31 @@ class GitSourceControl:
                 f"(asked {ancestor!r} → {descendant!r}): {result.stderr}"
             )
         raise _failure("merge-base --is-ancestor", self._repo_path, result)
+
+    async def changed_paths(self, base: str, head: str) -> frozenset[str]:
+        """Paths whose content differs between commits ``base`` and ``head``.
+
+        A name with ``..`` is a range, never one commit (no ref name may contain it), and
+        ``git diff`` would read it as two: it is not found, as ``is_ancestor`` says too.
+        """
+        for name in (base, head):
+            check_commitish(name)
+            if ".." in name:
+                raise NotFound(f"commit {name!r} is not a revision name (a range)")
+        command = [self._git, "-C", self._repo_path, "diff", "--name-only", "-z", "--no-renames"]
+        result = await self._run(
+            [*command, f"{base}^{{commit}}", f"{head}^{{commit}}", "--"], self._timeout_s
+        )
+        if result.returncode == 0:
+            return frozenset(path for path in result.stdout.split("\0") if path)
+        if result.returncode == 128 and any(
+            m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES
+        ):
+            raise NotFound(
+                f"commit not found in {self._repo_path!r} "
+                f"(asked the diff {base!r} → {head!r}): {result.stderr}"
+            )
+        raise _failure("diff --name-only", self._repo_path, result)
 
     async def rev_parse(self, ref: str) -> str:
         """The full id of the commit ``ref`` names in this repository."""

@@ -1,7 +1,8 @@
 """In-memory source control: a commit graph given as ``commit → parents``.
 
-It answers ``is_ancestor`` with the same three outcomes as the git adapter (a bool,
-``NotFound`` for an unknown commit, ``Retryable`` while "unavailable"), so the build
+It answers ``is_ancestor`` and ``changed_paths`` with the same outcomes as the git
+adapter (an answer, ``NotFound`` for an unknown commit, ``Retryable`` while
+"unavailable"), so the build
 strategy decision can be driven through every branch without a repository: a
 fast-forward is a new commit whose parents reach the last green, a force-push is a new
 root (or a commit on a branch that does not contain it).
@@ -25,8 +26,13 @@ class MemorySourceControl:
     typo in a test graph into an immediate ``ValueError`` rather than a silent ``False``.
     """
 
-    def __init__(self, parents: Mapping[str, Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        parents: Mapping[str, Sequence[str]] | None = None,
+        changes: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
         self._parents: dict[str, tuple[str, ...]] = {}
+        self._changes: dict[str, frozenset[str]] = {}
         self._available = True
         self.calls = 0
         pending = dict(parents or {})
@@ -44,6 +50,12 @@ class MemorySourceControl:
                 )
                 detail = f"unknown parents {missing}" if missing else "a parent cycle"
                 raise ValueError(f"commit graph has {detail}: {sorted(pending)}")
+        for sha, paths in (changes or {}).items():
+            if sha not in self._parents:
+                raise ValueError(f"changes of {sha!r}: no such commit in the graph")
+            if isinstance(paths, str):
+                raise TypeError(f"changes of {sha!r} must be a sequence of paths, not a string")
+            self._changes[sha] = frozenset(paths)
 
     @property
     def available(self) -> bool:
@@ -101,10 +113,37 @@ class MemorySourceControl:
             frontier.extend(self._parents[sha])
         return False
 
+    async def changed_paths(self, base: str, head: str) -> frozenset[str]:
+        """Paths changed by the commits one side reaches and the other does not.
+
+        A commit's own changes are what it was given (none by default); on a linear
+        history this is exactly the diff of the two trees, and across a rewrite it is
+        every path either side touched since they parted (a superset, never less).
+        """
+        self.calls += 1
+        if not self._available:
+            raise Retryable(UNAVAILABLE_MESSAGE)
+        for sha in (base, head):
+            if sha not in self._parents:
+                raise NotFound(f"commit {sha!r} not found")
+        only = self._reachable(head) ^ self._reachable(base)
+        return frozenset(path for sha in only for path in self._changes.get(sha, ()))
+
+    def _reachable(self, sha: str) -> set[str]:
+        seen: set[str] = set()
+        frontier = [sha]
+        while frontier:
+            commit = frontier.pop()
+            if commit not in seen:
+                seen.add(commit)
+                frontier.extend(self._parents[commit])
+        return seen
+
     def clone(self) -> MemorySourceControl:
         """An independent copy: the graph and the availability switch are forked."""
         twin = MemorySourceControl()
         twin._parents = dict(self._parents)
+        twin._changes = self._changes
         twin._available = self._available
         twin.calls = self.calls
         return twin

@@ -20,7 +20,10 @@ Enabled actions, for the one checked queue:
   is 2, so that exhaustion is within reach); a duplicate process message
   for an accepted head (ingest publishes only while a request is accepted; a message
   redelivered after the work was done is the ``after_publish_build`` crash);
-  dead-letter reconcile of a non-terminal request;
+  dead-letter reconcile of a non-terminal request; when the policy declares the
+  ``paused`` parameter, pause the queue when its head is due (a ``config`` step), and
+  once paused resume it - free, as whether the queue is paused is part of the state,
+  but never fair: a paused queue may stay paused, and its holds are no wedge;
 - overlapping deliveries (``--max-overlaps``, off by default): stall the head's delivery
   in hand after one of the bounds' stall points (bounded, kept only when the delivery got
   there); resuming a stalled delivery is fair (a delivery in hand eventually continues).
@@ -33,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...domain.errors import StovepipeError
+from ...process.gate import PAUSED
 from ...simulation.replay import apply_step
 from ...simulation.world import CRASH_POINTS, World
 from .invariants import Rules
@@ -45,10 +49,12 @@ from .model import (
     INGEST,
     OUTAGE,
     OUTAGE_PERSISTS,
+    PAUSE,
     REDELIVER,
     RESTORE,
     RESUME,
     STALL,
+    UNPAUSE,
     Action,
     Bounds,
     Budget,
@@ -156,6 +162,13 @@ def enabled(
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(Action(DEAD_LETTER, (step("dead_letter", q, uri=request.uri),)))
+    if rules.pausable:
+        if q in obs.paused:
+            actions.append(Action(UNPAUSE, (step("config", q, values=((PAUSED, False),)),)))
+        elif head_due and bounds.pauses:
+            # Only a delivery reads the pause, and pausing commutes with every other
+            # step: pausing right before a due delivery reaches every paused future.
+            actions.append(Action(PAUSE, (step("config", q, values=((PAUSED, True),)),)))
     return actions
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...process.catalog import ProcessMachines, load_process_machines
+from ...process.gate import PAUSED
 from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
 from ...simulation.world import STALL_POINTS
@@ -113,6 +114,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help=f"where a delivery may stall (default all: {' '.join(STALL_POINTS)})",
     )
     p.add_argument(
+        "--pauses",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pause and resume the queue, when the policy declares the paused parameter "
+        "(default on)",
+    )
+    p.add_argument(
         "--max-states",
         type=_positive,
         default=DEFAULT_MAX_STATES,
@@ -201,6 +209,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         queue=args.queue,
         max_overlaps=args.max_overlaps if args.overlaps else 0,
         stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
+        pauses=args.pauses,
     )
     values = sorted(set(args.max_concurrent))
     jobs = [
@@ -216,7 +225,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         for k in values
     ]
-    print(f"check: {describe_bounds(bounds)}; max_concurrent {' '.join(map(str, values))}")
+    pausable = PAUSED in machines.parameters
+    shown = describe_bounds(bounds, pausable=pausable)
+    print(f"check: {shown}; max_concurrent {' '.join(map(str, values))}")
     print(describe_proof(proof))
     started = time.perf_counter()
     results = _run_all(jobs, machines, min(args.jobs, len(jobs)))
@@ -251,13 +262,15 @@ def describe_proof(proof: Proof) -> str:
     return f"proves: {', '.join(proof.names)}"
 
 
-def describe_bounds(bounds: Bounds) -> str:
+def describe_bounds(bounds: Bounds, *, pausable: bool = False) -> str:
     heads = " ".join(bounds.ingest_order())
     overlaps = (
         f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
         if bounds.max_overlaps
         else ""
     )
+    if pausable and bounds.pauses:
+        overlaps += ", pause and resume"
     return (
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "

@@ -34,10 +34,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
+from ...process.gate import PAUSED
 from ...simulation.runtime import OverrideConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
@@ -83,13 +85,17 @@ class Setup:
         values.update(self.config.get(self.bounds.queue).parameters)
         return int(values["gate_wait_delay_ms"])
 
-    def knobs(self) -> dict[str, int]:
-        """The config a replay needs: written into the counterexample timeline."""
-        return {
+    def knobs(self) -> dict[str, Any]:
+        """The config a replay needs: written into the counterexample timeline (with
+        ``paused`` only when the checked queue's config pauses it)."""
+        knobs: dict[str, Any] = {
             "max_concurrent": self.max_concurrent,
             "gate_wait_delay_ms": self.gate_wait_delay_ms,
             "max_attempts": self.bounds.max_attempts,
         }
+        if dict(self.config.get(self.bounds.queue).parameters).get(PAUSED):
+            knobs[PAUSED] = True
+        return knobs
 
     def rules(self) -> Rules:
         return Rules.for_machines(

@@ -30,6 +30,7 @@ from typing import Any
 
 from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
 from ...process.catalog import ProcessMachines
+from ...process.gate import PAUSED
 from ...spec.errors import SpecError
 from ...spec.invariants import (
     INVARIANTS,
@@ -58,6 +59,7 @@ class Rules:
     history: Mapping[str, Sequence[str]]
     proof: Proof
     bare_counter: bool = False
+    pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
 
     @classmethod
     def for_machines(
@@ -82,6 +84,7 @@ class Rules:
             history={k: tuple(v) for k, v in history.items()},
             proof=Proof.declared_by(machines, catalog),
             bare_counter=bare_counter,
+            pausable=PAUSED in machines.parameters,
         )
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -519,10 +522,18 @@ def check_edge(pre: Observation, post: Observation, rules: Rules) -> Violation |
 
 
 def quiescent(obs: Observation, rules: Rules) -> bool:
-    """Nothing left to do: no message pending or in hand and no accepted request waiting."""
-    if obs.pending or obs.in_hand:
+    """Nothing left to do: no message pending or in hand and no accepted request waiting,
+    on any queue but a paused one.
+
+    A paused queue holds its heads by intent, for as long as it stays paused: its waiting
+    work is no wedge. Once resumed it counts again, so progress is required of it.
+    """
+    paused = obs.paused
+    if any(p.queue not in paused for p in obs.pending):
         return False
-    return all(r.state != rules.initial_state for r in obs.requests)
+    if any(h.queue not in paused for h in obs.in_hand):
+        return False
+    return all(r.state != rules.initial_state or r.queue in paused for r in obs.requests)
 
 
 def waiting(obs: Observation, rules: Rules) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from ...simulation.timeline import DEFAULT_QUEUE, TimelineStep
 from ...simulation.world import STALL_POINTS
 from ...spec.errors import Location
+from ...spec.parameters import as_json
 
 CHECK_LOCATION = Location("check", 0, 0)
 REWRITE_HEAD = "R"
@@ -29,7 +30,10 @@ REWRITE_HEAD = "R"
 # Kinds of action. The fair ones are what the environment is assumed to keep doing
 # forever (the liveness premise); the others are what it *may* do, a bounded number of
 # times: new heads, crashes, duplicates, dead-letters, outages (an outage going on over
-# a failed head's next deliveries is bounded by max_attempts instead).
+# a failed head's next deliveries is bounded by max_attempts instead). An operator
+# pausing the queue and resuming it is free (whether the queue is paused is part of the
+# state, so pause and resume only ever lead to finitely many states) but never fair: a
+# paused queue may stay paused for ever.
 DELIVER = "deliver"
 ADVANCE = "advance"
 COMPLETE = "complete"
@@ -42,6 +46,8 @@ OUTAGE = "outage"
 OUTAGE_PERSISTS = "outage_persists"
 STALL = "stall"
 RESUME = "resume"
+PAUSE = "pause"
+UNPAUSE = "unpause"
 FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE, RESUME})
 
 
@@ -59,6 +65,7 @@ class Bounds:
     queue: str = DEFAULT_QUEUE
     max_overlaps: int = 0
     stall_points: tuple[str, ...] = STALL_POINTS
+    pauses: bool = True  # explored only when the policy declares the ``paused`` parameter
 
     def __post_init__(self) -> None:
         if self.heads < 1:
@@ -68,7 +75,13 @@ class Bounds:
         unknown = set(self.stall_points) - set(STALL_POINTS)
         if unknown:
             raise ValueError(f"unknown stall points {sorted(unknown)}")
-        names = ("max_crashes", "max_duplicates", "max_dead_letters", "max_outages", "max_overlaps")
+        names = (
+            "max_crashes",
+            "max_duplicates",
+            "max_dead_letters",
+            "max_outages",
+            "max_overlaps",
+        )
         for name in names:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -151,6 +164,11 @@ def step_data(item: TimelineStep, default_queue: str) -> str | dict[str, Any]:
         return {kind: item.amount}
     if kind in ("crash", "source_control", "stall"):
         return {kind: item.value}
+    if kind == "config":
+        values: dict[str, Any] = {k: as_json(v) for k, v in item.values}
+        if item.queue != default_queue:
+            values = {"queue": item.queue, **values}
+        return {kind: values}
     if kind == "complete":
         body: dict[str, Any] = {"uri": item.uri, "outcome": item.outcome}
         if item.queue != default_queue:

@@ -13,6 +13,8 @@ influence what the world does next, and nothing that cannot:
 - what was published, as sets (a re-publish that a broker would dedupe is not news):
   build request ids, start hooks by (request id, event id);
 - requests the runtime dead-lettered, the source-control switch and the crash armed;
+- the queues whose ``paused`` parameter is set (the checker pauses and resumes the
+  checked queue; a paused queue holds every head, and may do so for ever);
 - every delivery stalled in hand (:class:`InHandView`): where its flow stands, what it
   loaded, and whether what it loaded is still current. Absolute CAS versions are not
   observed, but whether a stalled delivery's request or queue row is stale is: that
@@ -32,6 +34,7 @@ from ...adapters.memory.publisher import BUILD, HOOK
 from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
 from ...domain.ids import parse_request_id
+from ...process.gate import PAUSED
 from ...simulation.runtime import run_sync
 from ...simulation.world import InHand, World
 from ...spec.compiler import Step
@@ -79,6 +82,7 @@ class Observation:
     source_control_up: bool
     armed_crash: str
     in_hand: tuple[InHandView, ...] = ()
+    paused: frozenset[str] = frozenset()
 
     @cached_property
     def by_id(self) -> dict[str, Request]:
@@ -138,6 +142,16 @@ def observe(world: World) -> Observation:
         source_control_up=world.graph.available,
         armed_crash=world.armed_crash,
         in_hand=tuple(_in_hand(world, held) for held in world.in_hand),
+        paused=_paused(world),
+    )
+
+
+def _paused(world: World) -> frozenset[str]:
+    """The queues with work or a row whose resolved ``paused`` parameter is set."""
+    queues = {row.name for row in world.queues.snapshot()}
+    queues |= {m.queue for m in world.broker.messages} | set(world.config.changes)
+    return frozenset(
+        queue for queue in queues if dict(world.config.get(queue).parameters).get(PAUSED)
     )
 
 

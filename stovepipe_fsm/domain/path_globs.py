@@ -1,0 +1,50 @@
+"""Globs over repository paths, as build files are named: ``WORKSPACE``, ``**/*.bzl``.
+
+``*`` and ``?`` stay within one path segment; ``**`` spans segments (``**/`` also
+matches none, so ``**/*.bzl`` matches ``defs.bzl`` at the root too). A glob without
+``/`` still matches only at the root: ``BUILD`` is the root file, ``**/BUILD`` any.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import cache
+
+
+@cache
+def _pattern(glob: str) -> re.Pattern[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def path_matches(path: str, glob: str) -> bool:
+    """Whether repository path ``path`` matches ``glob``."""
+    return _pattern(glob).fullmatch(path) is not None
+
+
+def first_match(paths: Iterable[str], globs: Iterable[str]) -> tuple[str, str] | None:
+    """The first (path, glob) pair that matches, in sorted path order; ``None`` if none."""
+    patterns = tuple(globs)
+    for path in sorted(paths):
+        for glob in patterns:
+            if path_matches(path, glob):
+                return path, glob
+    return None

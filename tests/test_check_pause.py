@@ -1,0 +1,128 @@
+"""check and a paused queue: holding by intent is no wedge; once resumed it must move.
+
+The shipped policy declares the ``paused`` parameter, so ``check`` pauses the checked
+queue (a ``config`` step; ``--no-pauses`` turns it off) and may resume it. A paused
+queue's waiting heads are at rest for the progress pass; after a resume the ordinary
+progress requirement applies again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stovepipe_fsm.apps.check.actions import enabled
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup
+from stovepipe_fsm.apps.check.invariants import quiescent
+from stovepipe_fsm.apps.check.model import PAUSE, UNPAUSE, Bounds, Budget, step, step_data
+from stovepipe_fsm.apps.check.observe import observe
+from stovepipe_fsm.apps.check.variants import Variant
+from stovepipe_fsm.apps.cli import main
+from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
+from stovepipe_fsm.simulation.replay import apply_step
+
+ROOT = Path(__file__).resolve().parent.parent
+Q = "monorepo/main"
+SMALL = {"heads": 2, "rewrite": False, "max_crashes": 0, "max_duplicates": 0}
+
+
+@pytest.fixture(scope="module")
+def machines() -> ProcessMachines:
+    return load_process_machines(ROOT / "machines")
+
+
+def setup_for(machines: ProcessMachines, config: Path | None = None, **bounds: Any) -> Setup:
+    store = load_policy_store(str(config or ROOT / "config" / "queues.yaml"), machines.parameters)
+    return Setup(machines, store, Bounds(**bounds), 1, Variant())  # type: ignore[arg-type]
+
+
+def test_pause_and_resume_are_offered_when_the_policy_declares_paused(
+    machines: ProcessMachines,
+) -> None:
+    setup = setup_for(machines, **SMALL)
+    rules = setup.rules()
+    assert rules.pausable
+    world = setup.new_world()
+    kinds = [a.kind for a in enabled(observe(world), Budget(), setup.bounds, rules)]
+    assert PAUSE not in kinds  # only a delivery reads the pause: tried before one
+    world.ingest(Q, "A1")
+    kinds = [a.kind for a in enabled(observe(world), Budget(heads=1), setup.bounds, rules)]
+    assert PAUSE in kinds and UNPAUSE not in kinds
+    apply_step(world, step("config", Q, values=(("paused", True),)))
+    assert observe(world).paused == frozenset({Q})
+    kinds = [a.kind for a in enabled(observe(world), Budget(heads=1), setup.bounds, rules)]
+    assert UNPAUSE in kinds and PAUSE not in kinds
+    # Resuming is something the environment may do, never something it is assumed to do.
+    fair = enabled(observe(world), Budget(heads=1), setup.bounds, rules, fair_only=True)
+    assert UNPAUSE not in [a.kind for a in fair]
+
+
+def test_a_paused_queue_waiting_is_at_rest_and_a_resumed_one_is_not(
+    machines: ProcessMachines,
+) -> None:
+    setup = setup_for(machines, **SMALL)
+    rules = setup.rules()
+    world = setup.new_world()
+    apply_step(world, step("config", Q, values=(("paused", True),)))
+    world.ingest(Q, "A1")
+    assert world.deliver_next().hold_reason == "paused"  # type: ignore[union-attr]
+    assert quiescent(observe(world), rules)
+    apply_step(world, step("config", Q, values=(("paused", False),)))
+    assert not quiescent(observe(world), rules)
+
+
+def test_the_shipped_policy_keeps_progress_under_pause_and_resume(
+    machines: ProcessMachines,
+) -> None:
+    paused = Explorer(setup_for(machines, **SMALL)).run()
+    never = Explorer(setup_for(machines, pauses=False, **SMALL)).run()
+    assert paused.ok and never.ok
+    assert paused.states > never.states  # the pause was explored, not skipped
+
+
+def test_a_queue_the_config_pauses_for_ever_is_no_wedge(
+    machines: ProcessMachines, tmp_path: Path
+) -> None:
+    config = tmp_path / "queues.yaml"
+    config.write_text("queues:\n  monorepo/main: {paused: true}\n", encoding="utf-8")
+    result = Explorer(setup_for(machines, config, pauses=False, **SMALL)).run()
+    assert result.ok
+
+
+def test_a_hold_that_outlives_the_pause_is_a_wedge(tmp_path: Path) -> None:
+    # The gate holds a head that has a newer one instead of superseding it: with nothing
+    # paused that head waits for ever, and check says so.
+    machines_dir = tmp_path / "machines"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "machines", machines_dir)
+    gate = machines_dir / "queue_gate.yaml"
+    text = gate.read_text(encoding="utf-8")
+    stale = "    dest: acked\n    conditions: newer_head_exists\n    unless: paused\n"
+    assert text.count(stale) == 1
+    text = text.replace(stale, "    dest: held\n    conditions: newer_head_exists\n")
+    text = text.replace("    after: [supersede, ack]\n", "    after: hold\n", 1)
+    gate.write_text(text, encoding="utf-8")
+    mutant = load_process_machines(machines_dir, lint=False)
+    result = Explorer(setup_for(mutant, **SMALL)).run()
+    assert result.counterexample is not None
+    assert result.counterexample.violation.invariant == "progress"
+
+
+def test_a_config_step_round_trips_through_the_counterexample_format() -> None:
+    item = step("config", Q, values=(("paused", True),))
+    assert step_data(item, Q) == {"config": {"paused": True}}
+    other = step("config", "mobile/ios", values=(("paused", False),))
+    assert step_data(other, Q) == {"config": {"queue": "mobile/ios", "paused": False}}
+
+
+def test_check_command_states_the_pause_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["check", "--heads", "1", "--no-rewrite", "--no-crashes", "--max-concurrent", "1",
+         "--max-duplicates", "0", "--max-dead-letters", "0", "--max-outages", "0",
+         "--no-overlaps", "--quiet", "--jobs", "1"]
+    )
+    assert code == 0
+    assert "pause and resume" in capsys.readouterr().out
