@@ -50,6 +50,7 @@ from transitions.core import Condition, EventData
 from ..domain.errors import Retryable, StovepipeError
 from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
 from .registry import Registry
+from .roles import leads_to
 
 Probe = Callable[[str], None]
 
@@ -363,7 +364,7 @@ class CompiledLifecycle(_Compiled):
 
     def dest_of(self, trigger: str) -> frozenset[str]:
         """Every state ``trigger`` can lead to (for conditions that ask "admitted?")."""
-        return frozenset(t.dest.name for t in self.spec.transitions if t.trigger == trigger)
+        return leads_to(self.spec, trigger)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .model import FLOW, MachineSpec, StateSpec, TransitionSpec
+from .parameters import as_json
 from .registry import Registry
 
 GENERATOR = "stovepipe-fsm diagram"
@@ -235,7 +236,7 @@ def _parameters_table(spec: MachineSpec) -> list[str]:
         )
         rows.append(
             f"| `{p.name}` | {schema.get('type', '')} | {markdown_cell(bounds) or '-'} | "
-            f"`{json.dumps(as_json_value(p.default))}` | {markdown_cell(p.description)} |"
+            f"`{json.dumps(as_json(p.default))}` | {markdown_cell(p.description)} |"
         )
     return rows
 
@@ -251,12 +252,6 @@ def _roles_table(spec: MachineSpec) -> list[str]:
         rows.append(f"| outcome `{o.name}` | `{o.trigger.name}` | {note} |")
     return rows
 
-
-def as_json_value(value: object) -> object:
-    """A declared value as JSON shows it (stored tuples are arrays)."""
-    if isinstance(value, tuple):
-        return [as_json_value(v) for v in value]
-    return value
 
 
 def _reading_guide(spec: MachineSpec) -> str:

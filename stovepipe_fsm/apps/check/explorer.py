@@ -40,6 +40,7 @@ from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.gate import PAUSED
+from ...process.services import DeclaredDefaults
 from ...simulation.runtime import OverrideConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
@@ -81,9 +82,8 @@ class Setup:
     @property
     def gate_wait_delay_ms(self) -> int:
         """The hold delay of the checked queue: its config, else the declared default."""
-        values = dict(self.machines.parameter_defaults)
-        values.update(self.config.get(self.bounds.queue).parameters)
-        return int(values["gate_wait_delay_ms"])
+        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
+        return int(config.get(self.bounds.queue).param("gate_wait_delay_ms"))
 
     def knobs(self) -> dict[str, Any]:
         """The config a replay needs: written into the counterexample timeline (with
