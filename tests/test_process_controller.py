@@ -180,12 +180,51 @@ async def test_missing_queue_row_is_non_retryable() -> None:
 async def test_terminal_request_is_acked_without_any_write(state: str) -> None:
     stage = Stage()
     request = Request(id=rid(1), queue=Q, uri="A", state=state, version=3)
-    await stage.seed(Queue(Q, latest_request_id=rid(1), version=7), request)
+    # Record finished: the green end already advanced last green.
+    green = {"last_green_uri": "A", "last_green_request_id": rid(1)} if state == "succeeded" else {}
+    await stage.seed(Queue(Q, latest_request_id=rid(1), version=7, **green), request)
     delivery = await stage.deliver(rid(1))
     assert delivery.outcome == ACKED
     assert await stage.request(1) == request
     assert (await stage.queue()).version == 7
     assert stage.publisher.records == ()
+
+
+async def test_a_redelivered_green_request_finishes_the_end_record_did_not_write() -> None:
+    """Record wrote the request succeeded but not the queue row: the slot is freed and last
+    green advanced by the process redelivery, in one write, as record would have."""
+    stage = Stage()
+    ended = Request(id=rid(1), queue=Q, uri="A", state="succeeded", build_strategy=FULL, version=3)
+    await stage.seed(Queue(Q, latest_request_id=rid(1), slot_holders=(rid(1),), version=7), ended)
+    delivery = await stage.deliver(rid(1))
+    assert delivery.outcome == ACKED
+    queue = await stage.queue()
+    assert (queue.slot_holders, queue.last_green_uri, queue.version) == ((), "A", 8)
+
+
+async def test_a_head_gated_between_records_two_writes_builds_on_the_new_green(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A succeeded (request written, queue row not yet) while B waits for the only slot:
+    the gate finishes A's end (slot and last green) and admits B incrementally on A,
+    with no warning: the window is in progress, not damage."""
+    stage = Stage(history={"A": [], "B": ["A"]})
+    ended = Request(id=rid(1), queue=Q, uri="A", state="succeeded", build_strategy=FULL, version=3)
+    await stage.seed(
+        Queue(Q, latest_request_id=rid(2), slot_holders=(rid(1),)), ended, accepted(2, "B")
+    )
+    with caplog.at_level(logging.INFO):
+        delivery = await stage.deliver(rid(2))
+    assert delivery.outcome == ACKED
+    admitted = await stage.request(2)
+    assert (admitted.state, admitted.build_strategy, admitted.base_uri) == (
+        "processing",
+        INCREMENTAL_SINCE_GREEN,
+        "A",
+    )
+    queue = await stage.queue()
+    assert (queue.slot_holders, queue.last_green_uri) == ((rid(2),), "A")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_processing_request_is_never_preempted_by_a_newer_head() -> None:

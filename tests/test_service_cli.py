@@ -105,10 +105,12 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
         assert count >= 2
         assert f'stovepipe_decision_latency_ms_bucket{{le="+Inf"}} {count}' in metrics
         done = cli(
-            "complete", *common, "--queue", "team/app", "--uri", "A", "--outcome", "succeeded"
+            "complete",
+            *common,
+            *("--queue", "team/app", "--uri", "A", "--outcome", "succeeded", "--wait", "20"),
         )
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["state"] == "succeeded"
+        assert json.loads(done.stdout)["request"]["state"] == "succeeded"
 
         def b_processing() -> dict | None:
             doc = status(url, tag)

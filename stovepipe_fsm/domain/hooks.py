@@ -1,9 +1,13 @@
 """Hook events announced on the hook topic.
 
 The payload names the queue and the request only: a hook resolves commit, strategy and
-baseline from the request store instead of trusting a snapshot off the wire. The event
-id is derived from the admit transition (request id and the version the admit wrote),
-never from the clock, so every re-announce of one admission dedupes downstream.
+baseline from the request store instead of trusting a snapshot off the wire. An event id
+is derived from the transition it announces (request id and the version that transition
+wrote), never from the clock, so every re-announce of one transition dedupes downstream.
+
+Two kinds: ``validation.repository.started`` when process admits a head, and
+``validation.repository.<outcome>`` (``succeeded``, ``failed``, ``cancelled`` in the
+shipped machine) when its validation ends, so a consumer pairs each start with one end.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-VALIDATION_STARTED = "validation.repository.started"
+VALIDATION_EVENT_PREFIX = "validation.repository."
+VALIDATION_STARTED = VALIDATION_EVENT_PREFIX + "started"
+#: Names the family of end events in their ids (their type names the outcome).
+VALIDATION_ENDED = VALIDATION_EVENT_PREFIX + "ended"
 SOURCE = "stovepipe"
 ENVELOPE_VERSION = 1
 _NAMESPACE = uuid.UUID("6f1c7d3e-5b0a-4d8e-9a51-2f3c4b5d6e7f")
@@ -58,6 +65,26 @@ def started_event(queue: str, request_id: str, admitted_version: int, now_ms: in
     return HookEvent(
         id=admission_event_id(request_id, admitted_version),
         type=VALIDATION_STARTED,
+        timestamp_ms=now_ms,
+        payload={"queue": queue, "request_id": request_id},
+    )
+
+
+def ended_event_type(outcome: str) -> str:
+    """The hook event type announcing that a validation ended with ``outcome``."""
+    return VALIDATION_EVENT_PREFIX + outcome
+
+
+def ended_event(
+    queue: str, request_id: str, outcome: str, ended_version: int, now_ms: int
+) -> HookEvent:
+    """The end event of one validation: its id is that of the terminal write, so a
+    redelivered outcome (which finds the request already ended) re-announces the same id.
+    The outcome's name is not part of the id: renaming an outcome renames the event type
+    and nothing else."""
+    return HookEvent(
+        id=str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_ENDED}|{request_id}|{ended_version}")),
+        type=ended_event_type(outcome),
         timestamp_ms=now_ms,
         payload={"queue": queue, "request_id": request_id},
     )

@@ -3,8 +3,10 @@
 A Request whose messages exhausted their retries would otherwise hold its slot forever
 and wedge the whole queue. The request machine's ``dead_letter`` role names the trigger
 (``fail_closed`` in the shipped machine: conservative, no green is recorded); its
-terminal destination frees the slot through the lifecycle's terminal release. Idempotent: an already
-terminal Request only gets its slot released, if it still holds one.
+terminal destination frees the slot through the lifecycle's terminal release, and a request
+that had been admitted announces its end (``failed`` in the shipped machine) as record does.
+Idempotent: an already terminal Request only gets its slot released, if it still holds one,
+and its end re-announced under the same event id.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 from ..domain.entities import Request
 from ..domain.errors import NotFound, VersionMismatch
 from ..process.services import StageServices
+from .record import announce_end
 
 FAIL_CLOSED_ATTEMPTS = 8
 
 
 class DeadLetterReconciler:
     def __init__(self, services: StageServices) -> None:
+        self.services = services
         self.lifecycle = services.lifecycle
 
     async def reconcile(self, request_id: str) -> Request | None:
@@ -29,9 +33,11 @@ class DeadLetterReconciler:
                 return None
             if self.lifecycle.is_terminal(request):
                 await self.lifecycle.settle_queue(request)
-                return request
-            try:
-                return await self.lifecycle.fail_closed(request)
-            except VersionMismatch:
-                continue
+            else:
+                try:
+                    request = await self.lifecycle.fail_closed(request)
+                except VersionMismatch:
+                    continue
+            await announce_end(self.services, request)
+            return request
         raise VersionMismatch(f"request {request_id!r} kept changing while failing it closed")

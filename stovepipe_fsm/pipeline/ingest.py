@@ -13,6 +13,10 @@ A re-ingest of a URI whose Request is still waiting (in the request machine's in
 state) redoes 2-5: it heals a crash anywhere in the sequence and a lost publish. A
 re-ingest of a Request past its initial state publishes nothing (a superseded URI is
 never re-validated).
+
+Ingest runs no policy: of the request machine it needs only the initial state, given at
+construction. The service passes its machine's; the ``ingest`` command passes the one the
+running service recorded, so an operator's ingest never loads a machine file.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from ..domain.entities import Queue, Request
 from ..domain.errors import AlreadyExists, NotFound
 from ..domain.ids import compare_request_id, format_request_id
 from ..domain.queue_names import validate_queue_name
-from ..ports.stores import Counter, UriIndex
+from ..ports.publisher import Publisher
+from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
+from ..process.lifecycle import update_queue
 from ..process.services import StageServices
 
 
@@ -50,13 +56,36 @@ def validate_uri(uri: object) -> str:
 
 
 class Ingest:
-    def __init__(self, services: StageServices, *, uri_index: UriIndex, counter: Counter) -> None:
-        self.requests = services.requests
-        self.queues = services.queues
-        self.publisher = services.publisher
-        self.lifecycle = services.lifecycle
+    def __init__(
+        self,
+        *,
+        initial_state: str,
+        requests: RequestStore,
+        queues: QueueStore,
+        publisher: Publisher,
+        uri_index: UriIndex,
+        counter: Counter,
+    ) -> None:
+        if not initial_state:
+            raise ValueError("ingest needs the request machine's initial state")
+        self.initial_state = initial_state
+        self.requests = requests
+        self.queues = queues
+        self.publisher = publisher
         self.uri_index = uri_index
         self.counter = counter
+
+    @classmethod
+    def on(cls, services: StageServices, *, uri_index: UriIndex, counter: Counter) -> Ingest:
+        """Ingest beside the other stages, with their stores and their machine."""
+        return cls(
+            initial_state=services.roles.initial,
+            requests=services.requests,
+            queues=services.queues,
+            publisher=services.publisher,
+            uri_index=uri_index,
+            counter=counter,
+        )
 
     async def ingest(self, queue: str, uri: str) -> IngestResult:
         validate_queue_name(queue)
@@ -69,7 +98,7 @@ class Ingest:
             created = request_id == minted
         await self._ensure_queue(queue)
         request = await self._ensure_request(request_id, queue, uri)
-        if not self.lifecycle.is_waiting(request):
+        if request.state != self.initial_state:  # admitted or ended: nothing to heal
             return IngestResult(request_id, created, published=False)
         await self._stamp_latest(queue, request_id)
         await self.publisher.publish_process(queue, request_id)
@@ -87,7 +116,7 @@ class Ingest:
             return await self.requests.get(request_id)
         except NotFound:
             pass
-        request = self.lifecycle.new_request(request_id, queue, uri)
+        request = Request(id=request_id, queue=queue, uri=uri, state=self.initial_state)
         try:
             await self.requests.create(request)
         except AlreadyExists:
@@ -101,4 +130,4 @@ class Ingest:
                 return row
             return replace(row, latest_request_id=request_id)
 
-        await self.lifecycle.update_queue(queue, forward)
+        await update_queue(self.queues, queue, forward)

@@ -1,52 +1,63 @@
-"""Record a build outcome: one Request CAS to a terminal state, then the queue row.
+"""Record a build outcome: one Request CAS to a terminal state, then the queue row, then
+the end announcement.
 
 The queue-row CAS releases the request's slot and, for the outcome the request machine
 declares green, advances the last-green bookmark by ingest order: a green for an older
-head than the current bookmark never moves it back. Repeating a record with the same
-outcome is a no-op that still makes sure the slot is released and the bookmark applied
-(a crash between the two writes).
+head than the current bookmark never moves it back. After both writes the end of the
+validation is announced on the hook topic (:func:`announce_end`). Repeating a record with
+the same outcome is a no-op that still makes sure the slot is released, the bookmark
+applied and the end announced (a crash anywhere in between); recording a *different*
+outcome for a request that already ended is refused (``NonRetryable``), never applied.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..domain.entities import Queue, Request
+from ..domain.entities import Request
 from ..domain.errors import NonRetryable
-from ..domain.ids import compare_request_id
-from ..process.lifecycle import QueueChange
+from ..domain.hooks import ended_event
 from ..process.services import StageServices
 
+__all__ = ["Record", "announce_end"]
 
-def advance_last_green(request: Request) -> QueueChange:
-    """A queue change that moves last green to ``request`` if it is newer."""
 
-    def change(queue: Queue) -> Queue:
-        current = queue.last_green_request_id
-        if current and compare_request_id(queue.name, request.id, current) <= 0:
-            return queue
-        return replace(queue, last_green_uri=request.uri, last_green_request_id=request.id)
+async def announce_end(services: StageServices, request: Request) -> bool:
+    """Announce that ``request``'s validation ended; ``False`` when there is nothing to say.
 
-    return change
+    Only a request that was admitted (its strategy is written) started a validation, so
+    only such a request announces its end: a superseded head, or one failed closed before
+    admission, never started. The event is named for the outcome whose state the request
+    is in (the dead-letter role ends in ``failed``, as the build outcome does), and its id
+    is that of the terminal write, so announcing twice publishes one event.
+    """
+    if not services.lifecycle.is_terminal(request) or not request.build_strategy:
+        return False
+    outcome = services.roles.outcome_of_state(request.state)
+    name = outcome.name if outcome is not None else request.state
+    event = ended_event(request.queue, request.id, name, request.version, services.clock.now_ms())
+    await services.publisher.publish_hook(event)
+    return True
 
 
 class Record:
     """Applies build outcomes, named as ``machines/request.yaml`` declares them."""
 
     def __init__(self, services: StageServices) -> None:
+        self.services = services
         self.lifecycle = services.lifecycle
         self.roles = services.roles
 
     async def complete(self, request_id: str, outcome: str) -> Request:
-        """Record ``outcome`` for ``request_id``; ``ValueError`` for an undeclared outcome."""
+        """Record ``outcome`` for ``request_id``; ``ValueError`` for an undeclared outcome,
+        ``NonRetryable`` when the request already ended with another outcome."""
         declared = self.roles.outcome(outcome)
         request = await self.lifecycle.requests.get(request_id)
-        change = advance_last_green(request) if declared.green else None
         if self.lifecycle.is_terminal(request):
             if request.state not in declared.states:
                 raise NonRetryable(
                     f"request {request_id!r} is already {request.state}; cannot record {outcome}"
                 )
-            await self.lifecycle.settle_queue(request, change)
-            return request
-        return await self.lifecycle.apply(request, declared.trigger, queue_change=change)
+            await self.lifecycle.settle_queue(request)
+        else:
+            request = await self.lifecycle.apply(request, declared.trigger)
+        await announce_end(self.services, request)
+        return request

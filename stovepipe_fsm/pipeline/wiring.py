@@ -78,7 +78,7 @@ def build_stages(
     return Stages(
         services=services,
         controller=ProcessController(machines, services),
-        ingest=Ingest(services, uri_index=ports.uri_index, counter=ports.counter),
+        ingest=Ingest.on(services, uri_index=ports.uri_index, counter=ports.counter),
         record=Record(services),
         reconciler=DeadLetterReconciler(services),
     )

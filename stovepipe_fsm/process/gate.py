@@ -274,7 +274,9 @@ async def announce(ctx: DeliveryContext) -> None:
 
 @GATE.action()
 async def release_slot(ctx: DeliveryContext) -> None:
-    """Free a slot terminal R still holds (a claim that raced R's end); no write if none."""
+    """Finish terminal R's end on the queue row: free a slot it still holds (a claim that
+    raced R's end) and, for a green end, advance last green as record would; no write when
+    nothing is left to do."""
     await ctx.services.lifecycle.settle_queue(ctx.req)
 
 

@@ -13,8 +13,10 @@ here, so the rules hold in one place:
   ordered CAS on the queue row), so a processing request always holds a slot;
 - *releasing* happens after entering a terminal state, from any source state, and is
   idempotent: a retry that finds the request already terminal still makes sure the slot
-  is free. A crash between the two writes leaves a terminal holder, which
-  ``release_stale_holders`` reclaims on the next gate check.
+  is free. Between the two writes (in progress, or left by a crash) the request is a
+  terminal holder; ``release_stale_holders`` finishes that window on the next gate check
+  exactly as the second write would have: slot freed *and*, for a green end, last green
+  advanced.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..domain.entities import Queue, Request
 from ..domain.errors import NotFound, Retryable, VersionMismatch
+from ..domain.ids import compare_request_id
 from ..ports.stores import QueueStore, RequestStore
 from ..spec.compiler import CompiledLifecycle, IllegalTransition, Step
 from .roles import RequestRoles
@@ -34,6 +37,36 @@ log = logging.getLogger("stovepipe_fsm.lifecycle")
 
 QUEUE_CAS_ATTEMPTS = 16
 QueueChange = Callable[[Queue], Queue]
+
+
+def advance_last_green(request: Request) -> QueueChange:
+    """A queue change that moves last green to ``request`` if it is newer (ingest order)."""
+
+    def change(queue: Queue) -> Queue:
+        current = queue.last_green_request_id
+        if current and compare_request_id(queue.name, request.id, current) <= 0:
+            return queue
+        return replace(queue, last_green_uri=request.uri, last_green_request_id=request.id)
+
+    return change
+
+
+async def update_queue(queues: QueueStore, name: str, change: QueueChange) -> Queue:
+    """Read-modify-CAS the queue row ``name``, retrying lost races a bounded number of times.
+
+    A change that leaves the row as it is writes nothing.
+    """
+    for _ in range(QUEUE_CAS_ATTEMPTS):
+        queue = await queues.get(name)
+        target = change(queue)
+        if target == queue:
+            return queue
+        try:
+            await queues.update(target, queue.version, queue.version + 1)
+        except VersionMismatch:
+            continue
+        return target.with_version(queue.version + 1)
+    raise Retryable(f"queue {name!r}: row contended; gave up after {QUEUE_CAS_ATTEMPTS} CAS")
 
 
 class RequestLifecycle:
@@ -63,9 +96,15 @@ class RequestLifecycle:
     def is_terminal(self, request: Request) -> bool:
         return self.machine.is_terminal(request.state)
 
-    def is_waiting(self, request: Request) -> bool:
-        """Still in the initial state: ingested, not yet admitted or ended."""
-        return request.state == self.roles.initial
+    def end_change(self, request: Request) -> QueueChange | None:
+        """What ``request``'s end does to its queue row besides freeing the slot.
+
+        A request ended in the green outcome's state advances last green; any other end
+        changes nothing else. Record applies it with the release, and so does whoever
+        finishes a release record did not get to.
+        """
+        outcome = self.roles.outcome_of_state(request.state)
+        return advance_last_green(request) if outcome is not None and outcome.green else None
 
     def is_admitted(self, request: Request) -> bool:
         """In a state the admit trigger leads to."""
@@ -132,12 +171,16 @@ class RequestLifecycle:
     ) -> Queue:
         """Make the queue row reflect a terminal ``request``: slot freed, change applied.
 
-        Safe to repeat: releasing a slot that is not held and re-applying a monotonic
-        change both leave the row as it is, with no write.
+        Without ``queue_change`` the request's own :meth:`end_change` is applied (a green
+        end advances last green). Safe to repeat: releasing a slot that is not held and
+        re-applying a monotonic change both leave the row as it is, with no write.
         """
+        terminal = self.machine.is_terminal(request.state)
+        if queue_change is None and terminal:
+            queue_change = self.end_change(request)
 
         def change(queue: Queue) -> Queue:
-            if self.machine.is_terminal(request.state):
+            if terminal:
                 queue = queue.without_holder(request.id)
             return queue_change(queue) if queue_change else queue
 
@@ -153,25 +196,20 @@ class RequestLifecycle:
 
     async def update_queue(self, name: str, change: QueueChange) -> Queue:
         """Read-modify-CAS the queue row, retrying lost races a bounded number of times."""
-        for _ in range(QUEUE_CAS_ATTEMPTS):
-            queue = await self.queues.get(name)
-            target = change(queue)
-            if target == queue:
-                return queue
-            try:
-                await self.queues.update(target, queue.version, queue.version + 1)
-            except VersionMismatch:
-                continue
-            return target.with_version(queue.version + 1)
-        raise Retryable(f"queue {name!r}: row contended; gave up after {QUEUE_CAS_ATTEMPTS} CAS")
+        return await update_queue(self.queues, name, change)
 
     async def release_stale_holders(self, queue: Queue, keep: str) -> Queue:
-        """Free slots still held by terminal requests (a crash after the terminal write).
+        """Finish the end of requests still listed as holders although they ended.
 
-        Only terminal holders are released; an accepted holder is mid-admit and its own
-        redelivery will finish or supersede it. ``keep`` (the request in hand) is skipped.
+        Record ends a request with two writes (the request, then the queue row); between
+        them the request is a terminal holder. Whoever sees one first finishes the second
+        write exactly as record would: the slot is freed and a green end advances last
+        green, in one queue-row CAS, so a head gated in that window is admitted on the
+        new last green. Only terminal holders are touched; an accepted holder is mid-admit
+        and its own redelivery will finish or supersede it. ``keep`` (the request in hand)
+        is skipped.
         """
-        stale = []
+        ended: list[Request] = []
         for holder in queue.slot_holders:
             if holder == keep:
                 continue
@@ -181,17 +219,22 @@ class RequestLifecycle:
                 log.warning("queue %s: slot holder %s has no request row", queue.name, holder)
                 continue
             if self.machine.is_terminal(held.state):
-                stale.append(holder)
-        if not stale:
+                ended.append(held)
+        if not ended:
             return queue
-        log.warning("queue %s: releasing slots of terminal requests %s", queue.name, stale)
+        log.info(
+            "queue %s: finishing the end of %s",
+            queue.name,
+            [f"{r.id} ({r.state})" for r in ended],
+        )
+        changes = [self.end_change(r) for r in ended]
 
-        def release(row: Queue) -> Queue:
-            for holder in stale:
-                row = row.without_holder(holder)
+        def finish(row: Queue) -> Queue:
+            for request, change in zip(ended, changes, strict=True):
+                row = row.without_holder(request.id)
+                row = change(row) if change is not None else row
             return row
 
-        return await self.update_queue(queue.name, release)
+        return await self.update_queue(queue.name, finish)
 
-
-__all__ = ["IllegalTransition", "RequestLifecycle"]
+__all__ = ["IllegalTransition", "RequestLifecycle", "advance_last_green", "update_queue"]

@@ -84,6 +84,14 @@ class RequestRoles:
     def green_outcome(self) -> Outcome:
         return next(o for o in self.outcomes.values() if o.green)
 
+    def outcome_of_state(self, state: str) -> Outcome | None:
+        """The build outcome whose trigger leads to ``state`` (``None`` for other states).
+
+        The dead-letter role leads to a state an outcome also leads to (``failed``), so a
+        request failed closed ends, and is announced, as that outcome.
+        """
+        return next((o for o in self.outcomes.values() if state in o.states), None)
+
     def outcome(self, name: str) -> Outcome:
         """The outcome called ``name``; ``ValueError`` naming the declared ones otherwise."""
         found = self.outcomes.get(name)

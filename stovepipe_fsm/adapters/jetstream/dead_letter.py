@@ -1,8 +1,11 @@
-"""Dead-letter records: what replaces a process message the service gave up on.
+"""Dead-letter records: what replaces a message the service gave up on.
 
 A record is published *before* its message is terminated, with a ``Nats-Msg-Id`` made of
-the process stream sequence, so a crash between the two leads to a redelivery whose
-second record is dropped as a duplicate: nothing leaves the process stream without one.
+the stage and the message's stream sequence, so a crash between the two leads to a
+redelivery whose second record is dropped as a duplicate: nothing leaves a stream without
+one. ``stage`` says which stream: ``process`` records fail their request closed (the
+dead-letter consumer reads only those); ``record`` records are outcomes that were refused
+and applied to nothing.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ class DeadLetter:
     error: str
     attempts: int
     stream_seq: int
+    stage: str = "process"
 
     def encode(self) -> bytes:
         body = {
             "kind": DEAD_LETTER_KIND,
+            "stage": self.stage,
             "queue": self.queue,
             "request_id": self.request_id,
             "error": self.error,
@@ -51,6 +56,7 @@ class DeadLetter:
                 error=str(body["error"]),
                 attempts=int(body["attempts"]),
                 stream_seq=int(body["stream_seq"]),
+                stage=str(body.get("stage", "process")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise NonRetryable(f"dead letter is malformed: {exc}") from None
@@ -59,12 +65,12 @@ class DeadLetter:
 async def publish_dead_letter(
     js: JetStreamContext, topology: Topology, letter: DeadLetter, *, timeout: float = 5.0
 ) -> None:
-    """Store ``letter``; its msg id is the process sequence, so a re-publish dedupes."""
+    """Store ``letter``; its msg id is its stage and sequence, so a re-publish dedupes."""
     with translated(f"dead-letter {letter.request_id or '(unknown request)'}"):
         await js.publish(
-            topology.dead_letter_subject(letter.queue),
+            topology.dead_letter_subject(letter.queue, letter.stage),
             letter.encode(),
             timeout=timeout,
             stream=topology.dead_letter_stream,
-            headers={MSG_ID_HEADER: f"process-{letter.stream_seq}"},
+            headers={MSG_ID_HEADER: f"{letter.stage}-{letter.stream_seq}"},
         )

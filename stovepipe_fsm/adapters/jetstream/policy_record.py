@@ -1,18 +1,22 @@
-"""Which policy the service has in force, kept in the service bucket for ``status``.
+"""Which policy the service has in force, kept in the service bucket.
 
-``serve`` writes the record on start and on every reload; ``status`` reads it. One key:
-with several replicas it names the policy of the replica that (re)loaded last, which is
-what an operator rolling out an edit wants to see converge.
+``serve`` writes the record on start (before it consumes anything) and on every reload.
+``status`` shows it; ``ingest`` takes the request machine's initial state from it and
+``complete`` checks an outcome's name against it, so neither loads a policy file: an
+operator command never depends on the machines in its working directory. One key: with
+several replicas it names the policy of the replica that (re)loaded last, which is what
+an operator rolling out an edit wants to see converge.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import nats.js.errors
 from nats.js import JetStreamContext
 
+from ...domain.errors import NonRetryable
 from .errors import translated
 from .topology import Topology
 
@@ -21,11 +25,16 @@ POLICY_KEY = "policy"
 
 @dataclass(frozen=True)
 class PolicyRecord:
-    """The policy hash in force, when it was loaded, and by which replica."""
+    """The policy hash in force, when it was loaded, by which replica, and the request
+    machine's facts operator commands need (its initial state; each build outcome with
+    the states it ends in). A record written before those facts existed reads them empty.
+    """
 
     hash: str
     loaded_at_ms: int
     replica: str
+    request_initial: str = ""
+    outcomes: dict[str, list[str]] = field(default_factory=dict)
 
 
 async def write_policy_record(
@@ -46,5 +55,17 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
             return None
     if not entry.value:
         return None
-    data = json.loads(entry.value)
-    return PolicyRecord(str(data["hash"]), int(data["loaded_at_ms"]), str(data["replica"]))
+    try:
+        data = json.loads(entry.value)
+        return PolicyRecord(
+            str(data["hash"]),
+            int(data["loaded_at_ms"]),
+            str(data["replica"]),
+            request_initial=str(data.get("request_initial", "")),
+            outcomes={
+                str(name): [str(state) for state in states]
+                for name, states in dict(data.get("outcomes", {})).items()
+            },
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None

@@ -9,6 +9,7 @@ Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
     <prefix>.process.<q>          process work, one durable consumer per queue
     <prefix>.build.<q>            build work, read by the build stage
     <prefix>.hooks.<event type>   hook events (``validation.repository.started`` ...)
+    <prefix>.outcome.<q>          build outcomes, recorded by the service (outcomes.py)
     <prefix>.dlq.<stage>.<q>      dead letters
 
 :func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
@@ -115,6 +116,7 @@ class Topology:
     build_stream: str = "STOVEPIPE_BUILD"
     hooks_stream: str = "STOVEPIPE_HOOKS"
     dead_letter_stream: str = "STOVEPIPE_DLQ"
+    outcome_stream: str = "STOVEPIPE_OUTCOMES"
     requests_bucket: str = "stovepipe-requests"
     queues_bucket: str = "stovepipe-queues"
     uris_bucket: str = "stovepipe-uris"
@@ -126,7 +128,7 @@ class Topology:
     replicas: int = 1
     #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
     duplicate_window_s: float = 120.0
-    #: Age after which build and hook messages are discarded (dead letters are kept).
+    #: Age after which build, hook and outcome messages are discarded (dead letters are kept).
     message_max_age_s: float = 7 * DAY_S
     #: One process consumer per queue: this is the cap on queues. Set explicitly because
     #: nats-server 2.15 caps streams that leave it unset at 1000 consumers.
@@ -157,6 +159,7 @@ class Topology:
             "build_stream": f"STOVEPIPE_{upper}_BUILD",
             "hooks_stream": f"STOVEPIPE_{upper}_HOOKS",
             "dead_letter_stream": f"STOVEPIPE_{upper}_DLQ",
+            "outcome_stream": f"STOVEPIPE_{upper}_OUTCOMES",
             "requests_bucket": f"stovepipe-{tag}-requests",
             "queues_bucket": f"stovepipe-{tag}-queues",
             "uris_bucket": f"stovepipe-{tag}-uris",
@@ -197,6 +200,21 @@ class Topology:
             raise ValueError(f"hook event type {event_type!r} is not a dotted name")
         return f"{self.prefix}.hooks.{event_type}"
 
+    def outcome_subject(self, queue: str) -> str:
+        return f"{self.prefix}.outcome.{encode_queue_token(queue)}"
+
+    def outcome_filter(self) -> str:
+        return f"{self.prefix}.outcome.*"
+
+    def queue_of_outcome_subject(self, subject: str) -> str:
+        """The queue an outcome was published for (inverse of outcome_subject)."""
+        head = f"{self.prefix}.outcome."
+        token = subject[len(head) :] if subject.startswith(head) else ""
+        try:
+            return decode_queue_token(token)
+        except InvalidToken as exc:
+            raise ValueError(f"{subject!r} is not an outcome subject of {head}*: {exc}") from None
+
     def dead_letter_subject(self, queue: str, stage: str = "process") -> str:
         if not _SIMPLE_NAME_RE.match(stage):
             raise ValueError(f"stage {stage!r} must match [A-Za-z0-9_-]+")
@@ -205,7 +223,13 @@ class Topology:
     # -- what ensure_topology creates -------------------------------------------------
 
     def stream_names(self) -> tuple[str, ...]:
-        return (self.process_stream, self.build_stream, self.hooks_stream, self.dead_letter_stream)
+        return (
+            self.process_stream,
+            self.build_stream,
+            self.hooks_stream,
+            self.dead_letter_stream,
+            self.outcome_stream,
+        )
 
     def bucket_names(self) -> tuple[str, ...]:
         return (
@@ -252,6 +276,9 @@ class Topology:
             spec(self.build_stream, f"{self.prefix}.build.*", limits, self.message_max_age_s),
             spec(self.hooks_stream, f"{self.prefix}.hooks.>", limits, self.message_max_age_s),
             spec(self.dead_letter_stream, f"{self.prefix}.dlq.>", limits),
+            # Limits, not a work queue: recorded outcomes stay (for their max age) as the
+            # history of what builds reported.
+            spec(self.outcome_stream, self.outcome_filter(), limits, self.message_max_age_s),
         )
 
     def bucket_specs(self) -> tuple[BucketSpec, ...]:

@@ -11,7 +11,8 @@ influence what the world does next, and nothing that cannot:
   and the failures the settle policy counted for it (they decide whether its next
   failure is retried, and after how long, or dead-lettered);
 - what was published, as sets (a re-publish that a broker would dedupe is not news):
-  build request ids, start hooks by (request id, event id);
+  build request ids, start hooks by (request id, event id) (an end announcement follows
+  the writes check already observes, so it would split no state);
 - requests the runtime dead-lettered, the source-control switch and the crash armed;
 - the queues whose ``paused`` parameter is set (the checker pauses and resumes the
   checked queue; a paused queue holds every head, and may do so for ever);
@@ -33,6 +34,7 @@ from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
 from ...adapters.memory.publisher import BUILD, HOOK
 from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
+from ...domain.hooks import VALIDATION_STARTED
 from ...domain.ids import parse_request_id
 from ...process.gate import PAUSED
 from ...simulation.runtime import run_sync
@@ -137,7 +139,11 @@ def observe(world: World) -> Observation:
             for m in world.broker.messages
         ),
         builds=frozenset(r.request_id for r in records if r.kind == BUILD),
-        hooks=frozenset((r.request_id, r.dedup_id) for r in records if r.kind == HOOK),
+        hooks=frozenset(
+            (r.request_id, r.dedup_id)
+            for r in records
+            if r.kind == HOOK and r.event_type == VALIDATION_STARTED
+        ),
         dead_lettered=frozenset(rid for rid, _ in world.dead_letters),
         source_control_up=world.graph.available,
         armed_crash=world.armed_crash,

@@ -97,7 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--uri", required=True)
     p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
-    p = sub.add_parser("complete", help="record a build outcome of a head")
+    p = sub.add_parser(
+        "complete", help="report a build outcome of a head (the service records it)"
+    )
     _broker_args(p)
     p.add_argument("--queue", required=True)
     p.add_argument("--uri", required=True)
@@ -105,6 +107,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--outcome",
         required=True,
         help="a build outcome declared under 'outcomes:' in the request machine",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the service to record it and print the request "
+        "(default 0: return once the outcome is stored)",
     )
     p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
@@ -260,13 +270,11 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .operators import operator_pipeline
+    from .operators import operator_ingest
 
     async def run() -> int:
-        async with operator_pipeline(
-            nats_options(args), topology_of(args), args.machines, args.config
-        ) as pipeline:
-            result = await pipeline.ingest.ingest(args.queue, args.uri)
+        async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
+            result = await ingest.ingest(args.queue, args.uri)
         print(
             json.dumps(
                 {
@@ -282,16 +290,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from ...views.entities import request_json
-    from .operators import operator_pipeline, request_for_uri
+    from .operators import complete
+
+    if args.wait < 0:
+        print(f"error: --wait must not be negative, got {args.wait}", file=sys.stderr)
+        return EXIT_USAGE
 
     async def run() -> int:
-        async with operator_pipeline(
-            nats_options(args), topology_of(args), args.machines, args.config
-        ) as pipeline:
-            request_id = await request_for_uri(pipeline, args.queue, args.uri)
-            request = await pipeline.record.complete(request_id, args.outcome)
-        print(json.dumps(request_json(request)))
+        answer = await complete(
+            nats_options(args), topology_of(args), args.queue, args.uri, args.outcome, args.wait
+        )
+        print(json.dumps(answer))
         return EXIT_OK
 
     return _run_operator(run())
@@ -316,7 +325,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_poll(args: argparse.Namespace) -> int:
     from ...domain.queue_names import validate_queue_name
-    from .operators import operator_pipeline
+    from .operators import operator_ingest
     from .poll import PollTarget, poll_forever, poll_once, print_report
 
     target = PollTarget(Path(args.git_repo), args.ref, args.queue)
@@ -325,14 +334,11 @@ def cmd_poll(args: argparse.Namespace) -> int:
         validate_queue_name(args.queue)
         if args.interval <= 0:
             raise ValueError(f"--interval must be positive, got {args.interval}")
-        async with operator_pipeline(
-            nats_options(args, service=not args.once),
-            topology_of(args),
-            args.machines,
-            args.config,
-        ) as pipeline:
+        async with operator_ingest(
+            nats_options(args, service=not args.once), topology_of(args), args.machines
+        ) as ingest:
             if args.once:
-                print_report(await poll_once(pipeline.ingest, target))
+                print_report(await poll_once(ingest, target))
                 return EXIT_OK
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -340,7 +346,11 @@ def cmd_poll(args: argparse.Namespace) -> int:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, stop.set)
             await poll_forever(
-                pipeline.ingest, target, interval_s=args.interval, stop=stop, report=print_report
+                ingest,
+                target,
+                interval_s=args.interval,
+                stop=stop,
+                report=print_report,
             )
         return EXIT_OK
 

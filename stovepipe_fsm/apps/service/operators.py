@@ -1,71 +1,168 @@
 """Operator commands against a running pipeline's JetStream: ingest, complete, status.
 
-They open the same stores and publisher the service uses (:func:`open_pipeline`), so an
-operator's ingest is exactly what the upstream stage would do, and ``status`` reads the
-same rows the consumers write. The ``requests`` and ``queues`` of ``status --json`` have
-the entries of ``simulate --json``, so a run and a simulation can be compared field by
-field; ``slot_holders`` is its own (``docs/service.md`` shows the whole document).
+None of them runs the policy, so none loads it from the working directory: ``ingest``
+takes the request machine's initial state from the policy the running service recorded
+(:mod:`...adapters.jetstream.policy_record`), ``complete`` publishes an outcome message
+that the service records with its policy, and ``status`` only reads rows. A machine file
+mid-edit, or a config key only a newer machine declares, cannot make them fail. The
+``requests`` and ``queues`` of ``status --json`` have the entries of ``simulate --json``,
+so a run and a simulation can be compared field by field; ``slot_holders`` is its own
+(``docs/service.md`` shows the whole document).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext
 
-from ...adapters.file import FileConfigStore
-from ...adapters.jetstream import Topology
+from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from ...adapters.jetstream.codec import decode_queue, decode_request
 from ...adapters.jetstream.errors import translated
-from ...adapters.jetstream.policy_record import read_policy_record
-from ...adapters.memory.config import StaticConfigStore
-from ...domain.errors import NotFound
+from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
+from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
+from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...domain.entities import Request
+from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
-from ...ports.config import ConfigStore
+from ...domain.queue_names import validate_queue_name
+from ...pipeline.ingest import Ingest
+from ...ports.stores import RequestStore, UriIndex
 from ...process.catalog import load_process_machines
+from ...spec.errors import SpecError
 from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
 from .connect import NatsOptions, connect
-from .runtime import Pipeline, open_pipeline
+
+#: How often ``complete --wait`` looks at the request row.
+WAIT_POLL_S = 0.2
 
 
-def load_config_store(path: str | None) -> ConfigStore:
-    """The file store when the file exists; the built-in defaults otherwise.
+class PolicyUnavailable(StovepipeError):
+    """No policy in force is recorded and the fallback machine files do not load."""
 
-    Loaded tolerantly (no parameter declarations): an operator command does not run the
-    policy, so a key only a newer machine file declares must not make it fail.
-    """
-    if path and Path(path).exists():
-        return FileConfigStore(path)
-    return StaticConfigStore()
+
+class NotRecorded(StovepipeError):
+    """``complete --wait``: the outcome is stored, but no service recorded it in time."""
+
+
+async def initial_state(js: JetStreamContext, topology: Topology, machines_dir: str) -> str:
+    """The request machine's initial state: from the policy in force when a service has
+    recorded one, else from ``machines_dir`` (a deployment's first ingest may precede its
+    first service start)."""
+    record = await read_policy_record(js, topology)
+    if record is not None and record.request_initial:
+        return record.request_initial
+    try:
+        return load_process_machines(machines_dir).roles.initial
+    except (OSError, SpecError, StovepipeError, ValueError) as exc:
+        raise PolicyUnavailable(
+            "no service has recorded the policy in force on this broker yet, so the "
+            f"request machine's initial state is read from {machines_dir!r}, which does "
+            f"not load: {exc}"
+        ) from None
 
 
 @contextlib.asynccontextmanager
-async def operator_pipeline(
-    options: NatsOptions, topology: Topology, machines_dir: str, config_path: str | None
-) -> AsyncIterator[Pipeline]:
+async def operator_ingest(
+    options: NatsOptions, topology: Topology, machines_dir: str
+) -> AsyncIterator[Ingest]:
+    """Ingest on the broker's stores (the topology is created if missing)."""
     nc = await connect(options)
     try:
-        yield await open_pipeline(
-            nc.jetstream(),
-            topology,
-            load_process_machines(machines_dir),
-            load_config_store(config_path),
+        js = nc.jetstream()
+        await ensure_topology(js, topology)
+        stores = await open_kv_stores(js, topology)
+        yield Ingest(
+            initial_state=await initial_state(js, topology, machines_dir),
+            requests=stores.requests,
+            queues=stores.queues,
+            publisher=JetStreamPublisher(js, topology),
+            uri_index=stores.uris,
+            counter=stores.counters,
         )
     finally:
         await nc.close()
 
 
-async def request_for_uri(pipeline: Pipeline, queue: str, uri: str) -> str:
-    request_id = await pipeline.ingest.uri_index.get(queue, uri)
+async def request_for_uri(uri_index: UriIndex, queue: str, uri: str) -> str:
+    request_id = await uri_index.get(queue, uri)
     if request_id is None:
         raise NotFound(f"no request for {uri!r} on queue {queue!r}")
     return request_id
+
+
+def check_outcome_name(record: PolicyRecord | None, outcome: str) -> None:
+    """``ValueError`` for an outcome the policy in force does not declare.
+
+    Without a recorded policy the name is not checked here: the service dead-letters an
+    undeclared outcome with the reason, and applies nothing.
+    """
+    if record is not None and record.outcomes and outcome not in record.outcomes:
+        raise ValueError(
+            f"outcome {outcome!r} is not one of {', '.join(sorted(record.outcomes))} "
+            f"(the policy in force, {record.hash or 'unhashed'})"
+        )
+
+
+async def complete(
+    options: NatsOptions, topology: Topology, queue: str, uri: str, outcome: str, wait_s: float
+) -> dict[str, Any]:
+    """Publish ``outcome`` for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait that
+    long for the service to record it and add the request's row to the answer."""
+    validate_queue_name(queue)
+    nc = await connect(options)
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, topology)
+        stores = await open_kv_stores(js, topology)
+        request_id = await request_for_uri(stores.uris, queue, uri)
+        record = await read_policy_record(js, topology)
+        check_outcome_name(record, outcome)
+        if wait_s > 0 and (record is None or outcome not in record.outcomes):
+            raise ValueError("--wait needs the policy in force, which no service has recorded")
+        duplicate = await publish_outcome(js, topology, OutcomeMessage(queue, request_id, outcome))
+        answer: dict[str, Any] = {
+            "request_id": request_id,
+            "outcome": outcome,
+            "published": True,
+            "duplicate": duplicate,
+        }
+        if wait_s > 0:
+            assert record is not None
+            request = await _wait_for_outcome(stores.requests, request_id, outcome, record, wait_s)
+            answer["request"] = request_json(request)
+        return answer
+    finally:
+        await nc.close()
+
+
+async def _wait_for_outcome(
+    requests: RequestStore, request_id: str, outcome: str, record: PolicyRecord, wait_s: float
+) -> Request:
+    mine = set(record.outcomes[outcome])
+    others = {state for name, states in record.outcomes.items() for state in states} - mine
+    deadline = time.monotonic() + wait_s
+    while True:
+        request = await requests.get(request_id)
+        if request.state in mine:
+            return request
+        if request.state in others:
+            raise NonRetryable(
+                f"request {request_id!r} ended {request.state}; the outcome {outcome} was "
+                "refused (see the record dead letters)"
+            )
+        if time.monotonic() >= deadline:
+            raise NotRecorded(
+                f"outcome {outcome} of {request_id!r} is stored but was not recorded within "
+                f"{wait_s:g}s (request is {request.state}); is a service running?"
+            )
+        await asyncio.sleep(WAIT_POLL_S)
 
 
 async def _bucket_values(js: JetStreamContext, bucket: str) -> list[bytes]:

@@ -8,6 +8,8 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
   names, plus every queue ingest creates later, found by polling the queues bucket
   (a new queue gets its consumer without a restart);
 - one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
+- one :class:`OutcomeConsumer` that records build outcomes from the outcome stream with
+  the policy in force (``complete`` and build farms only publish them);
 - with a :class:`~.policy.PolicyReloader`, a watch on the policy: a new machines
   version that passes its checks is swapped in between deliveries (every consumer
   reaches the stages through :attr:`Pipeline.stages`, one reference), and the policy
@@ -48,6 +50,7 @@ from ...adapters.jetstream.consumer import (
 from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
+from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
@@ -111,6 +114,10 @@ class Pipeline:
     async def handle(self, delivery: Any) -> str:
         """A delivery, run by the controller in force when it starts."""
         return await self.stages.controller.handle(delivery)
+
+    async def record_outcome(self, request_id: str, outcome: str) -> object:
+        """A build outcome, recorded by the stages in force."""
+        return await self.stages.record.complete(request_id, outcome)
 
     async def reconcile(self, request_id: str) -> object:
         """A dead letter, reconciled by the stages in force."""
@@ -222,6 +229,7 @@ class Service:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._dead_letters: DeadLetterConsumer | None = None
+        self._outcomes: OutcomeConsumer | None = None
         self.reloader = reloader
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self.started = False
@@ -244,6 +252,10 @@ class Service:
             metrics=self.metrics,
         )
         pipeline = self.pipeline
+        if self.reloader is not None:
+            log.info("policy %s in force", self.reloader.hash)
+        # Before any consumer runs: operator commands (ingest) read the policy in force here.
+        await self._record_policy()
         self._dead_letters = DeadLetterConsumer(
             self.js,
             self.topology,
@@ -254,13 +266,23 @@ class Service:
         )
         await self._dead_letters.open()
         self._spawn("dead-letters", self._dead_letters.run(self._stop))
+        self._outcomes = OutcomeConsumer(
+            self.js,
+            self.topology,
+            pipeline.record_outcome,
+            observer=self._observe,
+            ack_wait_s=self.options.ack_wait_s,
+            fetch_timeout_s=self.options.fetch_timeout_s,
+            retry_base_s=self.options.retry_base_s,
+            retry_cap_s=self.options.retry_cap_s,
+        )
+        await self._outcomes.open()
+        self._spawn("outcomes", self._outcomes.run(self._stop))
         for queue in self.config.configured_queues():
             await self.add_queue(queue)
         await self.discover()
         self._spawn("discover", self._discover_loop())
         if self.reloader is not None:
-            log.info("policy %s in force", self.reloader.hash)
-            await self._record_policy()
             self._spawn("policy", self._policy_loop())
         self.started = True
         log.info("service started with %d queue consumer(s)", len(self.consumers))
@@ -321,6 +343,8 @@ class Service:
             await consumer.close()
         if self._dead_letters is not None:
             await self._dead_letters.close()
+        if self._outcomes is not None:
+            await self._outcomes.close()
         log.info("service stopped")
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -378,7 +402,14 @@ class Service:
                 log.warning("policy check failed: %s: %s", type(exc).__name__, exc)
 
     async def _record_policy(self) -> None:
-        record = PolicyRecord(self.policy_hash, int(time.time() * 1000), self.replica)
+        roles = self.machines.roles
+        record = PolicyRecord(
+            self.policy_hash,
+            int(time.time() * 1000),
+            self.replica,
+            request_initial=roles.initial,
+            outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
+        )
         try:
             await write_policy_record(self.js, self.topology, record)
         except Exception as exc:  # status shows an older hash until the next write

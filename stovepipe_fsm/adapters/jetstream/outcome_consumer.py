@@ -1,0 +1,147 @@
+"""The service's side of the outcome stream: each reported build outcome, recorded once.
+
+One durable pull consumer (``record-outcomes``) on the outcome stream, shared by every
+replica. Each message is decoded (:func:`.outcomes.decode_outcome`), recorded with the
+policy in force (``record(request_id, outcome)``) and settled:
+
+- recorded (or found already recorded: a redelivery, a re-publish): ack;
+- refused for good - an undecodable or forged message, an unknown request, an outcome
+  the policy does not declare, a request that already ended with *another* outcome, or
+  one that was never admitted: a ``record`` dead-letter record saying why, then term.
+  Nothing was applied;
+- anything else (the broker or a store hiccups): NAK with backoff, without limit. An
+  outcome is never given up on for a transient fault, since a lost outcome would keep
+  its request's slot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from ...domain.errors import (
+    NonRetryable,
+    NotFound,
+    Retryable,
+    StovepipeError,
+    VersionMismatch,
+)
+from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S, Backoff
+from .consumer import DEFAULT_ACK_WAIT_S, DEFAULT_FETCH_TIMEOUT_S, Observer, _ignore, _PullLoop
+from .dead_letter import DeadLetter, publish_dead_letter
+from .errors import translated
+from .outcomes import decode_outcome
+from .topology import Topology
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+RECORD_STAGE = "record"
+OUTCOME_CONSUMER = "record-outcomes"
+#: How much of a refused message's text a log line or dead letter repeats.
+_QUOTE_CHARS = 300
+
+RecordOutcome = Callable[[str, str], Awaitable[object]]
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """Errors a redelivery of the same outcome cannot fix.
+
+    ``ValueError``: the outcome is not declared. ``NotFound``: no such request.
+    ``NonRetryable``: the request ended otherwise. Any other error of this package that is
+    neither transient nor a lost race: the machine refuses the trigger (never admitted).
+    """
+    if isinstance(exc, ValueError | NotFound | NonRetryable):
+        return True
+    return isinstance(exc, StovepipeError) and not isinstance(exc, Retryable | VersionMismatch)
+
+
+class OutcomeConsumer(_PullLoop):
+    """Records build outcomes from the outcome stream, one message at a time."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        topology: Topology,
+        record: RecordOutcome,
+        *,
+        observer: Observer = _ignore,
+        ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+        fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
+        retry_base_s: float = DEFAULT_RETRY_BASE_S,
+        retry_cap_s: float = DEFAULT_RETRY_CAP_S,
+    ) -> None:
+        self.js = js
+        self.topology = topology
+        self.record = record
+        self.observer = observer
+        self.ack_wait_s = ack_wait_s
+        self.fetch_timeout_s = fetch_timeout_s
+        self.backoff = Backoff(retry_base_s, retry_cap_s)
+        self.durable = OUTCOME_CONSUMER
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    @property
+    def stream(self) -> str:
+        return self.topology.outcome_stream
+
+    def consumer_config(self) -> api.ConsumerConfig:
+        return api.ConsumerConfig(
+            durable_name=self.durable,
+            name=self.durable,
+            filter_subject=self.topology.outcome_filter(),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            max_deliver=-1,
+            ack_wait=self.ack_wait_s,
+        )
+
+    async def settle(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        try:
+            queue = self.topology.queue_of_outcome_subject(msg.subject)
+        except ValueError as exc:
+            # No queue to file a dead letter under: the stream's filter admits one token,
+            # so only a garbled token gets here. Logged, counted, removed.
+            with translated(f"terminate outcome {seq}"):
+                await msg.term()
+            self.observer("outcome_refused", "", "", str(exc)[:_QUOTE_CHARS])
+            log.error("outcome on a subject of no queue removed: %s", str(exc)[:_QUOTE_CHARS])
+            return
+        try:
+            message = decode_outcome(msg.data, queue)
+        except NonRetryable as exc:
+            await self._refuse(msg, seq, queue, "", f"undecodable outcome: {exc}")
+            return
+        extra = {"queue": queue, "request_id": message.request_id}
+        try:
+            await self.record(message.request_id, message.outcome)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if refused_for_good(exc):
+                await self._refuse(
+                    msg, seq, queue, message.request_id, f"outcome {message.outcome}: {reason}"
+                )
+                return
+            delay = self.backoff.delay_s(msg.metadata.num_delivered or 1)
+            with translated(f"nak outcome {seq}"):
+                await msg.nak(delay=delay)
+            self.observer("outcome_retry", queue, message.request_id, reason)
+            log.warning("outcome not recorded, retry in %.1fs: %s", delay, reason, extra=extra)
+            return
+        with translated(f"ack outcome {seq}"):
+            await msg.ack()
+        self.observer("recorded", queue, message.request_id, message.outcome)
+        log.info("outcome %s recorded", message.outcome, extra=extra)
+
+    async def _refuse(self, msg: Msg, seq: int, queue: str, request_id: str, reason: str) -> None:
+        """Dead-letter, then terminate: the outcome is applied to nothing."""
+        reason = reason[:_QUOTE_CHARS]
+        letter = DeadLetter(queue, request_id[:_QUOTE_CHARS], reason, 1, seq, stage=RECORD_STAGE)
+        await publish_dead_letter(self.js, self.topology, letter)
+        with translated(f"terminate outcome {seq}"):
+            await msg.term()
+        self.observer("outcome_refused", queue, request_id, reason)
+        log.error("outcome refused: %s", reason, extra={"queue": queue, "request_id": request_id})

@@ -1,0 +1,220 @@
+"""Build outcomes travel as messages on the outcome stream, recorded by the service.
+
+On a real nats-server: ``complete`` publishes and loads no policy file; an outcome
+published while no service runs is recorded when one starts; a second, different outcome
+and a forged one are dead-lettered and applied to nothing; every recorded end is
+announced on the hook topic under an id derived from the terminal write; ``ingest`` and
+``complete`` work from a directory whose machine files are mid-edit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from nats_server import connect
+from test_service_support import WAIT_S, machines, running_service, stream_messages, wait_for
+
+from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter
+from stovepipe_fsm.adapters.jetstream.outcomes import (
+    MAX_OUTCOME_BYTES,
+    OutcomeMessage,
+    decode_outcome,
+    encode_outcome,
+    outcome_msg_id,
+    publish_outcome,
+)
+from stovepipe_fsm.adapters.jetstream.publisher import MSG_ID_HEADER
+from stovepipe_fsm.apps.service.connect import NatsOptions
+from stovepipe_fsm.apps.service.operators import (
+    NotRecorded,
+    PolicyUnavailable,
+    complete,
+    operator_ingest,
+)
+from stovepipe_fsm.domain.errors import NonRetryable
+
+QUEUE = "team/app"
+CONFIG = {"defaults": {"gate_wait_delay_ms": 100}}
+BROKEN_MACHINES = "machines"  # resolved in a directory where it is a half-written file
+
+
+def options(js_env) -> NatsOptions:  # type: ignore[no-untyped-def]
+    return NatsOptions(url=js_env.server.url, max_reconnect_attempts=3)
+
+
+@pytest.fixture
+def mid_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory whose machines/ holds a half-written edit (the service under
+    test was given its machines before)."""
+    machines()
+    edited = tmp_path / "machines"
+    edited.mkdir()
+    (edited / "request.yaml").write_text("name: request\nstates: [\n", encoding="utf-8")
+    (edited / "queue_gate.yaml").write_text("name: queue_gate\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+async def dead_letters(js_env, stage: str) -> list[DeadLetter]:  # type: ignore[no-untyped-def]
+    topology = js_env.topology
+    prefix = f"{topology.prefix}.dlq.{stage}."
+    found = await stream_messages(js_env.js, topology.dead_letter_stream, prefix)
+    return [DeadLetter.decode(json.dumps(body).encode()) for body in found]
+
+
+async def hooks(js_env) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
+    topology = js_env.topology
+    return await stream_messages(js_env.js, topology.hooks_stream, f"{topology.prefix}.hooks.")
+
+
+async def test_an_outcome_published_while_no_service_runs_is_recorded_when_one_starts(
+    js_env, mid_edit: Path
+) -> None:
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        request_id = await running.ingest(QUEUE, "A")
+        await running.wait_state(request_id, "processing")
+    # No service now; the working directory's machines do not even parse.
+    answer = await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", 0)
+    assert answer == {
+        "request_id": request_id,
+        "outcome": "succeeded",
+        "published": True,
+        "duplicate": False,
+    }
+    again = await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", 0)
+    assert again["duplicate"] is True  # the stream stored it once
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        await running.wait_state(request_id, "succeeded")
+        queue = await running.queue(QUEUE)
+        assert (queue.slot_holders, queue.last_green_uri) == ((), "A")
+        assert running.events.count("recorded", request_id) == 1
+
+
+async def test_complete_waits_for_the_record_and_refuses_an_undeclared_outcome(
+    js_env, mid_edit: Path
+) -> None:
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        async with operator_ingest(options(js_env), js_env.topology, BROKEN_MACHINES) as ingest:
+            result = await ingest.ingest(QUEUE, "A")  # the initial state of the policy in force
+        await running.wait_state(result.request_id, "processing")
+        with pytest.raises(ValueError, match=r"'passed' is not one of cancelled, failed, succ"):
+            await complete(options(js_env), js_env.topology, QUEUE, "A", "passed", 0)
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "A", "failed", WAIT_S)
+        assert answer["request"]["state"] == "failed"
+        queue = await running.queue(QUEUE)
+        assert (queue.slot_holders, queue.last_green_uri) == ((), "")
+
+
+async def test_a_conflicting_second_outcome_is_dead_lettered_and_never_applied(js_env) -> None:
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        request_id = await running.ingest(QUEUE, "A")
+        await running.wait_state(request_id, "processing")
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        with pytest.raises(NonRetryable, match="ended succeeded; the outcome failed was refused"):
+            await complete(options(js_env), js_env.topology, QUEUE, "A", "failed", WAIT_S)
+        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
+        assert [(d.queue, d.request_id, d.stage) for d in letters] == [
+            (QUEUE, request_id, "record")
+        ]
+        assert "already succeeded; cannot record failed" in letters[0].error
+        assert await running.state(request_id) == "succeeded"
+        assert (await running.queue(QUEUE)).last_green_uri == "A"
+        # A record dead letter is not a process one: nothing is failed closed for it.
+        assert running.events.count("reconciled") == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"not json", "not valid JSON"),
+        (b"{" + b" " * MAX_OUTCOME_BYTES + b"}", f"at most {MAX_OUTCOME_BYTES}"),
+        (
+            encode_outcome(OutcomeMessage(QUEUE, "request/other/queue/1", "failed")),
+            "of queue 'other/queue' was published for queue 'team/app'",
+        ),
+    ],
+    ids=["garbage", "oversized", "other-queue-request"],
+)
+async def test_a_forged_or_damaged_outcome_is_dead_lettered(
+    js_env, payload: bytes, reason: str
+) -> None:
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        request_id = await running.ingest(QUEUE, "A")
+        await running.wait_state(request_id, "processing")
+        await js_env.js.publish(
+            js_env.topology.outcome_subject(QUEUE),
+            payload,
+            stream=js_env.topology.outcome_stream,
+        )
+        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
+        assert reason in letters[0].error
+        assert await running.state(request_id) == "processing"
+        # The queue goes on: a real outcome after the forged one is recorded.
+        cancelled = OutcomeMessage(QUEUE, request_id, "cancelled")
+        await publish_outcome(js_env.js, js_env.topology, cancelled)
+        await running.wait_state(request_id, "cancelled")
+
+
+async def test_every_recorded_end_is_announced_once_and_a_superseded_head_never(js_env) -> None:
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        a = await running.ingest(QUEUE, "A")
+        await running.wait_state(a, "processing")
+        b = await running.ingest(QUEUE, "B")
+        c = await running.ingest(QUEUE, "C")
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        await running.wait_state(b, "superseded")
+        await running.wait_state(c, "processing")
+        await complete(options(js_env), js_env.topology, QUEUE, "C", "failed", WAIT_S)
+        # Recording C's outcome again (a redelivery) re-announces under the same id.
+        await running.service.pipeline.record_outcome(c, "failed")
+
+        async def announced() -> list[dict] | None:  # type: ignore[type-arg]
+            events = await hooks(js_env)
+            return events if len(events) == 4 else None
+
+        events = await wait_for(announced, "two starts and two ends")
+    assert [(e["type"], e["payload"]["request_id"]) for e in events] == [
+        ("validation.repository.started", a),
+        ("validation.repository.succeeded", a),
+        ("validation.repository.started", c),
+        ("validation.repository.failed", c),
+    ]
+    assert all(set(e["payload"]) == {"queue", "request_id"} for e in events)
+    assert len({e["id"] for e in events}) == 4
+
+
+async def test_outcome_message_id_is_per_request_and_outcome(js_env) -> None:
+    nc = await connect(js_env.server)
+    try:
+        js = nc.jetstream()
+        message = OutcomeMessage(QUEUE, "request/team/app/1", "succeeded")
+        assert not await publish_outcome(js, js_env.topology, message)
+        assert await publish_outcome(js, js_env.topology, message)
+        other = OutcomeMessage(QUEUE, "request/team/app/1", "failed")
+        assert not await publish_outcome(js, js_env.topology, other)
+        stored = await js.get_msg(js_env.topology.outcome_stream, 1)
+        assert stored.headers is not None
+        assert stored.headers[MSG_ID_HEADER] == outcome_msg_id(message.request_id, "succeeded")
+        assert decode_outcome(stored.data, QUEUE) == message
+    finally:
+        await nc.close()
+
+
+async def test_without_a_recorded_policy_ingest_names_why_the_fallback_failed(
+    js_env, mid_edit: Path
+) -> None:
+    with pytest.raises(PolicyUnavailable, match="no service has recorded the policy in force"):
+        async with operator_ingest(options(js_env), js_env.topology, BROKEN_MACHINES):
+            pass
+
+
+async def test_complete_wait_gives_up_with_a_clear_error_when_no_service_records(
+    js_env,
+) -> None:
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        request_id = await running.ingest(QUEUE, "A")
+        await running.wait_state(request_id, "processing")
+    with pytest.raises(NotRecorded, match=r"is stored but was not recorded within 0\.5s"):
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", 0.5)
