@@ -120,6 +120,46 @@ async def test_first_ingest_creates_queue_request_pointer_and_message() -> None:
     assert p.processes() == [rid(1)]
 
 
+async def test_a_return_to_a_head_trunk_had_left_is_a_new_head_only_when_seen_at_the_ref() -> None:
+    """A validated, trunk moved to B, then a force-push put A back. A late event for A
+    (no ``at_head``) changes nothing; the poller's observation of A at the ref ingests it
+    as a new head: the newest request, so B is coalesced away and A is validated again."""
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    await p.record.complete(rid(1), "succeeded")
+    await p.ingester.ingest(Q, "B")
+
+    late = await p.ingester.ingest(Q, "A")
+    assert (late.request_id, late.created, late.published) == (rid(1), False, False)
+    assert (await p.queue()).latest_request_id == rid(2), "a late event never moves latest back"
+
+    back = await p.ingester.ingest(Q, "A", at_head=True)
+    assert (back.request_id, back.created, back.published, back.returned) == (
+        rid(3),
+        True,
+        True,
+        True,
+    )
+    assert await p.request(3) == Request(id=rid(3), queue=Q, uri="A", state="accepted")
+    assert (await p.queue()).latest_request_id == rid(3)
+    assert await p.uri_index.get(Q, "A") == rid(3)
+    assert (await p.request(1)).state == "succeeded", "the first validation stays as it was"
+    # Seen at the ref again while it is the latest: the same head, nothing new.
+    again = await p.ingester.ingest(Q, "A", at_head=True)
+    assert (again.request_id, again.created, again.returned) == (rid(3), False, False)
+    assert p.processes() == [rid(1), rid(2), rid(3), rid(3)]  # the waiting A3 is re-published
+
+
+async def test_the_head_at_the_ref_that_is_still_the_latest_is_never_ingested_twice() -> None:
+    p = Pipeline()
+    await p.ingester.ingest(Q, "A")
+    await p.admit(1)
+    result = await p.ingester.ingest(Q, "A", at_head=True)
+    assert (result.request_id, result.created, result.published) == (rid(1), False, False)
+    assert p.counter.peek(Q) == 1
+
+
 async def test_reingest_returns_the_same_id_and_creates_nothing() -> None:
     p = Pipeline()
     await p.ingester.ingest(Q, "A")

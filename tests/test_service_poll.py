@@ -71,6 +71,32 @@ def test_poll_once_ingests_the_head_and_dedups_a_repeat(nats_server, tag, tmp_pa
     assert doc["queues"][0]["latest_request_id"] == newer["request_id"]
 
 
+def test_a_ref_rolled_back_to_an_earlier_head_validates_it_again(
+    nats_server,
+    tag,  # noqa: F811
+    tmp_path,
+) -> None:
+    """A force-push back to A after B: the poller ingests A as a new head, the newest."""
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    args = poll_args(nats_server.url, tag, repo, "--ref", "main", "--queue", "mono/main", "--once")
+    assert cli(*args).returncode == 0
+    commit(repo, "B")
+    assert cli(*args).returncode == 0
+    git(repo, "reset", "-q", "--hard", first)
+
+    back = json.loads(cli(*args).stdout)
+    assert (back["uri"], back["created"], back["returned"]) == (first, True, True)
+    assert back["request_id"] == "request/mono/main/3"
+    doc = status(nats_server.url, tag)
+    assert doc["queues"][0]["latest_request_id"] == back["request_id"]
+    assert [(r["id"][-1], r["uri"]) for r in doc["requests"]][-1] == ("3", first)
+    # The same observation again is the same head.
+    again = json.loads(cli(*args).stdout)
+    assert (again["request_id"], again["created"]) == (back["request_id"], False)
+    assert again["returned"] is False
+
+
 def test_poll_follows_new_heads_until_sigterm(nats_server, tag, tmp_path) -> None:  # noqa: F811
     repo = make_repo(tmp_path)
     first = commit(repo, "A")

@@ -14,6 +14,14 @@ state) redoes 2-5: it heals a crash anywhere in the sequence and a lost publish.
 re-ingest of a Request past its initial state publishes nothing (a superseded URI is
 never re-validated).
 
+A head trunk returns to (a rollback by force-push to a commit already ingested) is
+validated again only on the word of someone who just saw the ref name it: with
+``at_head=True`` (the poller, which resolves the ref each round), a URI whose request is
+no longer the queue's latest is ingested as a new head - a fresh request id, the dedup
+entry re-pointed at it by compare-and-set - so it is the latest again and coalescing
+treats it like any new head. Without ``at_head`` (an upstream event, possibly late or
+duplicated) the dedup entry decides, and ``latest`` only ever moves forward.
+
 Ingest runs no policy: of the request machine it needs only the initial state, given at
 construction. The service passes its machine's; the ``ingest`` command passes the one the
 running service recorded, so an operator's ingest never loads a machine file.
@@ -43,6 +51,8 @@ class IngestResult:
     request_id: str
     created: bool
     published: bool
+    #: A new request for a head trunk returned to (``at_head``), not a first sighting.
+    returned: bool = False
 
 
 def validate_uri(uri: object) -> str:
@@ -87,22 +97,39 @@ class Ingest:
             counter=counter,
         )
 
-    async def ingest(self, queue: str, uri: str) -> IngestResult:
+    async def ingest(self, queue: str, uri: str, *, at_head: bool = False) -> IngestResult:
+        """Accept ``uri`` as a head of ``queue``.
+
+        ``at_head``: the caller just saw the ref name ``uri`` (a poller's observation, not
+        a forwarded event), so a head the queue had moved on from is a return to it.
+        """
         validate_queue_name(queue)
         validate_uri(uri)
         request_id = await self.uri_index.get(queue, uri)
-        created = False
+        created = returned = False
         if request_id is None:
             minted = format_request_id(queue, await self.counter.next(queue))
             request_id = await self.uri_index.put_if_absent(queue, uri, minted)
             created = request_id == minted
+        elif at_head and await self._moved_on_from(queue, request_id):
+            minted = format_request_id(queue, await self.counter.next(queue))
+            request_id = await self.uri_index.repoint(queue, uri, request_id, minted)
+            created = returned = request_id == minted
         await self._ensure_queue(queue)
         request = await self._ensure_request(request_id, queue, uri)
         if request.state != self.initial_state:  # admitted or ended: nothing to heal
-            return IngestResult(request_id, created, published=False)
+            return IngestResult(request_id, created, published=False, returned=returned)
         await self._stamp_latest(queue, request_id)
         await self.publisher.publish_process(queue, request_id)
-        return IngestResult(request_id, created, published=True)
+        return IngestResult(request_id, created, published=True, returned=returned)
+
+    async def _moved_on_from(self, queue: str, request_id: str) -> bool:
+        """A newer head than ``request_id`` was ingested on ``queue`` since."""
+        try:
+            latest = (await self.queues.get(queue)).latest_request_id
+        except NotFound:
+            return False
+        return bool(latest) and compare_request_id(queue, latest, request_id) > 0
 
     async def _ensure_queue(self, name: str) -> None:
         try:

@@ -38,12 +38,21 @@ class QueueStore(Protocol):
 
 
 class UriIndex(Protocol):
-    """Dedup index on (queue, uri) → request id; entries are immutable once created."""
+    """Dedup index on (queue, uri) → request id.
+
+    An entry changes only when trunk returns to a head it had left (ingest's ``at_head``):
+    it is then re-pointed, by compare-and-set, at the request of the return.
+    """
 
     async def get(self, queue: str, uri: str) -> str | None: ...
 
     async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
         """Store ``request_id`` unless an entry exists; return the id that is stored."""
+        ...
+
+    async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
+        """Point the entry at ``request_id`` if it still names ``expected`` (or is absent);
+        return the id stored afterwards: the caller's, or the one a racing writer put."""
         ...
 
 

@@ -300,6 +300,20 @@ class StoreContract:
         assert await uri_index.put_if_absent(queue, "commit-a", second) == first
         assert await uri_index.get(queue, "commit-a") == first
 
+    async def test_uri_index_repoint_replaces_only_the_expected_id(
+        self, uri_index: UriIndex
+    ) -> None:
+        queue = "monorepo/main"
+        first, back, late = (format_request_id(queue, n) for n in (1, 5, 6))
+        await uri_index.put_if_absent(queue, "commit-a", first)
+        assert await uri_index.repoint(queue, "commit-a", first, back) == back
+        assert await uri_index.get(queue, "commit-a") == back
+        # A second return that read the old id loses to the first and learns its id.
+        assert await uri_index.repoint(queue, "commit-a", first, late) == back
+        assert await uri_index.get(queue, "commit-a") == back
+        # An absent entry is simply created.
+        assert await uri_index.repoint(queue, "commit-z", first, late) == late
+
     async def test_uri_index_is_per_queue_and_per_uri(self, uri_index: UriIndex) -> None:
         main, release = "monorepo/main", "monorepo/release"
         assert await uri_index.put_if_absent(main, "c", format_request_id(main, 1)) == (

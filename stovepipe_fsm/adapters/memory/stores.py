@@ -137,7 +137,8 @@ class MemoryQueueStore(_VersionedStore[Queue]):
 
 
 class MemoryUriIndex:
-    """``UriIndex``: (queue, uri) → request id, each entry written once.
+    """``UriIndex``: (queue, uri) → request id, each entry written once (re-pointed only
+    by a return to a head trunk had left).
 
     ``put_if_absent`` is the dedup point of ingest: two ingests of one commit must end
     with one request id, so the first stored id wins and is returned to both.
@@ -151,6 +152,12 @@ class MemoryUriIndex:
 
     async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
         return self._items.setdefault((queue, uri), request_id)
+
+    async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
+        stored = self._items.setdefault((queue, uri), request_id)
+        if stored == expected:
+            self._items[(queue, uri)] = stored = request_id
+        return stored
 
     def snapshot(self) -> tuple[tuple[tuple[str, str], str], ...]:
         """Every ``((queue, uri), request_id)`` entry, sorted by key."""

@@ -95,6 +95,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _broker_args(p)
     p.add_argument("--queue", required=True)
     p.add_argument("--uri", required=True)
+    p.add_argument(
+        "--at-head",
+        action="store_true",
+        help="URI is what the ref names right now (you just looked): a return to a head "
+        "the queue had moved on from is validated again",
+    )
     p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
     p = sub.add_parser(
@@ -274,13 +280,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
-            result = await ingest.ingest(args.queue, args.uri)
+            result = await ingest.ingest(args.queue, args.uri, at_head=args.at_head)
         print(
             json.dumps(
                 {
                     "request_id": result.request_id,
                     "created": result.created,
                     "published": result.published,
+                    "returned": result.returned,
                 }
             )
         )

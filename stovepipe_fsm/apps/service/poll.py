@@ -1,9 +1,11 @@
 """``poll``: report each new head of a real git ref to ingest.
 
 The poller is stateless on purpose: every round it resolves the ref and ingests the
-commit it names. Ingest dedups on (queue, uri), so an unchanged head creates nothing
-and publishes nothing once its request left ``accepted``, and a poller restarted at any
-moment neither loses nor repeats a head. Heads that landed and were overtaken between
+commit it names, as what the ref names now (``at_head``). Ingest dedups on (queue, uri),
+so an unchanged head creates nothing and publishes nothing once its request left
+``accepted``, and a poller restarted at any moment neither loses nor repeats a head. A
+ref that moved back to a head the queue had moved on from (a rollback by force-push) is
+ingested as a new head and validated again. Heads that landed and were overtaken between
 two rounds are never seen; that is the coalescing the process stage would do anyway.
 """
 
@@ -34,7 +36,7 @@ class PollTarget:
 async def poll_once(ingest: Ingest, target: PollTarget) -> dict[str, object]:
     """Resolve the ref and ingest its commit; NotFound when the ref names no commit."""
     head = await rev_parse(target.repository, target.ref)
-    result = await ingest.ingest(target.queue, head)
+    result = await ingest.ingest(target.queue, head, at_head=True)
     return {
         "queue": target.queue,
         "ref": target.ref,
@@ -42,6 +44,7 @@ async def poll_once(ingest: Ingest, target: PollTarget) -> dict[str, object]:
         "request_id": result.request_id,
         "created": result.created,
         "published": result.published,
+        "returned": result.returned,
     }
 
 
