@@ -7,14 +7,25 @@ independent of one another; what they have in common lives here, below all of th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from ..adapters.memory.config import StaticConfigStore
 from ..config.loader import load_queue_config
+from ..shipped import SHIPPED_CONFIG, SHIPPED_MACHINES
 from ..spec.model import ParameterSpec
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-DEFAULT_MACHINES = "machines"
-DEFAULT_CONFIG = "config/queues.yaml"
+
+
+def here_or_shipped(relative: str, shipped: Path) -> str:
+    """``relative`` when the working directory has it, else the copy installed with the
+    package: every command runs from any directory, and a policy kept beside the
+    deployment wins over the shipped one."""
+    return relative if Path(relative).exists() else str(shipped)
+
+
+DEFAULT_MACHINES = here_or_shipped("machines", SHIPPED_MACHINES)
+DEFAULT_CONFIG = here_or_shipped("config/queues.yaml", SHIPPED_CONFIG)
 
 
 def load_policy_store(
