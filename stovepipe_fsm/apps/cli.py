@@ -65,11 +65,22 @@ def _os_error_text(exc: OSError) -> str:
     return str(exc)
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("stovepipe-fsm")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stovepipe-fsm",
         description="Process stage of a trunk-validation pipeline, declared as YAML machines.",
     )
+    parser.add_argument("--version", action="version", version=f"stovepipe-fsm {_version()}")
     sub = parser.add_subparsers(metavar="COMMAND")
 
     p = sub.add_parser("validate", help="schema + lint of machines and queue config")

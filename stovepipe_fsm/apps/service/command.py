@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from ...domain.errors import NotFound, StovepipeError
 from ...pipeline.ingest import InvalidUri
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from .secrets import redact
 
 if TYPE_CHECKING:
     from ...adapters.jetstream import Topology
@@ -86,7 +88,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _broker_args(p)
     p.add_argument("--embedded", action="store_true", help="start a local nats-server")
     p.add_argument("--data-dir", help="store directory of the embedded server")
-    p.add_argument("--http-port", type=int, help="serve /healthz and /metrics on loopback")
+    p.add_argument(
+        "--nats-port", type=int, help="client port of the embedded server (default: a free one)"
+    )
+    p.add_argument("--http-port", type=int, help="serve /healthz and /metrics on this port")
+    p.add_argument(
+        "--http-host",
+        default="127.0.0.1",
+        help="address of the HTTP endpoint (default 127.0.0.1; 0.0.0.0 for probes and scrapes)",
+    )
     p.set_defaults(
         handler=_needs_nats("serve", cmd_serve, starts_server=lambda args: args.embedded)
     )
@@ -146,10 +156,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats", default=None, help="server URL (env STOVEPIPE_NATS_URL)")
-    p.add_argument("--creds", help="NATS credentials file")
-    p.add_argument("--user")
-    p.add_argument("--password")
-    p.add_argument("--token")
+    p.add_argument("--creds", help="NATS credentials file (env STOVEPIPE_NATS_CREDS)")
+    p.add_argument("--nkey", metavar="FILE", help="nkey seed file (env STOVEPIPE_NATS_NKEY)")
+    p.add_argument("--user", help="NATS user (env STOVEPIPE_NATS_USER)")
+    p.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="file holding the password (env STOVEPIPE_NATS_PASSWORD)",
+    )
+    p.add_argument(
+        "--token-file", metavar="FILE", help="file holding the token (env STOVEPIPE_NATS_TOKEN)"
+    )
+    p.add_argument("--password", help="discouraged (the process list shows it): --password-file")
+    p.add_argument("--token", help="discouraged (the process list shows it): --token-file")
     p.add_argument("--tls-ca", help="CA bundle to verify the server's certificate")
     p.add_argument("--tls-cert", help="client certificate (with --tls-key)")
     p.add_argument("--tls-key", help="client private key (with --tls-cert)")
@@ -169,14 +188,33 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
-    from .connect import NatsOptions, default_url
+    """The connection options of ``args``; ``ValueError`` for an unusable credential.
 
-    return NatsOptions(
-        url=url or args.nats or default_url(),
-        creds=args.creds,
+    Warnings about how a secret was given are printed here, once, to stderr.
+    """
+    from .connect import NatsOptions, default_url
+    from .secrets import resolve_credentials
+
+    credentials = resolve_credentials(
         user=args.user,
         password=args.password,
+        password_file=args.password_file,
         token=args.token,
+        token_file=args.token_file,
+        nkey=args.nkey,
+        creds=args.creds,
+    )
+    if not getattr(args, "_credential_warnings_shown", False):
+        for warning in credentials.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        args._credential_warnings_shown = True
+    return NatsOptions(
+        url=url or args.nats or default_url(),
+        creds=credentials.creds,
+        user=credentials.user,
+        password=credentials.password,
+        token=credentials.token,
+        nkey_seed=credentials.nkey_seed,
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -213,7 +251,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except (OSError, nats.errors.Error) as exc:
-        print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
+        print(f"error: cannot reach NATS: {redact(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
 
 
@@ -225,6 +263,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .runtime import Service
 
     stop = stop or asyncio.Event()
+    # What the service creates (the embedded store, by the server it starts) is its own.
+    os.umask(0o077)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -235,8 +275,12 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             data_dir = args.data_dir or stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="stovepipe-nats-")
             )
-            server = await stack.enter_async_context(NatsServer(Path(data_dir)))
+            server = await stack.enter_async_context(
+                NatsServer(Path(data_dir), port=args.nats_port)
+            )
             url = server.url
+            # Other commands need this URL (the port may have been picked at random).
+            print(f"embedded nats-server: {url} (other commands: --nats {url})", flush=True)
         nc = await connect(nats_options(args, service=True, url=url))
         stack.push_async_callback(nc.drain)
         reloader = PolicyReloader.open(args.machines, args.config)
@@ -246,7 +290,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         await service.start()
         http = None
         if args.http_port is not None:
-            http = await HttpEndpoint(service, args.http_port).start()
+            http = await HttpEndpoint(service, args.http_port, args.http_host).start()
         try:
             await stop.wait()
         finally:
@@ -268,10 +312,10 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StovepipeError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
     except (OSError, TimeoutError, nats.errors.Error) as exc:
-        print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
+        print(f"error: cannot reach NATS: {redact(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
+from .secrets import redact
+
 log = logging.getLogger("stovepipe_fsm.service")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -33,6 +35,8 @@ class NatsOptions:
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    #: Path of an nkey seed file (nats-py signs the server's nonce with it).
+    nkey_seed: str | None = None
     #: TLS: a CA bundle to verify the server with, a client certificate and key for
     #: servers that require one, and the name to check the server certificate against.
     tls_ca: str | None = None
@@ -69,6 +73,8 @@ class NatsOptions:
             options["password"] = self.password
         if self.token:
             options["token"] = self.token
+        if self.nkey_seed:
+            options["nkeys_seed"] = self.nkey_seed
         context = self.tls_context()
         if context is not None:
             options["tls"] = context
@@ -106,13 +112,13 @@ async def connect(options: NatsOptions) -> Client:
         )
     except TimeoutError:
         raise ConnectionError(
-            f"no connection to {options.url} within {options.first_connect_timeout_s:g} s "
+            f"no connection to {redact(options.url)} within {options.first_connect_timeout_s:g} s "
             "(broker down, wrong address, or a TLS handshake the server refused)"
         ) from None
 
 
 async def _on_error(exc: Exception) -> None:
-    log.warning("nats: %s: %s", type(exc).__name__, exc)
+    log.warning("nats: %s: %s", type(exc).__name__, redact(str(exc)))
 
 
 async def _on_disconnected() -> None:
