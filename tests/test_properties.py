@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import QueueConfig, Request
+from stovepipe_fsm.domain.hooks import VALIDATION_STARTED
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.simulation.runtime import run_sync
@@ -79,7 +80,8 @@ class Observed:
 def check_invariants(world: World, max_concurrent: int, seen: Observed) -> None:
     by_id = {r.id: r for r in requests(world)}
     pending = {m.request_id for m in world.broker.messages}
-    started = {p.request_id for p in world.published.hooks()}
+    starts = [p for p in world.published.hooks() if p.event_type == VALIDATION_STARTED]
+    started = {p.request_id for p in starts}
     built = {p.request_id for p in world.published.builds()}
     holders_everywhere: set[str] = set()
     for queue in world.queues.snapshot():
@@ -131,14 +133,18 @@ def check_invariants(world: World, max_concurrent: int, seen: Observed) -> None:
     # The start is announced before the build is published, every time it is.
     announced: set[str] = set()
     for record in world.published.records:
-        if record.kind == "hook":
+        if record.kind == "hook" and record.event_type == VALIDATION_STARTED:
             announced.add(record.request_id)
         elif record.kind == "build":
             assert record.request_id in announced, f"{record.request_id} built before announce"
-    # Every announce of one request carries the same event id (one admission each).
-    ids_by_request: dict[str, set[str]] = {}
+    # Every announce of one request carries the same event id (one admission each), and
+    # so does every announce of its end (one terminal write each); an end follows a start.
+    ids_by_request: dict[tuple[str, bool], set[str]] = {}
     for hook in world.published.hooks():
-        ids_by_request.setdefault(hook.request_id, set()).add(hook.dedup_id)
+        start = hook.event_type == VALIDATION_STARTED
+        ids_by_request.setdefault((hook.request_id, start), set()).add(hook.dedup_id)
+        if not start:
+            assert hook.request_id in started, f"{hook.request_id} ended without a start"
     assert all(len(ids) == 1 for ids in ids_by_request.values()), ids_by_request
 
 
