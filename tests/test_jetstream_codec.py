@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stovepipe_fsm.adapters.jetstream.codec import (
+    REQUEST_LAYOUT,
     SCHEMA_VERSION,
     UriEntry,
     WorkMessage,
@@ -62,9 +63,45 @@ def test_values_carry_schema_and_kind() -> None:
     body = json.loads(
         encode_request(Request(id="request/q/1", queue="q", uri="u", state="accepted"))
     )
-    assert (body["schema"], body["kind"]) == (SCHEMA_VERSION, "request")
+    assert (body["schema"], body["kind"]) == (REQUEST_LAYOUT, "request")
     body = json.loads(encode_queue(Queue(name="q", slot_holders=("request/q/1",))))
     assert (body["kind"], body["slot_holders"]) == ("queue", ["request/q/1"])
+
+
+TIMED = Request(
+    id="request/q/1",
+    queue="q",
+    uri="u",
+    state="succeeded",
+    build_strategy=FULL,
+    version=4,
+    ingested_at_ms=1_700_000_000_000,
+    admitted_at_ms=1_700_000_000_500,
+    ended_at_ms=1_700_000_090_000,
+)
+
+
+def test_a_layout_one_row_of_an_older_release_reads_with_no_times() -> None:
+    old = {
+        "schema": 1,
+        "kind": "request",
+        **{k: getattr(TIMED, k) for k in ("id", "queue", "uri", "state", "build_strategy")},
+        "base_uri": "",
+        "superseded_by": "",
+        "version": 4,
+    }
+    assert decode_request(json.dumps(old).encode()) == TIMED.without_times()
+
+
+def test_layout_two_keeps_the_times_and_layout_one_drops_them() -> None:
+    assert json.loads(encode_request(TIMED))["schema"] == 2
+    assert decode_request(encode_request(TIMED)) == TIMED
+    written_for_old_replicas = json.loads(encode_request(TIMED, layout=1))
+    assert written_for_old_replicas["schema"] == SCHEMA_VERSION == 1
+    assert "ended_at_ms" not in written_for_old_replicas
+    assert decode_request(encode_request(TIMED, layout=1)) == TIMED.without_times()
+    with pytest.raises(ValueError, match="layout must be one of"):
+        encode_request(TIMED, layout=3)
 
 
 def test_work_and_uri_entries_round_trip() -> None:
@@ -95,7 +132,10 @@ def _request_body(**changes: object) -> bytes:
         (b"{not json", "not valid JSON"),
         (b"\xff\xfe", "not valid JSON"),
         (b"[1, 2]", "must be a JSON object"),
-        (_request_body(schema=2), "schema 2"),
+        (_request_body(schema=3), "schema 3; this release reads 1 or 2"),
+        (_request_body(schema=True), "schema True"),
+        (_request_body(admitted_at_ms=-1), "'admitted_at_ms' must be an integer >= 0"),
+        (_request_body(schema=1), "unknown field(s) admitted_at_ms, ended_at_ms, ingested_at"),
         (_request_body(schema=_DROP), "schema None"),
         (_request_body(kind="queue"), "kind 'queue'"),
         (_request_body(uri=_DROP), "missing field(s) uri"),

@@ -123,14 +123,20 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
         policy_hash = doc["policy"]["hash"]
         assert f'stovepipe_policy_info{{hash="{policy_hash}"}} 1' in http_get(port, "/metrics")[1]
         assert doc["slot_holders"] == {"team/app": ["request/team/app/2"]}
-        assert doc["requests"][1] == {
+        b = doc["requests"][1]
+        times = {k: b.pop(k) for k in ("ingested_at_ms", "admitted_at_ms", "ended_at_ms")}
+        assert b == {
             "id": "request/team/app/2",
             "queue": "team/app",
             "uri": "B",
             "state": "processing",
             "build_strategy": "full",  # no repository configured: ancestry unknown
             "base_uri": "",
+            "superseded_by": "",
         }
+        assert 0 < times["ingested_at_ms"] <= times["admitted_at_ms"] and times["ended_at_ms"] == 0
+        a = doc["requests"][0]
+        assert a["admitted_at_ms"] <= a["ended_at_ms"], "A ended after it was admitted"
         assert doc["queues"] == [
             {
                 "name": "team/app",

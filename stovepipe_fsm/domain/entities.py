@@ -22,7 +22,9 @@ class Request:
 
     ``state`` is a state of ``machines/request.yaml``. ``build_strategy`` and
     ``base_uri`` are set by the admit transition and never change afterwards.
-    ``superseded_by`` names the newer request that made this one stale.
+    ``superseded_by`` names the newer request that made this one stale. The times
+    (milliseconds of the clock port; 0 = not yet, or written by a release that did not
+    record it) say when the head was ingested, admitted and ended.
     """
 
     id: str
@@ -33,6 +35,13 @@ class Request:
     base_uri: str = ""
     superseded_by: str = ""
     version: int = 1
+    ingested_at_ms: int = 0
+    admitted_at_ms: int = 0
+    ended_at_ms: int = 0
+
+    def without_times(self) -> Request:
+        """This snapshot with its times cleared: what a state comparison should see."""
+        return replace(self, ingested_at_ms=0, admitted_at_ms=0, ended_at_ms=0)
 
     def with_version(self, version: int) -> Request:
         return replace(self, version=version)

@@ -36,6 +36,7 @@ from ..domain.entities import Queue, Request
 from ..domain.errors import AlreadyExists, NotFound
 from ..domain.ids import compare_request_id, format_request_id
 from ..domain.queue_names import validate_queue_name
+from ..ports.clock import Clock
 from ..ports.publisher import Publisher
 from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
 from ..process.lifecycle import update_queue
@@ -75,6 +76,7 @@ class Ingest:
         publisher: Publisher,
         uri_index: UriIndex,
         counter: Counter,
+        clock: Clock,
     ) -> None:
         if not initial_state:
             raise ValueError("ingest needs the request machine's initial state")
@@ -84,6 +86,7 @@ class Ingest:
         self.publisher = publisher
         self.uri_index = uri_index
         self.counter = counter
+        self.clock = clock
 
     @classmethod
     def on(cls, services: StageServices, *, uri_index: UriIndex, counter: Counter) -> Ingest:
@@ -95,6 +98,7 @@ class Ingest:
             publisher=services.publisher,
             uri_index=uri_index,
             counter=counter,
+            clock=services.clock,
         )
 
     async def ingest(self, queue: str, uri: str, *, at_head: bool = False) -> IngestResult:
@@ -143,7 +147,13 @@ class Ingest:
             return await self.requests.get(request_id)
         except NotFound:
             pass
-        request = Request(id=request_id, queue=queue, uri=uri, state=self.initial_state)
+        request = Request(
+            id=request_id,
+            queue=queue,
+            uri=uri,
+            state=self.initial_state,
+            ingested_at_ms=self.clock.now_ms(),
+        )
         try:
             await self.requests.create(request)
         except AlreadyExists:

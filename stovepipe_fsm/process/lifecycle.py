@@ -29,6 +29,7 @@ from typing import Any
 from ..domain.entities import Queue, Request
 from ..domain.errors import NotFound, Retryable, VersionMismatch
 from ..domain.ids import compare_request_id
+from ..ports.clock import Clock
 from ..ports.stores import QueueStore, RequestStore
 from ..spec.compiler import CompiledLifecycle, IllegalTransition, Step
 from .roles import RequestRoles
@@ -76,11 +77,15 @@ class RequestLifecycle:
         roles: RequestRoles,
         requests: RequestStore,
         queues: QueueStore,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self.machine = machine
         self.roles = roles
         self.requests = requests
         self.queues = queues
+        #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
+        self.clock = clock
 
     def new_request(self, request_id: str, queue: str, uri: str) -> Request:
         """A freshly ingested head, in the machine's initial state (not yet stored)."""
@@ -158,13 +163,27 @@ class RequestLifecycle:
             step = planned
         else:
             step = self.plan(request, trigger)
-        updated = replace(request, state=step.dest, **changes)
+        admitted_at, ended_at = self._times(request, step)
+        updated = replace(
+            request, state=step.dest, admitted_at_ms=admitted_at, ended_at_ms=ended_at, **changes
+        )
         new_version = request.version + 1
         await self.requests.update(updated, request.version, new_version)
         updated = updated.with_version(new_version)
         if step.releases_slot or queue_change is not None:
             await self.settle_queue(updated, queue_change)
         return updated
+
+    def _times(self, request: Request, step: Step) -> tuple[int, int]:
+        """``request``'s admitted and ended times after ``step``: now for the step that
+        admits or ends it, written once like the strategy."""
+        admitted, ended = request.admitted_at_ms, request.ended_at_ms
+        if self.clock is not None:
+            if step.takes_slot and not admitted:
+                admitted = self.clock.now_ms()
+            if step.releases_slot and not ended:
+                ended = self.clock.now_ms()
+        return admitted, ended
 
     async def settle_queue(
         self, request: Request, queue_change: QueueChange | None = None

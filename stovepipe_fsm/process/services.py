@@ -29,9 +29,9 @@ from .roles import RequestRoles
 
 log = logging.getLogger("stovepipe_fsm.process")
 
-LifecycleFactory = Callable[
-    [CompiledLifecycle, RequestRoles, RequestStore, QueueStore], RequestLifecycle
-]
+#: ``factory(machine, roles, requests, queues, clock=clock)``: a RequestLifecycle (or a
+#: variant of it, for check's mutants).
+LifecycleFactory = Callable[..., RequestLifecycle]
 
 
 @dataclass
@@ -124,7 +124,7 @@ class StageServices:
             source_control=source_control,
             publisher=publisher,
             clock=clock,
-            lifecycle=lifecycle_factory(request_machine, roles, requests, queues),
+            lifecycle=lifecycle_factory(request_machine, roles, requests, queues, clock=clock),
             metrics=metrics or Metrics(),
             warnings=OnceLog(),
         )

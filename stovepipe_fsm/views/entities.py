@@ -19,6 +19,10 @@ def request_json(r: Request) -> dict[str, Any]:
         "state": r.state,
         "build_strategy": r.build_strategy,
         "base_uri": r.base_uri,
+        "superseded_by": r.superseded_by,
+        "ingested_at_ms": r.ingested_at_ms,
+        "admitted_at_ms": r.admitted_at_ms,
+        "ended_at_ms": r.ended_at_ms,
     }
 
 

@@ -2,10 +2,16 @@
 
 Every stored value carries ``schema`` (a version of this layout) and ``kind`` so that a
 value read from the wrong bucket, written by an incompatible release, or damaged by hand
-is reported precisely instead of being half-understood. Decoding is strict: a missing,
-extra or mistyped field raises :class:`~stovepipe_fsm.domain.errors.NonRetryable` naming
-the field, because redelivering a delivery cannot repair a stored value. (Ignoring unknown
-fields would be worse: the next whole-snapshot write would silently drop them.)
+is reported precisely instead of being half-understood.
+
+Request rows have two layouts. Layout 2 adds the times (``ingested_at_ms``,
+``admitted_at_ms``, ``ended_at_ms``); both are read (a layout-1 row has no times: 0), and
+layout 2 is written unless a deployment asks for layout 1 while replicas of a release
+that reads only layout 1 still run (docs/service.md, "Upgrades and the stored layout").
+Decoding is strict: a missing, extra or mistyped field raises
+:class:`~stovepipe_fsm.domain.errors.NonRetryable` naming the field, because redelivering a
+delivery cannot repair a stored value. (Ignoring unknown fields would be worse: the next
+whole-snapshot write would silently drop them.)
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable
 
 SCHEMA_VERSION = 1
+#: The request layouts this release reads, and the one it writes by default.
+REQUEST_LAYOUTS = (1, 2)
+REQUEST_LAYOUT = 2
 REQUEST_KIND = "request"
 QUEUE_KIND = "queue"
 URI_ENTRY_KIND = "uri"
 WORK_KIND = "work"
 
 _REQUEST_STR_FIELDS = ("id", "queue", "uri", "state", "build_strategy", "base_uri", "superseded_by")
+_REQUEST_TIME_FIELDS = ("ingested_at_ms", "admitted_at_ms", "ended_at_ms")
 _QUEUE_STR_FIELDS = ("name", "last_green_uri", "last_green_request_id", "latest_request_id")
 
 
@@ -48,13 +58,23 @@ class UriEntry:
     request_id: str
 
 
-def _dump(kind: str, fields: dict[str, Any]) -> bytes:
-    body = {"schema": SCHEMA_VERSION, "kind": kind, **fields}
+def _dump(kind: str, fields: dict[str, Any], schema: int = SCHEMA_VERSION) -> bytes:
+    body = {"schema": schema, "kind": kind, **fields}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _load(data: bytes | None, kind: str, expected: frozenset[str]) -> dict[str, Any]:
-    """Parse and check the envelope and the exact field set of one value."""
+def _load(
+    data: bytes | None,
+    kind: str,
+    expected: frozenset[str],
+    *,
+    layouts: dict[int, frozenset[str]] | None = None,
+) -> dict[str, Any]:
+    """Parse and check the envelope and the exact field set of one value.
+
+    ``layouts`` (schema -> field set) replaces ``expected`` for a kind with several
+    layouts; the schema read is returned under the key ``schema``.
+    """
     if data is None:
         raise NonRetryable(f"{kind} value is empty")
     try:
@@ -64,10 +84,11 @@ def _load(data: bytes | None, kind: str, expected: frozenset[str]) -> dict[str, 
     if not isinstance(body, dict):
         raise NonRetryable(f"{kind} value must be a JSON object, got {type(body).__name__}")
     schema = body.get("schema")
-    if schema != SCHEMA_VERSION:
-        raise NonRetryable(
-            f"{kind} value has schema {schema!r}; this release reads schema {SCHEMA_VERSION}"
-        )
+    readable = layouts or {SCHEMA_VERSION: expected}
+    if isinstance(schema, bool) or schema not in readable:
+        versions = " or ".join(str(v) for v in sorted(readable))
+        raise NonRetryable(f"{kind} value has schema {schema!r}; this release reads {versions}")
+    expected = readable[schema]
     if body.get("kind") != kind:
         raise NonRetryable(f"expected a {kind} value, got kind {body.get('kind')!r}")
     fields = {k: v for k, v in body.items() if k not in ("schema", "kind")}
@@ -77,7 +98,7 @@ def _load(data: bytes | None, kind: str, expected: frozenset[str]) -> dict[str, 
     unknown = sorted(fields.keys() - expected)
     if unknown:
         raise NonRetryable(f"{kind} value has unknown field(s) {', '.join(unknown)}")
-    return fields
+    return {**fields, "schema": schema} if layouts else fields
 
 
 def _str(kind: str, fields: dict[str, Any], name: str) -> str:
@@ -94,16 +115,37 @@ def _version(kind: str, fields: dict[str, Any]) -> int:
     return value
 
 
-def encode_request(request: Request) -> bytes:
-    fields: dict[str, Any] = {name: getattr(request, name) for name in _REQUEST_STR_FIELDS}
-    fields["version"] = request.version
-    return _dump(REQUEST_KIND, fields)
+def _time(kind: str, fields: dict[str, Any], name: str) -> int:
+    value = fields.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise NonRetryable(f"{kind} field {name!r} must be an integer >= 0, got {value!r}")
+    return value
+
+
+_REQUEST_FIELDS = {
+    1: frozenset((*_REQUEST_STR_FIELDS, "version")),
+    2: frozenset((*_REQUEST_STR_FIELDS, "version", *_REQUEST_TIME_FIELDS)),
+}
+
+
+def encode_request(request: Request, layout: int = REQUEST_LAYOUT) -> bytes:
+    """``request`` in ``layout`` (layout 1 has no times: they are dropped)."""
+    if layout not in REQUEST_LAYOUTS:
+        raise ValueError(f"request layout must be one of {REQUEST_LAYOUTS}, got {layout}")
+    fields: dict[str, Any] = {name: getattr(request, name) for name in _REQUEST_FIELDS[layout]}
+    return _dump(REQUEST_KIND, fields, schema=layout)
 
 
 def decode_request(data: bytes | None) -> Request:
-    fields = _load(data, REQUEST_KIND, frozenset((*_REQUEST_STR_FIELDS, "version")))
+    fields = _load(data, REQUEST_KIND, frozenset(), layouts=_REQUEST_FIELDS)
     strings = {name: _str(REQUEST_KIND, fields, name) for name in _REQUEST_STR_FIELDS}
-    return Request(**strings, version=_version(REQUEST_KIND, fields))
+    return Request(
+        **strings,
+        version=_version(REQUEST_KIND, fields),
+        ingested_at_ms=_time(REQUEST_KIND, fields, "ingested_at_ms"),
+        admitted_at_ms=_time(REQUEST_KIND, fields, "admitted_at_ms"),
+        ended_at_ms=_time(REQUEST_KIND, fields, "ended_at_ms"),
+    )
 
 
 def encode_queue(queue: Queue) -> bytes:

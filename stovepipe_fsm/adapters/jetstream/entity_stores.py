@@ -33,7 +33,14 @@ from typing import Generic, NamedTuple, TypeVar
 
 from ...domain.entities import Queue, Request
 from ...domain.errors import NotFound, VersionMismatch
-from .codec import decode_queue, decode_request, encode_queue, encode_request
+from .codec import (
+    REQUEST_LAYOUT,
+    REQUEST_LAYOUTS,
+    decode_queue,
+    decode_request,
+    encode_queue,
+    encode_request,
+)
 from .kv_cell import KvCell
 from .names import queue_key, request_key
 
@@ -172,13 +179,21 @@ class _KvEntityStore(Generic[E]):
 class KvRequestStore(_KvEntityStore[Request]):
     """Requests keyed by their id (``request/<queue>/<n>``, encoded by ``names``)."""
 
-    def __init__(self, cell: KvCell, *, remembered_keys: int = DEFAULT_REMEMBERED_KEYS) -> None:
+    def __init__(
+        self,
+        cell: KvCell,
+        *,
+        remembered_keys: int = DEFAULT_REMEMBERED_KEYS,
+        layout: int = REQUEST_LAYOUT,
+    ) -> None:
+        if layout not in REQUEST_LAYOUTS:
+            raise ValueError(f"request layout must be one of {REQUEST_LAYOUTS}, got {layout}")
         super().__init__(
             cell,
             kind="request",
             key_of=request_key,
             identity=lambda request: request.id,
-            encode=encode_request,
+            encode=lambda request: encode_request(request, layout),
             decode=decode_request,
             remembered_keys=remembered_keys,
         )

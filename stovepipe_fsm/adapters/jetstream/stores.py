@@ -44,7 +44,9 @@ async def open_cell(js: JetStreamContext, bucket: str) -> KvCell:
 
 async def open_kv_stores(js: JetStreamContext, topology: Topology) -> KvStores:
     return KvStores(
-        requests=KvRequestStore(await open_cell(js, topology.requests_bucket)),
+        requests=KvRequestStore(
+            await open_cell(js, topology.requests_bucket), layout=topology.request_layout
+        ),
         queues=KvQueueStore(await open_cell(js, topology.queues_bucket)),
         uris=KvUriIndex(await open_cell(js, topology.uris_bucket)),
         counters=KvCounter(await open_cell(js, topology.counters_bucket)),

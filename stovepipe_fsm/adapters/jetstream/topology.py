@@ -134,6 +134,8 @@ class Topology:
     #: nats-server 2.15 caps streams that leave it unset at 1000 consumers.
     max_queues: int = 10_000
     kv_history: int = 1
+    #: The layout request rows are written in (both are read; codec.py).
+    request_layout: int = 2
 
     def __post_init__(self) -> None:
         tokens = self.prefix.split(".")
@@ -146,6 +148,8 @@ class Topology:
                 raise ValueError(f"stream/bucket name {name!r} must match [A-Za-z0-9_-]+")
         if self.max_queues < 1 or self.replicas < 1 or not 1 <= self.kv_history <= 64:
             raise ValueError("max_queues and replicas must be >= 1, kv_history in 1..64")
+        if self.request_layout not in (1, 2):
+            raise ValueError(f"request layout must be 1 or 2, got {self.request_layout}")
 
     @classmethod
     def isolated(cls, tag: str, **overrides: object) -> Topology:

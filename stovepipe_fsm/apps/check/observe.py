@@ -132,7 +132,8 @@ def observe(world: World) -> Observation:
     now = world.clock.now_ms()
     records = world.published.records
     return Observation(
-        requests=world.requests.snapshot(),
+        # Times grow with the clock and would split equivalent states, like versions.
+        requests=tuple(r.without_times() for r in world.requests.snapshot()),
         queues=tuple(replace(row, version=0) for row in world.queues.snapshot()),
         pending=tuple(
             Pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)

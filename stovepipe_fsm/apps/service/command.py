@@ -185,6 +185,14 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
         "--topology-tag",
         help="use streams and buckets named for this tag (several pipelines on one broker)",
     )
+    p.add_argument(
+        "--request-layout",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="layout request rows are written in (default 2; 1 while a replica of a release "
+        "that reads only layout 1 still runs)",
+    )
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
@@ -227,7 +235,10 @@ def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = 
 def topology_of(args: argparse.Namespace) -> Topology:
     from ...adapters.jetstream import Topology
 
-    return Topology.isolated(args.topology_tag) if args.topology_tag else Topology()
+    layout = args.request_layout
+    if args.topology_tag:
+        return Topology.isolated(args.topology_tag, request_layout=layout)
+    return Topology(request_layout=layout)
 
 
 # --- serve --------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.memory import SystemClock
 from ...domain.entities import Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
@@ -85,6 +86,7 @@ async def operator_ingest(
             publisher=JetStreamPublisher(js, topology),
             uri_index=stores.uris,
             counter=stores.counters,
+            clock=SystemClock(),
         )
     finally:
         await nc.close()
