@@ -50,6 +50,7 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.memory import SystemClock
 from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
 from ...pipeline.dlq import DeadLetterReconciler
@@ -100,6 +101,7 @@ class Pipeline:
     topology: Topology
     stages: Stages
     ledger: AttemptsLedger
+    terminations: TerminationLedger
     ports: Ports | None = None
     metrics: Metrics | None = None
 
@@ -167,6 +169,7 @@ async def open_pipeline(
         topology=topology,
         stages=build_stages(machines, ports, metrics=metrics),
         ledger=AttemptsLedger(attempts_kv),
+        terminations=TerminationLedger(attempts_kv),
         ports=ports,
         metrics=metrics,
     )
@@ -248,6 +251,7 @@ class Service:
             self.js,
             self.topology,
             pipeline.reconcile,
+            terminations=pipeline.terminations,
             observer=self._observe,
             fetch_timeout_s=self.options.fetch_timeout_s,
             ack_wait_s=self.options.ack_wait_s,
@@ -282,6 +286,7 @@ class Service:
             handler=self.pipeline,
             config=self.config,
             ledger=self.pipeline.ledger,
+            terminations=self.pipeline.terminations,
             observer=self._observe,
             ack_wait_s=self.options.ack_wait_s,
             fetch_timeout_s=self.options.fetch_timeout_s,
