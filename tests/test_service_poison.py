@@ -22,6 +22,7 @@ from stovepipe_fsm.adapters.jetstream.dead_letter import (
     publish_dead_letter,
 )
 from stovepipe_fsm.adapters.jetstream.terminations import TerminationMark
+from stovepipe_fsm.apps.service.operators import render_status, status_document
 
 Q1, Q2 = "monorepo/main", "mobile/app"
 HUGE_ID = f"request/{Q1}/" + "9" * 600_000
@@ -161,6 +162,16 @@ async def test_a_damaged_row_is_final_for_the_reconciler(js_env: JsEnv) -> None:
         await wait_for(lambda: _settled(js_env), "the record acked")
         await asyncio.sleep(0.5)  # a NAKed record would be back within the 2 s retry
         assert run.events.count("unreconcilable", a) == 1
+        # status shows the damaged row for what it is and every other row as usual.
+        b = await run.ingest(Q2, "B")
+        await run.wait_state(b, "processing")
+        doc = await status_document(js_env.js, js_env.topology)
+        assert [r["id"] for r in doc["requests"]] == [b]
+        [damaged] = doc["damaged"]
+        assert damaged["bucket"] == js_env.topology.requests_bucket
+        assert "request value is missing field(s)" in damaged["error"]
+        text = render_status(doc)
+        assert "damaged rows (1, not decodable):" in text and b in text
 
 
 async def _settled(env: JsEnv) -> bool:

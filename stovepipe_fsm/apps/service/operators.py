@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.js.errors
 from nats.js import JetStreamContext
@@ -25,7 +25,8 @@ from ...adapters.jetstream.codec import decode_queue, decode_request
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.policy_record import read_policy_record
 from ...adapters.memory.config import StaticConfigStore
-from ...domain.errors import NotFound
+from ...domain.bounded_text import clip
+from ...domain.errors import NonRetryable, NotFound
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.catalog import load_process_machines
@@ -68,7 +69,7 @@ async def request_for_uri(pipeline: Pipeline, queue: str, uri: str) -> str:
     return request_id
 
 
-async def _bucket_values(js: JetStreamContext, bucket: str) -> list[bytes]:
+async def _bucket_values(js: JetStreamContext, bucket: str) -> list[tuple[str, bytes]]:
     with translated(f"list {bucket}"):
         kv = await js.key_value(bucket)
         try:
@@ -82,18 +83,54 @@ async def _bucket_values(js: JetStreamContext, bucket: str) -> list[bytes]:
             except nats.js.errors.KeyNotFoundError:
                 continue  # deleted between the listing and the read
             if entry.value:
-                values.append(entry.value)
+                values.append((key, entry.value))
         return values
+
+
+Row = TypeVar("Row")
+
+
+def _decoded(
+    bucket: str,
+    values: list[tuple[str, bytes]],
+    decode: Callable[[bytes], Row],
+    damaged: list[dict[str, str]],
+) -> list[Row]:
+    """Every value ``decode`` reads; the others go to ``damaged`` with why, so one bad row
+    is shown for what it is instead of hiding every good one."""
+    rows = []
+    for key, value in values:
+        try:
+            rows.append(decode(value))
+        except NonRetryable as exc:
+            damaged.append({"bucket": bucket, "key": key, "error": clip(str(exc), 300)})
+    return rows
 
 
 async def status_document(js: JetStreamContext, topology: Topology) -> dict[str, Any]:
     """Every request and queue row, ordered like ``simulate --json``, and the policy hash
-    the service last wrote (``policy``, absent until a service ran with this topology)."""
-    requests = [decode_request(v) for v in await _bucket_values(js, topology.requests_bucket)]
-    queues = [decode_queue(v) for v in await _bucket_values(js, topology.queues_bucket)]
+    the service last wrote (``policy``, absent until a service ran with this topology).
+    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
+    """
+    damaged: list[dict[str, str]] = []
+    requests = _decoded(
+        topology.requests_bucket,
+        await _bucket_values(js, topology.requests_bucket),
+        decode_request,
+        damaged,
+    )
+    queues = _decoded(
+        topology.queues_bucket,
+        await _bucket_values(js, topology.queues_bucket),
+        decode_queue,
+        damaged,
+    )
 
     def order(request_id: str) -> tuple[str, int]:
-        parsed = parse_request_id(request_id)
+        try:
+            parsed = parse_request_id(request_id)
+        except ValueError:
+            return (request_id, 0)
         return (parsed.queue, parsed.counter)
 
     policy = await read_policy_record(js, topology)
@@ -104,6 +141,7 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         "slot_holders": {q.name: list(q.slot_holders) for q in queues},
         # The policy the service runs (once a service has written it).
         **({"policy": asdict(policy)} if policy is not None else {}),
+        **({"damaged": damaged} if damaged else {}),
     }
 
 
@@ -122,4 +160,9 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         shown += rows if recent is None else rows[-recent:]
     hidden = len(doc["requests"]) - len(shown)
     lines.append(f"requests ({hidden} older not shown; --all):" if hidden else "requests:")
-    return "\n".join([*lines, *render_request_rows(shown)])
+    lines += render_request_rows(shown)
+    damaged = doc.get("damaged", [])
+    if damaged:
+        lines.append(f"damaged rows ({len(damaged)}, not decodable):")
+        lines += [f"  {d['bucket']} {d['key']}: {d['error']}" for d in damaged]
+    return "\n".join(lines)
