@@ -228,6 +228,7 @@ class Service:
         self.reloader = reloader
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self.started = False
+        self._reloading = asyncio.Lock()  # one policy check at a time, in its thread
 
     @property
     def policy_hash(self) -> str:
@@ -362,7 +363,10 @@ class Service:
     async def reload_policy(self) -> bool:
         """Take up an edit of the policy now; True when a new policy is in force."""
         assert self.reloader is not None and self.pipeline is not None, "start() first"
-        change = self.reloader.check()
+        # Reading and validating files is blocking work of unbounded size in principle:
+        # a worker thread does it (one check at a time), the loop keeps serving queues.
+        async with self._reloading:
+            change = await asyncio.to_thread(self.reloader.check)
         if change is None:
             return False
         if change.machines is not None:
