@@ -213,6 +213,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    # The policy first: a defect in a machine or the config is reported as such (exit 2,
+    # file:line:col), whether or not a broker can be reached.
+    reloader = PolicyReloader.open(args.machines, args.config)
     async with contextlib.AsyncExitStack() as stack:
         url = ""
         if args.embedded:
@@ -223,7 +226,6 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             url = server.url
         nc = await connect(nats_options(args, service=True, url=url))
         stack.push_async_callback(nc.drain)
-        reloader = PolicyReloader.open(args.machines, args.config)
         service = Service(
             nc, topology_of(args), reloader.machines, reloader.config, reloader=reloader
         )
