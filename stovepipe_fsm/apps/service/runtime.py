@@ -81,6 +81,10 @@ class ServiceOptions:
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
     policy_check_interval_s: float = 1.0
+    #: How often a JetStream round trip proves the broker answers (``/healthz``) ...
+    heartbeat_interval_s: float = 1.0
+    #: ... and how old the last successful one may be before the service is unhealthy.
+    health_window_s: float = 5.0
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -229,6 +233,8 @@ class Service:
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self.started = False
         self._reloading = asyncio.Lock()  # one policy check at a time, in its thread
+        #: ``time.monotonic()`` of the last JetStream round trip that succeeded.
+        self.last_round_trip: float | None = None
 
     @property
     def policy_hash(self) -> str:
@@ -263,6 +269,8 @@ class Service:
             await self.add_queue(queue)
         await self.discover()
         self._spawn("discover", self._discover_loop())
+        self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
+        self._spawn("heartbeat", self._heartbeat_loop())
         if self.reloader is not None:
             log.info("policy %s in force", self.reloader.hash)
             await self._record_policy()
@@ -339,8 +347,40 @@ class Service:
 
     @property
     def healthy(self) -> bool:
-        alive = all(not task.done() for task in self._tasks.values())
-        return self.started and not self._stop.is_set() and self.nc.is_connected and alive
+        """Running, and the broker answered a JetStream request within the health window.
+
+        A connected socket is not enough: a hung broker keeps the connection open while
+        answering nothing, so only a recent round trip counts.
+        """
+        return not self.health_problems()
+
+    def health_problems(self) -> list[str]:
+        """Why the service is not healthy; empty when it is."""
+        if not self.started:
+            return ["not started"]
+        problems = []
+        if self._stop.is_set():
+            problems.append("stopping")
+        if not self.nc.is_connected:
+            problems.append("not connected to NATS")
+        if self.last_round_trip is not None:
+            age = time.monotonic() - self.last_round_trip
+            if age > self.options.health_window_s:
+                problems.append(f"no JetStream round trip for {age:.1f} s")
+        problems += [f"{name} stopped" for name, task in self._tasks.items() if task.done()]
+        return problems
+
+    def readiness_problems(self) -> list[str]:
+        """Why not every queue has a running consumer (or the service is unhealthy)."""
+        problems = self.health_problems()
+        for queue, why in sorted(self.refused.items()):
+            problems.append(f"queue {queue!r} has no consumer: {why}")
+        return problems
+
+    @property
+    def ready(self) -> bool:
+        """Healthy, and every queue the service knows has a consumer running."""
+        return not self.readiness_problems()
 
     # -- internals --------------------------------------------------------------------
 
@@ -348,6 +388,21 @@ class Service:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks[name] = task
+
+    async def _heartbeat_loop(self) -> None:
+        """Prove the broker answers: one JetStream request per interval, timed out at the
+        interval, so a hung broker ages ``last_round_trip`` as wall time passes."""
+        interval = self.options.heartbeat_interval_s
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self.js.account_info(), timeout=interval)
+                self.last_round_trip = time.monotonic()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the health check reports the age; log for the why
+                log.warning("broker round trip failed: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
 
     async def _discover_loop(self) -> None:
         while not self._stop.is_set():
