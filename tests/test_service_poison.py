@@ -22,6 +22,7 @@ from stovepipe_fsm.adapters.jetstream.dead_letter import (
     publish_dead_letter,
 )
 from stovepipe_fsm.adapters.jetstream.terminations import TerminationMark
+from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import render_status, status_document
 
 Q1, Q2 = "monorepo/main", "mobile/app"
@@ -177,3 +178,34 @@ async def test_a_damaged_row_is_final_for_the_reconciler(js_env: JsEnv) -> None:
 async def _settled(env: JsEnv) -> bool:
     info = await env.js.consumer_info(env.topology.dead_letter_stream, "dlq-process-reconciler")
     return info.num_ack_pending == 0 and info.num_pending == 0 and info.num_redelivered == 0
+
+
+async def test_messages_on_a_subject_without_a_queue_row_are_dead_lettered(
+    js_env: JsEnv,
+) -> None:
+    topology = js_env.topology
+    async with running_service(js_env.server, topology, config()) as run:
+        a = await run.ingest(Q1, "A")
+        await run.wait_state(a, "processing")
+        ghost = "ghost/queue"  # a valid name that ingest never saw: no row, no consumer
+        work = encode_work(WorkMessage(queue=ghost, request_id=f"request/{ghost}/1"))
+        for _ in range(2):
+            await js_env.js.publish(
+                topology.process_subject(ghost), work, stream=topology.process_stream
+            )
+        bad_token = f"{topology.prefix}.process.bad_ZZ"  # decodes to no queue name at all
+        await js_env.js.publish(bad_token, b"{}", stream=topology.process_stream)
+
+        async def swept() -> bool:
+            return run.events.count("orphan") == 3
+
+        await wait_for(swept, "three orphans dead-lettered")
+        assert await process_messages(js_env) == 0
+        letters = await dead_letters(js_env)
+        assert sorted(lt["queue"] for lt in letters) == ["bad_ZZ", ghost, ghost]
+        assert all("no queue row" in lt["error"] and lt["request_id"] == "" for lt in letters)
+        metrics = await render_metrics(run.service)
+        assert "stovepipe_orphan_messages_total 3" in metrics
+        # The queue with a row is served as before.
+        assert await run.state(a) == "processing"
+        assert ghost not in run.service.consumers

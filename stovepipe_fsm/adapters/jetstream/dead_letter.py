@@ -95,12 +95,21 @@ class DeadLetter:
 
 
 async def publish_dead_letter(
-    js: JetStreamContext, topology: Topology, letter: DeadLetter, *, timeout: float = 5.0
+    js: JetStreamContext,
+    topology: Topology,
+    letter: DeadLetter,
+    *,
+    timeout: float = 5.0,
+    subject: str | None = None,
 ) -> None:
-    """Store ``letter``; its msg id is the process sequence, so a re-publish dedupes."""
+    """Store ``letter``; its msg id is the process sequence, so a re-publish dedupes.
+
+    ``subject`` replaces the queue's dead-letter subject (a message whose subject token
+    names no valid queue is dead-lettered under that same token).
+    """
     with translated(f"dead-letter {clip(letter.request_id, 200) or '(unknown request)'}"):
         await js.publish(
-            topology.dead_letter_subject(letter.queue),
+            subject or topology.dead_letter_subject(letter.queue),
             letter.encode(),
             timeout=timeout,
             stream=topology.dead_letter_stream,

@@ -56,6 +56,13 @@ async def render_metrics(service: Service) -> str:
     family("stovepipe_dead_letters_total", "counter", "Messages dead-lettered by this replica.")
     dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
+    family(
+        "stovepipe_orphan_messages_total",
+        "counter",
+        "Messages on a process subject with no queue row, dead-lettered by this replica.",
+    )
+    orphans = sum(v for (event, _), v in service.events.items() if event == "orphan")
+    lines.append(f"stovepipe_orphan_messages_total {orphans}")
     latency = service.metrics.latency
     family("stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery.")
     for bound, count in latency.cumulative():

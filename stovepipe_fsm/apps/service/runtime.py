@@ -64,6 +64,7 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
 from .policy import PolicyReloader
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -314,11 +315,23 @@ class Service:
         return True
 
     async def discover(self) -> list[str]:
-        """Start consumers for queues that appeared in the queues bucket."""
+        """Start consumers for queues that appeared in the queues bucket, and dead-letter
+        the messages of process subjects that no queue row stands for (:mod:`.orphans`)."""
+        assert self.pipeline is not None, "start() first"
+        # Subjects first: a queue row always exists before its first message, so a
+        # subject seen here whose queue has no row in the listing below is an orphan.
+        subjects = await process_subjects(self.js, self.topology)
+        known = await known_queues(self.js, self.topology)
         started = []
-        for queue in await known_queues(self.js, self.topology):
+        for queue in known:
             if await self.add_queue(queue):
                 started.append(queue)
+        served = {*known, *self.consumers}
+        orphans = orphan_subjects(self.topology, subjects, served)
+        if orphans:
+            await dead_letter_orphans(
+                self.js, self.topology, self.pipeline.terminations, orphans, self._observe
+            )
         return started
 
     async def stop(self) -> None:
