@@ -31,7 +31,7 @@ from pathlib import Path
 from ...config.loader import Declarations, load_queue_config
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
-from ...domain.queue_names import validate_queue_name
+from ...domain.queue_names import validate_stored_queue_name
 from ...ports.clock import Clock
 from ...spec.errors import SpecError
 
@@ -124,7 +124,7 @@ class FileConfigStore:
 
     def get(self, queue: str) -> QueueConfig:
         """The resolved config for ``queue``; raises InvalidQueueName for a bad name."""
-        validate_queue_name(queue)
+        validate_stored_queue_name(queue)
         self._maybe_refresh()
         return self._policy.resolve(queue)
 

@@ -262,13 +262,15 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from ...domain.queue_names import normalize_queue_name
     from .operators import operator_pipeline
 
     async def run() -> int:
+        queue = normalize_queue_name(args.queue)  # NFC: the queue a decomposed name means
         async with operator_pipeline(
             nats_options(args), topology_of(args), args.machines, args.config
         ) as pipeline:
-            result = await pipeline.ingest.ingest(args.queue, args.uri)
+            result = await pipeline.ingest.ingest(queue, args.uri)
         print(
             json.dumps(
                 {
@@ -317,14 +319,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_poll(args: argparse.Namespace) -> int:
-    from ...domain.queue_names import validate_queue_name
+    from ...domain.queue_names import normalize_queue_name
     from .operators import operator_pipeline
     from .poll import PollTarget, poll_forever, poll_once, print_report
 
-    target = PollTarget(Path(args.git_repo), args.ref, args.queue)
-
     async def run() -> int:
-        validate_queue_name(args.queue)
+        target = PollTarget(Path(args.git_repo), args.ref, normalize_queue_name(args.queue))
         if args.interval <= 0:
             raise ValueError(f"--interval must be positive, got {args.interval}")
         async with operator_pipeline(

@@ -26,8 +26,10 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.policy_record import read_policy_record
 from ...adapters.memory.config import StaticConfigStore
 from ...domain.bounded_text import clip
+from ...domain.entities import Queue
 from ...domain.errors import NonRetryable, NotFound
 from ...domain.ids import parse_request_id
+from ...domain.queue_names import InvalidQueueName, validate_queue_name
 from ...ports.config import ConfigStore
 from ...process.catalog import load_process_machines
 from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
@@ -142,7 +144,20 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         # The policy the service runs (once a service has written it).
         **({"policy": asdict(policy)} if policy is not None else {}),
         **({"damaged": damaged} if damaged else {}),
+        **({"name_problems": problems} if (problems := _name_problems(queues)) else {}),
     }
+
+
+def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
+    """Stored queues whose names a new queue could not have (created before the name
+    rule): shown escaped, since such a name may print like another."""
+    out = []
+    for queue in sorted(queues, key=lambda q: q.name):
+        try:
+            validate_queue_name(queue.name)
+        except InvalidQueueName as exc:
+            out.append({"queue": queue.name, "escaped": ascii(queue.name), "problem": str(exc)})
+    return out
 
 
 def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
@@ -161,6 +176,8 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
     hidden = len(doc["requests"]) - len(shown)
     lines.append(f"requests ({hidden} older not shown; --all):" if hidden else "requests:")
     lines += render_request_rows(shown)
+    for named in doc.get("name_problems", []):
+        lines.append(f"queue name {named['escaped']} breaks the name rule: {named['problem']}")
     damaged = doc.get("damaged", [])
     if damaged:
         lines.append(f"damaged rows ({len(damaged)}, not decodable):")
