@@ -8,6 +8,10 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
   names, plus every queue ingest creates later, found by polling the queues bucket
   (a new queue gets its consumer without a restart);
 - one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
+- each discovery round, a sweep of the process subjects no queue row stands for
+  (:mod:`.orphans`): their messages are dead-lettered instead of sitting there for ever;
+- a heartbeat: one JetStream request a second, so ``healthy`` means the broker answers,
+  not merely that a socket is open;
 - with a :class:`~.policy.PolicyReloader`, a watch on the policy: a new machines
   version that passes its checks is swapped in between deliveries (every consumer
   reaches the stages through :attr:`Pipeline.stages`, one reference), and the policy
