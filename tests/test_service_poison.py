@@ -13,7 +13,7 @@ import logging
 
 import pytest
 from nats_server import JsEnv
-from test_service_support import FAST, running_service, stream_messages, wait_for
+from test_service_support import FAST, memory_provider, running_service, stream_messages, wait_for
 
 from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
 from stovepipe_fsm.adapters.jetstream.dead_letter import (
@@ -209,3 +209,29 @@ async def test_messages_on_a_subject_without_a_queue_row_are_dead_lettered(
         # The queue with a row is served as before.
         assert await run.state(a) == "processing"
         assert ghost not in run.service.consumers
+
+
+async def test_when_the_failure_count_cannot_be_stored_the_message_is_nakked_with_backoff(
+    js_env: JsEnv,
+) -> None:
+    graph, provider = memory_provider()
+    async with running_service(
+        js_env.server, js_env.topology, config(), provider=provider, options=SLOW_ACK
+    ) as run:
+        a = await run.ingest(Q1, "A")
+        await run.wait_state(a, "processing")
+        await run.pipeline.record.complete(a, "succeeded")
+        attempts = f"KV_{js_env.topology.attempts_bucket}"
+        info = await js_env.js.stream_info(attempts)
+        await js_env.js.update_stream(dataclasses.replace(info.config, max_msg_size=1))
+        graph.set_available(False)  # B's ancestry check fails: a retry to count
+        b = await run.ingest(Q1, "B")
+
+        async def handed_back_often() -> bool:
+            return run.events.count("settle_failed") >= 3
+
+        await wait_for(handed_back_often, "three hand-backs", timeout=10.0)
+        assert run.events.count("retry") == 0  # no count stored, so no retry counted
+        await js_env.js.update_stream(dataclasses.replace(info.config, max_msg_size=-1))
+        graph.set_available(True)
+        await run.wait_state(b, "processing")
