@@ -12,7 +12,7 @@ from stovepipe_fsm.domain.ids import (
     format_request_id,
     parse_request_id,
 )
-from stovepipe_fsm.domain.queue_names import InvalidQueueName, validate_queue_name
+from stovepipe_fsm.domain.queue_names import InvalidQueueName, validate_stored_queue_name
 
 Q = "monorepo/main"
 
@@ -75,7 +75,7 @@ def test_format_rejects_counters_below_one() -> None:
 
 def _valid(name: str) -> bool:
     try:
-        validate_queue_name(name)
+        validate_stored_queue_name(name)  # ids parse every name the store may hold
     except InvalidQueueName:
         return False
     return True

@@ -164,6 +164,35 @@ async def test_a_tree_is_not_a_commit(history: dict[str, str]) -> None:
         await sc.is_ancestor(history["tree"], history["c4"])
 
 
+UNRESOLVABLE = ["HEAD@{upstream}", "main@{u}", "HEAD@{99}", "main@{push}"]
+
+
+@pytest.mark.parametrize("name", UNRESOLVABLE)
+async def test_revisions_git_cannot_resolve_are_unknown_ancestry(
+    history: dict[str, str], name: str
+) -> None:
+    """Names whose failure git words in its own way (no upstream, a reflog entry that is
+    not there) are not found, like any unknown name: a full build, never a retry."""
+    sc = GitSourceControl(history["repo"])
+    with pytest.raises(NotFound, match="does not resolve to a commit"):
+        await sc.is_ancestor(history["c1"], name)
+    with pytest.raises(NotFound):
+        await sc.is_ancestor(name, history["c4"])
+    with pytest.raises(NotFound):
+        await sc.changed_paths(history["c1"], name)
+    with pytest.raises(NotFound):
+        await rev_parse(history["repo"], name)
+
+
+async def test_an_unresolvable_name_in_a_broken_repository_stays_retryable(
+    history: dict[str, str], tmp_path: Path
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(Retryable, match="not a git repository"):
+        await GitSourceControl(plain).is_ancestor("HEAD@{upstream}", history["c2"])
+
+
 # -- failures that are not about the commits -----------------------------------------
 
 

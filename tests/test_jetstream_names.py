@@ -21,7 +21,7 @@ from stovepipe_fsm.adapters.jetstream.names import (
     request_key,
     uri_key,
 )
-from stovepipe_fsm.domain.queue_names import InvalidQueueName, validate_queue_name
+from stovepipe_fsm.domain.queue_names import InvalidQueueName, validate_stored_queue_name
 
 _NAME_FORBIDDEN = frozenset(".*> /\\")
 
@@ -35,7 +35,7 @@ _queue_chars = st.characters(
 
 def _is_valid(name: str) -> bool:
     try:
-        validate_queue_name(name)
+        validate_stored_queue_name(name)  # every name the store may hold, old ones too
     except InvalidQueueName:
         return False
     return True

@@ -177,3 +177,33 @@ def test_demo_runs_the_walkthrough_and_exits_zero() -> None:
     ]
     assert rows[-1][3:] == ["incremental_since_green", "A"]
     assert "held" in done.stdout
+
+
+def test_serve_reports_a_machine_defect_before_reaching_for_the_broker(tmp_path) -> None:
+    """No broker listens at the address: the defect is still what serve reports."""
+    from fixture_policy import GATE_YAML, copy_policy
+
+    policy = copy_policy(tmp_path / "policy")
+    gate = policy / "machines" / GATE_YAML.name
+    gate.write_text(gate.read_text().replace("initial: received\n", "initial: recieved\n", 1))
+    line = gate.read_text().splitlines().index("initial: recieved") + 1
+    done = subprocess.run(
+        [
+            *CLI,
+            "serve",
+            "--nats",
+            f"nats://127.0.0.1:{free_port()}",
+            "--connect-timeout",
+            "2",
+            "--machines",
+            str(policy / "machines"),
+            "--config",
+            str(policy / "config" / "queues.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{gate}:{line}:10:" in done.stderr and "recieved" in done.stderr
+    assert "cannot reach NATS" not in done.stderr

@@ -14,6 +14,7 @@ from test_service_support import (
 from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
 from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter, publish_dead_letter
+from stovepipe_fsm.adapters.jetstream.terminations import TerminationMark
 
 Q1, Q2 = "monorepo/main", "mobile/app"
 
@@ -144,16 +145,19 @@ async def test_non_retryable_deliveries_go_straight_to_dead_letters(js_env) -> N
             return letters if len(letters) == 3 else []
 
         letters = await wait_for(three, "three dead letters")
-        assert [lt["request_id"] for lt in letters] == ["", other, f"request/{Q1}/99"]
+        # A payload that fails its checks names no request in its record: it must not
+        # fail one closed (the misrouted copy names a request healthy on its own queue).
+        assert [lt["request_id"] for lt in letters] == ["", "", f"request/{Q1}/99"]
         assert all(lt["attempts"] == 0 and lt["queue"] == Q1 for lt in letters)
         assert "undecodable" in letters[0]["error"]
+        assert f"belongs to queue {Q2!r}" in letters[1]["error"]
+        assert other in letters[1]["error"]
         assert run.events.count("retry") == 0
 
-        # A misrouted copy must not fail the request that is healthy on its own queue.
-        async def reconciler_done() -> bool:
-            return run.events.count("ignored", other) == 1
+        async def reconciled() -> bool:
+            return run.events.count("reconciled") == 3
 
-        await wait_for(reconciler_done, "the misrouted letter to be left alone")
+        await wait_for(reconciled, "the three records to be reconciled")
         assert await run.state(other) == "processing"
         assert await run.state(a) == "processing"
         info = await js.stream_info(topology.process_stream)
@@ -170,7 +174,9 @@ async def test_reconciler_frees_the_slot_of_a_dead_lettered_request(js_env) -> N
             return run.events.count("held", b) >= 1
 
         await wait_for(held, "B held")
-        letter = DeadLetter(Q1, a, "build stage gave up", 5, 10_000)
+        # The service's own record: its termination mark names the same queue and request.
+        letter = DeadLetter(Q1, a, "gave up after 5 attempts", 5, 10_000)
+        await run.pipeline.terminations.mark(10_000, TerminationMark(Q1, a))
         await publish_dead_letter(js_env.js, js_env.topology, letter)
         await run.wait_state(a, "failed")
         await run.wait_state(b, "processing")

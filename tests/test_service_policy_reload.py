@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -206,3 +207,55 @@ async def test_new_machines_the_config_does_not_fit_are_refused(js_env, tmp_path
         assert await run.service.reload_policy()
         assert reloader.last_error is None and run.service.machines is not machines
         assert "build_window" not in run.service.machines.parameters
+
+
+ALIAS_BOMB = "\n".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+        *(
+            f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]"
+            for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+    ]
+)
+
+
+async def test_an_alias_bomb_hot_reloaded_into_the_config_is_refused_fast_and_located(
+    js_env, tmp_path
+) -> None:
+    """A few hundred bytes that expand to a billion values: refused with the entry's
+    file:line:col in well under a second, parsed off the event loop, policy unchanged."""
+    policy = policy_copy(tmp_path / "policy")
+    config = policy / "config" / "queues.yaml"
+    async with serving(js_env, policy) as run:
+        before = run.service.policy_hash
+        config.write_text(ALIAS_BOMB)
+        assert len(ALIAS_BOMB.encode()) < 400
+        gaps: list[float] = []
+        ticking = True
+
+        async def ticker() -> None:
+            last = time.perf_counter()
+            while ticking:
+                await asyncio.sleep(0.01)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        task = asyncio.ensure_future(ticker())
+        started = time.perf_counter()
+        try:
+            assert not await run.service.reload_policy()
+        finally:
+            elapsed = time.perf_counter() - started
+            ticking = False
+            await task
+        assert elapsed < 1.0
+        assert max(gaps, default=0.0) < 0.2  # the event loop kept running meanwhile
+        error = run.service.config.last_error
+        assert error is not None
+        assert f"{config}:6:1: the document expands to more than" in str(error)
+        assert run.service.policy_hash == before
+        # The queue runs on the policy in force.
+        a = await run.ingest(QUEUE, "A")
+        await run.wait_state(a, "processing")

@@ -317,3 +317,70 @@ def test_issues_sort_by_location_then_message() -> None:
     error = SpecError(issues)
     assert [str(i) for i in error] == ["a.yaml:2:5: x", "a.yaml:9:1: y", "b.yaml:1:1: z"]
     assert str(error) == "a.yaml:2:5: x\na.yaml:9:1: y\nb.yaml:1:1: z"
+
+
+# -- bounded work on hostile files -----------------------------------------------------
+
+ALIAS_BOMB = "\n".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+        *(
+            f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]"
+            for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+    ]
+)
+MERGE_BOMB = "\n".join(
+    [
+        "a: &a {" + ", ".join(f"k{i}: {i}" for i in range(9)) + "}",
+        *(
+            f"{n}: &{n} " + "[" + ", ".join(f"{{<<: *{p}, x{i}: 1}}" for i in range(9)) + "]"
+            for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+    ]
+)
+
+
+def test_an_alias_bomb_is_refused_quickly_with_bounded_memory(tmp_path: Path) -> None:
+    import time
+    import tracemalloc
+
+    assert len(ALIAS_BOMB) < 400  # a billion values in a few hundred bytes
+    path = write(tmp_path, ALIAS_BOMB)
+    started = time.perf_counter()
+    with pytest.raises(SpecError) as info:
+        read_yaml(path)
+    assert time.perf_counter() - started < 1.0
+    tracemalloc.start()  # measured apart: tracing slows the parse several times over
+    try:
+        with pytest.raises(SpecError):
+            read_yaml(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024 * 1024
+    [issue] = info.value.issues
+    # Located at the entry whose expansion passed the bound: 9**6 values under 'f'.
+    assert (issue.location.line, issue.location.column) == (6, 1)
+    assert "expands to more than 100000 values" in issue.message
+    assert str(issue).startswith(f"{path}:6:1: ")
+
+
+def test_merge_keys_count_against_the_same_bound() -> None:
+    with pytest.raises(SpecError, match="expands to more than"):
+        parse_yaml(MERGE_BOMB, NAME)
+
+
+def test_deep_nesting_is_refused_with_a_location() -> None:
+    deep = "k: " + "[" * 70 + "]" * 70
+    with pytest.raises(SpecError, match="nested more than 64 levels deep"):
+        parse_yaml(deep, NAME)
+    with pytest.raises(SpecError, match="nested too deeply"):
+        parse_yaml("k: " + "[" * 5000 + "]" * 5000, NAME)
+
+
+def test_an_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = write(tmp_path, "k: " + "x" * (3 * 1024 * 1024))
+    issue = only_issue(path)
+    assert (issue.location.line, issue.location.column) == (1, 1)
+    assert "larger than 2097152 bytes" in issue.message

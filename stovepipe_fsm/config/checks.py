@@ -64,7 +64,7 @@ def pattern_problem(pattern: str) -> str | None:
             f"pattern {pattern!r} contains '**', which means the same as '*' here "
             "('*' already matches '/'); write a single '*'"
         )
-    probe = pattern.replace(STAR, "x")
+    probe = pattern.replace(STAR, "0")  # a digit: ordinary, and of no script
     try:
         validate_queue_name(probe)
     except InvalidQueueName as exc:

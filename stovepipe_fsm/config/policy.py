@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..domain.entities import RUNTIME_KEYS, QueueConfig
-from ..domain.queue_names import validate_queue_name
+from ..domain.queue_names import validate_stored_queue_name
 from ..spec.errors import Location, SpecError, SpecIssue
 from .globs import common_match, glob_match, is_pattern, specificity
 
@@ -118,7 +118,7 @@ class QueuePolicy:
 
     def winning_entry(self, queue: str) -> PolicyEntry | None:
         """The entry whose fields apply to ``queue``, or None when only defaults apply."""
-        validate_queue_name(queue)
+        validate_stored_queue_name(queue)
         if queue in self._exact:
             return self._exact[queue]
         return next((e for e in self._patterns if e.matches(queue)), None)

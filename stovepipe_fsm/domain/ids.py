@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .queue_names import InvalidQueueName, validate_queue_name
+from .queue_names import InvalidQueueName, validate_stored_queue_name
 
 PREFIX = "request/"
 
@@ -52,7 +52,7 @@ def _parse(request_id: str) -> RequestId:
     if counter != str(int(counter)) or int(counter) < 1:
         raise ValueError(f"request id {request_id!r} has a non-canonical counter {counter!r}")
     try:
-        validate_queue_name(queue)
+        validate_stored_queue_name(queue)
     except InvalidQueueName as exc:
         raise ValueError(f"request id {request_id!r}: {exc}") from None
     return RequestId(queue, int(counter))

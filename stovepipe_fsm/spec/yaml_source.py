@@ -4,6 +4,13 @@ PyYAML's composer gives each node a start mark; we build plain Python data from 
 node tree ourselves so that (a) every mapping key and value keeps its 1-based
 ``line:column`` and (b) duplicate keys are an error instead of a silent overwrite.
 Schema and lint errors then point at the exact spot the user typed.
+
+Policy files are edited by hand and hot-reloaded by a running service, so reading one is
+bounded whatever it holds: at most :data:`MAX_FILE_BYTES` bytes, at most
+:data:`MAX_VALUES` values once aliases are expanded (an alias repeats what it points at,
+so a few hundred bytes of nested aliases can stand for billions of values), and at most
+:data:`MAX_DEPTH` levels of nesting. A file past a bound is refused with a located error,
+like any other defect, after work proportional to the bound, not to the expansion.
 """
 
 from __future__ import annotations
@@ -19,6 +26,21 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from .errors import Location, SpecError, SpecIssue
 
 JsonPath = tuple[str | int, ...]
+
+#: The largest policy file read; machine and config files are a few KiB.
+MAX_FILE_BYTES = 2 * 1024 * 1024
+#: The most values (scalars, mappings, lists, merged keys) a document may expand to.
+MAX_VALUES = 100_000
+#: The deepest nesting of mappings and lists.
+MAX_DEPTH = 64
+
+
+class _TooLarge(Exception):
+    """The document passed a bound; ``issue`` says which and where."""
+
+    def __init__(self, issue: SpecIssue) -> None:
+        super().__init__(issue.message)
+        self.issue = issue
 
 
 @dataclass(frozen=True)
@@ -60,14 +82,43 @@ class _Builder:
         self.keys: dict[JsonPath, Location] = {}
         self.issues: list[SpecIssue] = []
         self._scalars = SafeConstructor()
+        self._values = 0
+        self._locations: dict[int, Location] = {}
         # Collections being built right now: an alias back to one of them is a cycle
         # (``a: &x [*x]``), which would otherwise recurse until RecursionError.
         self._open: set[int] = set()
 
     def loc(self, node: Node) -> Location:
-        return Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+        # An aliased node is built once per use: make its location once.
+        where = self._locations.get(id(node))
+        if where is None:
+            mark = node.start_mark
+            where = self._locations[id(node)] = Location(self.file, mark.line + 1, mark.column + 1)
+        return where
+
+    def _count(self, node: Node, path: JsonPath, values: int = 1) -> None:
+        """Charge ``values`` to the document's budget; :class:`_TooLarge` past a bound."""
+        self._values += values
+        if self._values > MAX_VALUES:
+            # An aliased node's own mark is its anchor's: point at the top-level key whose
+            # value was being expanded instead, the entry that grew past the bound.
+            where = self.keys.get(path[:1]) if path else None
+            raise _TooLarge(
+                SpecIssue(
+                    where or self.loc(node),
+                    f"the document expands to more than {MAX_VALUES} values (an alias "
+                    "repeats everything it points at); write the values out or use fewer "
+                    "nested aliases",
+                    "syntax",
+                )
+            )
+        if len(path) > MAX_DEPTH:
+            raise _TooLarge(
+                SpecIssue(self.loc(node), f"nested more than {MAX_DEPTH} levels deep", "syntax")
+            )
 
     def build(self, node: Node, path: JsonPath) -> Any:
+        self._count(node, path)
         self.values[path] = self.loc(node)
         if isinstance(node, ScalarNode):
             return self._scalars.construct_object(node, deep=True)
@@ -152,6 +203,7 @@ class _Builder:
                     self._issue(source, "recursive alias: a mapping cannot merge itself")
                     continue
                 inner_merged, inner_own = self._expand(source, visiting | {id(source)})
+                self._count(source, (), len(inner_merged) + len(inner_own))
                 merged += inner_merged + inner_own
         return merged, own
 
@@ -160,6 +212,10 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
     """Parse one YAML document, raising :class:`SpecError` with locations on any defect."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise SpecError(
+            [SpecIssue(Location(file, 1, 1), "nested too deeply to read", "syntax")]
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
@@ -176,6 +232,8 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
     builder = _Builder(file)
     try:
         data = builder.build(node, ())
+    except _TooLarge as exc:
+        raise SpecError([exc.issue]) from None
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         where = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
@@ -204,13 +262,24 @@ def read_yaml(path: str | Path, *, display_name: str | None = None) -> SourceDoc
     """Read and parse a YAML file; unreadable or non-UTF-8 files become located errors."""
     name = display_name or str(path)
     try:
-        raw = Path(path).read_bytes()
+        with Path(path).open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise SpecError([SpecIssue(Location(name, 1, 1), "file not found", "io")]) from None
     except OSError as exc:
         raise SpecError(
             [SpecIssue(Location(name, 1, 1), f"cannot read: {exc.strerror}", "io")]
         ) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(
+            [
+                SpecIssue(
+                    Location(name, 1, 1),
+                    f"file is larger than {MAX_FILE_BYTES} bytes; a policy file is a few KiB",
+                    "io",
+                )
+            ]
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -225,7 +294,6 @@ def _undecodable(raw: bytes, exc: UnicodeDecodeError, name: str) -> SpecIssue:
     column = len(raw[line_start : exc.start].decode("utf-8")) + 1
     return SpecIssue(
         Location(name, line, column),
-        f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x}: {exc.reason}); "
-        "save it as UTF-8",
+        f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x}: {exc.reason}); save it as UTF-8",
         "io",
     )

@@ -11,6 +11,9 @@ up without a restart, yet a bad edit must never take a queue down. The rules:
 - A version that fails to load (invalid, unreadable, deleted) leaves the last good
   policy in force, sets :attr:`last_error` and logs one warning for that version; the
   next good version clears the error.
+- With ``reload_on_read=False`` ``get`` never reads the file: only :meth:`refresh` does.
+  ``serve`` uses that to parse every new version in a worker thread, so a large or
+  hostile file never holds up the event loop that serves the queues.
 
 Limit: an in-place rewrite that keeps the size, inode and mtime (possible only on a
 filesystem with coarse timestamps, within one tick) goes unnoticed until the next edit.
@@ -28,7 +31,7 @@ from pathlib import Path
 from ...config.loader import Declarations, load_queue_config
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
-from ...domain.queue_names import validate_queue_name
+from ...domain.queue_names import validate_stored_queue_name
 from ...ports.clock import Clock
 from ...spec.errors import SpecError
 
@@ -63,12 +66,14 @@ class FileConfigStore:
         clock: Clock | None = None,
         display_name: str | None = None,
         parameters: Declarations = None,
+        reload_on_read: bool = True,
     ) -> None:
         if check_interval_s < 0:
             raise ValueError(f"check_interval_s must be >= 0, got {check_interval_s}")
         self._path = Path(path)
         self._name = display_name or str(path)
         self._interval_ms = check_interval_s * 1000.0
+        self._reload_on_read = reload_on_read
         self._clock: Clock = clock or MonotonicClock()
         self._lock = threading.Lock()
         self._stamp = _stamp(self._path)
@@ -119,7 +124,7 @@ class FileConfigStore:
 
     def get(self, queue: str) -> QueueConfig:
         """The resolved config for ``queue``; raises InvalidQueueName for a bad name."""
-        validate_queue_name(queue)
+        validate_stored_queue_name(queue)
         self._maybe_refresh()
         return self._policy.resolve(queue)
 
@@ -134,6 +139,8 @@ class FileConfigStore:
             return self._reload_if_changed()
 
     def _maybe_refresh(self) -> None:
+        if not self._reload_on_read:
+            return
         now = self._clock.now_ms()
         elapsed = now - self._checked_at_ms
         # A clock that stepped backwards (elapsed < 0) counts as due rather than stalling.

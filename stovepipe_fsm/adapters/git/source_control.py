@@ -8,6 +8,13 @@ is either "this name is not a commit here"
 or a problem with the repository itself, which is reported as ``Retryable`` with git's
 own message so an operator can see what broke (missing clone, permissions, ownership).
 
+git's message says which it is only for the common cases. Any other exit 128 is settled
+by asking git again (:func:`_unresolvable`): when the repository answers
+``rev-parse --git-dir`` and one of the names does not resolve to a commit, the name is
+the problem (``HEAD@{upstream}`` without an upstream, a reflog entry that does not
+exist, a malformed revision) and the answer is ``NotFound``: unknown ancestry, a full
+build, never a retry that can only fail the same way.
+
 Definitive answers about two *full* commit ids are cached: ancestry between immutable
 commits never changes, and the strategy decision asks the same question on every
 redelivery of a held head. The cache assumes a complete history; a shallow clone can
@@ -33,6 +40,26 @@ _UNKNOWN_REVISION_MESSAGES = ("bad revision", "bad object", "unknown revision")
 
 def _runner_for(repo_path: str, runner: GitRunner | None) -> GitRunner:
     return runner if runner is not None else subprocess_runner(git_environment(repo_path))
+
+
+async def _unresolvable(
+    run: GitRunner, git: str, repo_path: str, names: tuple[str, ...], timeout_s: float
+) -> NotFound | None:
+    """``NotFound`` for the first of ``names`` that does not resolve to a commit in a
+    repository that is itself fine; ``None`` when the repository is the problem or every
+    name resolves (then the failure was about something else)."""
+    health = await run([git, "-C", repo_path, "rev-parse", "--git-dir"], timeout_s)
+    if health.returncode != 0:
+        return None
+    for name in names:
+        result = await run(
+            [git, "-C", repo_path, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
+            timeout_s,
+        )
+        if result.returncode != 0:
+            detail = result.stderr or "does not name a commit"
+            return NotFound(f"{name!r} does not resolve to a commit in {repo_path!r}: {detail}")
+    return None
 
 
 def _failure(what: str, repo_path: str, result: GitResult) -> Retryable:
@@ -94,6 +121,7 @@ class GitSourceControl:
                 f"commit not found in {self._repo_path!r} "
                 f"(asked {ancestor!r} → {descendant!r}): {result.stderr}"
             )
+        await self._raise_if_unresolvable(result, (ancestor, descendant))
         raise _failure("merge-base --is-ancestor", self._repo_path, result)
 
     async def changed_paths(self, base: str, head: str) -> frozenset[str]:
@@ -112,14 +140,20 @@ class GitSourceControl:
         )
         if result.returncode == 0:
             return frozenset(path for path in result.stdout.split("\0") if path)
-        if result.returncode == 128 and any(
-            m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES
-        ):
+        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES):
             raise NotFound(
                 f"commit not found in {self._repo_path!r} "
                 f"(asked the diff {base!r} → {head!r}): {result.stderr}"
             )
+        await self._raise_if_unresolvable(result, (base, head))
         raise _failure("diff --name-only", self._repo_path, result)
+
+    async def _raise_if_unresolvable(self, result: GitResult, names: tuple[str, ...]) -> None:
+        if result.returncode != 128:
+            return
+        missing = await _unresolvable(self._run, self._git, self._repo_path, names, self._timeout_s)
+        if missing is not None:
+            raise missing
 
     async def rev_parse(self, ref: str) -> str:
         """The full id of the commit ``ref`` names in this repository."""
@@ -151,6 +185,10 @@ async def rev_parse(
         return result.stdout.strip()
     if result.returncode == 1:
         raise NotFound(f"{ref!r} does not name a commit in {path!r}")
+    if result.returncode == 128:
+        missing = await _unresolvable(run, git, path, (ref,), timeout_s)
+        if missing is not None:
+            raise missing
     raise _failure("rev-parse", path, result)
 
 

@@ -20,8 +20,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ...domain.bounded_text import clip
 from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable
+from ...domain.ids import parse_request_id
+from ...domain.queue_names import MAX_QUEUE_NAME_LENGTH
 
 SCHEMA_VERSION = 1
 #: The request layouts this release reads, and the one it writes by default.
@@ -183,3 +186,32 @@ def encode_work(message: WorkMessage) -> bytes:
 def decode_work(data: bytes | None) -> WorkMessage:
     fields = _load(data, WORK_KIND, frozenset(("queue", "request_id")))
     return WorkMessage(_str(WORK_KIND, fields, "queue"), _str(WORK_KIND, fields, "request_id"))
+
+
+#: The longest id ingest can mint: ``request/`` + the longest queue name + ``/`` + a
+#: 20-digit counter (more than a 64-bit counter needs).
+MAX_REQUEST_ID_CHARS = len("request/") + MAX_QUEUE_NAME_LENGTH + 1 + 20
+
+
+def check_work(message: WorkMessage, subject_queue: str) -> WorkMessage:
+    """``message`` when it is one ingest could have published on ``subject_queue``'s
+    subject; else :class:`NonRetryable` saying what is wrong (the text is bounded)."""
+    rid = message.request_id
+    if len(rid) > MAX_REQUEST_ID_CHARS:
+        raise NonRetryable(
+            f"work request id is {len(rid)} characters; at most {MAX_REQUEST_ID_CHARS} allowed"
+        )
+    if message.queue != subject_queue:
+        raise NonRetryable(
+            f"work payload names queue {clip(message.queue, 200)!r} but arrived on the "
+            f"subject of queue {subject_queue!r}"
+        )
+    try:
+        parsed = parse_request_id(rid)
+    except ValueError as exc:
+        raise NonRetryable(f"work request id is malformed: {clip(str(exc), 300)}") from None
+    if parsed.queue != subject_queue:
+        raise NonRetryable(
+            f"work request id {rid!r} belongs to queue {parsed.queue!r}, not {subject_queue!r}"
+        )
+    return message

@@ -16,19 +16,31 @@ It only performs the answer:
 - ack or hold: the controller already did it; an ack forgets the message's failures;
 - retry: the failure count is stored in the attempts bucket (holds are never counted)
   and the message is NAKed with the policy's backoff;
-- dead letter (``NonRetryable``, an undecodable payload, or failures reaching the
-  queue's ``max_attempts``): a dead-letter record is published *first*, then the message
-  is terminated. Nothing leaves the process stream without a dead-letter record;
+- dead letter (``NonRetryable``, an undecodable or invalid payload, or failures reaching
+  the queue's ``max_attempts``): a termination mark is written, a bounded dead-letter
+  record is published, then the message is terminated. Nothing leaves the process stream
+  without a dead-letter record;
 - none (the service is stopping mid-step): the message is handed straight back.
 
+Every path out of :meth:`ProcessConsumer.settle` settles the message: when the settling
+itself fails (the mark, the record or the term cannot be written, the ledger cannot be
+read) the message is NAKed with a backoff, so it comes back soon and never waits out the
+ack deadline as the queue's unsettled barrier. What is logged about a message is bounded
+(:func:`~stovepipe_fsm.domain.bounded_text.clip`), whatever its payload holds.
+
 The dead-letter consumer reads those records and fails the request closed through
-:class:`~stovepipe_fsm.apps.dlq.DeadLetterReconciler`, which frees its slot.
+:class:`~stovepipe_fsm.pipeline.dlq.DeadLetterReconciler`, which frees its slot. It
+honours a record only when the service's own termination mark for the record's stream
+sequence names the same queue and request (:mod:`.terminations`), so a record published
+by anyone else fails nothing. A failure the reconciler cannot get past by retrying (a
+stored value it cannot decode) is final: the record is acked, logged and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -37,6 +49,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
+from ...domain.bounded_text import clip
 from ...domain.entities import QueueConfig
 from ...domain.errors import NonRetryable
 from ...domain.ids import parse_request_id
@@ -50,11 +63,12 @@ from ...domain.settle import (
     settle,
 )
 from .attempts import AttemptsLedger
-from .codec import decode_work
+from .codec import check_work, decode_work
 from .dead_letter import DeadLetter, publish_dead_letter
 from .delivery import JetStreamDelivery
 from .durable_consumer import ensure_pull_consumer
 from .errors import translated
+from .terminations import TerminationLedger, TerminationMark
 from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -62,6 +76,8 @@ log = logging.getLogger("stovepipe_fsm.service")
 DEFAULT_ACK_WAIT_S = 30.0
 DEFAULT_FETCH_TIMEOUT_S = 1.0
 DEAD_LETTER_RETRY_S = 2.0
+#: The most characters of a request id or an error a log line quotes.
+LOG_FIELD_CHARS = 300
 
 #: ``observer(event, queue, request_id, detail)``: the service's metrics and the demo's
 #: live timeline both hang off this one hook.
@@ -161,6 +177,7 @@ class ProcessConsumer(_PullLoop):
         handler: Handler,
         config: ConfigSource,
         ledger: AttemptsLedger,
+        terminations: TerminationLedger,
         observer: Observer = _ignore,
         ack_wait_s: float = DEFAULT_ACK_WAIT_S,
         fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
@@ -173,6 +190,7 @@ class ProcessConsumer(_PullLoop):
         self.handler = handler
         self.config = config
         self.ledger = ledger
+        self.terminations = terminations
         self.observer = observer
         self.ack_wait_s = ack_wait_s
         self.fetch_timeout_s = fetch_timeout_s
@@ -201,14 +219,28 @@ class ProcessConsumer(_PullLoop):
         return {"queue": self.queue}
 
     async def settle(self, msg: Msg) -> None:
-        """Run the controller on ``msg`` and perform what the settle policy decides."""
+        """Run the controller on ``msg`` and perform what the settle policy decides.
+
+        Whatever fails on the way, the message leaves settled: see :meth:`_settle_failed`.
+        """
+        try:
+            await self._settle(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._settle_failed(msg, exc)
+
+    async def _settle(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         max_attempts = self.config.get(self.queue).max_attempts
         try:
-            work = decode_work(msg.data)
+            work = check_work(decode_work(msg.data), self.queue)
         except NonRetryable as exc:
-            # Never handed to the flow, so never counted: no ledger read.
-            attempt = Attempt.rejected(f"undecodable payload: {exc}")
+            # Never handed to the flow, so never counted: no ledger read. The record names
+            # no request: a payload that failed its checks must not fail one closed.
+            claimed = _stated_id(msg.data)
+            said = f" (it names request {clip(claimed, 200)!r})" if claimed else ""
+            attempt = Attempt.rejected(f"undecodable payload: {exc}{said}")
             await self._perform(msg, seq, "", self._decide(attempt, 0, max_attempts))
             return
         delivery = JetStreamDelivery(msg, self.queue, work.request_id, ack_wait_s=self.ack_wait_s)
@@ -235,6 +267,32 @@ class ProcessConsumer(_PullLoop):
         decision = self._decide(Attempt.finished(outcome), 0, max_attempts)
         await self._perform(msg, seq, work.request_id, decision)
 
+    async def _settle_failed(self, msg: Msg, exc: Exception) -> None:
+        """Settling ``msg`` failed part-way: hand it back with a backoff.
+
+        Every step before is safe to repeat (a second dead-letter record is dropped as a
+        duplicate, a fail-closed request stays failed), so the redelivery simply tries
+        again; the backoff grows with the delivery count so a broken dead-letter path
+        does not spin. If even the NAK fails the broker is unreachable, and the message
+        comes back after the ack deadline, the only road left.
+        """
+        delay = self.backoff.delay_s(_delivered(msg))
+        reason = clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS)
+        try:
+            await msg.nak(delay=delay)
+        except Exception as nak_exc:
+            log.error(
+                "settling failed (%s) and the message could not be handed back: %s",
+                reason,
+                clip(f"{type(nak_exc).__name__}: {nak_exc}", LOG_FIELD_CHARS),
+                extra=self.log_extra(),
+            )
+            return
+        self.observer("settle_failed", self.queue, "", reason)
+        log.warning(
+            "settling failed, redelivery in %.1fs: %s", delay, reason, extra=self.log_extra()
+        )
+
     def _decide(self, attempt: Attempt, failures: int, max_attempts: int) -> Settlement:
         return settle(attempt, failures=failures, max_attempts=max_attempts, backoff=self.backoff)
 
@@ -246,20 +304,22 @@ class ProcessConsumer(_PullLoop):
         decision: Settlement,
         max_attempts: int = 0,
     ) -> None:
-        extra = {"queue": self.queue, "request_id": request_id}
+        extra = {"queue": self.queue, "request_id": clip(request_id, LOG_FIELD_CHARS)}
         kind = decision.kind
         if kind is SettleKind.NONE:
             with contextlib.suppress(Exception):
                 await asyncio.shield(msg.nak())
             return
         if kind is SettleKind.DEAD_LETTER:
-            letter = DeadLetter(self.queue, request_id, decision.reason, decision.failures, seq)
-            await publish_dead_letter(self.js, self.topology, letter)
-            with translated(f"terminate {request_id}"):
+            letter = DeadLetter.bounded(
+                self.queue, request_id, decision.reason, decision.failures, seq
+            )
+            await self._store_dead_letter(letter)
+            with translated(f"terminate {letter.request_id}"):
                 await msg.term()
             await self.ledger.forget(seq)
-            self.observer("dead_letter", self.queue, request_id, decision.reason)
-            log.error("dead-lettered: %s", decision.reason, extra=extra)
+            self.observer("dead_letter", self.queue, letter.request_id, letter.error)
+            log.error("dead-lettered: %s", clip(letter.error, LOG_FIELD_CHARS), extra=extra)
             return
         if kind is SettleKind.RETRY:
             with translated(f"nak {request_id}"):
@@ -270,7 +330,7 @@ class ProcessConsumer(_PullLoop):
                 decision.failures,
                 max_attempts,
                 decision.delay_s,
-                decision.reason,
+                clip(decision.reason, LOG_FIELD_CHARS),
                 extra=extra,
             )
             return
@@ -282,6 +342,25 @@ class ProcessConsumer(_PullLoop):
         self.observer(outcome, self.queue, request_id, "")
         log.info(outcome, extra=extra)
 
+    async def _store_dead_letter(self, letter: DeadLetter) -> None:
+        """Mark the termination, then publish the record (a minimal one if the full one
+        is refused); raises when no record could be stored, and then the caller must not
+        terminate the message."""
+        mark = TerminationMark(letter.queue, letter.request_id)
+        await self.terminations.mark(letter.stream_seq, mark)
+        try:
+            await publish_dead_letter(self.js, self.topology, letter)
+        except Exception as exc:
+            minimal = letter.minimal()
+            if minimal == letter:
+                raise
+            log.warning(
+                "dead-letter record refused (%s); publishing a minimal one",
+                clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS),
+                extra=self.log_extra(),
+            )
+            await publish_dead_letter(self.js, self.topology, minimal)
+
 
 class DeadLetterConsumer(_PullLoop):
     """Fails dead-lettered requests closed so that their queues move on."""
@@ -292,6 +371,7 @@ class DeadLetterConsumer(_PullLoop):
         topology: Topology,
         reconcile: Callable[[str], Awaitable[object]],
         *,
+        terminations: TerminationLedger,
         observer: Observer = _ignore,
         fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
         retry_s: float = DEAD_LETTER_RETRY_S,
@@ -300,6 +380,7 @@ class DeadLetterConsumer(_PullLoop):
         self.js = js
         self.topology = topology
         self.reconcile = reconcile
+        self.terminations = terminations
         self.observer = observer
         self.fetch_timeout_s = fetch_timeout_s
         self.retry_s = retry_s
@@ -323,30 +404,74 @@ class DeadLetterConsumer(_PullLoop):
         )
 
     async def settle(self, msg: Msg) -> None:
+        """Reconcile one record; every path acks it or NAKs it with a delay."""
+        try:
+            await self._settle(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the mark could not be read: try again later
+            log.warning("dead letter not reconciled yet: %s", clip(_describe(exc), LOG_FIELD_CHARS))
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=self.retry_s)
+
+    async def _settle(self, msg: Msg) -> None:
         try:
             letter = DeadLetter.decode(msg.data)
         except NonRetryable as exc:
-            log.error("unreadable dead letter left as is: %s", exc)
+            log.error("unreadable dead letter left as is: %s", clip(str(exc), LOG_FIELD_CHARS))
             await msg.ack()  # nothing to reconcile; the record stays in the stream
             return
-        extra = {"queue": letter.queue, "request_id": letter.request_id}
-        if letter.request_id and not _belongs_to(letter.request_id, letter.queue):
-            # A message misrouted onto another queue's subject must not fail a request
-            # that is healthy on its own queue; the record stays for an operator.
+        extra = {
+            "queue": clip(letter.queue, LOG_FIELD_CHARS),
+            "request_id": clip(letter.request_id, LOG_FIELD_CHARS),
+        }
+        refusal = await self._refusal(msg.subject, letter)
+        if refusal:
+            # Not the service's own record, or one about another queue's request: it must
+            # not fail a request that may be healthy; the record stays for an operator.
             await msg.ack()
-            self.observer("ignored", letter.queue, letter.request_id, letter.error)
-            log.warning("dead letter names another queue's request; left as is", extra=extra)
+            self.observer("ignored", letter.queue, letter.request_id, refusal)
+            log.warning("dead letter left as is: %s", refusal, extra=extra)
             return
         if letter.request_id:
             try:
                 await self.reconcile(letter.request_id)
+            except NonRetryable as exc:
+                # A stored value no retry can repair (an undecodable row): final.
+                await msg.ack()
+                self.observer("unreconcilable", letter.queue, letter.request_id, str(exc))
+                log.error(
+                    "dead letter cannot be reconciled, left as is: %s",
+                    clip(_describe(exc), LOG_FIELD_CHARS),
+                    extra=extra,
+                )
+                return
             except Exception as exc:
-                log.warning("reconcile failed, retrying: %s", _describe(exc), extra=extra)
+                log.warning(
+                    "reconcile failed, retrying: %s",
+                    clip(_describe(exc), LOG_FIELD_CHARS),
+                    extra=extra,
+                )
                 await msg.nak(delay=self.retry_s)
                 return
         await msg.ack()
         self.observer("reconciled", letter.queue, letter.request_id, letter.error)
         log.info("dead letter reconciled: request failed closed", extra=extra)
+
+    async def _refusal(self, subject: str, letter: DeadLetter) -> str:
+        """Why ``letter`` must not be acted on; empty when it may."""
+        try:
+            expected = self.topology.dead_letter_subject(letter.queue)
+        except ValueError:
+            return "the record names no valid queue"
+        if subject != expected:
+            return "the record names another queue than its subject"
+        if letter.request_id and not _belongs_to(letter.request_id, letter.queue):
+            return "the record names another queue's request"
+        mark = await self.terminations.lookup(letter.stream_seq)
+        if mark != TerminationMark(letter.queue, letter.request_id):
+            return f"no termination by the service matches stream sequence {letter.stream_seq}"
+        return ""
 
 
 def _belongs_to(request_id: str, queue: str) -> bool:
@@ -354,6 +479,23 @@ def _belongs_to(request_id: str, queue: str) -> bool:
         return parse_request_id(request_id).queue == queue
     except ValueError:
         return False
+
+
+def _stated_id(data: bytes | None) -> str:
+    """The request id an undecodable payload claims, when it claims one as a string."""
+    try:
+        body = json.loads(data or b"")
+    except ValueError:
+        return ""
+    value = body.get("request_id") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _delivered(msg: Msg) -> int:
+    try:
+        return int(msg.metadata.num_delivered)
+    except Exception:
+        return 1
 
 
 def _describe(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ...domain.queue_names import validate_queue_name
+from ...domain.queue_names import validate_stored_queue_name
 
 ESCAPE = "_"
 TOKEN_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-/=")
@@ -87,14 +87,14 @@ def decode_token(token: str) -> str:
 
 def encode_queue_token(queue: str) -> str:
     """The subject token / KV key of a queue name (validated first)."""
-    return encode_token(validate_queue_name(queue))
+    return encode_token(validate_stored_queue_name(queue))
 
 
 def decode_queue_token(token: str) -> str:
     """The queue name a token encodes; :class:`InvalidToken` if it is not a valid one."""
     queue = decode_token(token)
     try:
-        return validate_queue_name(queue)
+        return validate_stored_queue_name(queue)
     except ValueError as exc:
         raise InvalidToken(f"token {token!r} decodes to an invalid queue name: {exc}") from None
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
+from ...domain.bounded_text import clip
 from ...domain.errors import (
     NonRetryable,
     NotFound,
@@ -137,11 +138,33 @@ class OutcomeConsumer(_PullLoop):
         log.info("outcome %s recorded", message.outcome, extra=extra)
 
     async def _refuse(self, msg: Msg, seq: int, queue: str, request_id: str, reason: str) -> None:
-        """Dead-letter, then terminate: the outcome is applied to nothing."""
-        reason = reason[:_QUOTE_CHARS]
-        letter = DeadLetter(queue, request_id[:_QUOTE_CHARS], reason, 1, seq, stage=RECORD_STAGE)
-        await publish_dead_letter(self.js, self.topology, letter)
+        """Dead-letter, then terminate: the outcome is applied to nothing.
+
+        The record is bounded; when even its minimal form cannot be stored, the message is
+        NAKed with backoff instead (it comes back, and is refused again), never left
+        unsettled and never terminated without a record.
+        """
+        letter = DeadLetter.bounded(queue, request_id, reason, 1, seq, stage=RECORD_STAGE)
+        try:
+            try:
+                await publish_dead_letter(self.js, self.topology, letter)
+            except Exception:
+                await publish_dead_letter(self.js, self.topology, letter.minimal())
+        except Exception as exc:
+            delay = self.backoff.delay_s(msg.metadata.num_delivered or 1)
+            with translated(f"nak outcome {seq}"):
+                await msg.nak(delay=delay)
+            log.error(
+                "outcome refused but no dead letter could be stored, retry in %.1fs: %s",
+                delay,
+                clip(f"{type(exc).__name__}: {exc}", _QUOTE_CHARS),
+            )
+            return
         with translated(f"terminate outcome {seq}"):
             await msg.term()
-        self.observer("outcome_refused", queue, request_id, reason)
-        log.error("outcome refused: %s", reason, extra={"queue": queue, "request_id": request_id})
+        self.observer("outcome_refused", queue, request_id, letter.error)
+        log.error(
+            "outcome refused: %s",
+            clip(reason, _QUOTE_CHARS),
+            extra={"queue": clip(queue, _QUOTE_CHARS), "request_id": letter.request_id},
+        )

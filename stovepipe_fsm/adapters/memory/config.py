@@ -13,7 +13,7 @@ from typing import Any
 from ...config.loader import MEMORY_SOURCE, Declarations, policy_from_mapping
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
-from ...domain.queue_names import validate_queue_name
+from ...domain.queue_names import validate_stored_queue_name
 from ...spec.parameters import as_json
 
 
@@ -51,7 +51,7 @@ class StaticConfigStore:
 
     def get(self, queue: str) -> QueueConfig:
         """The resolved config for ``queue``; raises InvalidQueueName for a bad name."""
-        validate_queue_name(queue)
+        validate_stored_queue_name(queue)
         return self._policy.resolve(queue)
 
     def configured_queues(self) -> tuple[str, ...]:

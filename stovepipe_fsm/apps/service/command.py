@@ -280,6 +280,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    # The policy first: a defect in a machine or the config is reported as such (exit 2,
+    # file:line:col), whether or not a broker can be reached.
+    reloader = PolicyReloader.open(args.machines, args.config)
     async with contextlib.AsyncExitStack() as stack:
         url = ""
         if args.embedded:
@@ -294,7 +297,6 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             print(f"embedded nats-server: {url} (other commands: --nats {url})", flush=True)
         nc = await connect(nats_options(args, service=True, url=url))
         stack.push_async_callback(nc.drain)
-        reloader = PolicyReloader.open(args.machines, args.config)
         service = Service(
             nc, topology_of(args), reloader.machines, reloader.config, reloader=reloader
         )
@@ -331,11 +333,13 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from ...domain.queue_names import normalize_queue_name
     from .operators import operator_ingest
 
     async def run() -> int:
+        queue = normalize_queue_name(args.queue)  # NFC: the queue a decomposed name means
         async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
-            result = await ingest.ingest(args.queue, args.uri, at_head=args.at_head)
+            result = await ingest.ingest(queue, args.uri, at_head=args.at_head)
         print(
             json.dumps(
                 {
@@ -386,14 +390,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_poll(args: argparse.Namespace) -> int:
-    from ...domain.queue_names import validate_queue_name
+    from ...domain.queue_names import normalize_queue_name
     from .operators import operator_ingest
     from .poll import PollTarget, poll_forever, poll_once, print_report
 
-    target = PollTarget(Path(args.git_repo), args.ref, args.queue)
-
     async def run() -> int:
-        validate_queue_name(args.queue)
+        target = PollTarget(Path(args.git_repo), args.ref, normalize_queue_name(args.queue))
         if args.interval <= 0:
             raise ValueError(f"--interval must be positive, got {args.interval}")
         async with operator_ingest(

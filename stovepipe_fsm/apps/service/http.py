@@ -1,8 +1,10 @@
-"""``/healthz`` and Prometheus-text ``/metrics`` on a loopback port.
+"""``/healthz``, ``/readyz`` and Prometheus-text ``/metrics`` on a loopback port.
 
-A tiny stdlib server on purpose: two read-only GET endpoints do not justify a web
+A tiny stdlib server on purpose: three read-only GET endpoints do not justify a web
 framework in a consumer service, and it shares the service's event loop, so a wedged
-loop shows up as a failing health check.
+loop shows up as a failing health check. ``/healthz`` is about the process and its
+broker (running, and a JetStream round trip succeeded recently); ``/readyz`` adds that
+every queue has its consumer running (docs/service.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ log = logging.getLogger("stovepipe_fsm.service")
 LOOPBACK = "127.0.0.1"
 READ_TIMEOUT_S = 5.0
 IN_FLIGHT_READ_TIMEOUT_S = 2.0
+
+
+def _listed(verdict: str, problems: list[str]) -> str:
+    return "".join([f"{verdict}\n", *(f"- {p}\n" for p in problems)])
 
 
 def _label(value: str) -> str:
@@ -50,6 +56,13 @@ async def render_metrics(service: Service) -> str:
     family("stovepipe_dead_letters_total", "counter", "Messages dead-lettered by this replica.")
     dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
+    family(
+        "stovepipe_orphan_messages_total",
+        "counter",
+        "Messages on a process subject with no queue row, dead-lettered by this replica.",
+    )
+    orphans = sum(v for (event, _), v in service.events.items() if event == "orphan")
+    lines.append(f"stovepipe_orphan_messages_total {orphans}")
     latency = service.metrics.latency
     family("stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery.")
     for bound, count in latency.cumulative():
@@ -140,9 +153,15 @@ class HttpEndpoint:
         if method != "GET":
             return "405 Method Not Allowed", "GET only\n", "text/plain"
         if path == "/healthz":
-            if self.service.healthy:
+            problems = self.service.health_problems()
+            if not problems:
                 return "200 OK", "ok\n", "text/plain"
-            return "503 Service Unavailable", "unhealthy\n", "text/plain"
+            return "503 Service Unavailable", _listed("unhealthy", problems), "text/plain"
+        if path == "/readyz":
+            problems = self.service.readiness_problems()
+            if not problems:
+                return "200 OK", "ready\n", "text/plain"
+            return "503 Service Unavailable", _listed("not ready", problems), "text/plain"
         if path == "/metrics":
             body = await render_metrics(self.service)
             return "200 OK", body, "text/plain; version=0.0.4"

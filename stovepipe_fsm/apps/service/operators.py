@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.js.errors
 from nats.js import JetStreamContext
@@ -29,10 +29,11 @@ from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
-from ...domain.entities import Request
+from ...domain.bounded_text import clip
+from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
-from ...domain.queue_names import validate_queue_name
+from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
 from ...pipeline.ingest import Ingest
 from ...ports.stores import RequestStore, UriIndex
 from ...process.catalog import load_process_machines
@@ -117,7 +118,7 @@ async def complete(
 ) -> dict[str, Any]:
     """Publish ``outcome`` for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait that
     long for the service to record it and add the request's row to the answer."""
-    validate_queue_name(queue)
+    queue = normalize_queue_name(queue)
     nc = await connect(options)
     try:
         js = nc.jetstream()
@@ -167,7 +168,7 @@ async def _wait_for_outcome(
         await asyncio.sleep(WAIT_POLL_S)
 
 
-async def _bucket_values(js: JetStreamContext, bucket: str) -> list[bytes]:
+async def _bucket_values(js: JetStreamContext, bucket: str) -> list[tuple[str, bytes]]:
     with translated(f"list {bucket}"):
         kv = await js.key_value(bucket)
         try:
@@ -181,18 +182,54 @@ async def _bucket_values(js: JetStreamContext, bucket: str) -> list[bytes]:
             except nats.js.errors.KeyNotFoundError:
                 continue  # deleted between the listing and the read
             if entry.value:
-                values.append(entry.value)
+                values.append((key, entry.value))
         return values
+
+
+Row = TypeVar("Row")
+
+
+def _decoded(
+    bucket: str,
+    values: list[tuple[str, bytes]],
+    decode: Callable[[bytes], Row],
+    damaged: list[dict[str, str]],
+) -> list[Row]:
+    """Every value ``decode`` reads; the others go to ``damaged`` with why, so one bad row
+    is shown for what it is instead of hiding every good one."""
+    rows = []
+    for key, value in values:
+        try:
+            rows.append(decode(value))
+        except NonRetryable as exc:
+            damaged.append({"bucket": bucket, "key": key, "error": clip(str(exc), 300)})
+    return rows
 
 
 async def status_document(js: JetStreamContext, topology: Topology) -> dict[str, Any]:
     """Every request and queue row, ordered like ``simulate --json``, and the policy hash
-    the service last wrote (``policy``, absent until a service ran with this topology)."""
-    requests = [decode_request(v) for v in await _bucket_values(js, topology.requests_bucket)]
-    queues = [decode_queue(v) for v in await _bucket_values(js, topology.queues_bucket)]
+    the service last wrote (``policy``, absent until a service ran with this topology).
+    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
+    """
+    damaged: list[dict[str, str]] = []
+    requests = _decoded(
+        topology.requests_bucket,
+        await _bucket_values(js, topology.requests_bucket),
+        decode_request,
+        damaged,
+    )
+    queues = _decoded(
+        topology.queues_bucket,
+        await _bucket_values(js, topology.queues_bucket),
+        decode_queue,
+        damaged,
+    )
 
     def order(request_id: str) -> tuple[str, int]:
-        parsed = parse_request_id(request_id)
+        try:
+            parsed = parse_request_id(request_id)
+        except ValueError:
+            return (request_id, 0)
         return (parsed.queue, parsed.counter)
 
     policy = await read_policy_record(js, topology)
@@ -203,7 +240,21 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         "slot_holders": {q.name: list(q.slot_holders) for q in queues},
         # The policy the service runs (once a service has written it).
         **({"policy": asdict(policy)} if policy is not None else {}),
+        **({"damaged": damaged} if damaged else {}),
+        **({"name_problems": problems} if (problems := _name_problems(queues)) else {}),
     }
+
+
+def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
+    """Stored queues whose names a new queue could not have (created before the name
+    rule): shown escaped, since such a name may print like another."""
+    out = []
+    for queue in sorted(queues, key=lambda q: q.name):
+        try:
+            validate_queue_name(queue.name)
+        except InvalidQueueName as exc:
+            out.append({"queue": queue.name, "escaped": ascii(queue.name), "problem": str(exc)})
+    return out
 
 
 def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
@@ -221,4 +272,11 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         shown += rows if recent is None else rows[-recent:]
     hidden = len(doc["requests"]) - len(shown)
     lines.append(f"requests ({hidden} older not shown; --all):" if hidden else "requests:")
-    return "\n".join([*lines, *render_request_rows(shown)])
+    lines += render_request_rows(shown)
+    for named in doc.get("name_problems", []):
+        lines.append(f"queue name {named['escaped']} breaks the name rule: {named['problem']}")
+    damaged = doc.get("damaged", [])
+    if damaged:
+        lines.append(f"damaged rows ({len(damaged)}, not decodable):")
+        lines += [f"  {d['bucket']} {d['key']}: {d['error']}" for d in damaged]
+    return "\n".join(lines)

@@ -78,9 +78,13 @@ class PolicyReloader:
 
     @classmethod
     def open(cls, machines_dir: str | Path, config_path: str | Path) -> PolicyReloader:
-        """Load the machines, then the config with their parameter declarations."""
+        """Load the machines, then the config with their parameter declarations.
+
+        The config is re-read only by :meth:`check` (never on a lookup), so whoever calls
+        ``check`` off the event loop keeps every parse of a new version off it too.
+        """
         machines = load_process_machines(machines_dir)
-        config = FileConfigStore(config_path, parameters=machines.parameters)
+        config = FileConfigStore(config_path, parameters=machines.parameters, reload_on_read=False)
         return cls(machines_dir, machines, config)
 
     def check(self) -> PolicyChange | None:

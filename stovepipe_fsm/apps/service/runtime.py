@@ -10,6 +10,10 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
 - one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
 - one :class:`OutcomeConsumer` that records build outcomes from the outcome stream with
   the policy in force (``complete`` and build farms only publish them);
+- each discovery round, a sweep of the process subjects no queue row stands for
+  (:mod:`.orphans`): their messages are dead-lettered instead of sitting there for ever;
+- a heartbeat: one JetStream request a second, so ``healthy`` means the broker answers,
+  not merely that a socket is open;
 - with a :class:`~.policy.PolicyReloader`, a watch on the policy: a new machines
   version that passes its checks is swapped in between deliveries (every consumer
   reaches the stages through :attr:`Pipeline.stages`, one reference), and the policy
@@ -53,6 +57,7 @@ from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.memory import SystemClock
 from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
 from ...pipeline.dlq import DeadLetterReconciler
@@ -66,6 +71,7 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
 from .policy import PolicyReloader
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -83,6 +89,10 @@ class ServiceOptions:
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
     policy_check_interval_s: float = 1.0
+    #: How often a JetStream round trip proves the broker answers (``/healthz``) ...
+    heartbeat_interval_s: float = 1.0
+    #: ... and how old the last successful one may be before the service is unhealthy.
+    health_window_s: float = 5.0
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -103,6 +113,7 @@ class Pipeline:
     topology: Topology
     stages: Stages
     ledger: AttemptsLedger
+    terminations: TerminationLedger
     ports: Ports | None = None
     metrics: Metrics | None = None
 
@@ -174,6 +185,7 @@ async def open_pipeline(
         topology=topology,
         stages=build_stages(machines, ports, metrics=metrics),
         ledger=AttemptsLedger(attempts_kv),
+        terminations=TerminationLedger(attempts_kv),
         ports=ports,
         metrics=metrics,
     )
@@ -233,6 +245,9 @@ class Service:
         self.reloader = reloader
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self.started = False
+        self._reloading = asyncio.Lock()  # one policy check at a time, in its thread
+        #: ``time.monotonic()`` of the last JetStream round trip that succeeded.
+        self.last_round_trip: float | None = None
 
     @property
     def policy_hash(self) -> str:
@@ -260,6 +275,7 @@ class Service:
             self.js,
             self.topology,
             pipeline.reconcile,
+            terminations=pipeline.terminations,
             observer=self._observe,
             fetch_timeout_s=self.options.fetch_timeout_s,
             ack_wait_s=self.options.ack_wait_s,
@@ -282,6 +298,8 @@ class Service:
             await self.add_queue(queue)
         await self.discover()
         self._spawn("discover", self._discover_loop())
+        self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
+        self._spawn("heartbeat", self._heartbeat_loop())
         if self.reloader is not None:
             self._spawn("policy", self._policy_loop())
         self.started = True
@@ -304,6 +322,7 @@ class Service:
             handler=self.pipeline,
             config=self.config,
             ledger=self.pipeline.ledger,
+            terminations=self.pipeline.terminations,
             observer=self._observe,
             ack_wait_s=self.options.ack_wait_s,
             fetch_timeout_s=self.options.fetch_timeout_s,
@@ -322,11 +341,23 @@ class Service:
         return True
 
     async def discover(self) -> list[str]:
-        """Start consumers for queues that appeared in the queues bucket."""
+        """Start consumers for queues that appeared in the queues bucket, and dead-letter
+        the messages of process subjects that no queue row stands for (:mod:`.orphans`)."""
+        assert self.pipeline is not None, "start() first"
+        # Subjects first: a queue row always exists before its first message, so a
+        # subject seen here whose queue has no row in the listing below is an orphan.
+        subjects = await process_subjects(self.js, self.topology)
+        known = await known_queues(self.js, self.topology)
         started = []
-        for queue in await known_queues(self.js, self.topology):
+        for queue in known:
             if await self.add_queue(queue):
                 started.append(queue)
+        served = {*known, *self.consumers}
+        orphans = orphan_subjects(self.topology, subjects, served)
+        if orphans:
+            await dead_letter_orphans(
+                self.js, self.topology, self.pipeline.terminations, orphans, self._observe
+            )
         return started
 
     async def stop(self) -> None:
@@ -357,8 +388,40 @@ class Service:
 
     @property
     def healthy(self) -> bool:
-        alive = all(not task.done() for task in self._tasks.values())
-        return self.started and not self._stop.is_set() and self.nc.is_connected and alive
+        """Running, and the broker answered a JetStream request within the health window.
+
+        A connected socket is not enough: a hung broker keeps the connection open while
+        answering nothing, so only a recent round trip counts.
+        """
+        return not self.health_problems()
+
+    def health_problems(self) -> list[str]:
+        """Why the service is not healthy; empty when it is."""
+        if not self.started:
+            return ["not started"]
+        problems = []
+        if self._stop.is_set():
+            problems.append("stopping")
+        if not self.nc.is_connected:
+            problems.append("not connected to NATS")
+        if self.last_round_trip is not None:
+            age = time.monotonic() - self.last_round_trip
+            if age > self.options.health_window_s:
+                problems.append(f"no JetStream round trip for {age:.1f} s")
+        problems += [f"{name} stopped" for name, task in self._tasks.items() if task.done()]
+        return problems
+
+    def readiness_problems(self) -> list[str]:
+        """Why not every queue has a running consumer (or the service is unhealthy)."""
+        problems = self.health_problems()
+        for queue, why in sorted(self.refused.items()):
+            problems.append(f"queue {queue!r} has no consumer: {why}")
+        return problems
+
+    @property
+    def ready(self) -> bool:
+        """Healthy, and every queue the service knows has a consumer running."""
+        return not self.readiness_problems()
 
     # -- internals --------------------------------------------------------------------
 
@@ -366,6 +429,21 @@ class Service:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks[name] = task
+
+    async def _heartbeat_loop(self) -> None:
+        """Prove the broker answers: one JetStream request per interval, timed out at the
+        interval, so a hung broker ages ``last_round_trip`` as wall time passes."""
+        interval = self.options.heartbeat_interval_s
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self.js.account_info(), timeout=interval)
+                self.last_round_trip = time.monotonic()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the health check reports the age; log for the why
+                log.warning("broker round trip failed: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
 
     async def _discover_loop(self) -> None:
         while not self._stop.is_set():
@@ -381,7 +459,10 @@ class Service:
     async def reload_policy(self) -> bool:
         """Take up an edit of the policy now; True when a new policy is in force."""
         assert self.reloader is not None and self.pipeline is not None, "start() first"
-        change = self.reloader.check()
+        # Reading and validating files is blocking work of unbounded size in principle:
+        # a worker thread does it (one check at a time), the loop keeps serving queues.
+        async with self._reloading:
+            change = await asyncio.to_thread(self.reloader.check)
         if change is None:
             return False
         if change.machines is not None:

@@ -1,0 +1,97 @@
+"""``/healthz`` follows the broker's answers, ``/readyz`` the queue consumers.
+
+The hung broker is a real nats-server stopped with SIGSTOP: its socket stays open, so
+the client still counts as connected, and only a failed round trip can tell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from nats_server import JsEnv, delete_topology, unique_tag
+from test_service_support import FAST, running_service, wait_for
+
+from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.adapters.jetstream.server import free_port
+from stovepipe_fsm.apps.service.http import HttpEndpoint
+
+QUICK_HEALTH = dataclasses.replace(FAST, heartbeat_interval_s=0.5, health_window_s=2.0)
+CONFIG = {"defaults": {"max_attempts": 3}, "queues": {"team/app": {}}}
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    return await asyncio.to_thread(_get, port, path)
+
+
+async def test_a_hung_broker_turns_healthz_unhealthy_within_seconds(tmp_path: Path) -> None:
+    async with NatsServer(tmp_path / "store") as server:
+        topology = Topology.isolated("health")
+        async with running_service(
+            server,
+            topology,
+            CONFIG,
+            options=QUICK_HEALTH,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+        ) as run:
+            http = await HttpEndpoint(run.service, free_port()).start()
+            try:
+                assert await get(http.port, "/healthz") == (200, "ok\n")
+                assert await get(http.port, "/readyz") == (200, "ready\n")
+                assert server.pid is not None
+                os.kill(server.pid, signal.SIGSTOP)
+                try:
+                    started = asyncio.get_running_loop().time()
+
+                    async def unhealthy() -> tuple[int, str] | None:
+                        reply = await get(http.port, "/healthz")
+                        return reply if reply[0] == 503 else None
+
+                    _, body = await wait_for(unhealthy, "healthz 503", timeout=10.0)
+                    took = asyncio.get_running_loop().time() - started
+                    assert took < 5.0, f"unhealthy only after {took:.1f} s"
+                    assert "no JetStream round trip for" in body
+                    assert run.nc.is_connected  # the socket alone says nothing
+                    assert (await get(http.port, "/readyz"))[0] == 503
+                finally:
+                    os.kill(server.pid, signal.SIGCONT)
+
+                async def healthy_again() -> bool:
+                    return (await get(http.port, "/healthz"))[0] == 200
+
+                await wait_for(healthy_again, "healthz 200 once the broker answers")
+            finally:
+                await http.close()
+
+
+async def test_readyz_names_a_queue_without_a_consumer(js_env: JsEnv) -> None:
+    topology = Topology.isolated(unique_tag(), max_queues=1)
+    queues = {"a/one": {}, "a/two": {}}
+    try:
+        async with running_service(
+            js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
+        ) as run:
+            http = await HttpEndpoint(run.service, free_port()).start()
+            try:
+                assert await get(http.port, "/healthz") == (200, "ok\n")
+                status, body = await get(http.port, "/readyz")
+                assert status == 503
+                assert body.startswith("not ready\n- queue 'a/two' has no consumer: ")
+            finally:
+                await http.close()
+    finally:
+        await delete_topology(js_env.js, topology)
