@@ -44,6 +44,7 @@ JETSTREAM_COMMANDS: dict[str, list[str]] = {
     "ingest": ["--queue", "monorepo/main", "--uri", "A"],
     "complete": ["--queue", "monorepo/main", "--uri", "A", "--outcome", "succeeded"],
     "status": ["--json"],
+    "explain": ["request/monorepo/main/1"],
     "poll": ["--git-repo", ".", "--ref", "main", "--queue", "monorepo/main", "--once"],
     "demo": [],
 }

@@ -141,6 +141,11 @@ async def running_service(
             await asyncio.wait_for(nc.close(), WAIT_S)
 
 
+def untimed(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Request rows as JSON without their times (``*_at_ms``)."""
+    return [{k: v for k, v in r.items() if not k.endswith("_at_ms")} for r in requests]
+
+
 async def stream_messages(
     js: JetStreamContext, stream: str, subject_prefix: str
 ) -> list[dict[str, Any]]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from ..domain.entities import Request
 from ..domain.errors import NotFound, VersionMismatch
+from ..domain.trail import DEAD_LETTERED, ENDED
 from ..process.services import StageServices
+from ..process.trail import note
 from .record import announce_end
 
 FAIL_CLOSED_ATTEMPTS = 8
@@ -24,8 +26,13 @@ class DeadLetterReconciler:
         self.services = services
         self.lifecycle = services.lifecycle
 
-    async def reconcile(self, request_id: str) -> Request | None:
-        """Fail ``request_id`` closed; ``None`` when no such request exists."""
+    async def reconcile(
+        self, request_id: str, *, error: str = "", attempts: int = 0
+    ) -> Request | None:
+        """Fail ``request_id`` closed; ``None`` when no such request exists.
+
+        ``error`` and ``attempts`` are the dead letter's: noted in the trail with the end.
+        """
         for _ in range(FAIL_CLOSED_ATTEMPTS):
             try:
                 request = await self.lifecycle.requests.get(request_id)
@@ -38,6 +45,15 @@ class DeadLetterReconciler:
                     request = await self.lifecycle.fail_closed(request)
                 except VersionMismatch:
                     continue
+            await note(self.services, DEAD_LETTERED, request, error=error, attempts=attempts)
+            outcome = self.services.roles.outcome_of_state(request.state)
+            await note(
+                self.services,
+                ENDED,
+                request,
+                outcome=outcome.name if outcome is not None else request.state,
+                by="reconciler",
+            )
             await announce_end(self.services, request)
             return request
         raise VersionMismatch(f"request {request_id!r} kept changing while failing it closed")

@@ -36,9 +36,11 @@ from ..domain.entities import Queue, Request
 from ..domain.errors import AlreadyExists, NotFound
 from ..domain.ids import compare_request_id, format_request_id
 from ..domain.queue_names import validate_queue_name
+from ..domain.trail import INGESTED, TrailRecord, detail
 from ..ports.clock import Clock
 from ..ports.publisher import Publisher
 from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
+from ..ports.trail import DecisionTrail
 from ..process.lifecycle import update_queue
 from ..process.services import StageServices
 
@@ -77,6 +79,7 @@ class Ingest:
         uri_index: UriIndex,
         counter: Counter,
         clock: Clock,
+        trail: DecisionTrail | None = None,
     ) -> None:
         if not initial_state:
             raise ValueError("ingest needs the request machine's initial state")
@@ -87,6 +90,7 @@ class Ingest:
         self.uri_index = uri_index
         self.counter = counter
         self.clock = clock
+        self.trail = trail
 
     @classmethod
     def on(cls, services: StageServices, *, uri_index: UriIndex, counter: Counter) -> Ingest:
@@ -99,6 +103,7 @@ class Ingest:
             uri_index=uri_index,
             counter=counter,
             clock=services.clock,
+            trail=services.trail,
         )
 
     async def ingest(self, queue: str, uri: str, *, at_head: bool = False) -> IngestResult:
@@ -121,6 +126,11 @@ class Ingest:
             created = returned = request_id == minted
         await self._ensure_queue(queue)
         request = await self._ensure_request(request_id, queue, uri)
+        if self.trail is not None:
+            # Every ingest of a waiting head notes it; the key keeps one record.
+            why = detail(uri=uri, returned="yes" if returned else "")
+            at = request.ingested_at_ms or self.clock.now_ms()
+            await self.trail.append(TrailRecord(INGESTED, queue, request_id, at, detail=why))
         if request.state != self.initial_state:  # admitted or ended: nothing to heal
             return IngestResult(request_id, created, published=False, returned=returned)
         await self._stamp_latest(queue, request_id)

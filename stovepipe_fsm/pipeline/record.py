@@ -15,7 +15,9 @@ from __future__ import annotations
 from ..domain.entities import Request
 from ..domain.errors import NonRetryable
 from ..domain.hooks import ended_event
+from ..domain.trail import ENDED
 from ..process.services import StageServices
+from ..process.trail import note
 
 __all__ = ["Record", "announce_end"]
 
@@ -46,9 +48,10 @@ class Record:
         self.lifecycle = services.lifecycle
         self.roles = services.roles
 
-    async def complete(self, request_id: str, outcome: str) -> Request:
-        """Record ``outcome`` for ``request_id``; ``ValueError`` for an undeclared outcome,
-        ``NonRetryable`` when the request already ended with another outcome."""
+    async def complete(self, request_id: str, outcome: str, *, by: str = "build") -> Request:
+        """Record ``outcome`` for ``request_id`` as reported ``by`` (build, operator);
+        ``ValueError`` for an undeclared outcome, ``NonRetryable`` when the request already
+        ended with another outcome."""
         declared = self.roles.outcome(outcome)
         request = await self.lifecycle.requests.get(request_id)
         if self.lifecycle.is_terminal(request):
@@ -59,5 +62,6 @@ class Record:
             await self.lifecycle.settle_queue(request)
         else:
             request = await self.lifecycle.apply(request, declared.trigger)
+        await note(self.services, ENDED, request, outcome=outcome, by=by)
         await announce_end(self.services, request)
         return request

@@ -8,6 +8,7 @@ the reconciler, with the lifecycle chosen at construction (``lifecycle_factory``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..ports.clock import Clock
@@ -15,11 +16,13 @@ from ..ports.config import ConfigStore
 from ..ports.publisher import Publisher
 from ..ports.source_control import SourceControlProvider
 from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
+from ..ports.trail import DecisionTrail
 from ..process.catalog import ProcessMachines
 from ..process.controller import ProcessController
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory, StageServices
+from ..process.trail import DiscardedTrail
 from .dlq import DeadLetterReconciler
 from .ingest import Ingest
 from .record import Record
@@ -37,6 +40,10 @@ class Ports:
     source_control: SourceControlProvider
     publisher: Publisher
     clock: Clock
+    #: Where decisions are noted; ``None`` keeps none (the model checker).
+    trail: DecisionTrail | None = None
+    #: The policy hash in force, read for every trail record.
+    policy_hash: Callable[[], str] = lambda: ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,8 @@ def build_stages(
         source_control=ports.source_control,
         publisher=ports.publisher,
         clock=ports.clock,
+        trail=ports.trail if ports.trail is not None else DiscardedTrail(),
+        policy_hash=ports.policy_hash,
         metrics=metrics,
         lifecycle_factory=lifecycle_factory,
     )

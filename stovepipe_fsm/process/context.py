@@ -31,6 +31,8 @@ class DeliveryContext:
     admit_step: Step | None = None
     admit_lost: bool = False
     outcome: str = ""
+    #: The flow transition being run (set by the flow driver): why a hold holds.
+    via: Step | None = None
 
     @property
     def req(self) -> Request:

@@ -22,6 +22,9 @@ converge on the same durable outcome.
 simulated world records from it why a delivery was held (the conditions of the
 transition into the held state), for the timelines that expect a hold reason.
 
+Every delivery notes its decision in the decision trail right before it settles (the
+``ack`` and ``hold`` actions, :func:`.trail.note_decision`).
+
 ``begin``/``resume`` run the same flow in two halves, stopping after a named action: a
 delivery held half-done while other deliveries of its queue run is what a stale ack
 allows on JetStream (``docs/jetstream.md``, fact H), and ``check`` explores it that way.
@@ -68,11 +71,7 @@ class ProcessController:
 
     async def handle(self, delivery: Delivery, *, probe: Probe | None = None) -> str:
         """Run one delivery to the end of its flow; return what settled it (acked|held)."""
-        ctx = DeliveryContext(self.services, delivery, delivery.request_id)
-        started = time.perf_counter()
-        await self.machines.queue_gate.run(ctx, probe=probe)
-        self._observe(ctx, started)
-        return ctx.outcome
+        return (await self.decide(delivery, probe=probe)).outcome
 
     async def decide(self, delivery: Delivery, *, probe: Probe | None = None) -> Decision:
         """:meth:`handle`, answering the flow transition that settled the delivery too."""

@@ -24,6 +24,7 @@ from ..domain.path_globs import first_match
 from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
 from .context import DeliveryContext
+from .trail import note_decision
 
 log = logging.getLogger("stovepipe_fsm.process")
 
@@ -288,14 +289,17 @@ async def publish_build(ctx: DeliveryContext) -> None:
 
 @GATE.action(finishes=True)
 async def ack(ctx: DeliveryContext) -> None:
-    """Settle the delivery as done."""
+    """Settle the delivery as done (noting what it decided in the trail first)."""
+    await note_decision(ctx, held=False)
     await ctx.delivery.ack()
     ctx.outcome = "acked"
 
 
 @GATE.action(finishes=True, parameters=[GATE_WAIT_DELAY_MS])
 async def hold(ctx: DeliveryContext) -> None:
-    """Postpone the same message by gate_wait_delay_ms; not a failure."""
+    """Postpone the same message by gate_wait_delay_ms; not a failure (noted, with the
+    reason, in the trail first)."""
+    await note_decision(ctx, held=True)
     await ctx.delivery.hold(ctx.config.param(GATE_WAIT_DELAY_MS))
     ctx.outcome = "held"
     ctx.services.metrics.count("holds", ctx.req.queue)

@@ -22,6 +22,7 @@ from ..ports.config import ConfigStore
 from ..ports.publisher import Publisher
 from ..ports.source_control import SourceControlProvider
 from ..ports.stores import QueueStore, RequestStore
+from ..ports.trail import DecisionTrail
 from ..spec.compiler import CompiledLifecycle
 from .lifecycle import RequestLifecycle
 from .metrics import Metrics
@@ -98,6 +99,9 @@ class StageServices:
     lifecycle: RequestLifecycle
     metrics: Metrics
     warnings: OnceLog
+    #: Where decisions are noted (:mod:`.trail`), and the policy hash each one carries.
+    trail: DecisionTrail
+    policy_hash: Callable[[], str]
 
     @classmethod
     def build(
@@ -112,6 +116,8 @@ class StageServices:
         source_control: SourceControlProvider,
         publisher: Publisher,
         clock: Clock,
+        trail: DecisionTrail,
+        policy_hash: Callable[[], str] = lambda: "",
         metrics: Metrics | None = None,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
     ) -> StageServices:
@@ -127,4 +133,6 @@ class StageServices:
             lifecycle=lifecycle_factory(request_machine, roles, requests, queues, clock=clock),
             metrics=metrics or Metrics(),
             warnings=OnceLog(),
+            trail=trail,
+            policy_hash=policy_hash,
         )

@@ -133,6 +133,10 @@ class SimDelivery:
     def request_id(self) -> str:
         return self.message.request_id
 
+    @property
+    def stream_seq(self) -> int:
+        return self.message.seq
+
     async def ack(self) -> None:
         self.world.broker.remove(self.message)
         self.outcome = "acked"

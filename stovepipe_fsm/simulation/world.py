@@ -48,6 +48,7 @@ from ..adapters.memory import (
     MemorySourceControl,
     MemoryUriIndex,
 )
+from ..adapters.memory.trail import MemoryTrail
 from ..domain.entities import Request
 from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
@@ -59,7 +60,7 @@ from ..process.catalog import ProcessMachines
 from ..process.controller import Decision, PausedDelivery
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
-from ..spec.compiler import Step
+from ..process.trail import hold_reason
 from .runtime import (
     Crash,
     Message,
@@ -111,23 +112,6 @@ class Hold:
     reason: str
 
 
-def hold_reason(step: Step | None) -> str:
-    """Why a delivery ended where ``step`` took it: the transition's ``conditions``.
-
-    A transition into a held state says why by what it tests (``gate_closed``,
-    ``latest_not_stamped``); one guarded by ``unless`` only says ``not <name>``; an
-    unguarded one by its ``description``, else by its trigger and source state.
-    """
-    t = step.transition if step is not None else None
-    if step is None or t is None:
-        return ""
-    if t.conditions:
-        return " and ".join(c.name for c in t.conditions)
-    if t.unless:
-        return " and ".join(f"not {u.name}" for u in t.unless)
-    return t.description or f"{step.trigger} from {step.source}"
-
-
 @dataclass(frozen=True)
 class InHand:
     """A stalled delivery: the message it carries, its delivery and its paused flow."""
@@ -165,8 +149,12 @@ class World:
         *,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
         changes: Mapping[str, Sequence[str]] | None = None,
+        keep_trail: bool = True,
     ) -> None:
         self.machines = machines
+        #: The decision trail, as the service keeps it (none for the model checker,
+        #: whose states must not carry a growing history).
+        self.trail: MemoryTrail | None = MemoryTrail() if keep_trail else None
         self.config = StepConfigStore(config)
         self.lifecycle_factory = lifecycle_factory
         self.clock = ManualClock(0)
@@ -196,6 +184,7 @@ class World:
             source_control=SingleSourceControl(self.graph),
             publisher=self.publisher,
             clock=self.clock,
+            trail=self.trail,
         )
         stages = build_stages(self.machines, ports, lifecycle_factory=self.lifecycle_factory)
         self.lifecycle = stages.lifecycle
@@ -217,6 +206,7 @@ class World:
         twin.published = self.published.clone()
         twin.broker = self.broker.clone()
         twin.graph = self.graph.clone()
+        twin.trail = self.trail.clone() if self.trail is not None else None
         twin.armed_crash = self.armed_crash
         twin.holds = self.holds
         twin.hold_log = list(self.hold_log)
@@ -304,7 +294,8 @@ class World:
         self.broker.remove(message)
         self.dead_letters.append((message.request_id, reason))
         if parse_request_id(message.request_id).queue == message.queue:
-            run_sync(self.reconciler.reconcile(message.request_id))
+            failures = message.failures
+            run_sync(self.reconciler.reconcile(message.request_id, error=reason, attempts=failures))
 
     def stall(self, point: str) -> DeliveryReport | None:
         """Deliver the due head and stop that delivery after ``point``, still in hand.

@@ -473,6 +473,10 @@ class CompiledFlow(_Compiled):
         """
         terminal, way_out, decide = self.terminal, self._way_out, self._decide
         max_steps = self.max_steps
+        # A context with a ``via`` attribute is told the transition whose actions run.
+        tell = hasattr(ctx, "via")
+        if tell:
+            ctx.via = via
         while True:
             # The transition's actions, with callables resolved at compile time.
             for name, fn, is_async in calls:
@@ -499,5 +503,7 @@ class CompiledFlow(_Compiled):
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )
             via, calls = decide(leave[1], state, leave[0], ctx)
+            if tell:
+                ctx.via = via
             steps += 1
             state = via.dest

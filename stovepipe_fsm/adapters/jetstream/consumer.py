@@ -369,7 +369,7 @@ class DeadLetterConsumer(_PullLoop):
         self,
         js: JetStreamContext,
         topology: Topology,
-        reconcile: Callable[[str], Awaitable[object]],
+        reconcile: Callable[[DeadLetter], Awaitable[object]],
         *,
         terminations: TerminationLedger,
         observer: Observer = _ignore,
@@ -435,7 +435,7 @@ class DeadLetterConsumer(_PullLoop):
             return
         if letter.request_id:
             try:
-                await self.reconcile(letter.request_id)
+                await self.reconcile(letter)
             except NonRetryable as exc:
                 # A stored value no retry can repair (an undecodable row): final.
                 await msg.ack()

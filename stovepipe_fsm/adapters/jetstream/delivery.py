@@ -45,6 +45,10 @@ class JetStreamDelivery:
     def request_id(self) -> str:
         return self._request_id
 
+    @property
+    def stream_seq(self) -> int:
+        return int(self._msg.metadata.sequence.stream)
+
     async def ack(self) -> None:
         with translated(f"ack {self._request_id}"):
             await self._msg.ack()

@@ -10,6 +10,7 @@ Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
     <prefix>.build.<q>            build work, read by the build stage
     <prefix>.hooks.<event type>   hook events (``validation.repository.started`` ...)
     <prefix>.outcome.<q>          build outcomes, recorded by the service (outcomes.py)
+    <prefix>.trail.<q>.<n>.<kind> the decision trail of request n of queue q (trail.py)
     <prefix>.dlq.<stage>.<q>      dead letters
 
 :func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
@@ -20,12 +21,14 @@ the stream and every differing field.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
+from ...domain.ids import parse_request_id
 from .errors import STREAM_NAME_IN_USE_CODE, TopologyMismatch, translated
 from .names import InvalidToken, decode_queue_token, encode_name_token, encode_queue_token
 
@@ -46,6 +49,9 @@ class StreamSpec:
     duplicate_window_s: float
     max_age_s: float | None = None
     max_consumers: int | None = None
+    #: Lets a publish replace its subject's earlier messages (``Nats-Rollup: sub``).
+    allow_rollup: bool = False
+    max_bytes: int = -1
 
     def to_config(self) -> api.StreamConfig:
         return api.StreamConfig(
@@ -58,6 +64,8 @@ class StreamSpec:
             max_age=self.max_age_s,
             max_consumers=self.max_consumers,
             discard=api.DiscardPolicy.OLD,
+            allow_rollup_hdrs=self.allow_rollup,
+            max_bytes=self.max_bytes,
         )
 
     def differences(self, actual: api.StreamConfig) -> list[str]:
@@ -72,6 +80,8 @@ class StreamSpec:
             )
         if _enum_value(actual.storage) != self.storage.value:
             diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
+        if self.allow_rollup and not actual.allow_rollup_hdrs:
+            diffs.append("allow_rollup_hdrs: have false, want true (held records roll up)")
         if (actual.duplicate_window or 0) < self.duplicate_window_s:
             diffs.append(
                 f"duplicate_window: have {actual.duplicate_window or 0}s, want at least "
@@ -117,6 +127,7 @@ class Topology:
     hooks_stream: str = "STOVEPIPE_HOOKS"
     dead_letter_stream: str = "STOVEPIPE_DLQ"
     outcome_stream: str = "STOVEPIPE_OUTCOMES"
+    trail_stream: str = "STOVEPIPE_TRAIL"
     requests_bucket: str = "stovepipe-requests"
     queues_bucket: str = "stovepipe-queues"
     uris_bucket: str = "stovepipe-uris"
@@ -134,6 +145,9 @@ class Topology:
     #: nats-server 2.15 caps streams that leave it unset at 1000 consumers.
     max_queues: int = 10_000
     kv_history: int = 1
+    #: How long the decision trail keeps a record (30 days), and its size bound (none).
+    trail_max_age_s: float = 30 * DAY_S
+    trail_max_bytes: int = -1
     #: The layout request rows are written in (both are read; codec.py).
     request_layout: int = 2
 
@@ -164,6 +178,7 @@ class Topology:
             "hooks_stream": f"STOVEPIPE_{upper}_HOOKS",
             "dead_letter_stream": f"STOVEPIPE_{upper}_DLQ",
             "outcome_stream": f"STOVEPIPE_{upper}_OUTCOMES",
+            "trail_stream": f"STOVEPIPE_{upper}_TRAIL",
             "requests_bucket": f"stovepipe-{tag}-requests",
             "queues_bucket": f"stovepipe-{tag}-queues",
             "uris_bucket": f"stovepipe-{tag}-uris",
@@ -219,6 +234,18 @@ class Topology:
         except InvalidToken as exc:
             raise ValueError(f"{subject!r} is not an outcome subject of {head}*: {exc}") from None
 
+    def trail_subject(self, request_id: str, kind: str, reason: str = "") -> str:
+        """The subject of one request's records of one kind (a hold: of one reason)."""
+        parsed = parse_request_id(request_id)
+        base = f"{self.prefix}.trail.{encode_queue_token(parsed.queue)}.{parsed.counter}.{kind}"
+        if not reason:
+            return base
+        return f"{base}.{hashlib.sha256(reason.encode()).hexdigest()[:16]}"
+
+    def trail_filter(self, request_id: str) -> str:
+        parsed = parse_request_id(request_id)
+        return f"{self.prefix}.trail.{encode_queue_token(parsed.queue)}.{parsed.counter}.>"
+
     def dead_letter_subject(self, queue: str, stage: str = "process") -> str:
         if not _SIMPLE_NAME_RE.match(stage):
             raise ValueError(f"stage {stage!r} must match [A-Za-z0-9_-]+")
@@ -233,6 +260,7 @@ class Topology:
             self.hooks_stream,
             self.dead_letter_stream,
             self.outcome_stream,
+            self.trail_stream,
         )
 
     def bucket_names(self) -> tuple[str, ...]:
@@ -283,6 +311,17 @@ class Topology:
             # Limits, not a work queue: recorded outcomes stay (for their max age) as the
             # history of what builds reported.
             spec(self.outcome_stream, self.outcome_filter(), limits, self.message_max_age_s),
+            StreamSpec(
+                name=self.trail_stream,
+                subjects=(f"{self.prefix}.trail.>",),
+                retention=limits,
+                storage=self.storage,
+                replicas=self.replicas,
+                duplicate_window_s=self.duplicate_window_s,
+                max_age_s=self.trail_max_age_s,
+                allow_rollup=True,
+                max_bytes=self.trail_max_bytes,
+            ),
         )
 
     def bucket_specs(self) -> tuple[BucketSpec, ...]:

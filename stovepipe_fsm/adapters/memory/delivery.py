@@ -21,9 +21,10 @@ class DeliveryAlreadyFinished(RuntimeError):
 class MemoryDelivery:
     """``Delivery`` recording its outcome (``acked`` or ``held`` with a delay)."""
 
-    def __init__(self, queue: str, request_id: str) -> None:
+    def __init__(self, queue: str, request_id: str, stream_seq: int = 0) -> None:
         self._queue = queue
         self._request_id = request_id
+        self._stream_seq = stream_seq
         self._outcome: Outcome | None = None
         self._delay_ms: int | None = None
         self.in_progress_calls = 0
@@ -31,6 +32,10 @@ class MemoryDelivery:
     @property
     def queue(self) -> str:
         return self._queue
+
+    @property
+    def stream_seq(self) -> int:
+        return self._stream_seq
 
     @property
     def request_id(self) -> str:

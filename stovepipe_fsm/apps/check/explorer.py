@@ -113,6 +113,7 @@ class Setup:
             config,
             self.bounds.history(),
             lifecycle_factory=self.variant.lifecycle_factory,
+            keep_trail=False,
         )
 
 

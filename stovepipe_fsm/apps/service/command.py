@@ -134,6 +134,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
+    p = sub.add_parser("explain", help="a request's decisions, in time order, and why")
+    _broker_args(p)
+    p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
+    p.add_argument("--queue", help="with --uri: the request of this head")
+    p.add_argument("--uri")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=_needs_nats("explain", cmd_explain))
+
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
     _broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -367,6 +375,29 @@ def cmd_complete(args: argparse.Namespace) -> int:
             nats_options(args), topology_of(args), args.queue, args.uri, args.outcome, args.wait
         )
         print(json.dumps(answer))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from ...domain.trail import TrailRecord
+    from ...views.trail import render_history
+    from .operators import explain_document
+
+    if bool(args.request_id) == bool(args.queue and args.uri):
+        print("error: give a REQUEST_ID, or --queue and --uri", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        doc = await explain_document(
+            nats_options(args), topology_of(args), args.request_id, args.queue, args.uri
+        )
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            records = [TrailRecord.from_json(r) for r in doc["history"]]
+            print(render_history(doc["request"], records))
         return EXIT_OK
 
     return _run_operator(run())

@@ -28,6 +28,7 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.bounded_text import clip
 from ...domain.entities import Queue, Request
@@ -39,6 +40,7 @@ from ...ports.stores import RequestStore, UriIndex
 from ...process.catalog import load_process_machines
 from ...spec.errors import SpecError
 from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
+from ...views.trail import history_json
 from .connect import NatsOptions, connect
 
 #: How often ``complete --wait`` looks at the request row.
@@ -88,6 +90,7 @@ async def operator_ingest(
             uri_index=stores.uris,
             counter=stores.counters,
             clock=SystemClock(),
+            trail=JetStreamTrail(js, topology),
         )
     finally:
         await nc.close()
@@ -280,3 +283,33 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         lines.append(f"damaged rows ({len(damaged)}, not decodable):")
         lines += [f"  {d['bucket']} {d['key']}: {d['error']}" for d in damaged]
     return "\n".join(lines)
+
+
+async def explain_document(
+    options: NatsOptions, topology: Topology, request_id: str, queue: str, uri: str
+) -> dict[str, Any]:
+    """The request (by id, or by queue and uri) and its decision trail.
+
+    ``NotFound`` (exit 2) when neither a row nor a trail record names it.
+    """
+    nc = await connect(options)
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, topology)
+        stores = await open_kv_stores(js, topology)
+        if not request_id:
+            request_id = await request_for_uri(stores.uris, normalize_queue_name(queue), uri)
+        try:
+            parse_request_id(request_id)
+        except ValueError as exc:
+            raise NotFound(f"{request_id!r} is not a request id: {exc}") from None
+        try:
+            row: dict[str, Any] | None = request_json(await stores.requests.get(request_id))
+        except NotFound:
+            row = None
+        records = await JetStreamTrail(js, topology).history(request_id)
+        if row is None and not records:
+            raise NotFound(f"no request {request_id!r} and no decision about it")
+        return history_json(row, records)
+    finally:
+        await nc.close()

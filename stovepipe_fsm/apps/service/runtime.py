@@ -33,7 +33,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from ...adapters.jetstream.consumer import (
     Observer,
     ProcessConsumer,
 )
+from ...adapters.jetstream.dead_letter import DeadLetter
 from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
@@ -58,6 +59,7 @@ from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
+from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
 from ...pipeline.dlq import DeadLetterReconciler
@@ -130,9 +132,11 @@ class Pipeline:
         """A build outcome, recorded by the stages in force."""
         return await self.stages.record.complete(request_id, outcome)
 
-    async def reconcile(self, request_id: str) -> object:
+    async def reconcile(self, letter: DeadLetter) -> object:
         """A dead letter, reconciled by the stages in force."""
-        return await self.stages.reconciler.reconcile(request_id)
+        return await self.stages.reconciler.reconcile(
+            letter.request_id, error=letter.error, attempts=letter.attempts
+        )
 
     @property
     def controller(self) -> ProcessController:
@@ -164,8 +168,12 @@ async def open_pipeline(
     source_control: SourceControlProvider | None = None,
     clock: Clock | None = None,
     metrics: Metrics | None = None,
+    policy_hash: Callable[[], str] = lambda: "",
 ) -> Pipeline:
-    """Create the topology if missing, open the stores and wire every app on them."""
+    """Create the topology if missing, open the stores and wire every app on them.
+
+    ``policy_hash`` is read for every trail record: the hash of the policy in force.
+    """
     await ensure_topology(js, topology)
     stores = await open_kv_stores(js, topology)
     ports = Ports(
@@ -177,6 +185,8 @@ async def open_pipeline(
         source_control=source_control or config_repositories(config),
         publisher=JetStreamPublisher(js, topology),
         clock=clock or SystemClock(),
+        trail=JetStreamTrail(js, topology),
+        policy_hash=policy_hash,
     )
     with translated(f"open bucket {topology.attempts_bucket}"):
         attempts_kv = await js.key_value(topology.attempts_bucket)
@@ -265,6 +275,7 @@ class Service:
             source_control=self.source_control,
             clock=self.clock,
             metrics=self.metrics,
+            policy_hash=lambda: self.policy_hash,
         )
         pipeline = self.pipeline
         if self.reloader is not None:

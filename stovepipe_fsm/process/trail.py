@@ -1,0 +1,105 @@
+"""Writing the decision trail: what each stage notes, and a trail that keeps nothing.
+
+The stages note a decision after its durable write and before they settle (ack, hold,
+return), so a crash in between is followed by a redelivery that notes it again under the
+same key (:mod:`stovepipe_fsm.domain.trail`): nothing is lost, nothing doubled. The
+process stage notes in its finishing actions (``ack``, ``hold``), through
+:func:`note_decision`: what the delivery decided is read off its context, and why it was
+held off the flow transition that led to the hold (:func:`hold_reason`).
+"""
+
+from __future__ import annotations
+
+from ..domain.entities import Request
+from ..domain.trail import ADMITTED, HELD, SUPERSEDED, TrailRecord, detail
+from ..spec.compiler import Step
+from .context import DeliveryContext
+from .services import StageServices
+
+
+class DiscardedTrail:
+    """A ``DecisionTrail`` that keeps nothing: for the model checker, whose states must not
+    grow with a history, and for callers that want no trail."""
+
+    async def append(self, record: TrailRecord) -> None:
+        return None
+
+    async def history(self, request_id: str) -> list[TrailRecord]:
+        return []
+
+
+async def note(
+    services: StageServices,
+    kind: str,
+    request: Request,
+    *,
+    tag: str = "",
+    stream_seq: int = 0,
+    **why: object,
+) -> None:
+    """Append one decision about ``request`` now, under the policy in force."""
+    await services.trail.append(
+        TrailRecord(
+            kind=kind,
+            queue=request.queue,
+            request_id=request.id,
+            at_ms=services.clock.now_ms(),
+            detail=detail(**why),
+            tag=tag,
+            stream_seq=stream_seq,
+            policy=services.policy_hash(),
+        )
+    )
+
+
+def hold_reason(step: Step | None) -> str:
+    """Why a delivery ended where ``step`` took it: the transition's ``conditions``.
+
+    A transition into a held state says why by what it tests (``gate_closed``,
+    ``latest_not_stamped``); one guarded by ``unless`` only says ``not <name>``; an
+    unguarded one by its ``description``, else by its trigger and source state.
+    """
+    t = step.transition if step is not None else None
+    if step is None or t is None:
+        return ""
+    if t.conditions:
+        return " and ".join(c.name for c in t.conditions)
+    if t.unless:
+        return " and ".join(f"not {u.name}" for u in t.unless)
+    return t.description or f"{step.trigger} from {step.source}"
+
+
+async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
+    """Note what this delivery decided (nothing for a request it only acked as done)."""
+    request = ctx.request
+    if request is None:
+        return
+    services = ctx.services
+    roles = services.roles
+    seq = ctx.delivery.stream_seq
+    if held:
+        reason = hold_reason(ctx.via)
+        queue = ctx.queue
+        await note(
+            services,
+            HELD,
+            request,
+            tag=reason,
+            stream_seq=seq,
+            reason=reason,
+            holders=", ".join(queue.slot_holders) if queue is not None else "",
+            # The effective parameters (max_concurrent, paused, ... as the policy declares
+            # them) the hold was decided under.
+            parameters=", ".join(f"{k}={v}" for k, v in sorted(ctx.config.parameters)),
+        )
+    elif request.state in roles.superseded_states:
+        await note(services, SUPERSEDED, request, stream_seq=seq, by=request.superseded_by)
+    elif request.state in roles.admitted_states:
+        await note(
+            services,
+            ADMITTED,
+            request,
+            stream_seq=seq,
+            strategy=request.build_strategy,
+            base=request.base_uri,
+        )
