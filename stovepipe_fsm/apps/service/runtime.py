@@ -63,6 +63,7 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from .keepalive import KeptAlive
 from .policy import PolicyReloader
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -70,6 +71,8 @@ log = logging.getLogger("stovepipe_fsm.service")
 
 @dataclass(frozen=True)
 class ServiceOptions:
+    #: How long a message in hand may go without a sign of life before the broker hands
+    #: it to another replica; :class:`~.keepalive.KeptAlive` keeps long steps inside it.
     ack_wait_s: float = DEFAULT_ACK_WAIT_S
     fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
     retry_base_s: float = DEFAULT_RETRY_BASE_S
@@ -279,7 +282,7 @@ class Service:
             self.js,
             self.topology,
             queue,
-            handler=self.pipeline,
+            handler=KeptAlive(self.pipeline, self.options.ack_wait_s),
             config=self.config,
             ledger=self.pipeline.ledger,
             observer=self._observe,
