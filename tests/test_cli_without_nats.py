@@ -45,6 +45,7 @@ JETSTREAM_COMMANDS: dict[str, list[str]] = {
     "complete": ["--queue", "monorepo/main", "--uri", "A", "--outcome", "succeeded"],
     "status": ["--json"],
     "poll": ["--git-repo", ".", "--ref", "main", "--queue", "monorepo/main", "--once"],
+    "prune": ["--older-than", "7d"],
     "demo": [],
 }
 
