@@ -133,6 +133,32 @@ def test_durations() -> None:
             parse_duration(bad)
 
 
+def test_serve_reports_a_replica_mismatch_and_exits(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tag = unique_tag()
+    common = ["--nats", nats_server.url, "--topology-tag", tag]
+    try:
+        done = cli("ingest", *common, "--queue", "q", "--uri", "A")
+        assert done.returncode == 0, done.stderr
+        done = cli("serve", *common, "--replicas", "3")
+        assert done.returncode == 1
+        assert "TopologyMismatch" in done.stderr
+        assert "replicas: have 1, want 3" in done.stderr
+        done = cli("ingest", *common, "--queue", "q", "--uri", "B", "--replicas", "3")
+        assert done.returncode == 1 and "replicas: have 1, want 3" in done.stderr
+    finally:
+
+        async def cleanup() -> None:
+            from nats_server import connect as test_connect
+
+            nc = await test_connect(nats_server)
+            try:
+                await delete_topology(nc.jetstream(), Topology.isolated(tag))
+            finally:
+                await nc.close()
+
+        asyncio.run(cleanup())
+
+
 def test_bad_replica_and_ack_wait_settings_are_usage_errors() -> None:
     done = cli("serve", "--replicas", "0")
     assert done.returncode == 2 and "replica count" in done.stderr

@@ -307,6 +307,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except NatsServerError as exc:  # --embedded: the local broker did not start
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except StovepipeError as exc:  # e.g. a topology this service must not use as it is
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
     except (OSError, nats.errors.Error) as exc:
         print(f"error: cannot reach NATS: {exc}", file=sys.stderr)
         return EXIT_FAIL
