@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
+import subprocess
+import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from nats.js import api
 from nats_server import JsEnv, delete_topology, unique_tag
 from test_service_cli import cli
+from test_service_support import FAST, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import Topology, TopologyMismatch, ensure_topology
 from stovepipe_fsm.adapters.jetstream.delivery import JetStreamDelivery
@@ -165,9 +169,6 @@ def test_bad_replica_and_ack_wait_settings_are_usage_errors() -> None:
     done = cli("serve", "--ack-wait", "soon")
     assert done.returncode == 2 and "not a duration" in done.stderr
     env = {**os.environ, "STOVEPIPE_REPLICAS": "three"}
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-m", "stovepipe_fsm.apps.cli", "serve", "--nats", "nats://127.0.0.1:1"],
         env=env,
@@ -307,3 +308,20 @@ async def _exists(pipeline: Any, request_id: str) -> bool:
     except NotFound:
         return False
     return True
+
+
+async def test_the_service_prunes_by_itself_when_told_to(js_env: JsEnv) -> None:
+    machines = load_process_machines("machines")
+    pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
+    old, latest = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
+    options = replace(FAST, prune_older_than_s=1.0, prune_interval_s=0.2)
+    async with running_service(js_env.server, js_env.topology, CONFIG, options=options):
+
+        async def old_gone() -> bool:
+            return not await _exists(pipeline, old)
+
+        await wait_for(old_gone, "the superseded request pruned")
+        assert await pipeline.ingest.uri_index.get("q", "A") is None
+        await asyncio.sleep(1.5)  # well past the bound: the latest request is never pruned
+        assert await _exists(pipeline, latest)
+        assert await pipeline.ingest.uri_index.get("q", "B") == latest

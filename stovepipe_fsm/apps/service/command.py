@@ -93,6 +93,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help=f"how long a message in hand may go unacknowledged before another replica "
         f"gets it (env {ACK_WAIT_ENV}; default {DEFAULT_ACK_WAIT})",
     )
+    p.add_argument(
+        "--prune-older-than",
+        type=_duration,
+        default=None,
+        metavar="AGE",
+        help="every hour, remove terminal requests (and their uri-index entries) older "
+        "than AGE, as the prune command does (default: keep them for ever)",
+    )
     p.add_argument("--embedded", action="store_true", help="start a local nats-server")
     p.add_argument("--data-dir", help="store directory of the embedded server")
     p.add_argument("--http-port", type=int, help="serve /healthz and /metrics on loopback")
@@ -116,7 +124,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         required=True,
         help="a build outcome declared under 'outcomes:' in the request machine",
     )
-    _topology_args(p)
     p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
@@ -344,7 +351,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             reloader.machines,
             reloader.config,
             reloader=reloader,
-            options=ServiceOptions(ack_wait_s=ack_wait_of(args)),
+            options=ServiceOptions(
+                ack_wait_s=ack_wait_of(args), prune_older_than_s=args.prune_older_than
+            ),
         )
         await service.start()
         http = None

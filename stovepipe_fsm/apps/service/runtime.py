@@ -49,6 +49,7 @@ from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
+from ...adapters.jetstream.prune import PruneReport, prune_terminal_requests
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
 from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
@@ -83,6 +84,11 @@ class ServiceOptions:
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
     policy_check_interval_s: float = 1.0
+    #: Terminal requests older than this are pruned (with their uri-index entries);
+    #: ``None`` keeps them for ever.
+    prune_older_than_s: float | None = None
+    #: How often the prune runs when ``prune_older_than_s`` is set.
+    prune_interval_s: float = 3600.0
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -261,6 +267,8 @@ class Service:
             await self.add_queue(queue)
         await self.discover()
         self._spawn("discover", self._discover_loop())
+        if self.options.prune_older_than_s is not None:
+            self._spawn("prune", self._prune_loop(self.options.prune_older_than_s))
         if self.reloader is not None:
             log.info("policy %s in force", self.reloader.hash)
             await self._record_policy()
@@ -379,6 +387,25 @@ class Service:
                 await self.reload_policy()
             except Exception as exc:  # the broker may be reconnecting; try next round
                 log.warning("policy check failed: %s: %s", type(exc).__name__, exc)
+
+    async def prune(self, older_than_s: float) -> PruneReport:
+        """Remove terminal requests older than ``older_than_s``; terminal is what the
+        request machine in force declares."""
+        report = await prune_terminal_requests(
+            self.js, self.topology, self.machines.request.terminal, older_than_s
+        )
+        if report.pruned:
+            log.info("pruned %d terminal request(s)", len(report.pruned))
+        return report
+
+    async def _prune_loop(self, older_than_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.prune(older_than_s)
+            except Exception as exc:  # the broker may be reconnecting; try next round
+                log.warning("prune failed: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.options.prune_interval_s)
 
     async def _record_policy(self) -> None:
         record = PolicyRecord(self.policy_hash, int(time.time() * 1000), self.replica)
