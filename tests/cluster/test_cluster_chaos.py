@@ -230,6 +230,7 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
         elapsed = time.monotonic() - started
         info = await operator.jetstream().stream_info(topology.process_stream)
         replicas = info.config.num_replicas
+        bucket = await operator.jetstream().stream_info(f"KV_{topology.queues_bucket}")
     await operator.close()
 
     # The longest wait for a decision while heads kept arriving.
@@ -248,7 +249,7 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
         f"{len(wedged)}; dead letters {timeline.dead_letters}; states {dict(states)}; "
         f"limit samples {samples}, over the limit {len(over_limit)}"
     )
-    assert replicas == 3
+    assert replicas == 3 and bucket.config.num_replicas == 3
     assert len(kills) == 2
     assert len(ingested) == len(set(ingested)) >= 40
     assert lost == 0 and timeline.dead_letters == 0

@@ -481,7 +481,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .connect import connect
 
     async def run() -> int:
-        # Terminal is what the request machine in force declares, never a fixed name.
+        # Terminal is what the request machine under --machines declares, never a name
+        # written here.
         terminal = load_process_machines(args.machines).request.terminal
         nc = await connect(nats_options(args))
         try:
