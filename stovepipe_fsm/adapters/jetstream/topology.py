@@ -12,15 +12,15 @@ Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
     <prefix>.dlq.<stage>.<q>      dead letters
 
 :func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
-a stream: a stream created by someone else with different subjects, retention, storage,
-replica count or message age limit is an operator decision this service must not
-overwrite, so it stops with an error naming the stream and every differing field.
+a stream: a stream created by someone else with different subjects, retention, storage
+or replica count (or, for dead letters, age limit) is an operator decision this service
+must not overwrite, so it stops with an error naming the stream and every differing field.
 
-Replicas and the age limits are checked, not applied in place, although JetStream could
-raise a stream's replica count on a running cluster: a replica started with a stale
-``--replicas`` or retention setting would otherwise quietly undo what the operator chose.
-Changing them is a deliberate stream update, after which every replica starts with the new
-settings (docs/jetstream.md, "Clustered deployment").
+The replica count and the dead-letter age are checked, not applied in place, although
+JetStream could change a stream's replica count on a running cluster: a replica started
+with a stale ``--replicas`` or retention setting would otherwise quietly undo what the
+operator chose. Changing them is a deliberate stream update, after which every replica
+starts with the new settings (docs/service.md, "Clustered deployment").
 """
 
 from __future__ import annotations
