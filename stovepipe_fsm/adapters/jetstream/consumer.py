@@ -73,7 +73,7 @@ from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
 
-DEFAULT_ACK_WAIT_S = 30.0
+DEFAULT_ACK_WAIT_S = 10.0
 DEFAULT_FETCH_TIMEOUT_S = 1.0
 DEAD_LETTER_RETRY_S = 2.0
 #: The most characters of a request id or an error a log line quotes.

@@ -14,9 +14,10 @@ class JetStreamDelivery:
     """The Delivery port over one JetStream message; remembers how it was settled.
 
     ``in_progress`` only reaches the broker once half of ``ack_wait_s`` has passed since
-    the message arrived: before that the deadline is still further away than any single
-    step may take (source-control calls time out well inside half the ack wait), and the
-    round trip would be pure cost on every admit.
+    the message arrived (or since it last reached it): before that the deadline is still
+    at least half an ack wait away, and the round trip would be pure cost on every admit.
+    A step that may outlast that half (a slow git call) is covered by the service's
+    heartbeat, which calls this regularly while a delivery is handled.
     """
 
     def __init__(

@@ -1,12 +1,25 @@
-"""Creating a durable pull consumer, idempotently, when several replicas start at once."""
+"""Creating a durable pull consumer, idempotently, when several replicas start at once.
+
+A consumer that exists already is brought to the configured settings the server lets a
+consumer change in place (``ack_wait``, ``max_ack_pending``, ``max_deliver``), so a new
+``--ack-wait`` takes effect on the next start instead of being ignored. Every replica
+should run with the same settings: the last one to start wins.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
 from .errors import MAX_CONSUMERS_CODE, translated
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+#: Settings compared with an existing consumer's: the ones the server updates in place.
+EDITABLE = ("ack_wait", "max_ack_pending", "max_deliver")
 
 
 class ConsumerLimitReached(NonRetryable):
@@ -16,15 +29,22 @@ class ConsumerLimitReached(NonRetryable):
 async def ensure_pull_consumer(
     js: JetStreamContext, stream: str, config: api.ConsumerConfig
 ) -> None:
-    """Create the durable consumer unless it exists (replicas race here harmlessly)."""
+    """Create the durable consumer unless it exists (replicas race here harmlessly);
+    update an existing one whose editable settings differ from ``config``."""
     name = config.durable_name
     assert name is not None
     with translated(f"ensure consumer {stream}/{name}"):
         try:
-            await js.consumer_info(stream, name)
-            return
+            info = await js.consumer_info(stream, name)
         except nats.js.errors.NotFoundError:
             pass
+        else:
+            changed = differing_settings(info.config, config)
+            if changed:
+                # A create with the same name and filter is the server's update.
+                await js.add_consumer(stream, config=config)
+                log.info("consumer %s/%s updated: %s", stream, name, "; ".join(changed))
+            return
         try:
             await js.add_consumer(stream, config=config)
         except nats.js.errors.APIError as exc:
@@ -42,3 +62,20 @@ async def ensure_pull_consumer(
                     ) from None
                 raise
             return
+
+
+def differing_settings(have: api.ConsumerConfig, want: api.ConsumerConfig) -> list[str]:
+    """``setting: have X, want Y`` for each editable setting ``want`` sets differently."""
+    diffs = []
+    for field in EDITABLE:
+        wanted = getattr(want, field)
+        actual = getattr(have, field)
+        if wanted is None:
+            continue
+        if field == "ack_wait":  # seconds as float, nanoseconds on the wire
+            same = actual is not None and abs(float(actual) - float(wanted)) < 1e-3
+        else:
+            same = actual == wanted
+        if not same:
+            diffs.append(f"{field}: have {actual}, want {wanted}")
+    return diffs

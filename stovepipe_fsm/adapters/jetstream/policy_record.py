@@ -1,9 +1,10 @@
 """Which policy the service has in force, kept in the service bucket.
 
 ``serve`` writes the record on start (before it consumes anything) and on every reload.
-``status`` shows it; ``ingest`` takes the request machine's initial state from it and
-``complete`` checks an outcome's name against it, so neither loads a policy file: an
-operator command never depends on the machines in its working directory. One key: with
+``status`` shows it; ``ingest`` takes the request machine's initial state from it,
+``complete`` checks an outcome's name against it and ``prune`` takes the terminal states
+from it, so none of them loads a policy file: an operator command never depends on the
+machines in its working directory. One key: with
 several replicas it names the policy of the replica that (re)loaded last, which is what
 an operator rolling out an edit wants to see converge.
 """
@@ -35,6 +36,7 @@ class PolicyRecord:
     replica: str
     request_initial: str = ""
     outcomes: dict[str, list[str]] = field(default_factory=dict)
+    terminal_states: list[str] = field(default_factory=list)
 
 
 async def write_policy_record(
@@ -66,6 +68,7 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
                 str(name): [str(state) for state in states]
                 for name, states in dict(data.get("outcomes", {})).items()
             },
+            terminal_states=[str(state) for state in data.get("terminal_states", [])],
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None

@@ -14,9 +14,15 @@ Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
     <prefix>.dlq.<stage>.<q>      dead letters
 
 :func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
-a stream: a stream created by someone else with different subjects, retention or storage
-is an operator decision this service must not overwrite, so it stops with an error naming
-the stream and every differing field.
+a stream: a stream created by someone else with different subjects, retention, storage
+or replica count (or, for dead letters, age limit) is an operator decision this service
+must not overwrite, so it stops with an error naming the stream and every differing field.
+
+The replica count and the dead-letter age are checked, not applied in place, although
+JetStream could change a stream's replica count on a running cluster: a replica started
+with a stale ``--replicas`` or retention setting would otherwise quietly undo what the
+operator chose. Changing them is a deliberate stream update, after which every replica
+starts with the new settings (docs/service.md, "Clustered deployment").
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ class StreamSpec:
     #: Lets a publish replace its subject's earlier messages (``Nats-Rollup: sub``).
     allow_rollup: bool = False
     max_bytes: int = -1
+    #: Whether a differing ``max_age`` is a mismatch: only where the service's own
+    #: retention setting chose it (dead letters); elsewhere an operator's edit stands.
+    owns_max_age: bool = False
 
     def to_config(self) -> api.StreamConfig:
         return api.StreamConfig(
@@ -82,6 +91,13 @@ class StreamSpec:
             diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
         if self.allow_rollup and not actual.allow_rollup_hdrs:
             diffs.append("allow_rollup_hdrs: have false, want true (held records roll up)")
+        have_replicas = actual.num_replicas or 1
+        if have_replicas != self.replicas:
+            diffs.append(f"replicas: have {have_replicas}, want {self.replicas}")
+        if self.owns_max_age and _age(actual.max_age) != _age(self.max_age_s):
+            diffs.append(
+                f"max_age: have {_age_text(actual.max_age)}, want {_age_text(self.max_age_s)}"
+            )
         if (actual.duplicate_window or 0) < self.duplicate_window_s:
             diffs.append(
                 f"duplicate_window: have {actual.duplicate_window or 0}s, want at least "
@@ -114,6 +130,9 @@ class BucketSpec:
             diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
         if actual.max_msgs_per_subject < 1:
             diffs.append(f"history: have {actual.max_msgs_per_subject}, want {self.history}")
+        have_replicas = actual.num_replicas or 1
+        if have_replicas != self.replicas:
+            diffs.append(f"replicas: have {have_replicas}, want {self.replicas}")
         return diffs
 
 
@@ -139,8 +158,10 @@ class Topology:
     replicas: int = 1
     #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
     duplicate_window_s: float = 120.0
-    #: Age after which build, hook and outcome messages are discarded (dead letters are kept).
+    #: Age after which build, hook and outcome messages are discarded.
     message_max_age_s: float = 7 * DAY_S
+    #: Age after which dead-letter records are discarded; ``None`` keeps them for ever.
+    dead_letter_max_age_s: float | None = None
     #: One process consumer per queue: this is the cap on queues. Set explicitly because
     #: nats-server 2.15 caps streams that leave it unset at 1000 consumers.
     max_queues: int = 10_000
@@ -164,6 +185,8 @@ class Topology:
             raise ValueError("max_queues and replicas must be >= 1, kv_history in 1..64")
         if self.request_layout not in (1, 2):
             raise ValueError(f"request layout must be 1 or 2, got {self.request_layout}")
+        if self.dead_letter_max_age_s is not None and self.dead_letter_max_age_s <= 0:
+            raise ValueError("dead_letter_max_age_s must be positive (None keeps for ever)")
 
     @classmethod
     def isolated(cls, tag: str, **overrides: object) -> Topology:
@@ -285,6 +308,7 @@ class Topology:
             retention: api.RetentionPolicy,
             max_age_s: float | None = None,
             max_consumers: int | None = None,
+            owns_max_age: bool = False,
         ) -> StreamSpec:
             return StreamSpec(
                 name=name,
@@ -295,6 +319,7 @@ class Topology:
                 duplicate_window_s=self.duplicate_window_s,
                 max_age_s=max_age_s,
                 max_consumers=max_consumers,
+                owns_max_age=owns_max_age,
             )
 
         limits = api.RetentionPolicy.LIMITS
@@ -307,7 +332,13 @@ class Topology:
             ),
             spec(self.build_stream, f"{self.prefix}.build.*", limits, self.message_max_age_s),
             spec(self.hooks_stream, f"{self.prefix}.hooks.>", limits, self.message_max_age_s),
-            spec(self.dead_letter_stream, f"{self.prefix}.dlq.>", limits),
+            spec(
+                self.dead_letter_stream,
+                f"{self.prefix}.dlq.>",
+                limits,
+                self.dead_letter_max_age_s,
+                owns_max_age=True,
+            ),
             # Limits, not a work queue: recorded outcomes stay (for their max age) as the
             # history of what builds reported.
             spec(self.outcome_stream, self.outcome_filter(), limits, self.message_max_age_s),
@@ -410,6 +441,15 @@ def _raise_on_mismatch(kind: str, name: str, diffs: list[str]) -> None:
             f"({'; '.join(diffs)}). It was left unchanged: fix the service's topology "
             f"settings, or migrate the {kind} deliberately."
         )
+
+
+def _age(seconds: float | None) -> float:
+    """A max_age as the server reports it: 0 means unlimited; whole milliseconds."""
+    return round(seconds or 0.0, 3)
+
+
+def _age_text(seconds: float | None) -> str:
+    return f"{_age(seconds):g}s" if _age(seconds) else "unlimited"
 
 
 def _enum_value(value: object) -> object:

@@ -40,7 +40,7 @@ class KvUriIndex:
             try:
                 entry = await self._cell.read(key)
             except NotFound:
-                # Entries are never deleted by the pipeline; an operator purge raced us.
+                # Only prune deletes entries (of old terminal requests); it raced us.
                 continue
             return self._checked(queue, uri, decode_uri_entry(entry.value)).request_id
         raise Retryable(f"uri index {queue!r} {uri!r}: entry kept appearing and vanishing")

@@ -86,6 +86,22 @@ def _needs_nats(
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("serve", help="run the process stage as a JetStream consumer service")
     _broker_args(p)
+    _topology_args(p)
+    p.add_argument(
+        "--ack-wait",
+        type=_duration,
+        default=None,
+        help=f"how long a message in hand may go unacknowledged before another replica "
+        f"gets it (env {ACK_WAIT_ENV}; default {DEFAULT_ACK_WAIT})",
+    )
+    p.add_argument(
+        "--prune-older-than",
+        type=_duration,
+        default=None,
+        metavar="AGE",
+        help="every hour, remove terminal requests (and their uri-index entries) older "
+        "than AGE, as the prune command does (default: keep them for ever)",
+    )
     p.add_argument("--embedded", action="store_true", help="start a local nats-server")
     p.add_argument("--data-dir", help="store directory of the embedded server")
     p.add_argument(
@@ -111,6 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="URI is what the ref names right now (you just looked): a return to a head "
         "the queue had moved on from is validated again",
     )
+    _topology_args(p)
     p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
     p = sub.add_parser(
@@ -155,15 +172,59 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queue", required=True)
     p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     p.add_argument("--once", action="store_true", help="poll one round and exit")
+    _topology_args(p)
     p.set_defaults(handler=_needs_nats("poll", cmd_poll))
+
+    p = sub.add_parser(
+        "prune", help="remove terminal requests (and their uri-index entries) older than AGE"
+    )
+    _broker_args(p)
+    p.add_argument(
+        "--older-than",
+        required=True,
+        type=_duration,
+        metavar="AGE",
+        help="e.g. 7d, 12h: age of the request's last write",
+    )
+    p.add_argument("--dry-run", action="store_true", help="report what would go, remove nothing")
+    p.set_defaults(handler=_needs_nats("prune", cmd_prune))
 
     p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
     p.add_argument("--machines", default=DEFAULT_MACHINES)
     p.set_defaults(handler=_needs_nats("demo", cmd_demo, starts_server=lambda _args: True))
 
 
+REPLICAS_ENV = "STOVEPIPE_REPLICAS"
+ACK_WAIT_ENV = "STOVEPIPE_ACK_WAIT"
+DEFAULT_ACK_WAIT = "10s"
+
+
+def _duration(text: str) -> float:
+    from .durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _replicas(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the replica count is a whole number >= 1")
+    return value
+
+
 def _broker_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nats", default=None, help="server URL (env STOVEPIPE_NATS_URL)")
+    p.add_argument(
+        "--nats",
+        default=None,
+        help="server URL, or several seed URLs of one cluster separated by commas "
+        "(env STOVEPIPE_NATS_URL)",
+    )
     p.add_argument("--creds", help="NATS credentials file (env STOVEPIPE_NATS_CREDS)")
     p.add_argument("--nkey", metavar="FILE", help="nkey seed file (env STOVEPIPE_NATS_NKEY)")
     p.add_argument("--user", help="NATS user (env STOVEPIPE_NATS_USER)")
@@ -200,6 +261,24 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
         default=2,
         help="layout request rows are written in (default 2; 1 while a replica of a release "
         "that reads only layout 1 still runs)",
+    )
+
+
+def _topology_args(p: argparse.ArgumentParser) -> None:
+    """What a command that may create the streams and buckets creates them with."""
+    p.add_argument(
+        "--replicas",
+        type=_replicas,
+        default=None,
+        help=f"replica count of every stream and bucket created (env {REPLICAS_ENV}; "
+        "default 1; 3 on a 3-node cluster); an existing one with another count is an error",
+    )
+    p.add_argument(
+        "--retain-dead-letters",
+        type=_duration,
+        default=None,
+        metavar="AGE",
+        help="discard dead-letter records older than AGE (default: keep them for ever)",
     )
 
 
@@ -241,12 +320,46 @@ def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = 
 
 
 def topology_of(args: argparse.Namespace) -> Topology:
+    """The topology the arguments name: tag, replicas (flag, then environment, then 1)
+    and retention. ``ValueError`` for a bad environment value."""
     from ...adapters.jetstream import Topology
 
-    layout = args.request_layout
+    settings: dict[str, object] = {
+        "replicas": replicas_of(args),
+        "request_layout": getattr(args, "request_layout", 2),
+    }
+    retain = getattr(args, "retain_dead_letters", None)
+    if retain is not None:
+        settings["dead_letter_max_age_s"] = retain
     if args.topology_tag:
-        return Topology.isolated(args.topology_tag, request_layout=layout)
-    return Topology(request_layout=layout)
+        return Topology.isolated(args.topology_tag, **settings)
+    return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__
+
+
+def replicas_of(args: argparse.Namespace) -> int:
+    given = getattr(args, "replicas", None)
+    if given is not None:
+        return int(given)
+    text = os.environ.get(REPLICAS_ENV, "").strip()
+    if not text:
+        return 1
+    try:
+        return _replicas(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"{REPLICAS_ENV}: {exc}") from None
+
+
+def ack_wait_of(args: argparse.Namespace) -> float:
+    """The ack wait: flag, then environment, then the default. ``ValueError`` if bad."""
+    from .durations import parse_duration
+
+    if args.ack_wait is not None:
+        return float(args.ack_wait)
+    text = os.environ.get(ACK_WAIT_ENV, "").strip()
+    try:
+        return parse_duration(text or DEFAULT_ACK_WAIT)
+    except ValueError as exc:
+        raise ValueError(f"{ACK_WAIT_ENV}: {exc}") from None
 
 
 # --- serve --------------------------------------------------------------------------
@@ -260,7 +373,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     configure_json_logging()
     try:
-        nats_options(args).tls_context()  # bad TLS files are usage errors, before connecting
+        options = nats_options(args)
+        options.tls_context()  # bad TLS files are usage errors, before connecting
+        options.servers  # noqa: B018  (an empty seed is a usage error too)
+        topology_of(args)
+        ack_wait_of(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -268,6 +385,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return asyncio.run(serve(args))
     except NatsServerError as exc:  # --embedded: the local broker did not start
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except StovepipeError as exc:  # e.g. a topology this service must not use as it is
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except (OSError, nats.errors.Error) as exc:
         print(f"error: cannot reach NATS: {redact(str(exc))}", file=sys.stderr)
@@ -279,7 +399,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .connect import connect
     from .http import HttpEndpoint
     from .policy import PolicyReloader
-    from .runtime import Service
+    from .runtime import Service, ServiceOptions
 
     stop = stop or asyncio.Event()
     # What the service creates (the embedded store, by the server it starts) is its own.
@@ -306,7 +426,14 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         nc = await connect(nats_options(args, service=True, url=url))
         stack.push_async_callback(nc.drain)
         service = Service(
-            nc, topology_of(args), reloader.machines, reloader.config, reloader=reloader
+            nc,
+            topology_of(args),
+            reloader.machines,
+            reloader.config,
+            reloader=reloader,
+            options=ServiceOptions(
+                ack_wait_s=ack_wait_of(args), prune_older_than_s=args.prune_older_than
+            ),
         )
         await service.start()
         http = None
@@ -447,6 +574,38 @@ def cmd_poll(args: argparse.Namespace) -> int:
                 stop=stop,
                 report=print_report,
             )
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from ...adapters.jetstream.policy_record import read_policy_record
+    from ...adapters.jetstream.prune import prune_terminal_requests
+    from ...process.catalog import load_process_machines
+    from .connect import connect
+
+    async def run() -> int:
+        nc = await connect(nats_options(args))
+        try:
+            # Terminal is what the policy in force declares (the service records it), or,
+            # where no service ran yet, the request machine under --machines: never a
+            # name written here.
+            record = await read_policy_record(nc.jetstream(), topology_of(args))
+            if record is not None and record.terminal_states:
+                terminal = frozenset(record.terminal_states)
+            else:
+                terminal = load_process_machines(args.machines).request.terminal
+            report = await prune_terminal_requests(
+                nc.jetstream(),
+                topology_of(args),
+                terminal,
+                args.older_than,
+                dry_run=args.dry_run,
+            )
+        finally:
+            await nc.close()
+        print(json.dumps({"dry_run": args.dry_run, **report.as_json()}))
         return EXIT_OK
 
     return _run_operator(run())

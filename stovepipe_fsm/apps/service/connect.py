@@ -2,6 +2,10 @@
 
 Reconnects are left to nats-py: the client buffers publishes and re-subscribes after a
 broker restart or fail-over, and the consumer loops simply see a few failed fetches.
+
+``url`` may name several seed servers of one cluster, comma-separated: the first
+connection tries them in turn, so any one of them being down does not stop a command,
+and the client learns the rest of the cluster from whichever seed answers.
 """
 
 from __future__ import annotations
@@ -54,9 +58,14 @@ class NatsOptions:
     max_reconnect_attempts: int = -1
     reconnect_wait_s: float = 1.0
 
+    @property
+    def servers(self) -> list[str]:
+        """The seed URLs of ``url``; ``ValueError`` for an empty entry."""
+        return seed_urls(self.url)
+
     def kwargs(self) -> dict[str, Any]:
         options: dict[str, Any] = {
-            "servers": [self.url],
+            "servers": self.servers,
             "connect_timeout": self.connect_timeout_s,
             "max_reconnect_attempts": self.max_reconnect_attempts or 1,
             "reconnect_time_wait": self.reconnect_wait_s,
@@ -102,6 +111,14 @@ class NatsOptions:
             except (OSError, ssl.SSLError) as exc:
                 raise ValueError(f"--tls-cert/--tls-key {self.tls_cert}: {exc}") from None
         return context
+
+
+def seed_urls(text: str) -> list[str]:
+    """``nats://a:4222, nats://b:4222`` as a list; every entry must be non-empty."""
+    urls = [part.strip() for part in text.split(",")]
+    if not all(urls):
+        raise ValueError(f"--nats {text!r}: a comma-separated list of server URLs, none empty")
+    return urls
 
 
 async def connect(options: NatsOptions) -> Client:

@@ -57,6 +57,7 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
+from ...adapters.jetstream.prune import PruneReport, prune_terminal_requests
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.jetstream.trail import JetStreamTrail
@@ -73,6 +74,7 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from .keepalive import KeptAlive
 from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
 from .policy import PolicyReloader
 
@@ -81,6 +83,8 @@ log = logging.getLogger("stovepipe_fsm.service")
 
 @dataclass(frozen=True)
 class ServiceOptions:
+    #: How long a message in hand may go without a sign of life before the broker hands
+    #: it to another replica; :class:`~.keepalive.KeptAlive` keeps long steps inside it.
     ack_wait_s: float = DEFAULT_ACK_WAIT_S
     fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
     retry_base_s: float = DEFAULT_RETRY_BASE_S
@@ -95,6 +99,11 @@ class ServiceOptions:
     heartbeat_interval_s: float = 1.0
     #: ... and how old the last successful one may be before the service is unhealthy.
     health_window_s: float = 5.0
+    #: Terminal requests older than this are pruned (with their uri-index entries);
+    #: ``None`` keeps them for ever.
+    prune_older_than_s: float | None = None
+    #: How often the prune runs when ``prune_older_than_s`` is set.
+    prune_interval_s: float = 3600.0
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -311,6 +320,8 @@ class Service:
         self._spawn("discover", self._discover_loop())
         self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
         self._spawn("heartbeat", self._heartbeat_loop())
+        if self.options.prune_older_than_s is not None:
+            self._spawn("prune", self._prune_loop(self.options.prune_older_than_s))
         if self.reloader is not None:
             self._spawn("policy", self._policy_loop())
         self.started = True
@@ -330,7 +341,7 @@ class Service:
             self.js,
             self.topology,
             queue,
-            handler=self.pipeline,
+            handler=KeptAlive(self.pipeline, self.options.ack_wait_s),
             config=self.config,
             ledger=self.pipeline.ledger,
             terminations=self.pipeline.terminations,
@@ -493,6 +504,25 @@ class Service:
             except Exception as exc:  # the broker may be reconnecting; try next round
                 log.warning("policy check failed: %s: %s", type(exc).__name__, exc)
 
+    async def prune(self, older_than_s: float) -> PruneReport:
+        """Remove terminal requests older than ``older_than_s``; terminal is what the
+        request machine in force declares."""
+        report = await prune_terminal_requests(
+            self.js, self.topology, self.machines.request.terminal, older_than_s
+        )
+        if report.pruned:
+            log.info("pruned %d terminal request(s)", len(report.pruned))
+        return report
+
+    async def _prune_loop(self, older_than_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.prune(older_than_s)
+            except Exception as exc:  # the broker may be reconnecting; try next round
+                log.warning("prune failed: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.options.prune_interval_s)
+
     async def _record_policy(self) -> None:
         roles = self.machines.roles
         record = PolicyRecord(
@@ -501,6 +531,7 @@ class Service:
             self.replica,
             request_initial=roles.initial,
             outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
+            terminal_states=sorted(self.machines.request.terminal),
         )
         try:
             await write_policy_record(self.js, self.topology, record)

@@ -1,0 +1,181 @@
+"""Removing terminal requests older than a bound, with their uri-index entries.
+
+Requests carry no timestamp of their own, so a request's age is that of its KV entry: the
+time the server stored its last write, which for a terminal request is the moment it
+became terminal (a terminal request is never written again).
+
+What is never removed, whatever its age:
+
+- a request in a state the request machine does not declare ``terminal``;
+- a request a queue row names: the queue's latest request, its last green request, or a
+  slot holder (a terminal slot holder is a record or reclaim still in progress);
+- a row that does not decode (left for an operator to look at).
+
+The uri-index entry goes first, then the request, each only if unchanged since it was
+read (a conditional delete): a crash between the two leaves a request without its entry,
+which the next prune removes. Once a head's entry is gone, the same head reported again
+is ingested as a new request, so the bound should be well beyond how late the upstream
+stage may repeat a head.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from ...domain.errors import NonRetryable
+from .codec import decode_queue, decode_request, decode_uri_entry
+from .errors import is_wrong_last_sequence, translated
+from .names import uri_key
+from .topology import Topology
+
+_KV_OPERATION = "KV-Operation"
+
+
+@dataclass
+class PruneReport:
+    """What a prune found and did, by request id."""
+
+    pruned: list[str] = field(default_factory=list)
+    #: Terminal and old enough, but named by a queue row.
+    referenced: list[str] = field(default_factory=list)
+    #: Changed between the read and the delete (so not removed this time).
+    changed: list[str] = field(default_factory=list)
+    #: Keys whose row does not decode.
+    undecodable: list[str] = field(default_factory=list)
+    live: int = 0
+    recent: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pruned": self.pruned,
+            "kept_referenced": self.referenced,
+            "kept_changed": self.changed,
+            "kept_undecodable": self.undecodable,
+            "kept_live": self.live,
+            "kept_recent": self.recent,
+        }
+
+
+@dataclass(frozen=True)
+class _Row:
+    key: str
+    data: bytes
+    revision: int
+    stored: datetime.datetime
+
+
+async def prune_terminal_requests(
+    js: JetStreamContext,
+    topology: Topology,
+    terminal_states: Collection[str],
+    older_than_s: float,
+    *,
+    now: datetime.datetime | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Remove terminal requests stored more than ``older_than_s`` ago (see the module)."""
+    if older_than_s <= 0:
+        raise ValueError(f"the age bound must be positive, got {older_than_s}s")
+    if not terminal_states:
+        raise ValueError("no terminal states: the request machine declares none")
+    now = now or datetime.datetime.now(datetime.UTC)
+    cutoff = now - datetime.timedelta(seconds=older_than_s)
+    referenced = await _referenced_ids(js, topology)
+    uris = await _kv(js, topology.uris_bucket)
+    requests = await _kv(js, topology.requests_bucket)
+    report = PruneReport()
+    for row in await _rows(js, topology.requests_bucket):
+        try:
+            request = decode_request(row.data)
+        except NonRetryable:
+            report.undecodable.append(row.key)
+            continue
+        if request.state not in terminal_states:
+            report.live += 1
+        elif row.stored > cutoff:
+            report.recent += 1
+        elif request.id in referenced:
+            report.referenced.append(request.id)
+        elif dry_run or await _remove(
+            uris, requests, request.id, uri_key(request.queue, request.uri), row
+        ):
+            report.pruned.append(request.id)
+        else:
+            report.changed.append(request.id)
+    return report
+
+
+async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
+    ids: set[str] = set()
+    for row in await _rows(js, topology.queues_bucket):
+        try:
+            queue = decode_queue(row.data)
+        except NonRetryable:
+            continue
+        ids.update((queue.latest_request_id, queue.last_green_request_id, *queue.slot_holders))
+    ids.discard("")
+    return ids
+
+
+async def _rows(js: JetStreamContext, bucket: str) -> list[_Row]:
+    """Every live entry of ``bucket`` with the time the server stored it."""
+    stream = f"KV_{bucket}"
+    with translated(f"list {bucket}"):
+        kv = await js.key_value(bucket)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        rows = []
+        for key in keys:
+            try:
+                msg = await js.get_msg(stream, subject=f"$KV.{bucket}.{key}")
+            except nats.js.errors.NotFoundError:
+                continue  # deleted between the listing and the read
+            operation = (msg.headers or {}).get(_KV_OPERATION)
+            if operation or not msg.data or msg.seq is None or msg.time is None:
+                continue  # a delete or purge marker
+            rows.append(_Row(key, msg.data, msg.seq, msg.time))
+        return rows
+
+
+async def _remove(
+    uris: KeyValue, requests: KeyValue, request_id: str, key: str, row: _Row
+) -> bool:
+    """Delete the request's uri entry (if it names the request), then the request; ``False``
+    when the request changed since it was read."""
+    with translated(f"prune {request_id}"):
+        try:
+            entry = await uris.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            entry = None
+        if entry is not None and entry.revision is not None:
+            try:
+                names_it = decode_uri_entry(entry.value).request_id == request_id
+            except NonRetryable:
+                names_it = False
+            if names_it:
+                await _delete(uris, key, entry.revision)
+        return await _delete(requests, row.key, row.revision)
+
+
+async def _kv(js: JetStreamContext, bucket: str) -> KeyValue:
+    with translated(f"open bucket {bucket}"):
+        return await js.key_value(bucket)
+
+
+async def _delete(kv: KeyValue, key: str, revision: int) -> bool:
+    """Delete ``key`` if its latest revision is still ``revision``."""
+    try:
+        await kv.delete(key, last=revision)
+    except nats.js.errors.APIError as exc:
+        if is_wrong_last_sequence(exc):
+            return False
+        raise
+    return True

@@ -1,0 +1,90 @@
+"""Keeping a delivery's ack deadline ahead of a step that runs long.
+
+The gate asks for more time once, before it asks git about ancestry, and that request is
+only sent once half the ack wait has gone by. A step can still outlast the ack wait after
+it: each git call may take up to its own timeout, and a KV write during a cluster leader
+election waits for the new leader. So while a delivery is being handled, a heartbeat asks
+for more time every quarter of the ack wait (the delivery itself sends at most one
+request per half ack wait), which keeps the deadline at least a quarter of the ack wait
+away for as long as the step runs. The ack wait can therefore be short, so a replica that
+dies with a message in hand hands its queue to another replica within that ack wait.
+
+The heartbeat stops before the delivery is settled: an in-progress signal arriving after
+a hold would reset the hold's redelivery timer to the full ack wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+
+class Handler(Protocol):
+    async def handle(self, delivery: Any) -> str: ...
+
+
+class _Settling:
+    """The delivery in hand, with a mark set the moment its settling begins."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.settling = False
+
+    @property
+    def queue(self) -> str:
+        return str(self._inner.queue)
+
+    @property
+    def request_id(self) -> str:
+        return str(self._inner.request_id)
+
+    async def ack(self) -> None:
+        self.settling = True
+        await self._inner.ack()
+
+    async def hold(self, delay_ms: int) -> None:
+        self.settling = True
+        await self._inner.hold(delay_ms)
+
+    async def in_progress(self) -> None:
+        if not self.settling:
+            await self._inner.in_progress()
+
+
+class KeptAlive:
+    """A handler whose deliveries' ack deadlines are extended while they are handled."""
+
+    def __init__(self, handler: Handler, ack_wait_s: float) -> None:
+        if ack_wait_s <= 0:
+            raise ValueError(f"the ack wait must be positive, got {ack_wait_s}")
+        self._handler = handler
+        self.period_s = ack_wait_s / 4
+
+    async def handle(self, delivery: Any) -> str:
+        settling = _Settling(delivery)
+        beat = asyncio.ensure_future(self._beat(settling))
+        try:
+            return await self._handler.handle(settling)
+        finally:
+            # Not awaited: a cancellation of this handler must reach its caller. The
+            # beat never sends once ``settling`` is set, and its send is queued without
+            # yielding, so nothing it sends can follow the settle.
+            beat.cancel()
+
+    async def _beat(self, delivery: _Settling) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            if _settling(delivery):
+                return
+            try:
+                await delivery.in_progress()
+            except Exception as exc:  # the broker may be failing over; the next beat retries
+                log.debug("in-progress signal not sent: %s: %s", type(exc).__name__, exc)
+
+
+def _settling(delivery: _Settling) -> bool:
+    """Read afresh after every pause (the handler sets it while the beat sleeps)."""
+    return delivery.settling

@@ -1,0 +1,327 @@
+"""Settings for clustered deployment, on one real broker: replica and retention checks of
+the topology, consumer updates, seed lists, the ack-wait heartbeat and prune."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from nats.js import api
+from nats_server import JsEnv, delete_topology, unique_tag
+from test_service_cli import cli
+from test_service_support import FAST, running_service, wait_for
+
+from stovepipe_fsm.adapters.jetstream import Topology, TopologyMismatch, ensure_topology
+from stovepipe_fsm.adapters.jetstream.delivery import JetStreamDelivery
+from stovepipe_fsm.adapters.jetstream.durable_consumer import ensure_pull_consumer
+from stovepipe_fsm.adapters.jetstream.prune import prune_terminal_requests
+from stovepipe_fsm.adapters.jetstream.server import free_port
+from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.connect import NatsOptions, connect, seed_urls
+from stovepipe_fsm.apps.service.durations import parse_duration
+from stovepipe_fsm.apps.service.keepalive import KeptAlive
+from stovepipe_fsm.apps.service.runtime import open_pipeline
+from stovepipe_fsm.process.catalog import load_process_machines
+
+# -- topology: replicas and retention are checked, never silently ignored -------------
+
+
+async def test_a_replica_count_differing_from_the_existing_topology_is_an_error(
+    js_env: JsEnv,
+) -> None:
+    wider = Topology.isolated(js_env.topology.prefix.split("-", 1)[1], replicas=3)
+    assert wider.stream_names() == js_env.topology.stream_names()
+    with pytest.raises(TopologyMismatch) as caught:
+        await ensure_topology(js_env.js, wider)
+    text = str(caught.value)
+    assert js_env.topology.process_stream in text
+    assert "replicas: have 1, want 3" in text
+    assert "left unchanged" in text
+    info = await js_env.js.stream_info(js_env.topology.process_stream)
+    assert info.config.num_replicas == 1  # nothing was modified
+
+
+async def test_a_bucket_with_another_replica_count_is_a_difference(js_env: JsEnv) -> None:
+    wider = Topology.isolated(js_env.topology.prefix.split("-", 1)[1], replicas=3)
+    for spec in wider.bucket_specs():
+        info = await js_env.js.stream_info(f"KV_{spec.name}")
+        assert spec.differences(info.config) == ["replicas: have 1, want 3"]
+    for spec in js_env.topology.bucket_specs():
+        info = await js_env.js.stream_info(f"KV_{spec.name}")
+        assert spec.differences(info.config) == []
+
+
+async def test_dead_letter_retention_is_applied_and_then_checked(js_env: JsEnv) -> None:
+    topology = Topology.isolated(unique_tag(), dead_letter_max_age_s=3 * 86400.0)
+    try:
+        await ensure_topology(js_env.js, topology)
+        info = await js_env.js.stream_info(topology.dead_letter_stream)
+        assert info.config.max_age == pytest.approx(3 * 86400.0)
+        # The same settings again: fine. Another age (or none): a clear mismatch.
+        await ensure_topology(js_env.js, topology)
+        forever = Topology.isolated(topology.prefix.split("-", 1)[1])
+        with pytest.raises(TopologyMismatch, match="max_age: have 259200s, want unlimited"):
+            await ensure_topology(js_env.js, forever)
+    finally:
+        await delete_topology(js_env.js, topology)
+
+
+async def test_build_and_hook_ages_edited_by_an_operator_are_left_alone(js_env: JsEnv) -> None:
+    info = await js_env.js.stream_info(js_env.topology.hooks_stream)
+    info.config.max_age = 30 * 86400.0
+    await js_env.js.update_stream(info.config)
+    report = await ensure_topology(js_env.js, js_env.topology)
+    assert js_env.topology.hooks_stream in report.existing_streams
+
+
+# -- consumers follow the configured settings ---------------------------------------
+
+
+async def test_an_existing_consumer_is_updated_to_the_configured_ack_wait(js_env: JsEnv) -> None:
+    stream = js_env.topology.process_stream
+
+    def config(ack_wait: float) -> api.ConsumerConfig:
+        return api.ConsumerConfig(
+            durable_name="process-q",
+            name="process-q",
+            filter_subject=js_env.topology.process_subject("q"),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            max_ack_pending=1,
+            max_deliver=-1,
+            ack_wait=ack_wait,
+        )
+
+    await ensure_pull_consumer(js_env.js, stream, config(30.0))
+    assert (await js_env.js.consumer_info(stream, "process-q")).config.ack_wait == 30.0
+    await ensure_pull_consumer(js_env.js, stream, config(4.0))
+    assert (await js_env.js.consumer_info(stream, "process-q")).config.ack_wait == 4.0
+    await ensure_pull_consumer(js_env.js, stream, config(4.0))  # unchanged: no update needed
+    assert (await js_env.js.consumer_info(stream, "process-q")).config.ack_wait == 4.0
+
+
+# -- seeds ------------------------------------------------------------------------------
+
+
+def test_seed_lists_are_split_and_an_empty_entry_is_refused() -> None:
+    assert seed_urls("nats://a:1, nats://b:2") == ["nats://a:1", "nats://b:2"]
+    assert NatsOptions(url="nats://a:1").servers == ["nats://a:1"]
+    with pytest.raises(ValueError, match="none empty"):
+        seed_urls("nats://a:1,,nats://b:2")
+
+
+async def test_a_dead_seed_does_not_stop_the_connection(js_env: JsEnv) -> None:
+    dead = f"nats://127.0.0.1:{free_port()}"
+    for url in (f"{dead},{js_env.server.url}", f"{js_env.server.url},{dead}"):
+        nc = await connect(
+            NatsOptions(url=url, max_reconnect_attempts=1, first_connect_timeout_s=10)
+        )
+        try:
+            assert nc.is_connected
+        finally:
+            await nc.close()
+
+
+def test_durations() -> None:
+    assert parse_duration("90") == 90.0
+    assert parse_duration("15m") == 900.0
+    assert parse_duration("7d") == 7 * 86400.0
+    assert parse_duration("1.5h") == 5400.0
+    for bad in ("", "7 days", "-1s", "0s", "d"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_serve_reports_a_replica_mismatch_and_exits(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tag = unique_tag()
+    common = ["--nats", nats_server.url, "--topology-tag", tag]
+    try:
+        done = cli("ingest", *common, "--queue", "q", "--uri", "A")
+        assert done.returncode == 0, done.stderr
+        done = cli("serve", *common, "--replicas", "3")
+        assert done.returncode == 1
+        assert "TopologyMismatch" in done.stderr
+        assert "replicas: have 1, want 3" in done.stderr
+        done = cli("ingest", *common, "--queue", "q", "--uri", "B", "--replicas", "3")
+        assert done.returncode == 1 and "replicas: have 1, want 3" in done.stderr
+    finally:
+
+        async def cleanup() -> None:
+            from nats_server import connect as test_connect
+
+            nc = await test_connect(nats_server)
+            try:
+                await delete_topology(nc.jetstream(), Topology.isolated(tag))
+            finally:
+                await nc.close()
+
+        asyncio.run(cleanup())
+
+
+def test_bad_replica_and_ack_wait_settings_are_usage_errors() -> None:
+    done = cli("serve", "--replicas", "0")
+    assert done.returncode == 2 and "replica count" in done.stderr
+    done = cli("serve", "--ack-wait", "soon")
+    assert done.returncode == 2 and "not a duration" in done.stderr
+    env = {**os.environ, "STOVEPIPE_REPLICAS": "three"}
+    done = subprocess.run(
+        [sys.executable, "-m", "stovepipe_fsm.apps.cli", "serve", "--nats", "nats://127.0.0.1:1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2 and "STOVEPIPE_REPLICAS" in done.stderr
+
+
+# -- the ack-wait heartbeat ------------------------------------------------------------
+
+
+async def test_a_long_step_keeps_its_message_past_the_ack_wait(js_env: JsEnv) -> None:
+    """ack_wait 1 s, a 2.6 s step: with the heartbeat no second puller receives the
+    message meanwhile; the step's ack settles it."""
+    stream, subject = js_env.topology.process_stream, js_env.topology.process_subject("q")
+    config = api.ConsumerConfig(
+        durable_name="process-q",
+        name="process-q",
+        filter_subject=subject,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        max_deliver=-1,
+        ack_wait=1.0,
+    )
+    await ensure_pull_consumer(js_env.js, stream, config)
+    first = await js_env.js.pull_subscribe_bind(durable="process-q", stream=stream)
+    second = await js_env.js.pull_subscribe_bind(durable="process-q", stream=stream)
+    await js_env.js.publish(subject, b"{}")
+    (msg,) = await first.fetch(1, timeout=5)
+    sent: list[float] = []
+
+    class Slow:
+        async def handle(self, delivery: Any) -> str:
+            await asyncio.sleep(2.6)
+            await delivery.ack()
+            return "acked"
+
+    class Counting(JetStreamDelivery):
+        async def in_progress(self) -> None:
+            before = self.extensions
+            await super().in_progress()
+            if self.extensions > before:
+                sent.append(asyncio.get_running_loop().time())
+
+    delivery = Counting(msg, "q", "request/q/1", ack_wait_s=1.0)
+    step = asyncio.ensure_future(KeptAlive(Slow(), 1.0).handle(delivery))
+    with pytest.raises(Exception):  # noqa: B017  (a fetch timeout: nothing redelivered)
+        await second.fetch(1, timeout=2.4)
+    assert await step == "acked"
+    assert len(sent) >= 3
+    await asyncio.sleep(1.2)  # past another ack wait: the acked message stays settled
+    info = await js_env.js.consumer_info(stream, "process-q")
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0
+
+
+async def test_the_heartbeat_stops_once_the_delivery_is_settled() -> None:
+    calls: list[str] = []
+
+    class Recording:
+        queue, request_id = "q", "request/q/1"
+
+        async def ack(self) -> None:
+            calls.append("ack")
+
+        async def hold(self, delay_ms: int) -> None:
+            calls.append("hold")
+
+        async def in_progress(self) -> None:
+            calls.append("progress")
+
+    class HoldsThenLingers:
+        async def handle(self, delivery: Any) -> str:
+            await asyncio.sleep(0.12)
+            await delivery.hold(100)
+            await asyncio.sleep(0.2)  # after the hold: no signal may follow it
+            await delivery.in_progress()  # not forwarded either
+            return "held"
+
+    assert await KeptAlive(HoldsThenLingers(), 0.2).handle(Recording()) == "held"
+    assert calls[-1] == "hold" and calls.count("progress") >= 2
+    await asyncio.sleep(0.2)
+    assert calls[-1] == "hold"
+
+
+# -- prune --------------------------------------------------------------------------------
+
+CONFIG = {"defaults": {"max_concurrent": 1, "gate_wait_delay_ms": 100}, "queues": {"q": {}}}
+
+
+async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue(
+    js_env: JsEnv,
+) -> None:
+    machines = load_process_machines("machines")
+    pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
+    ids = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B", "C", "D")]
+    lifecycle = pipeline.lifecycle
+    roles = machines.roles
+    # A and B: superseded by C (terminal); C: admitted and finished (last green);
+    # D: the latest head, still waiting (live).
+    for old in ids[:2]:
+        await lifecycle.supersede(await lifecycle.requests.get(old), ids[2])
+    third = await lifecycle.requests.get(ids[2])
+    admitted = await lifecycle.admit(third, lifecycle.plan_admit(third), "full", "")
+    await pipeline.record.complete(admitted.id, roles.green_outcome.name)
+    terminal = machines.request.terminal
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2)
+
+    recent = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0)
+    assert recent.pruned == [] and recent.recent == 3 and recent.live == 1
+
+    dry = await prune_terminal_requests(
+        js_env.js, js_env.topology, terminal, 86400.0, now=later, dry_run=True
+    )
+    assert sorted(dry.pruned) == ids[:2]
+    assert await pipeline.ingest.uri_index.get("q", "A") == ids[0]  # dry run: all there
+
+    report = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
+    assert sorted(report.pruned) == ids[:2]
+    assert report.referenced == [ids[2]]  # the queue's last green request stays
+    assert report.live == 1
+    for pruned, uri in zip(ids[:2], "AB", strict=True):
+        assert not await _exists(pipeline, pruned)
+        assert await pipeline.ingest.uri_index.get("q", uri) is None
+    assert await _exists(pipeline, ids[2]) and await _exists(pipeline, ids[3])
+    assert await pipeline.ingest.uri_index.get("q", "D") == ids[3]
+    again = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
+    assert again.pruned == []
+
+
+async def _exists(pipeline: Any, request_id: str) -> bool:
+    from stovepipe_fsm.domain.errors import NotFound
+
+    try:
+        await pipeline.lifecycle.requests.get(request_id)
+    except NotFound:
+        return False
+    return True
+
+
+async def test_the_service_prunes_by_itself_when_told_to(js_env: JsEnv) -> None:
+    machines = load_process_machines("machines")
+    pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
+    old, latest = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
+    options = replace(FAST, prune_older_than_s=1.0, prune_interval_s=0.2)
+    async with running_service(js_env.server, js_env.topology, CONFIG, options=options):
+
+        async def old_gone() -> bool:
+            return not await _exists(pipeline, old)
+
+        await wait_for(old_gone, "the superseded request pruned")
+        assert await pipeline.ingest.uri_index.get("q", "A") is None
+        await asyncio.sleep(1.5)  # well past the bound: the latest request is never pruned
+        assert await _exists(pipeline, latest)
+        assert await pipeline.ingest.uri_index.get("q", "B") == latest
