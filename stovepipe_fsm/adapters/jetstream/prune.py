@@ -1,8 +1,9 @@
 """Removing terminal requests older than a bound, with their uri-index entries.
 
-Requests carry no timestamp of their own, so a request's age is that of its KV entry: the
-time the server stored its last write, which for a terminal request is the moment it
-became terminal (a terminal request is never written again).
+A request's age is that of its KV entry: the time the server stored its last write, which
+for a terminal request is the moment it became terminal (a terminal request is never
+written again). Rows an older release wrote carry no ``ended_at_ms``; the KV time covers
+them all alike.
 
 What is never removed, whatever its age:
 
