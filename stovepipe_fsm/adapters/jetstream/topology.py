@@ -350,6 +350,7 @@ class Topology:
                 replicas=self.replicas,
                 duplicate_window_s=self.duplicate_window_s,
                 max_age_s=self.trail_max_age_s,
+                owns_max_age=True,
                 allow_rollup=True,
                 max_bytes=self.trail_max_bytes,
             ),

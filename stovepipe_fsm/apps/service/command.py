@@ -280,6 +280,13 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
         metavar="AGE",
         help="discard dead-letter records older than AGE (default: keep them for ever)",
     )
+    p.add_argument(
+        "--retain-trail",
+        type=_duration,
+        default=None,
+        metavar="AGE",
+        help="discard decision-trail records older than AGE (default 30d)",
+    )
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
@@ -331,6 +338,9 @@ def topology_of(args: argparse.Namespace) -> Topology:
     retain = getattr(args, "retain_dead_letters", None)
     if retain is not None:
         settings["dead_letter_max_age_s"] = retain
+    trail = getattr(args, "retain_trail", None)
+    if trail is not None:
+        settings["trail_max_age_s"] = trail
     if args.topology_tag:
         return Topology.isolated(args.topology_tag, **settings)
     return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__
