@@ -159,6 +159,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_needs_nats("explain", cmd_explain))
 
+    p = sub.add_parser(
+        "export", help="recorded ingests and build outcomes as a timeline (for whatif)"
+    )
+    _broker_args(p)
+    p.add_argument(
+        "--since", required=True, help="an ISO time (2026-11-30T12:00:00Z) or an age (12h, 7d)"
+    )
+    p.add_argument("--queue", default="**", help="queue name or glob (default: every queue)")
+    p.add_argument("--out", help="write the timeline here (default: standard output)")
+    p.set_defaults(handler=_needs_nats("export", cmd_export))
+
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
     _broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -535,6 +546,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
         else:
             records = [TrailRecord.from_json(r) for r in doc["history"]]
             print(render_history(doc["request"], records))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import datetime
+
+    import yaml
+
+    from .connect import connect
+    from .export import export_timeline, parse_since
+
+    try:
+        since_ms = parse_since(args.since, datetime.datetime.now(datetime.UTC))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        nc = await connect(nats_options(args))
+        try:
+            export = await export_timeline(
+                nc.jetstream(), topology_of(args), since_ms=since_ms, queue_glob=args.queue
+            )
+        finally:
+            await nc.close()
+        text = yaml.safe_dump(export.timeline, sort_keys=False, allow_unicode=True)
+        if args.out:
+            Path(args.out).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+        left_out = export.without_times
+        note = f"; {left_out} row(s) without times left out" if left_out else ""
+        counts = f"{export.heads} head(s), {export.outcomes} outcome(s)"
+        print(f"exported {counts}{note}", file=sys.stderr)
         return EXIT_OK
 
     return _run_operator(run())

@@ -19,6 +19,8 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from ...ports.delivery import Delivery
+
 log = logging.getLogger("stovepipe_fsm.service")
 
 
@@ -29,7 +31,7 @@ class Handler(Protocol):
 class _Settling:
     """The delivery in hand, with a mark set the moment its settling begins."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Delivery) -> None:
         self._inner = inner
         self.settling = False
 
@@ -40,6 +42,10 @@ class _Settling:
     @property
     def request_id(self) -> str:
         return str(self._inner.request_id)
+
+    @property
+    def stream_seq(self) -> int:
+        return self._inner.stream_seq
 
     async def ack(self) -> None:
         self.settling = True
@@ -63,7 +69,7 @@ class KeptAlive:
         self._handler = handler
         self.period_s = ack_wait_s / 4
 
-    async def handle(self, delivery: Any) -> str:
+    async def handle(self, delivery: Delivery) -> str:
         settling = _Settling(delivery)
         beat = asyncio.ensure_future(self._beat(settling))
         try:
