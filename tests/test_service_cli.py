@@ -119,7 +119,7 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
 
         doc = wait_until(b_processing, "B admitted")
         # as docs/service.md shows
-        assert set(doc) == {"requests", "queues", "slot_holders", "policy"}
+        assert set(doc) == {"requests", "queues", "slot_holders", "queue_details", "policy"}
         policy_hash = doc["policy"]["hash"]
         assert f'stovepipe_policy_info{{hash="{policy_hash}"}} 1' in http_get(port, "/metrics")[1]
         assert doc["slot_holders"] == {"team/app": ["request/team/app/2"]}

@@ -19,7 +19,11 @@ from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.apps.service.connect import NatsOptions
 from stovepipe_fsm.apps.service.demo import make_repository
 from stovepipe_fsm.apps.service.export import export_timeline
-from stovepipe_fsm.apps.service.operators import explain_document, status_document
+from stovepipe_fsm.apps.service.operators import (
+    explain_document,
+    render_status,
+    status_document,
+)
 from stovepipe_fsm.domain.trail import ADMITTED, ENDED, HELD, INGESTED, SUPERSEDED
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
@@ -58,6 +62,16 @@ async def run_walkthrough(run: Running) -> dict[str, str]:
     for uri in "BCDE":
         await run.wait_state(ids[uri], "superseded")
     await wait_for(lambda: held("F"), "F held")
+    # status, while F waits behind A: who holds the slot since when, what waits.
+    doc = await status_document(run.service.js, run.service.topology)
+    detail = doc["queue_details"][QUEUE]
+    assert [h["id"] for h in detail["holders"]] == [ids["A"]]
+    assert detail["holders"][0]["admitted_at_ms"] > 0
+    assert detail["waiting"] == 1 and detail["oldest_waiting"]["uri"] == "F"
+    assert detail["parameters"]["max_concurrent"] == 1
+    assert detail["parameters"]["gate_wait_delay_ms"] == 200
+    text = render_status(doc)
+    assert f"holding: {ids['A']} for " in text and "waiting: 1, oldest F for " in text
     await run.pipeline.record.complete(ids["A"], "succeeded")
     await run.wait_state(ids["F"], "processing")
     return ids

@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 
 from ...domain.errors import NonRetryable
 from .errors import translated
+from .names import encode_queue_token
 from .topology import Topology
 
 POLICY_KEY = "policy"
@@ -72,3 +73,40 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None
+
+
+QUEUE_KEY_PREFIX = "queue."
+
+
+async def write_queue_parameters(
+    js: JetStreamContext, topology: Topology, queue: str, parameters: dict[str, object]
+) -> None:
+    """The effective parameters the service resolved for ``queue`` (what ``status`` shows)."""
+    key = QUEUE_KEY_PREFIX + encode_queue_token(queue)
+    body = json.dumps({"queue": queue, "parameters": parameters}, sort_keys=True, default=str)
+    with translated(f"write {topology.service_bucket} {key}"):
+        kv = await js.key_value(topology.service_bucket)
+        await kv.put(key, body.encode())
+
+
+async def read_queue_parameters(
+    js: JetStreamContext, topology: Topology
+) -> dict[str, dict[str, object]]:
+    """Every queue's effective parameters the service wrote (queue -> name -> value)."""
+    out: dict[str, dict[str, object]] = {}
+    with translated(f"read {topology.service_bucket}"):
+        try:
+            kv = await js.key_value(topology.service_bucket)
+            keys = await kv.keys()
+        except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+            return out
+        for key in keys:
+            if not key.startswith(QUEUE_KEY_PREFIX):
+                continue
+            try:
+                entry = await kv.get(key)
+                data = json.loads(entry.value or b"{}")
+                out[str(data["queue"])] = dict(data["parameters"])
+            except (nats.js.errors.KeyNotFoundError, ValueError, KeyError, TypeError):
+                continue  # gone meanwhile, or damaged: status shows no parameters for it
+    return out

@@ -26,7 +26,11 @@ from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from ...adapters.jetstream.codec import decode_queue, decode_request
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
-from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
+from ...adapters.jetstream.policy_record import (
+    PolicyRecord,
+    read_policy_record,
+    read_queue_parameters,
+)
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
@@ -241,11 +245,65 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         "queues": [queue_json(q) for q in sorted(queues, key=lambda q: q.name)],
         # Who holds each queue's slots: the first thing to look at when a queue waits.
         "slot_holders": {q.name: list(q.slot_holders) for q in queues},
+        # Per queue: effective parameters, holders since when, the waiting backlog.
+        "queue_details": _queue_details(
+            queues,
+            requests,
+            await read_queue_parameters(js, topology),
+            policy.request_initial if policy is not None else "",
+        ),
         # The policy the service runs (once a service has written it).
         **({"policy": asdict(policy)} if policy is not None else {}),
         **({"damaged": damaged} if damaged else {}),
         **({"name_problems": problems} if (problems := _name_problems(queues)) else {}),
     }
+
+
+def _queue_details(
+    queues: list[Queue],
+    requests: list[Request],
+    parameters: dict[str, dict[str, object]],
+    initial: str,
+) -> dict[str, dict[str, Any]]:
+    """What an operator asks of a waiting queue: under which parameters, held by whom
+    since when, and how much waits behind it since when (``initial``: the request
+    machine's waiting state, from the policy record; no backlog without it)."""
+    by_id = {r.id: r for r in requests}
+    details: dict[str, dict[str, Any]] = {}
+    for queue in sorted(queues, key=lambda q: q.name):
+        waiting = sorted(
+            (r for r in requests if r.queue == queue.name and initial and r.state == initial),
+            key=lambda r: (r.ingested_at_ms or 0, r.id),
+        )
+        oldest = waiting[0] if waiting else None
+        details[queue.name] = {
+            "parameters": parameters.get(queue.name, {}),
+            "holders": [
+                {
+                    "id": holder,
+                    "admitted_at_ms": by_id[holder].admitted_at_ms if holder in by_id else 0,
+                }
+                for holder in queue.slot_holders
+            ],
+            "waiting": len(waiting),
+            "oldest_waiting": (
+                {"id": oldest.id, "uri": oldest.uri, "ingested_at_ms": oldest.ingested_at_ms}
+                if oldest is not None
+                else None
+            ),
+        }
+    return details
+
+
+def _age(at_ms: int, now_ms: int) -> str:
+    if not at_ms:
+        return "age unknown"
+    seconds = max(0, (now_ms - at_ms) // 1000)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
 
 
 def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
@@ -268,7 +326,24 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         policy = doc["policy"]
         loaded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(policy["loaded_at_ms"] / 1000))
         lines.append(f"policy: {policy['hash']} (loaded {loaded} by {policy['replica']})")
-    lines += ["queues:", *(render_queue_row(q, holders.get(q["name"], [])) for q in doc["queues"])]
+    lines.append("queues:")
+    now_ms = int(time.time() * 1000)
+    details = doc.get("queue_details", {})
+    for q in doc["queues"]:
+        lines.append(render_queue_row(q, holders.get(q["name"], [])))
+        detail = details.get(q["name"])
+        if detail is None:
+            continue
+        since = [f"{h['id']} for {_age(h['admitted_at_ms'], now_ms)}" for h in detail["holders"]]
+        if since:
+            lines.append(f"    holding: {', '.join(since)}")
+        oldest = detail["oldest_waiting"]
+        if oldest is not None:
+            age = _age(oldest["ingested_at_ms"], now_ms)
+            lines.append(f"    waiting: {detail['waiting']}, oldest {oldest['uri']} for {age}")
+        if detail["parameters"]:
+            values = ", ".join(f"{k}={v}" for k, v in sorted(detail["parameters"].items()))
+            lines.append(f"    parameters: {values}")
     shown: list[dict[str, Any]] = []
     for q in doc["queues"]:
         rows = [r for r in doc["requests"] if r["queue"] == q["name"]]

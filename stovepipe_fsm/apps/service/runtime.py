@@ -56,7 +56,11 @@ from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
-from ...adapters.jetstream.policy_record import PolicyRecord, write_policy_record
+from ...adapters.jetstream.policy_record import (
+    PolicyRecord,
+    write_policy_record,
+    write_queue_parameters,
+)
 from ...adapters.jetstream.prune import PruneReport, prune_terminal_requests
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
@@ -358,6 +362,7 @@ class Service:
             log.error("queue not served: %s", exc, extra={"queue": queue})
             return False
         self.consumers[queue] = consumer
+        await self._record_parameters(queue)
         self._spawn(f"queue:{queue}", consumer.run(self._stop))
         log.info("consumer started", extra={"queue": queue})
         return True
@@ -491,7 +496,25 @@ class Service:
             self.pipeline.swap(change.machines)
             self.machines = change.machines
         await self._record_policy()
+        for queue in sorted(self.consumers):
+            await self._record_parameters(queue)
         return True
+
+    async def _record_parameters(self, queue: str) -> None:
+        """What ``status`` shows as the queue's effective parameters (best effort)."""
+        try:
+            config = self.config.get(queue)
+            values: dict[str, object] = dict(self.machines.parameter_defaults)
+            values.update(dict(config.parameters))
+            values["max_attempts"] = config.max_attempts
+            await write_queue_parameters(self.js, self.topology, queue, values)
+        except Exception as exc:  # status shows the previous values until the next write
+            log.warning(
+                "queue parameters not recorded: %s: %s",
+                type(exc).__name__,
+                exc,
+                extra={"queue": queue},
+            )
 
     async def _policy_loop(self) -> None:
         while not self._stop.is_set():
