@@ -99,6 +99,13 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
             "a hold in the metrics",
         )
         assert 'stovepipe_queue_in_flight{queue="team/app"} 1' in metrics
+        assert 'stovepipe_queue_max_concurrent{queue="team/app"} 1' in metrics
+        assert 'stovepipe_build_info{version="' in metrics
+        assert 'stovepipe_policy_reloads_total{part="machines",result="failed"} 0' in metrics
+        assert "stovepipe_policy_last_good_load_timestamp_seconds " in metrics
+        # B waits behind A: its message is the queue's backlog, with an age.
+        assert 'stovepipe_queue_backlog{queue="team/app"} 1' in metrics
+        assert 'stovepipe_queue_oldest_waiting_seconds{queue="team/app"} ' in metrics
         assert "stovepipe_dead_letters_total 0" in metrics
         # A admitted and B held at least once: two or more decisions, all under +Inf.
         count = int(metrics.split("stovepipe_decision_latency_ms_count ")[1].split()[0])

@@ -16,6 +16,7 @@ from stovepipe_fsm.adapters.memory.trail import MemoryTrail
 from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.domain.trail import ADMITTED, ENDED, HELD, INGESTED, SUPERSEDED, TrailRecord
 from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.process.trail import HeldLogLimiter
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
 from stovepipe_fsm.views.trail import render_history, sentence
@@ -104,3 +105,17 @@ async def test_explain_text_names_every_decision() -> None:
     assert "ingested D" in text
     assert "held once: gate_closed (slot holders: request/monorepo/main/1" in text
     assert f"superseded by {ids['F']} (never built)" in text
+
+
+def test_repeated_holds_log_once_then_once_per_interval_with_the_count() -> None:
+    quiet = HeldLogLimiter(interval_s=3600)
+    assert [quiet.should_log("r1", "gate_closed") for _ in range(4)] == [1, 0, 0, 0]
+    assert quiet.should_log("r1", "paused") == 1  # another reason is another run
+    quiet.forget("r1")
+    assert quiet.should_log("r1", "gate_closed") == 1
+    chatty = HeldLogLimiter(interval_s=0)
+    assert [chatty.should_log("r2", "gate_closed") for _ in range(3)] == [1, 1, 1]
+    bounded = HeldLogLimiter(interval_s=3600, limit=2)
+    for n in range(5):
+        bounded.should_log(f"r{n}", "x")
+    assert bounded.should_log("r0", "x") == 1, "the oldest runs were forgotten, not kept"

@@ -21,7 +21,15 @@ from pathlib import Path
 
 from ..spec.errors import SpecError, SpecIssue
 from ..spec.model import MachineSpec, ParameterSpec
-from .options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from .options import (
+    DEFAULT_CONFIG,
+    DEFAULT_MACHINES,
+    EXIT_FAIL,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    installed_version,
+)
 
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
 DEFAULT_DIAGRAMS = "docs/diagrams"
@@ -65,22 +73,13 @@ def _os_error_text(exc: OSError) -> str:
     return str(exc)
 
 
-def _version() -> str:
-    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("stovepipe-fsm")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stovepipe-fsm",
         description="Process stage of a trunk-validation pipeline, declared as YAML machines.",
     )
-    parser.add_argument("--version", action="version", version=f"stovepipe-fsm {_version()}")
+    version = f"stovepipe-fsm {installed_version()}"
+    parser.add_argument("--version", action="version", version=version)
     sub = parser.add_subparsers(metavar="COMMAND")
 
     p = sub.add_parser("validate", help="schema + lint of machines and queue config")

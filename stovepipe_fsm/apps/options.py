@@ -17,6 +17,16 @@ from ..spec.model import ParameterSpec
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
+def installed_version() -> str:
+    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("stovepipe-fsm")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def here_or_shipped(relative: str, shipped: Path) -> str:
     """``relative`` when the working directory has it, else the copy installed with the
     package: every command runs from any directory, and a policy kept beside the

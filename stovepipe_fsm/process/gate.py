@@ -302,4 +302,3 @@ async def hold(ctx: DeliveryContext) -> None:
     await note_decision(ctx, held=True)
     await ctx.delivery.hold(ctx.config.param(GATE_WAIT_DELAY_MS))
     ctx.outcome = "held"
-    ctx.services.metrics.count("holds", ctx.req.queue)

@@ -10,11 +10,52 @@ held off the flow transition that led to the hold (:func:`hold_reason`).
 
 from __future__ import annotations
 
+import logging
+import time
+
 from ..domain.entities import Request
 from ..domain.trail import ADMITTED, HELD, SUPERSEDED, TrailRecord, detail
 from ..spec.compiler import Step
 from .context import DeliveryContext
 from .services import StageServices
+
+log = logging.getLogger("stovepipe_fsm.decisions")
+
+#: A request held for one reason is logged at its first hold, then at most this often.
+HELD_LOG_INTERVAL_S = 60.0
+
+
+class HeldLogLimiter:
+    """Rate-limits the log lines of repeated holds the way the trail collapses them: the
+    first hold of a (request, reason), then one line per interval with the count."""
+
+    def __init__(self, interval_s: float = HELD_LOG_INTERVAL_S, limit: int = 10_000) -> None:
+        self.interval_s = interval_s
+        self.limit = limit
+        self._runs: dict[str, dict[str, tuple[int, float]]] = {}
+
+    def should_log(self, request_id: str, reason: str) -> int:
+        """The holds to report now (0: stay quiet)."""
+        runs = self._runs.get(request_id)
+        if runs is None:
+            if len(self._runs) >= self.limit:  # bounded: forget the oldest request
+                self._runs.pop(next(iter(self._runs)))
+            runs = self._runs[request_id] = {}
+        now = time.monotonic()
+        count, logged_at = runs.get(reason, (0, -self.interval_s))
+        count += 1
+        if now - logged_at >= self.interval_s:
+            runs[reason] = (0, now)
+            return count
+        runs[reason] = (count, logged_at)
+        return 0
+
+    def forget(self, request_id: str) -> None:
+        """The request left the waiting state: its hold runs are over."""
+        self._runs.pop(request_id, None)
+
+
+HELD_LOG = HeldLogLimiter()
 
 
 class DiscardedTrail:
@@ -77,9 +118,13 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
     services = ctx.services
     roles = services.roles
     seq = ctx.delivery.stream_seq
+    extra = {"queue": request.queue, "request_id": request.id}
     if held:
         reason = hold_reason(ctx.via)
         queue = ctx.queue
+        holds = HELD_LOG.should_log(request.id, reason)
+        if holds:
+            log.info("held: %s (%d hold(s) since the last line)", reason, holds, extra=extra)
         await note(
             services,
             HELD,
@@ -92,9 +137,18 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             # them) the hold was decided under.
             parameters=", ".join(f"{k}={v}" for k, v in sorted(ctx.config.parameters)),
         )
-    elif request.state in roles.superseded_states:
+        return
+    HELD_LOG.forget(request.id)
+    if request.state in roles.superseded_states:
+        log.info("superseded by %s", request.superseded_by, extra=extra)
         await note(services, SUPERSEDED, request, stream_seq=seq, by=request.superseded_by)
     elif request.state in roles.admitted_states:
+        log.info(
+            "admitted: %s build on %s",
+            request.build_strategy,
+            request.base_uri or "no base",
+            extra=extra,
+        )
         await note(
             services,
             ADMITTED,

@@ -340,7 +340,8 @@ class ProcessConsumer(_PullLoop):
             await self.ledger.forget(seq)
         outcome = "acked" if kind is SettleKind.ACK else "held"
         self.observer(outcome, self.queue, request_id, "")
-        log.info(outcome, extra=extra)
+        # The decision itself, with its reason, is logged where it is made (process.trail).
+        log.debug(outcome, extra=extra)
 
     async def _store_dead_letter(self, letter: DeadLetter) -> None:
         """Mark the termination, then publish the record (a minimal one if the full one

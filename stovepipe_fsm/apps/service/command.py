@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import signal
 import sys
@@ -106,6 +107,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--data-dir", help="store directory of the embedded server")
     p.add_argument(
         "--nats-port", type=int, help="client port of the embedded server (default: a free one)"
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="least severe log records written (default info: decisions with their reasons)",
     )
     p.add_argument("--http-port", type=int, help="serve /healthz and /metrics on this port")
     p.add_argument(
@@ -392,7 +399,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ...adapters.jetstream import NatsServerError
     from .logs import configure_json_logging
 
-    configure_json_logging()
+    configure_json_logging(getattr(logging, args.log_level.upper()))
     try:
         options = nats_options(args)
         options.tls_context()  # bad TLS files are usage errors, before connecting

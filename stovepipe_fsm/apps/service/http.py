@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from ...domain.errors import NotFound
+from ..options import installed_version
 from .runtime import Service
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -57,6 +59,14 @@ async def render_metrics(service: Service) -> str:
     dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
     family(
+        "stovepipe_dead_letters_by_reason_total",
+        "counter",
+        "Messages dead-lettered by this replica, by reason (gave_up after max_attempts, "
+        "non_retryable, undecodable, orphan, outcome_refused).",
+    )
+    for reason, value in sorted(service.dead_letter_reasons.items()):
+        lines.append(f'stovepipe_dead_letters_by_reason_total{{reason="{_label(reason)}"}} {value}')
+    family(
         "stovepipe_orphan_messages_total",
         "counter",
         "Messages on a process subject with no queue row, dead-lettered by this replica.",
@@ -80,9 +90,111 @@ async def render_metrics(service: Service) -> str:
     if service.policy_hash:
         family("stovepipe_policy_info", "gauge", "The policy in force: 1, labelled by its hash.")
         lines.append(f'stovepipe_policy_info{{hash="{_label(service.policy_hash)}"}} 1')
+    family("stovepipe_build_info", "gauge", "1, labelled by the version and the policy hash.")
+    lines.append(
+        f'stovepipe_build_info{{version="{_label(installed_version())}",'
+        f'policy="{_label(service.policy_hash)}"}} 1'
+    )
+    if service.reloader is not None:
+        reloader = service.reloader
+        family(
+            "stovepipe_policy_reloads_total",
+            "counter",
+            "Policy reloads by part (machines, config) and result (ok, failed).",
+        )
+        for part in ("machines", "config"):
+            for result in ("ok", "failed"):
+                value = reloader.loads[(part, result)]
+                lines.append(
+                    f'stovepipe_policy_reloads_total{{part="{part}",result="{result}"}} {value}'
+                )
+        family(
+            "stovepipe_policy_last_good_load_timestamp_seconds",
+            "gauge",
+            "When the policy in force was loaded (start or the last good reload).",
+        )
+        lines.append(
+            f"stovepipe_policy_last_good_load_timestamp_seconds {reloader.last_good_load_s:.3f}"
+        )
+    family(
+        "stovepipe_queue_max_concurrent",
+        "gauge",
+        "The effective max_concurrent of each queue (where the policy declares it).",
+    )
+    for name in sorted(service.consumers):
+        try:
+            slots = dict(service.config.get(name).parameters).get("max_concurrent")
+        except Exception:  # a scrape must not fail because one queue's config did
+            continue
+        if isinstance(slots, int) and not isinstance(slots, bool):
+            lines.append(f'stovepipe_queue_max_concurrent{{queue="{_label(name)}"}} {slots}')
     family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
     lines += await _in_flight_lines(service)
+    backlog, oldest = await _backlog_lines(service)
+    family(
+        "stovepipe_queue_backlog",
+        "gauge",
+        "Process messages waiting on each queue's subject (the held head included).",
+    )
+    lines += backlog
+    family(
+        "stovepipe_queue_oldest_waiting_seconds",
+        "gauge",
+        "Age of the oldest process message waiting on each queue with a backlog.",
+    )
+    lines += oldest
     return "\n".join(lines) + "\n"
+
+
+async def _backlog_lines(service: Service) -> tuple[list[str], list[str]]:
+    """Per queue with messages: how many wait, and since when the oldest (one stream
+    info for all queues, then one read per queue that has a backlog)."""
+    topology, js = service.topology, service.js
+    try:
+        info = await asyncio.wait_for(
+            js.stream_info(topology.process_stream, subjects_filter=topology.process_filter()),
+            IN_FLIGHT_READ_TIMEOUT_S,
+        )
+    except Exception:  # a scrape must not fail because the broker is slow
+        return [], []
+    backlog, oldest = [], []
+    now = time.time()
+    for subject, count in sorted((info.state.subjects or {}).items()):
+        try:
+            queue = topology.queue_of_process_subject(subject)
+        except ValueError:
+            continue
+        backlog.append(f'stovepipe_queue_backlog{{queue="{_label(queue)}"}} {count}')
+        try:
+            first = await asyncio.wait_for(
+                js.get_msg(topology.process_stream, seq=1, subject=subject, next=True),
+                IN_FLIGHT_READ_TIMEOUT_S,
+            )
+        except Exception:
+            continue
+        stored = _stored_at(first)
+        if stored is not None:
+            age = max(0.0, now - stored)
+            oldest.append(
+                f'stovepipe_queue_oldest_waiting_seconds{{queue="{_label(queue)}"}} {age:.3f}'
+            )
+    return backlog, oldest
+
+
+def _stored_at(message: Any) -> float | None:
+    """Epoch seconds a stream message was stored (``RawStreamMsg.time``), if known."""
+    when = getattr(message, "time", None)
+    if when is None:
+        return None
+    if isinstance(when, str):
+        import datetime
+
+        try:
+            return datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    timestamp = getattr(when, "timestamp", None)
+    return float(timestamp()) if callable(timestamp) else None
 
 
 async def _in_flight_lines(service: Service) -> list[str]:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,10 @@ class PolicyReloader:
         self._sources = self._read()
         self._config_source = config.source
         self.hash = self._hash()
+        #: Reloads by part (machines, config) and result (ok, failed), for /metrics.
+        self.loads: Counter[tuple[str, str]] = Counter()
+        #: When the policy in force was (re)loaded: start, or the last good reload.
+        self.last_good_load_s = time.time()
         #: Why the machines directory's current version is not in force, or None.
         self.last_error: str | None = None
         self._refused_with = b""  # the config in force when it was refused
@@ -89,7 +95,10 @@ class PolicyReloader:
 
     def check(self) -> PolicyChange | None:
         """Look at both now; the change to apply, or None when the policy is the same."""
+        config_error = self.config.last_error
         self.config.refresh()
+        if self.config.last_error is not None and self.config.last_error != config_error:
+            self.loads[("config", "failed")] += 1
         if self.last_error is not None and self.config.source != self._refused_with:
             self._stamps = ()  # the config changed: a refused version may fit it now
         machines = self._check_machines()
@@ -97,6 +106,8 @@ class PolicyReloader:
             return None
         self._config_source = self.config.source
         self.hash = self._hash()
+        self.loads[("machines" if machines is not None else "config", "ok")] += 1
+        self.last_good_load_s = time.time()
         what = "machines and config" if machines is not None else "config"
         log.info("policy %s in force (%s reloaded)", self.hash, what)
         return PolicyChange(machines, self.hash)
@@ -112,6 +123,7 @@ class PolicyReloader:
             refuse_removed_states(self.machines, machines)
             self.config.redeclare(machines.parameters)
         except (SpecError, PolicyRefused) as error:
+            self.loads[("machines", "failed")] += 1
             self.last_error = str(error)
             self._refused_with = self.config.source
             log.warning(

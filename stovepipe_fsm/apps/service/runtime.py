@@ -257,6 +257,8 @@ class Service:
         self.options = options or ServiceOptions()
         self.metrics = Metrics()
         self.events: Counter[tuple[str, str]] = Counter()
+        #: Dead letters this replica wrote, by reason (:func:`dead_letter_reason`).
+        self.dead_letter_reasons: Counter[str] = Counter()
         self._external_observer = observer
         self.pipeline: Pipeline | None = None
         self.consumers: dict[str, ProcessConsumer] = {}
@@ -563,8 +565,26 @@ class Service:
 
     def _observe(self, event: str, queue: str, request_id: str, detail: str) -> None:
         self.events[(event, queue)] += 1
+        reason = dead_letter_reason(event, detail)
+        if reason:
+            self.dead_letter_reasons[reason] += 1
         if self._external_observer is not None:
             self._external_observer(event, queue, request_id, detail)
+
+
+def dead_letter_reason(event: str, detail: str) -> str:
+    """Why a runtime event dead-lettered a message, in a few words ("" if it did not)."""
+    if event == "orphan":
+        return "orphan"
+    if event == "outcome_refused":
+        return "outcome_refused"
+    if event != "dead_letter":
+        return ""
+    if detail.startswith("gave up after"):
+        return "gave_up"
+    if detail.startswith("undecodable"):
+        return "undecodable"
+    return "non_retryable"
 
 
 __all__ = [
