@@ -24,7 +24,7 @@ from stovepipe_fsm.apps.service.operators import (
     render_status,
     status_document,
 )
-from stovepipe_fsm.domain.trail import ADMITTED, ENDED, HELD, INGESTED, SUPERSEDED
+from stovepipe_fsm.domain.trail import ADMITTED, ENDED, HELD, INGESTED, RECLAIMED, SUPERSEDED
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
 
@@ -85,7 +85,10 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
         ids = await run_walkthrough(run)
         stories = {uri: await explain(js_env, rid) for uri, rid in ids.items()}
 
-    a, f = stories["A"]["history"], stories["F"]["history"]
+    # The gate may finish A's end before record's second write (a slot reclaimed): a
+    # record of its own, which the simulated world, recording in one step, never needs.
+    a = [r for r in stories["A"]["history"] if r["kind"] != RECLAIMED]
+    f = stories["F"]["history"]
     assert [r["kind"] for r in a] == [INGESTED, ADMITTED, ENDED]
     assert [r["kind"] for r in f] == [INGESTED, HELD, ADMITTED]
     assert f[1]["detail"]["reason"] == "gate_closed" and f[1]["detail"]["holders"] == ids["A"]
@@ -105,7 +108,8 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
     sim_ids = {r.uri: r.id for r in world.requests.snapshot()}
     for uri in "AF":
         simulated = [r.as_json() for r in await world.trail.history(sim_ids[uri])]
-        assert comparable(simulated) == comparable(stories[uri]["history"]), uri
+        live = [r for r in stories[uri]["history"] if r["kind"] != RECLAIMED]
+        assert comparable(simulated) == comparable(live), uri
 
     # export: the run's ingests and outcomes as a timeline simulate replays.
     exported = await export_timeline(

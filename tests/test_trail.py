@@ -12,9 +12,19 @@ import pytest
 from memory_stages import memory_stages
 
 from stovepipe_fsm.adapters.memory import MemoryPublisher
+from stovepipe_fsm.adapters.memory.delivery import MemoryDelivery
 from stovepipe_fsm.adapters.memory.trail import MemoryTrail
 from stovepipe_fsm.apps.options import load_policy_store
-from stovepipe_fsm.domain.trail import ADMITTED, ENDED, HELD, INGESTED, SUPERSEDED, TrailRecord
+from stovepipe_fsm.domain.entities import Queue, Request
+from stovepipe_fsm.domain.trail import (
+    ADMITTED,
+    ENDED,
+    HELD,
+    INGESTED,
+    RECLAIMED,
+    SUPERSEDED,
+    TrailRecord,
+)
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.trail import HeldLogLimiter
 from stovepipe_fsm.simulation.replay import simulate
@@ -119,3 +129,22 @@ def test_repeated_holds_log_once_then_once_per_interval_with_the_count() -> None
     for n in range(5):
         bounded.should_log(f"r{n}", "x")
     assert bounded.should_log("r0", "x") == 1, "the oldest runs were forgotten, not kept"
+
+
+async def test_a_slot_the_gate_takes_back_is_noted_on_the_request_that_held_it() -> None:
+    """A ended (request written) but still listed as holder; B's gate finishes it."""
+    trail = MemoryTrail()
+    stages = memory_stages(MACHINES, trail=trail)
+    services = stages.services
+    a = Request("request/q/1", "q", "A", "succeeded", build_strategy="full", version=3)
+    b = Request("request/q/2", "q", "B", "accepted")
+    await services.requests.create(a)
+    await services.requests.create(b)
+    await services.queues.create(
+        Queue("q", latest_request_id=b.id, slot_holders=(a.id,))
+    )
+    delivery = MemoryDelivery("q", b.id, stream_seq=7)
+    assert await stages.controller.handle(delivery) == "acked"
+    (reclaimed,) = [r for r in await trail.history(a.id) if r.kind == RECLAIMED]
+    assert (reclaimed.details, reclaimed.stream_seq) == ({"by": b.id}, 7)
+    assert sentence(reclaimed) == f"slot reclaimed by the gate (found while deciding {b.id})"

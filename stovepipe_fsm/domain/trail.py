@@ -1,7 +1,8 @@
 """The decision trail: one record per decision about a request, for ``explain``.
 
-Every decision of the process stage (held, superseded, admitted), every recorded end
-(an outcome, a request failed closed) and ingest append one :class:`TrailRecord`. Each
+Every decision of the process stage (held, superseded, admitted, a slot reclaimed from a
+request whose end had not freed it), every recorded end (an outcome, a request failed
+closed) and ingest append one :class:`TrailRecord`. Each
 carries the time (clock port), the queue, the request, the delivery's stream sequence (0
 when no delivery made it) and the policy hash in force.
 
@@ -22,7 +23,8 @@ SUPERSEDED = "superseded"
 ADMITTED = "admitted"
 ENDED = "ended"
 DEAD_LETTERED = "dead_lettered"
-KINDS = (INGESTED, HELD, SUPERSEDED, ADMITTED, ENDED, DEAD_LETTERED)
+RECLAIMED = "reclaimed"
+KINDS = (INGESTED, HELD, SUPERSEDED, ADMITTED, ENDED, DEAD_LETTERED, RECLAIMED)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ..domain.path_globs import first_match
 from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
 from .context import DeliveryContext
-from .trail import note_decision
+from .trail import note_decision, note_reclaimed
 
 log = logging.getLogger("stovepipe_fsm.process")
 
@@ -132,7 +132,9 @@ async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
     gate needs no reads); only terminal ones are released, in one queue-row CAS.
     """
     if ctx.others_holding() >= ctx.config.param(MAX_CONCURRENT):
+        before = ctx.q.slot_holders
         ctx.queue = await ctx.services.lifecycle.release_stale_holders(ctx.q, keep=ctx.req.id)
+        await note_reclaimed(ctx, [h for h in before if h not in ctx.q.slot_holders])
 
 
 @GATE.action()

@@ -14,7 +14,7 @@ import logging
 import time
 
 from ..domain.entities import Request
-from ..domain.trail import ADMITTED, HELD, SUPERSEDED, TrailRecord, detail
+from ..domain.trail import ADMITTED, HELD, RECLAIMED, SUPERSEDED, TrailRecord, detail
 from ..spec.compiler import Step
 from .context import DeliveryContext
 from .services import StageServices
@@ -156,4 +156,22 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             stream_seq=seq,
             strategy=request.build_strategy,
             base=request.base_uri,
+        )
+
+
+async def note_reclaimed(ctx: DeliveryContext, holders: list[str]) -> None:
+    """The slots the gate took back from requests whose end had not freed them, noted on
+    each of those requests (by the delivery that found them)."""
+    services = ctx.services
+    for holder in holders:
+        await services.trail.append(
+            TrailRecord(
+                kind=RECLAIMED,
+                queue=ctx.req.queue,
+                request_id=holder,
+                at_ms=services.clock.now_ms(),
+                detail=detail(by=ctx.req.id),
+                stream_seq=ctx.delivery.stream_seq,
+                policy=services.policy_hash(),
+            )
         )

@@ -12,6 +12,7 @@ from ..domain.trail import (
     ENDED,
     HELD,
     INGESTED,
+    RECLAIMED,
     SUPERSEDED,
     TrailRecord,
 )
@@ -44,6 +45,8 @@ def sentence(record: TrailRecord) -> str:
         return f"admitted: {d.get('strategy', '')} build on {base}"
     if record.kind == ENDED:
         return f"ended {d.get('outcome', '')} (reported by {d.get('by', '')})"
+    if record.kind == RECLAIMED:
+        return f"slot reclaimed by the gate (found while deciding {d.get('by', '')})"
     if record.kind == DEAD_LETTERED:
         attempts = d.get("attempts", "0")
         return f"dead-lettered after {attempts} failed attempt(s): {d.get('error', '')}"
