@@ -4,7 +4,7 @@ The request rows hold when each head was ingested and when it ended, and the pol
 record says which outcome each terminal state is. From those, the timeline is the heads
 as they were ingested and the outcomes the builds reported, at their real relative
 times: ``ingest`` and ``complete`` steps, each batch followed by ``run``, separated by
-``advance_ms``. What the stage decided (holds, supersedes, admissions) is left out on
+``advance_ms`` and a ``run`` of what fell due meanwhile. What the stage decided (holds, supersedes, admissions) is left out on
 purpose: replaying the timeline under a policy decides it again, which is what
 ``whatif`` compares.
 
@@ -102,7 +102,9 @@ def build_timeline(
     clock = events[0][0] if events else since_ms
     for at, _order, _rid, step in events:
         if at > clock:
-            steps += ["run", {"advance_ms": at - clock}]
+            # What the last batch left due runs before time moves on, and what fell due
+            # meanwhile runs before the next batch arrives.
+            steps += ["run", {"advance_ms": at - clock}, "run"]
             clock = at
         steps.append(step)
     if steps:
