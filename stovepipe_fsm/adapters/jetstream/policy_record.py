@@ -38,6 +38,8 @@ class PolicyRecord:
     request_initial: str = ""
     outcomes: dict[str, list[str]] = field(default_factory=dict)
     terminal_states: list[str] = field(default_factory=list)
+    #: The parameters the policy declares (``pause`` needs ``paused``).
+    parameters: list[str] = field(default_factory=list)
 
 
 async def write_policy_record(
@@ -70,6 +72,7 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
                 for name, states in dict(data.get("outcomes", {})).items()
             },
             terminal_states=[str(state) for state in data.get("terminal_states", [])],
+            parameters=[str(name) for name in data.get("parameters", [])],
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...domain.errors import NotFound, StovepipeError
 from ...pipeline.ingest import InvalidUri
@@ -176,6 +176,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queue", default="**", help="queue name or glob (default: every queue)")
     p.add_argument("--out", help="write the timeline here (default: standard output)")
     p.set_defaults(handler=_needs_nats("export", cmd_export))
+
+    p = sub.add_parser("pause", help="hold every head of a queue (or a glob) until resume")
+    _broker_args(p)
+    p.add_argument("queue", help="a queue name or a glob of queue names (e.g. 'team/*')")
+    p.add_argument("--reason", default="", help="why, shown by status")
+    p.set_defaults(handler=_needs_nats("pause", cmd_pause))
+
+    p = sub.add_parser("resume", help="lift a pause (the same queue name or glob)")
+    _broker_args(p)
+    p.add_argument("queue", help="the queue name or glob that was paused")
+    p.set_defaults(handler=_needs_nats("resume", cmd_resume))
 
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
     _broker_args(p)
@@ -592,6 +603,59 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _run_operator(run())
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    import getpass
+
+    from ...adapters.jetstream import ensure_topology
+    from ...adapters.jetstream.policy_record import read_policy_record
+    from .connect import connect
+    from .pauses import PAUSED, pause
+
+    async def run() -> int:
+        nc = await connect(nats_options(args))
+        try:
+            js, topology = nc.jetstream(), topology_of(args)
+            await ensure_topology(js, topology)
+            record = await read_policy_record(js, topology)
+            if record is not None and record.parameters and PAUSED not in record.parameters:
+                raise ValueError(
+                    f"the policy in force ({record.hash or 'unhashed'}) declares no "
+                    f"{PAUSED!r} parameter, so no pause condition would read a pause; "
+                    "declare it and name the condition in queue_gate.yaml (docs/machines.md)"
+                )
+            done, new = await pause(js, topology, args.queue, reason=args.reason, by=_who(getpass))
+        finally:
+            await nc.close()
+        print(json.dumps({"paused": done.pattern, "new": new, "at_ms": done.at_ms}))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .connect import connect
+    from .pauses import resume
+
+    async def run() -> int:
+        nc = await connect(nats_options(args))
+        try:
+            lifted = await resume(nc.jetstream(), topology_of(args), args.queue)
+        finally:
+            await nc.close()
+        print(json.dumps({"resumed": args.queue, "was_paused": lifted}))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def _who(getpass: Any) -> str:
+    """The local user name for a pause record (empty when the system has none)."""
+    try:
+        return str(getpass.getuser())
+    except Exception:
+        return ""
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -4,9 +4,9 @@ The request rows hold when each head was ingested and when it ended, and the pol
 record says which outcome each terminal state is. From those, the timeline is the heads
 as they were ingested and the outcomes the builds reported, at their real relative
 times: ``ingest`` and ``complete`` steps, each batch followed by ``run``, separated by
-``advance_ms`` and a ``run`` of what fell due meanwhile. What the stage decided (holds, supersedes, admissions) is left out on
-purpose: replaying the timeline under a policy decides it again, which is what
-``whatif`` compares.
+``advance_ms`` and a ``run`` of what fell due meanwhile. What the stage decided (holds,
+supersedes, admissions) is left out on purpose: replaying the timeline under a policy
+decides it again, which is what ``whatif`` compares.
 
 The commit history is taken to be first-parent trunk: each head's parent is the head
 ingested before it on its queue (``history``), which is what a poller of one ref sees.

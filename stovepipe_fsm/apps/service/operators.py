@@ -46,6 +46,7 @@ from ...spec.errors import SpecError
 from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
 from ...views.trail import history_json
 from .connect import NatsOptions, connect
+from .pauses import read_pauses
 
 #: How often ``complete --wait`` looks at the request row.
 WAIT_POLL_S = 0.2
@@ -240,6 +241,7 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         return (parsed.queue, parsed.counter)
 
     policy = await read_policy_record(js, topology)
+    pauses = await read_pauses(js, topology)
     return {
         "requests": [request_json(r) for r in sorted(requests, key=lambda r: order(r.id))],
         "queues": [queue_json(q) for q in sorted(queues, key=lambda q: q.name)],
@@ -254,6 +256,8 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         ),
         # The policy the service runs (once a service has written it).
         **({"policy": asdict(policy)} if policy is not None else {}),
+        # Operator pauses in force (pause/resume), by pattern.
+        **({"pauses": [asdict(p) for p in pauses]} if pauses else {}),
         **({"damaged": damaged} if damaged else {}),
         **({"name_problems": problems} if (problems := _name_problems(queues)) else {}),
     }
@@ -326,8 +330,13 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         policy = doc["policy"]
         loaded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(policy["loaded_at_ms"] / 1000))
         lines.append(f"policy: {policy['hash']} (loaded {loaded} by {policy['replica']})")
-    lines.append("queues:")
     now_ms = int(time.time() * 1000)
+    for paused in doc.get("pauses", []):
+        who = f" by {paused['by']}" if paused["by"] else ""
+        why = f": {paused['reason']}" if paused["reason"] else ""
+        age = _age(paused["at_ms"], now_ms)
+        lines.append(f"paused: {paused['pattern']} for {age}{who}{why}")
+    lines.append("queues:")
     details = doc.get("queue_details", {})
     for q in doc["queues"]:
         lines.append(render_queue_row(q, holders.get(q["name"], [])))

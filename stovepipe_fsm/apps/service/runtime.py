@@ -80,6 +80,7 @@ from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
 from .keepalive import KeptAlive
 from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
+from .pauses import PausableConfig, read_pauses
 from .policy import PolicyReloader
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -251,7 +252,8 @@ class Service:
         self.js = nc.jetstream()
         self.topology = topology
         self.machines = machines
-        self.config = config
+        #: The config the stages read: the policy's, with operator pauses applied.
+        self.config = PausableConfig(config, machines.parameters)
         self.source_control = source_control
         self.clock = clock
         self.options = options or ServiceOptions()
@@ -320,6 +322,8 @@ class Service:
         )
         await self._outcomes.open()
         self._spawn("outcomes", self._outcomes.run(self._stop))
+        await self.refresh_pauses()
+        self._spawn("pauses", self._pause_loop())
         for queue in self.config.configured_queues():
             await self.add_queue(queue)
         await self.discover()
@@ -497,6 +501,7 @@ class Service:
         if change.machines is not None:
             self.pipeline.swap(change.machines)
             self.machines = change.machines
+            self.config.declared = change.machines.parameters
         await self._record_policy()
         for queue in sorted(self.consumers):
             await self._record_parameters(queue)
@@ -517,6 +522,28 @@ class Service:
                 exc,
                 extra={"queue": queue},
             )
+
+    async def refresh_pauses(self) -> bool:
+        """Take up the operator pauses in the broker now; True when they changed."""
+        pauses = tuple(await read_pauses(self.js, self.topology))
+        if pauses == self.config.pauses:
+            return False
+        self.config.pauses = pauses
+        log.info("operator pauses in force: %s", [p.pattern for p in pauses] or "none")
+        for queue in sorted(self.consumers):
+            await self._record_parameters(queue)
+        return True
+
+    async def _pause_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.options.policy_check_interval_s)
+            if self._stop.is_set():
+                return
+            try:
+                await self.refresh_pauses()
+            except Exception as exc:  # the broker may be reconnecting; try next round
+                log.warning("pause check failed: %s: %s", type(exc).__name__, exc)
 
     async def _policy_loop(self) -> None:
         while not self._stop.is_set():
@@ -557,6 +584,7 @@ class Service:
             request_initial=roles.initial,
             outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
             terminal_states=sorted(self.machines.request.terminal),
+            parameters=sorted(self.machines.parameters),
         )
         try:
             await write_policy_record(self.js, self.topology, record)

@@ -1,0 +1,147 @@
+"""Operator pauses: ``pause``/``resume`` a queue or a glob of queues, kept in the broker.
+
+A pause is a key ``pause.<token>`` in the service bucket naming a queue or a glob (the
+same patterns as ``config/queues.yaml``), with who paused it, when and why. It needs no
+config edit and survives restarts. The service reads the pauses every policy check
+(once a second) and serves its stages a config in which every queue a pause matches has
+the policy's ``paused`` parameter set, so the policy's own pause condition holds the
+queue's heads from its next wake-up on: within one hold delay. Only a policy that
+declares ``paused`` can be paused this way (the command refuses otherwise, naming the
+policy in force).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+from nats.js import JetStreamContext
+
+from ...adapters.jetstream import Topology
+from ...adapters.jetstream.errors import translated
+from ...adapters.jetstream.names import encode_name_token
+from ...config.globs import glob_match, is_pattern
+from ...domain.entities import QueueConfig
+from ...domain.queue_names import normalize_queue_name
+from ...ports.config import ConfigStore
+
+PAUSE_KEY_PREFIX = "pause."
+#: The parameter a policy declares to be pausable (the shipped queue_gate.yaml does).
+PAUSED = "paused"
+
+
+@dataclass(frozen=True)
+class Pause:
+    pattern: str
+    at_ms: int
+    reason: str = ""
+    by: str = ""
+
+    def matches(self, queue: str) -> bool:
+        return (
+            glob_match(self.pattern, queue) if is_pattern(self.pattern) else queue == self.pattern
+        )
+
+
+def checked_pattern(pattern: str) -> str:
+    """A queue name (normalised) or a glob; ``ValueError`` saying what is wrong."""
+    if not pattern:
+        raise ValueError("give a queue name or a glob of queue names")
+    if is_pattern(pattern):
+        if len(pattern) > 512 or any(c.isspace() or ord(c) < 32 for c in pattern):
+            raise ValueError(f"{pattern[:64]!r} is not a usable glob")
+        return pattern
+    return normalize_queue_name(pattern)
+
+
+def _key(pattern: str) -> str:
+    return PAUSE_KEY_PREFIX + encode_name_token(pattern)
+
+
+async def _bucket(js: JetStreamContext, topology: Topology) -> Any:
+    with translated(f"open {topology.service_bucket}"):
+        return await js.key_value(topology.service_bucket)
+
+
+async def pause(
+    js: JetStreamContext, topology: Topology, pattern: str, *, reason: str = "", by: str = ""
+) -> tuple[Pause, bool]:
+    """Pause ``pattern``; the pause in force and whether it was new (False: already)."""
+    pattern = checked_pattern(pattern)
+    current = {p.pattern: p for p in await read_pauses(js, topology)}
+    if pattern in current:
+        return current[pattern], False
+    record = Pause(pattern, int(time.time() * 1000), reason[:500], by[:200])
+    kv = await _bucket(js, topology)
+    with translated(f"pause {pattern}"):
+        await kv.put(_key(pattern), json.dumps(record.__dict__, sort_keys=True).encode())
+    return record, True
+
+
+async def resume(js: JetStreamContext, topology: Topology, pattern: str) -> bool:
+    """Remove the pause of exactly ``pattern``; False when there was none."""
+    pattern = checked_pattern(pattern)
+    if pattern not in {p.pattern for p in await read_pauses(js, topology)}:
+        return False
+    kv = await _bucket(js, topology)
+    with translated(f"resume {pattern}"):
+        await kv.delete(_key(pattern))
+    return True
+
+
+async def read_pauses(js: JetStreamContext, topology: Topology) -> list[Pause]:
+    """Every pause in force, by pattern (none when the bucket does not exist yet)."""
+    with translated(f"read pauses in {topology.service_bucket}"):
+        try:
+            kv = await js.key_value(topology.service_bucket)
+            keys = await kv.keys()
+        except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+            return []
+        pauses = []
+        for key in keys:
+            if not key.startswith(PAUSE_KEY_PREFIX):
+                continue
+            try:
+                entry = await kv.get(key)
+                data = json.loads(entry.value or b"")
+                pauses.append(
+                    Pause(
+                        str(data["pattern"]),
+                        int(data["at_ms"]),
+                        str(data.get("reason", "")),
+                        str(data.get("by", "")),
+                    )
+                )
+            except (nats.js.errors.KeyNotFoundError, ValueError, KeyError, TypeError):
+                continue  # removed meanwhile, or not one of ours
+    return sorted(pauses, key=lambda p: p.pattern)
+
+
+class PausableConfig:
+    """The service's config with the operator pauses applied: a queue a pause matches has
+    ``paused`` set, where the policy declares it."""
+
+    def __init__(self, inner: ConfigStore, declared: Mapping[str, Any]) -> None:
+        self.inner = inner
+        self.declared = declared
+        self.pauses: tuple[Pause, ...] = ()
+
+    def get(self, queue: str) -> QueueConfig:
+        config = self.inner.get(queue)
+        if self.pauses and PAUSED in self.declared and self.paused(queue):
+            return config.with_parameters({PAUSED: True})
+        return config
+
+    def paused(self, queue: str) -> bool:
+        return any(p.matches(queue) for p in self.pauses)
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return self.inner.configured_queues()
+
+    def __getattr__(self, name: str) -> Any:
+        # The reloadable file store's own attributes (last_error, source, ...).
+        return getattr(self.inner, name)

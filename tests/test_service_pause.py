@@ -1,0 +1,96 @@
+"""``pause``/``resume`` on a real nats-server: held within a hold delay, kept in the
+broker across a restart, idempotent, refused for a policy that cannot pause."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from test_service_cli import CLI, ROOT, tag  # noqa: F401
+from test_service_support import running_service, wait_for
+
+from stovepipe_fsm.adapters.jetstream.policy_record import PolicyRecord, write_policy_record
+from stovepipe_fsm.apps.service.connect import NatsOptions
+from stovepipe_fsm.apps.service.operators import explain_document, status_document
+from stovepipe_fsm.apps.service.pauses import pause, read_pauses, resume
+
+QUEUE = "team/app"
+CONFIG = {"defaults": {"gate_wait_delay_ms": 100}}
+
+
+async def test_a_paused_glob_holds_its_queues_until_resumed_across_a_restart(js_env) -> None:
+    js, topology = js_env.js, js_env.topology
+    async with running_service(js_env.server, topology, CONFIG) as run:
+        done, new = await pause(js, topology, "team/*", reason="incident 42", by="oncall")
+        assert new and done.pattern == "team/*"
+        again, new_again = await pause(js, topology, "team/*")
+        assert not new_again and again == done  # idempotent: the first pause stands
+        async def taken_up() -> bool:
+            await run.service.refresh_pauses()
+            return run.service.config.paused(QUEUE)
+
+        await wait_for(taken_up, "the service took the pause up", timeout=5)
+        a = await run.ingest(QUEUE, "A")
+
+        async def held_paused() -> bool:
+            history = (await explain_document(options(js_env), topology, a, "", ""))["history"]
+            return any(r["kind"] == "held" and r["detail"]["reason"] == "paused" for r in history)
+
+        await wait_for(held_paused, "A held as paused")
+        assert await run.state(a) == "accepted"
+        doc = await status_document(js, topology)
+        assert [p["pattern"] for p in doc["pauses"]] == ["team/*"]
+        assert doc["queue_details"][QUEUE]["parameters"]["paused"] is True
+    # A restart keeps the pause: the head stays held.
+    async with running_service(js_env.server, topology, CONFIG) as run:
+        assert [p.pattern for p in run.service.config.pauses] == ["team/*"]
+        b = await run.ingest("team/other", "B")
+        await wait_for(lambda: _held(run, b), "B held")
+        assert await run.state(b) == "accepted"
+        assert await resume(js, topology, "team/*")
+        assert not await resume(js, topology, "team/*")  # idempotent
+        await run.wait_state(a, "processing")
+        await run.wait_state(b, "processing")
+    assert await read_pauses(js, topology) == []
+
+
+async def _held(run, request_id: str) -> bool:  # type: ignore[no-untyped-def]
+    return bool(run.events.count("held", request_id))
+
+
+def options(js_env) -> NatsOptions:  # type: ignore[no-untyped-def]
+    return NatsOptions(url=js_env.server.url, max_reconnect_attempts=3)
+
+
+async def test_pause_is_refused_when_the_policy_in_force_cannot_pause(js_env) -> None:
+    tag_ = js_env.topology.prefix.removeprefix("stovepipe-")
+    record = PolicyRecord("cafe", 0, "r", parameters=["max_concurrent"])
+    await write_policy_record(js_env.js, js_env.topology, record)
+    done = subprocess.run(
+        [*CLI, "pause", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "declares no 'paused' parameter" in done.stderr
+    bad = subprocess.run(
+        [*CLI, "resume", "bad queue\n", "--nats", js_env.server.url, "--topology-tag", tag_],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2, bad.stderr
+    ok = subprocess.run(
+        [*CLI, "resume", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ok.returncode == 0 and json.loads(ok.stdout) == {"resumed": QUEUE, "was_paused": False}
