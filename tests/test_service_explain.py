@@ -8,10 +8,8 @@ service run on the same broker neither loses nor doubles a record.
 
 from __future__ import annotations
 
-import subprocess
-
 import yaml
-from test_service_cli import CLI, ROOT, tag  # noqa: F401
+from test_service_cli import ROOT, cli, tag  # noqa: F401
 from test_service_support import Running, machines, running_service, wait_for
 
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
@@ -145,35 +143,14 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
 
 
 def test_export_with_a_bad_since_exits_2(nats_server, tag) -> None:  # noqa: F811
-    done = subprocess.run(
-        [*CLI, "export", "--since", "last tuesday", "--nats", nats_server.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = cli("export", "--since", "last tuesday", "--nats", nats_server.url)
     assert done.returncode == 2
     assert "neither an ISO time" in done.stderr
 
 
 def test_explain_of_an_unknown_request_exits_2(nats_server, tag) -> None:  # noqa: F811
-    done = subprocess.run(
-        [*CLI, "explain", "request/nowhere/9", "--nats", nats_server.url, "--topology-tag", tag],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = cli("explain", "request/nowhere/9", "--nats", nats_server.url, "--topology-tag", tag)
     assert done.returncode == 2, done.stderr
     assert "no request 'request/nowhere/9'" in done.stderr
-    bad = subprocess.run(
-        [*CLI, "explain", "--nats", nats_server.url, "--topology-tag", tag],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bad = cli("explain", "--nats", nats_server.url, "--topology-tag", tag)
     assert bad.returncode == 2 and "give a REQUEST_ID" in bad.stderr

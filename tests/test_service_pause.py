@@ -4,9 +4,8 @@ broker across a restart, idempotent, refused for a policy that cannot pause."""
 from __future__ import annotations
 
 import json
-import subprocess
 
-from test_service_cli import CLI, ROOT, tag  # noqa: F401
+from test_service_cli import ROOT, cli, tag  # noqa: F401
 from test_service_support import running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream.policy_record import PolicyRecord, write_policy_record
@@ -66,31 +65,10 @@ async def test_pause_is_refused_when_the_policy_in_force_cannot_pause(js_env) ->
     tag_ = js_env.topology.prefix.removeprefix("stovepipe-")
     record = PolicyRecord("cafe", 0, "r", parameters=["max_concurrent"])
     await write_policy_record(js_env.js, js_env.topology, record)
-    done = subprocess.run(
-        [*CLI, "pause", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = cli("pause", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_)
     assert done.returncode == 2, done.stderr
     assert "declares no 'paused' parameter" in done.stderr
-    bad = subprocess.run(
-        [*CLI, "resume", "bad queue\n", "--nats", js_env.server.url, "--topology-tag", tag_],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bad = cli("resume", "bad queue\n", "--nats", js_env.server.url, "--topology-tag", tag_)
     assert bad.returncode == 2, bad.stderr
-    ok = subprocess.run(
-        [*CLI, "resume", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    ok = cli("resume", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_)
     assert ok.returncode == 0 and json.loads(ok.stdout) == {"resumed": QUEUE, "was_paused": False}

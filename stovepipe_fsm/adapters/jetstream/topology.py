@@ -222,12 +222,16 @@ class Topology:
 
     def queue_of_process_subject(self, subject: str) -> str:
         """The queue a process message was published for (inverse of process_subject)."""
-        head = f"{self.prefix}.process."
+        return self._queue_of(subject, "process")
+
+    def _queue_of(self, subject: str, kind: str) -> str:
+        """The queue of ``<prefix>.<kind>.<q>``; ``ValueError`` for any other subject."""
+        head = f"{self.prefix}.{kind}."
         token = subject[len(head) :] if subject.startswith(head) else ""
         try:
             return decode_queue_token(token)
         except InvalidToken as exc:
-            raise ValueError(f"{subject!r} is not a process subject of {head}*: {exc}") from None
+            raise ValueError(f"{subject!r} is not a {kind} subject of {head}*: {exc}") from None
 
     def process_consumer_name(self, queue: str) -> str:
         """Durable name of the queue's process consumer (a name, so ``/`` is escaped too)."""
@@ -250,12 +254,7 @@ class Topology:
 
     def queue_of_outcome_subject(self, subject: str) -> str:
         """The queue an outcome was published for (inverse of outcome_subject)."""
-        head = f"{self.prefix}.outcome."
-        token = subject[len(head) :] if subject.startswith(head) else ""
-        try:
-            return decode_queue_token(token)
-        except InvalidToken as exc:
-            raise ValueError(f"{subject!r} is not an outcome subject of {head}*: {exc}") from None
+        return self._queue_of(subject, "outcome")
 
     def trail_subject(self, request_id: str, kind: str, reason: str = "") -> str:
         """The subject of one request's records of one kind (a hold: of one reason)."""

@@ -33,7 +33,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -479,15 +479,7 @@ class Service:
                 await asyncio.wait_for(self._stop.wait(), interval)
 
     async def _discover_loop(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.options.discover_interval_s)
-            if self._stop.is_set():
-                return
-            try:
-                await self.discover()
-            except Exception as exc:  # the broker may be reconnecting; try next round
-                log.warning("queue discovery failed: %s: %s", type(exc).__name__, exc)
+        await self._every(self.options.discover_interval_s, self.discover, "queue discovery")
 
     async def reload_policy(self) -> bool:
         """Take up an edit of the policy now; True when a new policy is in force."""
@@ -535,26 +527,25 @@ class Service:
         return True
 
     async def _pause_loop(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.options.policy_check_interval_s)
-            if self._stop.is_set():
-                return
-            try:
-                await self.refresh_pauses()
-            except Exception as exc:  # the broker may be reconnecting; try next round
-                log.warning("pause check failed: %s: %s", type(exc).__name__, exc)
+        await self._every(self.options.policy_check_interval_s, self.refresh_pauses, "pause")
 
     async def _policy_loop(self) -> None:
+        await self._every(self.options.policy_check_interval_s, self.reload_policy, "policy")
+
+    async def _every(
+        self, interval_s: float, check: Callable[[], Awaitable[object]], what: str
+    ) -> None:
+        """Run ``check`` every ``interval_s`` until stopped; a failed round is logged and
+        the next one tried (the broker may be reconnecting)."""
         while not self._stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.options.policy_check_interval_s)
+                await asyncio.wait_for(self._stop.wait(), interval_s)
             if self._stop.is_set():
                 return
             try:
-                await self.reload_policy()
-            except Exception as exc:  # the broker may be reconnecting; try next round
-                log.warning("policy check failed: %s: %s", type(exc).__name__, exc)
+                await check()
+            except Exception as exc:
+                log.warning("%s check failed: %s: %s", what, type(exc).__name__, exc)
 
     async def prune(self, older_than_s: float) -> PruneReport:
         """Remove terminal requests older than ``older_than_s``; terminal is what the
