@@ -47,8 +47,9 @@ SMALL = ["--heads", "2", "--max-concurrent", "1", "--jobs", "1", "--quiet"]
 # The order the shipped files declare their invariants in: request.yaml, then queue_gate.yaml.
 SHIPPED_ORDER = (
     "slot_bookkeeping, strategy_immutable, last_green_forward, dead_letter_failed_closed, "
-    "persist_before_publish, one_event_per_admission, admits_latest, newest_not_superseded, "
-    "superseded_never_started, max_concurrent, strategy_sound, progress"
+    "persist_before_publish, one_event_per_admission, admits_latest, keeps_newest_n, "
+    "newest_not_superseded, superseded_never_started, max_concurrent, strategy_sound, "
+    "base_is_last_green, rewrite_runs_alone, baseline_lag_bounded, progress"
 )
 
 
@@ -124,8 +125,9 @@ def test_check_prints_what_it_proves(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0
     assert proves_line(out) == (
         "strategy_immutable, last_green_forward, dead_letter_failed_closed, "
-        "persist_before_publish, one_event_per_admission, newest_not_superseded, "
-        "superseded_never_started, max_concurrent, strategy_sound"
+        "persist_before_publish, one_event_per_admission, keeps_newest_n, "
+        "newest_not_superseded, superseded_never_started, max_concurrent, strategy_sound, "
+        "base_is_last_green, rewrite_runs_alone, baseline_lag_bounded"
     )
 
 

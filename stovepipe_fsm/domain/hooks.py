@@ -61,3 +61,21 @@ def started_event(queue: str, request_id: str, admitted_version: int, now_ms: in
         timestamp_ms=now_ms,
         payload={"queue": queue, "request_id": request_id},
     )
+
+
+VALIDATION_LEASE_EXPIRED = "validation.repository.lease_expired"
+
+
+def lease_expired_event_id(request_id: str, expires_at_ms: int) -> str:
+    """Stable id of the expiry of one lease: a reclaim repeated after a crash dedupes."""
+    return str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_LEASE_EXPIRED}|{request_id}|{expires_at_ms}"))
+
+
+def lease_expired_event(queue: str, request_id: str, expires_at_ms: int, now_ms: int) -> HookEvent:
+    """The slot of ``request_id`` was reclaimed because its lease ran out."""
+    return HookEvent(
+        id=lease_expired_event_id(request_id, expires_at_ms),
+        type=VALIDATION_LEASE_EXPIRED,
+        timestamp_ms=now_ms,
+        payload={"queue": queue, "request_id": request_id, "expired_at_ms": str(expires_at_ms)},
+    )

@@ -28,6 +28,8 @@ class DeliveryContext:
     build_strategy: str = NO_STRATEGY
     base_uri: str = ""
     slot_conflict: bool = False
+    newer_live_heads: int = 0
+    rewrite: bool = False
     admit_step: Step | None = None
     admit_lost: bool = False
     outcome: str = ""
@@ -43,6 +45,9 @@ class DeliveryContext:
         return self.queue
 
     def others_holding(self) -> int:
-        """Slots of the loaded queue held by requests other than R: what the gate counts."""
+        """Unexpired slots of the loaded queue held by requests other than R: what the
+        gate counts (a holder whose lease ran out is reclaimable, not counted)."""
         request_id = self.req.id
-        return sum(1 for holder in self.q.slot_holders if holder != request_id)
+        live = self.q.live_holders(self.services.clock.now_ms()) if self.q.leases else None
+        holders = self.q.slot_holders if live is None else live
+        return sum(1 for holder in holders if holder != request_id)

@@ -39,7 +39,7 @@ from typing import Any
 from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ...process.gate import PAUSED
+from ...process.gate import MAX_BASELINE_LAG, PAUSED
 from ...process.services import DeclaredDefaults
 from ...simulation.runtime import OverrideConfigStore
 from ...simulation.world import World
@@ -95,7 +95,15 @@ class Setup:
         }
         if dict(self.config.get(self.bounds.queue).parameters).get(PAUSED):
             knobs[PAUSED] = True
+        if self.max_baseline_lag:
+            knobs[MAX_BASELINE_LAG] = self.max_baseline_lag
         return knobs
+
+    @property
+    def max_baseline_lag(self) -> int:
+        """The checked queue's lag bound (0, no bound, when the policy declares none)."""
+        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
+        return int(dict(config.get(self.bounds.queue).parameters).get(MAX_BASELINE_LAG, 0))
 
     def rules(self) -> Rules:
         return Rules.for_machines(
@@ -104,6 +112,7 @@ class Setup:
             history=self.bounds.history(),
             bare_counter=self.variant.bare_counter,
             catalog=self.catalog,
+            max_baseline_lag=self.max_baseline_lag,
         )
 
     def new_world(self) -> World:

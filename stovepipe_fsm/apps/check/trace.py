@@ -23,6 +23,7 @@ import yaml
 from ...domain.errors import StovepipeError
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
+from ...process.gate import MAX_BASELINE_LAG
 from ...simulation.replay import LogRow, Simulation, apply_step, build_world
 from ...simulation.timeline import Timeline
 from ...simulation.world import World
@@ -68,6 +69,11 @@ def replay(
         history=timeline.history,
         bare_counter=variant.bare_counter,
         catalog=catalog,
+        max_baseline_lag=int(
+            dict(world.controller.services.config.get(timeline.queue).parameters).get(
+                MAX_BASELINE_LAG, 0
+            )
+        ),
     )
     result = Replay(world)
     obs = observe(world)

@@ -35,8 +35,17 @@ def _keep(queue: Queue) -> Queue:
 class BareCounterLifecycle(RequestLifecycle):
     """The lifecycle with the seed's bare counter in place of slot holders."""
 
-    async def claim_slot(self, queue: Queue, request: Request, trigger: str | Step) -> Queue:
-        """count += 1, every time it is called: there is no holder to recognise."""
+    async def claim_slot(
+        self,
+        queue: Queue,
+        request: Request,
+        trigger: str | Step,
+        *,
+        expires_at_ms: int | None = None,
+        serial: bool = False,
+    ) -> Queue:
+        """count += 1, every time it is called: there is no holder to recognise (nor a
+        lease or a serial mark to give it)."""
         step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
         if not step.takes_slot:
             return queue
