@@ -103,8 +103,8 @@ def lease_issues(doc: SourceDocument, declared_hold_delay: object) -> list[SpecI
         delay = body.get(HOLD_DELAY, defaults.get(HOLD_DELAY, declared_hold_delay))
         if not isinstance(lease, int | float) or not isinstance(delay, int | float):
             continue
-        if not _whole(lease) or not _whole(delay) or lease == 0 or lease >= delay:
-            continue
+        if not _whole(lease) or not _whole(delay) or lease <= 0 or lease >= delay:
+            continue  # no lease, or a value the schema already reports
         if LEASE not in body and HOLD_DELAY not in body:
             continue  # reported once, at the defaults that set both
         where = (*path, LEASE) if LEASE in body else (*path, HOLD_DELAY)

@@ -45,9 +45,10 @@ class DeliveryContext:
         return self.queue
 
     def others_holding(self) -> int:
-        """Unexpired slots of the loaded queue held by requests other than R: what the
-        gate counts (a holder whose lease ran out is reclaimable, not counted)."""
+        """Slots of the loaded queue held by requests other than R: what the gate counts.
+
+        Holders whose lease ran out are gone by then: ``reclaim_expired_leases`` frees
+        them when the queue row is loaded, before anything is decided on it.
+        """
         request_id = self.req.id
-        live = self.q.live_holders(self.services.clock.now_ms()) if self.q.leases else None
-        holders = self.q.slot_holders if live is None else live
-        return sum(1 for holder in holders if holder != request_id)
+        return sum(1 for holder in self.q.slot_holders if holder != request_id)

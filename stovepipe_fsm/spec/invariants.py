@@ -321,6 +321,12 @@ INVARIANTS.built_in(
     "a request the runtime dead-lettered is terminal and holds no slot",
 )
 INVARIANTS.built_in(
+    "lease_bounds_stall",
+    "when the queue sets max_validation_ms: deliveries and clock advances alone, with no "
+    "build ever reporting, admit or supersede every waiting head (leases expire, and the "
+    "gate reclaims them)",
+)
+INVARIANTS.built_in(
     "progress",
     "with deliveries, clock advances and build completions only, every state reaches one "
     "with no message pending and no accepted request waiting",

@@ -60,6 +60,7 @@ class Rules:
     proof: Proof
     bare_counter: bool = False
     max_baseline_lag: int = 0  # the checked queue's bound (0: none)
+    max_validation_ms: int = 0  # the checked queue's slot lease (0: none)
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
 
     @classmethod
@@ -72,6 +73,7 @@ class Rules:
         bare_counter: bool = False,
         catalog: InvariantCatalog = INVARIANTS,
         max_baseline_lag: int = 0,
+        max_validation_ms: int = 0,
     ) -> Rules:
         """The rules of ``machines``, checking the invariants they declare."""
         request, roles = machines.request, machines.roles
@@ -87,6 +89,7 @@ class Rules:
             proof=Proof.declared_by(machines, catalog),
             bare_counter=bare_counter,
             max_baseline_lag=max_baseline_lag,
+            max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
         )
 
@@ -144,6 +147,8 @@ def _recorded(request: Request, rules: Rules) -> bool:
 
 def _slot_states_hold(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.requests:
+        if request.id in obs.lease_expired:
+            continue  # its lease ran out and the gate reclaimed the slot
         row = obs.queue(request.queue)
         if request.state in rules.slot_states and (row is None or not row.holds(request.id)):
             yield (
@@ -173,7 +178,11 @@ def _idle_holders_exact(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
         if obs.busy(row.name):
             continue
-        expected = {r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states}
+        expected = {
+            r.id
+            for r in obs.requests_of(row.name)
+            if r.state in rules.slot_states and r.id not in obs.lease_expired
+        }
         if set(row.slot_holders) != expected:
             yield (
                 f"queue {row.name} with no message pending: holders "
@@ -204,7 +213,9 @@ def _idle_counter_exact(obs: Observation, rules: Rules) -> Iterator[str]:
 
 def _within_max(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
-        if row.in_flight_count > rules.max_concurrent:
+        # Observed rows carry each lease as the time left: 0 is an expired holder.
+        expired = sum(1 for _, left in row.leases if left == 0)
+        if row.in_flight_count - expired > rules.max_concurrent:
             yield (
                 f"queue {row.name}: {row.in_flight_count} slots held "
                 f"({sorted(row.slot_holders)}), max_concurrent {rules.max_concurrent}"
@@ -409,12 +420,12 @@ def _base_is_last_green(pre: Observation, post: Observation, rules: Rules) -> It
 
 def _rewrite_holder_alone(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
-        serial = row.serial_holder
-        if serial and row.holds(serial) and len(row.slot_holders) > 1:
-            yield (
-                f"queue {row.name}: rewrite {serial} holds a slot beside "
-                f"{sorted(h for h in row.slot_holders if h != serial)}"
-            )
+        serial, expired = row.serial_holder, {h for h, left in row.leases if left == 0}
+        if not serial or not row.holds(serial) or serial in expired:
+            continue
+        beside = sorted(h for h in row.slot_holders if h != serial and h not in expired)
+        if beside:
+            yield f"queue {row.name}: rewrite {serial} holds a slot beside {beside}"
 
 
 def _rewrite_admitted_alone(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
@@ -440,14 +451,16 @@ def _baseline_lag_bounded(pre: Observation, post: Observation, rules: Rules) -> 
         row = pre.queue(before.queue)
         if row is None or not row.last_green_request_id or pre.in_hand_for(before.id):
             continue
-        if not any(h != before.id for h in row.slot_holders):
-            continue  # nothing in flight could green a newer base
+        expired = {holder for holder, left in row.leases if left == 0}
+        in_flight = sorted(h for h in row.slot_holders if h != before.id and h not in expired)
+        if not in_flight:
+            continue  # nothing in flight (a lease that ran out is not) could green a newer base
         lag = counter_of(before.id) - counter_of(row.last_green_request_id)
         if lag > bound:
             yield (
                 f"{_label(before)} admitted {lag} heads past last green "
                 f"{row.last_green_request_id} (max_baseline_lag {bound}) while "
-                f"{sorted(h for h in row.slot_holders if h != before.id)} were in flight"
+                f"{in_flight} were in flight"
             )
 
 
@@ -484,7 +497,9 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         _idle_counter_exact,
         holders=False,
     ),
-    Invariant("max_concurrent", "never more than max_concurrent slots held", _within_max),
+    Invariant(
+        "max_concurrent", "never more than max_concurrent unexpired slots held", _within_max
+    ),
     Invariant(
         "newest_not_superseded",
         "the newest ingested head is never superseded",
@@ -566,6 +581,13 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
     ),
 )
 
+LEASE_BOUNDS_STALL = Invariant(
+    "lease_bounds_stall",
+    "with max_validation_ms set, deliveries and clock advances alone - no build ever "
+    "reporting - reach a state with no message pending and no accepted request waiting",
+    lambda *_: iter(()),
+)
+
 PROGRESS = Invariant(
     "progress",
     "with deliveries, clock advances and build completions only, every state reaches "
@@ -600,6 +622,7 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "last_green_forward": ("last_green_forward",),
     "dead_letter_failed_closed": ("dead_letter_failed_closed",),
     "progress": ("progress",),
+    "lease_bounds_stall": ("lease_bounds_stall",),
 }
 
 
@@ -616,6 +639,7 @@ class Proof:
     state: tuple[Invariant, ...]
     edge: tuple[Invariant, ...]
     progress: bool
+    lease_bounds_stall: bool = False
 
     @classmethod
     def declared_by(
@@ -646,6 +670,7 @@ class Proof:
             state=(*(i for i in STATE_INVARIANTS if i.name in chosen), *state),
             edge=(*(i for i in EDGE_INVARIANTS if i.name in chosen), *edge),
             progress=PROGRESS.name in chosen,
+            lease_bounds_stall=LEASE_BOUNDS_STALL.name in chosen,
         )
 
 
@@ -715,4 +740,9 @@ def waiting(obs: Observation, rules: Rules) -> str:
     return "; ".join(parts)
 
 
-ALL_INVARIANTS: tuple[Invariant, ...] = (*STATE_INVARIANTS, *EDGE_INVARIANTS, PROGRESS)
+ALL_INVARIANTS: tuple[Invariant, ...] = (
+    *STATE_INVARIANTS,
+    *EDGE_INVARIANTS,
+    PROGRESS,
+    LEASE_BOUNDS_STALL,
+)

@@ -95,10 +95,17 @@ class BareCounterLifecycle(RequestLifecycle):
 
 @dataclass(frozen=True)
 class Variant:
-    """Which lifecycle a world is built with (the shipped one unless told otherwise)."""
+    """Which lifecycle a world is built with (the shipped one unless told otherwise).
+
+    ``lifecycle`` replaces it outright: a deliberately wrong record rule, say, to show
+    the checker catches what no machine file names.
+    """
 
     bare_counter: bool = False
+    lifecycle: LifecycleFactory | None = None
 
     @property
     def lifecycle_factory(self) -> LifecycleFactory:
+        if self.lifecycle is not None:
+            return self.lifecycle
         return BareCounterLifecycle if self.bare_counter else RequestLifecycle
