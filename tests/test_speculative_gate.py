@@ -167,3 +167,16 @@ async def test_n_above_one_without_a_repository_warns_once(
         "queue monorepo/main has max_concurrent 2 but no repository configured; every admit "
         "is a full build"
     ]
+
+
+async def test_a_rewrite_that_ended_without_its_release_does_not_wedge_the_queue() -> None:
+    """A crash between a rewrite's terminal write and its release leaves it listed as the
+    serial holder; the gate looks it up, finds it ended and frees it in one CAS."""
+    stages = await queue_with({"max_concurrent": 2}, {1: "succeeded", 2: "accepted"})
+    services = stages.services
+    row = await services.queues.get(Q)
+    await services.queues.update(row.with_holder(rid(1), serial=True), row.version, 2)
+    assert await stages.controller.handle(MemoryDelivery(Q, rid(2))) == "acked"
+    row = await services.queues.get(Q)
+    assert (row.slot_holders, row.serial_holder) == ((rid(2),), "")
+    assert (await services.requests.get(rid(2))).state == "processing"

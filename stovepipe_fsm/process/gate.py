@@ -96,9 +96,10 @@ def latest_not_stamped(ctx: DeliveryContext) -> bool:
 
 @GATE.condition(parameters=[MAX_CONCURRENT])
 def gate_closed(ctx: DeliveryContext) -> bool:
-    """Unexpired slots held by requests other than R reach the queue's max_concurrent,
-    or another request admitted as a rewrite holds one: a rewrite runs alone, so it
-    counts as holding every slot."""
+    """Slots held by requests other than R reach the queue's max_concurrent, or another
+    request admitted as a rewrite holds one: a rewrite runs alone, so it counts as
+    holding every slot. (Holders whose lease ran out were reclaimed when the row was
+    loaded: the gate counts only unexpired ones.)"""
     return ctx.others_holding() >= _max_concurrent(ctx) or _rewrite_running(ctx)
 
 
@@ -176,10 +177,11 @@ async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
     """Free slots still listed for requests that already ended, when they close the gate.
 
     A crash between a request's terminal write and its slot release leaves it listed as a
-    holder. Only when the other holders would close the gate are they looked up (the open
-    gate needs no reads); only terminal ones are released, in one queue-row CAS.
+    holder (a rewrite's: also as the serial holder). Only when the other holders would
+    close the gate are they looked up (the open gate needs no reads); only terminal ones
+    are released, in one queue-row CAS.
     """
-    if ctx.others_holding() >= ctx.config.param(MAX_CONCURRENT):
+    if gate_closed(ctx):
         ctx.queue = await ctx.services.lifecycle.release_stale_holders(ctx.q, keep=ctx.req.id)
 
 
