@@ -199,7 +199,7 @@ def test_no_gate_declaring_max_concurrent_fails_with_a_replayable_counterexample
     code, out = run_check(capsys, "--machines", str(machines), "--out", str(out_file), *SMALL)
     assert code == 1
     assert "max_concurrent" in proves_line(out)
-    assert "invariant max_concurrent: never more than max_concurrent slots held" in out
+    assert "invariant max_concurrent: never more than max_concurrent unexpired slots held" in out
     timeline = load_timeline(out_file)
     steps = [s.describe() for s in timeline.steps]
     assert steps == ["ingest A1", "deliver", "ingest A2", "deliver"]
