@@ -237,7 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operator-min", type=float, default=240.0)
     parser.add_argument("--machines", default="machines")
     args = parser.parse_args(argv)
-    logging.getLogger("stovepipe_fsm").setLevel(logging.ERROR)  # one line per reclaim
+    quiet = logging.getLogger("stovepipe_fsm")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the stage logs a line per reclaimed lease
+    try:
+        return _run(args)
+    finally:
+        quiet.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     machines = load_process_machines(Path(args.machines))
     trunk = synthetic_trunk(
         args.heads, args.seed, args.gap_min, args.build_min, args.rewrites, args.hangs
