@@ -102,7 +102,7 @@ def test_counterexample_is_a_timeline_simulate_replays(
     assert "shortest trace (4 steps):" in stdout
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Counterexample found by `stovepipe-fsm check`.\n")
-    assert "# Broken: max_concurrent - never more than max_concurrent slots held" in text
+    assert "# Broken: max_concurrent - never more than max_concurrent unexpired slots held" in text
     assert f"# Replay: stovepipe-fsm simulate {out} --machines {machines_dir}" in text
     timeline = load_timeline(out)
     assert [s.describe() for s in timeline.steps] == [

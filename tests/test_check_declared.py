@@ -47,8 +47,9 @@ SMALL = ["--heads", "2", "--max-concurrent", "1", "--jobs", "1", "--quiet"]
 # The order the shipped files declare their invariants in: request.yaml, then queue_gate.yaml.
 SHIPPED_ORDER = (
     "slot_bookkeeping, strategy_immutable, last_green_forward, dead_letter_failed_closed, "
-    "persist_before_publish, one_event_per_admission, admits_latest, newest_not_superseded, "
-    "superseded_never_started, max_concurrent, strategy_sound, progress"
+    "persist_before_publish, one_event_per_admission, admits_latest, keeps_newest_n, "
+    "newest_not_superseded, superseded_never_started, max_concurrent, strategy_sound, "
+    "base_is_last_green, rewrite_runs_alone, baseline_lag_bounded, lease_bounds_stall, progress"
 )
 
 
@@ -124,8 +125,9 @@ def test_check_prints_what_it_proves(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0
     assert proves_line(out) == (
         "strategy_immutable, last_green_forward, dead_letter_failed_closed, "
-        "persist_before_publish, one_event_per_admission, newest_not_superseded, "
-        "superseded_never_started, max_concurrent, strategy_sound"
+        "persist_before_publish, one_event_per_admission, keeps_newest_n, "
+        "newest_not_superseded, superseded_never_started, max_concurrent, strategy_sound, "
+        "base_is_last_green, rewrite_runs_alone, baseline_lag_bounded, lease_bounds_stall"
     )
 
 
@@ -197,7 +199,7 @@ def test_no_gate_declaring_max_concurrent_fails_with_a_replayable_counterexample
     code, out = run_check(capsys, "--machines", str(machines), "--out", str(out_file), *SMALL)
     assert code == 1
     assert "max_concurrent" in proves_line(out)
-    assert "invariant max_concurrent: never more than max_concurrent slots held" in out
+    assert "invariant max_concurrent: never more than max_concurrent unexpired slots held" in out
     timeline = load_timeline(out_file)
     steps = [s.describe() for s in timeline.steps]
     assert steps == ["ingest A1", "deliver", "ingest A2", "deliver"]

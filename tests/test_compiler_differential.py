@@ -454,7 +454,7 @@ def flow_runs_alike(
 
 
 answer_bits = st.lists(st.booleans(), min_size=1, max_size=8)
-answer_offsets = st.lists(st.integers(0, 7), min_size=7, max_size=7)
+answer_offsets = st.lists(st.integers(0, 7), min_size=12, max_size=12)  # one per condition
 
 
 @settings(max_examples=200, deadline=None)

@@ -56,7 +56,12 @@ def test_shipped_config_passes_schema_and_loads() -> None:
     assert policy.resolve("monorepo/main").param("max_concurrent") == 1
     assert policy.resolve("mobile/ios").param("gate_wait_delay_ms") == 2000
     assert policy.resolve("other/queue") == QueueConfig.of(
-        max_concurrent=1, gate_wait_delay_ms=5000, paused=False, full_build_paths=[]
+        max_concurrent=1,
+        gate_wait_delay_ms=5000,
+        paused=False,
+        full_build_paths=[],
+        max_baseline_lag=0,
+        max_validation_ms=0,
     )
 
 
@@ -90,7 +95,8 @@ def test_declared_parameters_are_the_only_keys_beyond_the_runtime_ones(tmp_path:
     [issue] = issues_of(path)
     assert str(issue) == (
         "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: full_build_paths, "
-        "gate_wait_delay_ms, max_attempts, max_concurrent, paused, ref, repository"
+        "gate_wait_delay_ms, max_attempts, max_baseline_lag, max_concurrent, max_validation_ms, "
+        "paused, ref, repository"
     )
     # Loaded without the declarations (an operator command), any further key is kept.
     policy = load_queue_config(path)
@@ -106,6 +112,8 @@ def _all_fields() -> list[tuple[str, object]]:
         ("ref", "refs/heads/main"),
         ("paused", "true"),
         ("full_build_paths", "[WORKSPACE]"),
+        ("max_baseline_lag", 4),
+        ("max_validation_ms", 60000),
     ]
 
 
@@ -120,6 +128,8 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         ref="refs/heads/main",
         paused=True,
         full_build_paths=["WORKSPACE"],
+        max_baseline_lag=4,
+        max_validation_ms=60000,
     )
 
 
@@ -142,6 +152,10 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         ("max_attempts", '"5"', "not of type 'integer'"),
         ("repository", '""', "should be non-empty"),
         ("ref", "7", "not of type 'string'"),
+        ("max_baseline_lag", "-1", "less than the minimum of 0"),
+        ("max_baseline_lag", "2.5", "not of type 'integer'"),
+        ("max_validation_ms", "-5", "less than the minimum of 0"),
+        ("max_validation_ms", '"1h"', "not of type 'integer'"),
     ],
 )
 def test_bad_default_value_is_located(
@@ -220,7 +234,12 @@ def test_null_blocks_set_nothing(tmp_path: Path) -> None:
     assert policy.defaults == Settings()
     assert policy.configured_queues() == ("a/b",)
     assert policy.resolve("a/b") == QueueConfig.of(
-        max_concurrent=1, gate_wait_delay_ms=5000, paused=False, full_build_paths=[]
+        max_concurrent=1,
+        gate_wait_delay_ms=5000,
+        paused=False,
+        full_build_paths=[],
+        max_baseline_lag=0,
+        max_validation_ms=0,
     )
 
 

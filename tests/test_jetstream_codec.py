@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -43,6 +44,10 @@ queues = st.builds(
     last_green_request_id=text,
     latest_request_id=text,
     slot_holders=st.lists(text, max_size=4).map(tuple),
+    leases=st.dictionaries(text, st.integers(min_value=0, max_value=2**53), max_size=3).map(
+        lambda d: tuple(sorted(d.items()))
+    ),
+    serial_holder=text,
     version=st.integers(min_value=1, max_value=2**53),
 )
 
@@ -160,5 +165,54 @@ def test_malformed_slot_holders_are_non_retryable(holders: object, complaint: st
     body = json.loads(encode_queue(Queue(name="q")))
     body["slot_holders"] = holders
     with pytest.raises(NonRetryable, match="slot_holders") as caught:
+        decode_queue(json.dumps(body).encode())
+    assert complaint in str(caught.value)
+
+
+def test_queue_leases_and_serial_holder_round_trip() -> None:
+    queue = Queue(
+        name="q", slot_holders=("request/q/2", "request/q/1"), serial_holder="request/q/2"
+    )
+    queue = replace(queue, leases=(("request/q/1", 9_000), ("request/q/2", 12_000)))
+    body = json.loads(encode_queue(queue))
+    assert body["leases"] == {"request/q/1": 9_000, "request/q/2": 12_000}
+    assert body["serial_holder"] == "request/q/2"
+    assert decode_queue(encode_queue(queue)) == queue
+
+
+def test_a_row_written_before_leases_reads_as_none() -> None:
+    old = {
+        "schema": SCHEMA_VERSION,
+        "kind": "queue",
+        "name": "q",
+        "last_green_uri": "",
+        "last_green_request_id": "",
+        "latest_request_id": "request/q/1",
+        "slot_holders": ["request/q/1"],
+        "version": 3,
+    }
+    queue = decode_queue(json.dumps(old).encode())
+    assert (queue.leases, queue.serial_holder) == ((), "")
+    assert queue.expires_at("request/q/1") is None
+    assert not queue.is_expired("request/q/1", 10**15)
+    # A row without leases is written as before: no new field appears in it.
+    assert json.loads(encode_queue(queue)).keys() == old.keys()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "complaint"),
+    [
+        ("leases", ["request/q/1", 5], "'leases' must map"),
+        ("leases", {"request/q/1": "5"}, "'leases' must map"),
+        ("leases", {"request/q/1": True}, "'leases' must map"),
+        ("serial_holder", 3, "'serial_holder' must be a string"),
+    ],
+)
+def test_malformed_lease_fields_are_non_retryable(
+    field: str, value: object, complaint: str
+) -> None:
+    body = json.loads(encode_queue(Queue(name="q")))
+    body[field] = value
+    with pytest.raises(NonRetryable) as caught:
         decode_queue(json.dumps(body).encode())
     assert complaint in str(caught.value)

@@ -31,6 +31,8 @@ def test_the_shipped_gate_declares_its_knobs_with_their_defaults() -> None:
         "gate_wait_delay_ms": 5000,
         "paused": False,
         "full_build_paths": (),
+        "max_baseline_lag": 0,
+        "max_validation_ms": 0,
     }
     declared = MACHINES.parameters["max_concurrent"]
     assert declared.value_schema() == {"type": "integer", "minimum": 1}
@@ -107,7 +109,10 @@ def test_validate_checks_config_keys_against_the_declarations(
     out = capsys.readouterr().out
     assert code == 1
     assert "unknown key 'max_concurrnt' in queues.monorepo/main; allowed: " in out
-    allowed = "full_build_paths, gate_wait_delay_ms, max_attempts, max_concurrent, paused, ref"
+    allowed = (
+        "full_build_paths, gate_wait_delay_ms, max_attempts, max_baseline_lag, max_concurrent, "
+        "max_validation_ms, paused, ref"
+    )
     assert allowed + ", repository" in out
 
 

@@ -131,7 +131,7 @@ def test_lint_reports_the_registered_plugin_names_for_a_misspelling(
     assert code == 1
     [line] = [line for line in out if "'in_freeze'" in line]
     assert line.startswith(f"{GATE_FILE}:{line_of(policy / GATE_FILE, 'conditions: in_freeze')}:")
-    assert "registered conditions: gate_closed, in_freeze_window, latest_not_stamped" in line
+    assert "registered conditions: baseline_lag_exceeded, gate_closed, in_freeze_window, " in line
 
 
 def test_persist_before_publish_knows_the_facts_a_plugin_action_requires(

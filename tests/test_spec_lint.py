@@ -431,17 +431,23 @@ def _cases(request: str, gate: str) -> list[Case]:
         "a flow step needs exactly one",
     )
 
+    # The shipped gate also holds on a lag bound before it derives the strategy.
+    admit_from_latest = "    unless: gate_closed\n"
+    also_false = ""
+    if admit_from_latest not in gate:
+        admit_from_latest = "    unless: [gate_closed, baseline_lag_exceeded]\n"
+        also_false = "baseline_lag_exceeded=false, "
     text = edit(
         gate,
-        "    unless: gate_closed\n",
-        "    conditions: request_is_processing\n    unless: gate_closed\n",
+        admit_from_latest,
+        "    conditions: request_is_processing\n" + admit_from_latest,
     )
     add(
         "flow-exhaustive",
         "flow-exhaustive",
         text,
         line_of(text, "- name: latest"),
-        "flow state 'latest' has no transition when gate_closed=false, "
+        f"flow state 'latest' has no transition when {also_false}gate_closed=false, "
         "request_is_processing=false; the delivery would stop there",
     )
 
@@ -514,7 +520,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         text,
         line_of(text, "- admit_latest "),
         "no invariant named 'admit_latest' in the catalogue; invariants: admits_latest, "
-        "dead_letter_failed_closed, last_green_forward, max_concurrent, newest_not_superseded,",
+        "base_is_last_green, baseline_lag_bounded, dead_letter_failed_closed, keeps_newest_n,",
         column=len("  - ") + 1,
     )
     text = edit(GATE, "  - progress ", "  - {name: progress, held_by: paused} ")
@@ -549,11 +555,11 @@ def _cases(request: str, gate: str) -> list[Case]:
         "persist before publish: 'announce' needs 'request_processing'",
         column=len("    after: [") + 1,
     )
-    text = edit(
-        gate,
-        "    after: [derive_strategy, claim_slot]\n",
-        "    after: [claim_slot, derive_strategy]\n",
-    )
+    # Derive and claim share one transition in the fixture; the shipped gate derives on
+    # the way into ``derived`` and claims on the way out.
+    paired = "    after: [derive_strategy, claim_slot]\n"
+    derive = paired if paired in gate else "    after: derive_strategy\n"
+    text = edit(gate, derive, "    after: [claim_slot, derive_strategy]\n")
     add(
         "claim-before-derive",
         "persist-before-publish",

@@ -146,5 +146,10 @@ async def test_a_slot_the_gate_takes_back_is_noted_on_the_request_that_held_it()
     delivery = MemoryDelivery("q", b.id, stream_seq=7)
     assert await stages.controller.handle(delivery) == "acked"
     (reclaimed,) = [r for r in await trail.history(a.id) if r.kind == RECLAIMED]
-    assert (reclaimed.details, reclaimed.stream_seq) == ({"by": b.id}, 7)
-    assert sentence(reclaimed) == f"slot reclaimed by the gate (found while deciding {b.id})"
+    assert (reclaimed.details, reclaimed.stream_seq) == (
+        {"by": b.id, "why": "ended, slot not yet freed"},
+        7,
+    )
+    assert sentence(reclaimed) == (
+        f"slot reclaimed by the gate: ended, slot not yet freed (found while deciding {b.id})"
+    )

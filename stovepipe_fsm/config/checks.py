@@ -71,3 +71,53 @@ def pattern_problem(pattern: str) -> str | None:
         reason = str(exc).replace(repr(probe), repr(pattern))
         return f"pattern {pattern!r} can never match a valid queue name: {reason}"
     return None
+
+
+LEASE = "max_validation_ms"
+HOLD_DELAY = "gate_wait_delay_ms"
+DEFAULTS = "defaults"
+
+
+def lease_issues(doc: SourceDocument, declared_hold_delay: object) -> list[SpecIssue]:
+    """A slot lease shorter than the queue's hold delay, located at the value that sets it.
+
+    A lease must outlast at least one hold: a head held by the gate re-checks only after
+    ``gate_wait_delay_ms``, so a shorter lease would expire between two looks and the
+    bound it promises (a stall of at most ``max_validation_ms`` plus one hold) would be
+    meaningless. Each block is checked with what a queue it applies to gets: the block's
+    own values, else ``defaults:``, else the declared default of the hold delay. Values
+    of the wrong type are left to the schema. 0 (no expiry) is never too short.
+    """
+    data = doc.data
+    if not isinstance(data, dict):
+        return []
+    raw_defaults = data.get(DEFAULTS)
+    defaults: dict[str, object] = raw_defaults if isinstance(raw_defaults, dict) else {}
+    blocks: list[tuple[tuple[str, ...], dict[str, object]]] = [((DEFAULTS,), defaults)]
+    queues = data.get(QUEUES)
+    if isinstance(queues, dict):
+        blocks += [((QUEUES, key), body) for key, body in queues.items() if isinstance(body, dict)]
+    issues: list[SpecIssue] = []
+    for path, body in blocks:
+        lease = body.get(LEASE, defaults.get(LEASE))
+        delay = body.get(HOLD_DELAY, defaults.get(HOLD_DELAY, declared_hold_delay))
+        if not isinstance(lease, int | float) or not isinstance(delay, int | float):
+            continue
+        if not _whole(lease) or not _whole(delay) or lease <= 0 or lease >= delay:
+            continue  # no lease, or a value the schema already reports
+        if LEASE not in body and HOLD_DELAY not in body:
+            continue  # reported once, at the defaults that set both
+        where = (*path, LEASE) if LEASE in body else (*path, HOLD_DELAY)
+        issues.append(
+            SpecIssue(
+                doc.locate(where),
+                f"{'.'.join(where)}: {LEASE} {lease} is shorter than {HOLD_DELAY} {delay}; a "
+                "slot lease must last at least one hold delay (or be 0: no expiry)",
+                "lease",
+            )
+        )
+    return issues
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)

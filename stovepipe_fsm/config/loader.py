@@ -18,7 +18,7 @@ from ..spec.errors import SpecError, SpecIssue
 from ..spec.model import ParameterSpec
 from ..spec.schema import load_schema, schema_issues
 from ..spec.yaml_source import SourceDocument, read_yaml
-from .checks import QUEUES, key_issues
+from .checks import HOLD_DELAY, LEASE, QUEUES, key_issues, lease_issues
 from .policy import PolicyEntry, QueuePolicy, Settings
 
 DEFAULT_CONFIG_PATH = Path("config") / "queues.yaml"
@@ -93,7 +93,10 @@ def document_issues(
 ) -> list[SpecIssue]:
     """Schema violations plus key problems of a parsed document."""
     schema = settings_schema(parameters, other_keys=other_keys)
-    return [*schema_issues(doc, SCHEMA_NAME, schema=schema), *key_issues(doc)]
+    issues = [*schema_issues(doc, SCHEMA_NAME, schema=schema), *key_issues(doc)]
+    if parameters is not None and LEASE in parameters and HOLD_DELAY in parameters:
+        issues += lease_issues(doc, parameters[HOLD_DELAY].default)
+    return issues
 
 
 def policy_from_document(doc: SourceDocument, parameters: Declarations = None) -> QueuePolicy:

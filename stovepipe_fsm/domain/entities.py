@@ -55,6 +55,13 @@ class Queue:
     ``in_flight_count`` is their number. Holding ids rather than a bare counter makes
     claim and release idempotent per request, so no crash point can leak or
     double-count a slot.
+
+    ``leases`` (sorted by holder) give the holders claimed under a
+    ``max_validation_ms`` the time their slot expires, as ``(holder, expires_at_ms)``
+    pairs; a holder without one never expires. ``serial_holder`` names the holder
+    admitted as a rewrite (its head does not descend from last green), which runs
+    alone: both are written with the claim, in the same compare-and-set, and dropped
+    with the slot.
     """
 
     name: str
@@ -62,6 +69,8 @@ class Queue:
     last_green_request_id: str = ""
     latest_request_id: str = ""
     slot_holders: tuple[str, ...] = ()
+    leases: tuple[tuple[str, int], ...] = ()
+    serial_holder: str = ""
     version: int = 1
 
     @property
@@ -71,18 +80,76 @@ class Queue:
     def holds(self, request_id: str) -> bool:
         return request_id in self.slot_holders
 
-    def with_holder(self, request_id: str) -> Queue:
+    def expires_at(self, request_id: str) -> int | None:
+        """When ``request_id``'s slot expires (ms), or None when it never does."""
+        for holder, expires in self.leases:
+            if holder == request_id:
+                return expires
+        return None
+
+    def is_expired(self, request_id: str, now_ms: int) -> bool:
+        """``request_id`` holds a slot whose lease has run out at ``now_ms``."""
+        expires = self.expires_at(request_id)
+        return expires is not None and expires <= now_ms and self.holds(request_id)
+
+    def live_holders(self, now_ms: int) -> tuple[str, ...]:
+        """The holders whose slot has not expired: the ones the gate counts."""
+        return tuple(h for h in self.slot_holders if not self.is_expired(h, now_ms))
+
+    def expired_holders(self, now_ms: int) -> tuple[str, ...]:
+        """The holders whose lease ran out at ``now_ms``: reclaimable."""
+        return tuple(h for h in self.slot_holders if self.is_expired(h, now_ms))
+
+    def with_holder(
+        self, request_id: str, *, expires_at_ms: int | None = None, serial: bool = False
+    ) -> Queue:
+        """This row with ``request_id`` holding a slot, its lease and serial mark set.
+
+        A holder claiming again (a redelivery after a crash that followed its claim) is
+        marked serial if it now is a rewrite, and a lease it holds is renewed; otherwise
+        the row is unchanged.
+        """
         if request_id in self.slot_holders:
-            return self
-        return replace(self, slot_holders=(*self.slot_holders, request_id))
+            row = self
+            if serial and self.serial_holder != request_id:
+                row = replace(row, serial_holder=request_id)
+            expires = self.expires_at(request_id)
+            if expires is not None and expires_at_ms is not None and expires < expires_at_ms:
+                row = replace(row, leases=_with_lease(self.leases, request_id, expires_at_ms))
+            return row
+        leases = self.leases
+        if expires_at_ms is not None:
+            leases = _with_lease(leases, request_id, expires_at_ms)
+        return replace(
+            self,
+            slot_holders=(*self.slot_holders, request_id),
+            leases=leases,
+            serial_holder=request_id if serial else self.serial_holder,
+        )
 
     def without_holder(self, request_id: str) -> Queue:
         if request_id not in self.slot_holders:
             return self
-        return replace(self, slot_holders=tuple(h for h in self.slot_holders if h != request_id))
+        return replace(
+            self,
+            slot_holders=tuple(h for h in self.slot_holders if h != request_id),
+            leases=tuple(lease for lease in self.leases if lease[0] != request_id),
+            serial_holder="" if self.serial_holder == request_id else self.serial_holder,
+        )
 
     def with_version(self, version: int) -> Queue:
         return replace(self, version=version)
+
+
+def _with_lease(
+    leases: tuple[tuple[str, int], ...], request_id: str, expires_at_ms: int
+) -> tuple[tuple[str, int], ...]:
+    """The leases with ``request_id``'s set, sorted by holder so equal rows compare equal."""
+    return tuple(
+        sorted(
+            (*(lease for lease in leases if lease[0] != request_id), (request_id, expires_at_ms))
+        )
+    )
 
 
 @dataclass(frozen=True)

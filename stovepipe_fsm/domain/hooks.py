@@ -18,6 +18,7 @@ from typing import Any
 
 VALIDATION_EVENT_PREFIX = "validation.repository."
 VALIDATION_STARTED = VALIDATION_EVENT_PREFIX + "started"
+VALIDATION_LEASE_EXPIRED = VALIDATION_EVENT_PREFIX + "lease_expired"
 #: Names the family of end events in their ids (their type names the outcome).
 VALIDATION_ENDED = VALIDATION_EVENT_PREFIX + "ended"
 SOURCE = "stovepipe"
@@ -87,4 +88,19 @@ def ended_event(
         type=ended_event_type(outcome),
         timestamp_ms=now_ms,
         payload={"queue": queue, "request_id": request_id},
+    )
+
+
+def lease_expired_event_id(request_id: str, expires_at_ms: int) -> str:
+    """Stable id of the expiry of one lease: a reclaim repeated after a crash dedupes."""
+    return str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_LEASE_EXPIRED}|{request_id}|{expires_at_ms}"))
+
+
+def lease_expired_event(queue: str, request_id: str, expires_at_ms: int, now_ms: int) -> HookEvent:
+    """The slot of ``request_id`` was reclaimed because its lease ran out."""
+    return HookEvent(
+        id=lease_expired_event_id(request_id, expires_at_ms),
+        type=VALIDATION_LEASE_EXPIRED,
+        timestamp_ms=now_ms,
+        payload={"queue": queue, "request_id": request_id, "expired_at_ms": str(expires_at_ms)},
     )

@@ -28,6 +28,8 @@ class DeliveryContext:
     build_strategy: str = NO_STRATEGY
     base_uri: str = ""
     slot_conflict: bool = False
+    newer_live_heads: int = 0
+    rewrite: bool = False
     admit_step: Step | None = None
     admit_lost: bool = False
     outcome: str = ""
@@ -45,6 +47,10 @@ class DeliveryContext:
         return self.queue
 
     def others_holding(self) -> int:
-        """Slots of the loaded queue held by requests other than R: what the gate counts."""
+        """Slots of the loaded queue held by requests other than R: what the gate counts.
+
+        Holders whose lease ran out are gone by then: ``reclaim_expired_leases`` frees
+        them when the queue row is loaded, before anything is decided on it.
+        """
         request_id = self.req.id
         return sum(1 for holder in self.q.slot_holders if holder != request_id)

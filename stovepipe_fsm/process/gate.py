@@ -15,11 +15,12 @@ persist-before-publish ordering of the admit path from the YAML alone:
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN
+from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue
 from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
-from ..domain.hooks import started_event
-from ..domain.ids import compare_request_id
+from ..domain.hooks import lease_expired_event, started_event
+from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.path_globs import first_match
 from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
@@ -38,6 +39,8 @@ MAX_CONCURRENT = "max_concurrent"
 GATE_WAIT_DELAY_MS = "gate_wait_delay_ms"
 PAUSED = "paused"
 FULL_BUILD_PATHS = "full_build_paths"
+MAX_BASELINE_LAG = "max_baseline_lag"
+MAX_VALIDATION_MS = "max_validation_ms"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -74,6 +77,17 @@ def newer_head_exists(ctx: DeliveryContext) -> bool:
     return bool(latest) and compare_request_id(ctx.req.queue, ctx.req.id, latest) < 0
 
 
+@GATE.condition(parameters=[MAX_CONCURRENT])
+def outside_newest_n(ctx: DeliveryContext) -> bool:
+    """R is no longer among the newest max_concurrent heads of its queue.
+
+    The newest N are the N highest in ingest order among the heads not yet terminal,
+    the queue's latest head always counted (``count_newer_heads`` counts those newer
+    than R). With N = 1 this is exactly "a newer head exists".
+    """
+    return ctx.newer_live_heads >= _max_concurrent(ctx)
+
+
 @GATE.condition()
 def latest_not_stamped(ctx: DeliveryContext) -> bool:
     """Ingest has not stamped R (or anything newer) as latest yet."""
@@ -83,8 +97,44 @@ def latest_not_stamped(ctx: DeliveryContext) -> bool:
 
 @GATE.condition(parameters=[MAX_CONCURRENT])
 def gate_closed(ctx: DeliveryContext) -> bool:
-    """Slots held by requests other than R reach the queue's max_concurrent."""
-    return ctx.others_holding() >= int(ctx.config.param(MAX_CONCURRENT))
+    """Slots held by requests other than R reach the queue's max_concurrent, or another
+    request admitted as a rewrite holds one: a rewrite runs alone, so it counts as
+    holding every slot. (Holders whose lease ran out were reclaimed when the row was
+    loaded: the gate counts only unexpired ones.)"""
+    return ctx.others_holding() >= _max_concurrent(ctx) or _rewrite_running(ctx)
+
+
+def _rewrite_running(ctx: DeliveryContext) -> bool:
+    holder, queue = ctx.q.serial_holder, ctx.q
+    if not holder or holder == ctx.req.id or not queue.holds(holder):
+        return False
+    return not queue.is_expired(holder, ctx.services.clock.now_ms())
+
+
+@GATE.condition(parameters=[MAX_BASELINE_LAG])
+def baseline_lag_exceeded(ctx: DeliveryContext) -> bool:
+    """R is more than max_baseline_lag heads (ingest order) past the last green it would
+    pin, and work in flight may still green a newer base: drain first.
+
+    0 sets no bound. With nothing in flight no newer green can come, so R goes ahead.
+    """
+    bound = int(ctx.config.param(MAX_BASELINE_LAG))
+    green = ctx.q.last_green_request_id
+    if bound <= 0 or not green or ctx.others_holding() == 0:
+        return False
+    return baseline_lag(ctx.req.id, green) > bound
+
+
+def baseline_lag(request_id: str, green_request_id: str) -> int:
+    """How many heads (ingest order) ``request_id`` is past ``green_request_id``."""
+    return parse_request_id(request_id).counter - parse_request_id(green_request_id).counter
+
+
+@GATE.condition()
+def rewrite_waits_for_drain(ctx: DeliveryContext) -> bool:
+    """R does not descend from last green (or its ancestry is unknown) and other
+    requests of its queue still hold slots: a rewrite is admitted only alone."""
+    return ctx.rewrite and ctx.others_holding() > 0
 
 
 @GATE.condition(provides_unless=[SLOT_HELD])
@@ -127,14 +177,85 @@ async def load_queue(ctx: DeliveryContext) -> None:
 async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
     """Free slots still listed for requests that already ended, when they close the gate.
 
-    A crash between a request's terminal write and its slot release leaves it listed as a
-    holder. Only when the other holders would close the gate are they looked up (the open
-    gate needs no reads); only terminal ones are released, in one queue-row CAS.
+    Between a request's terminal write and its slot release (record's second write, in
+    progress or left by a crash) it is still listed as a holder (a rewrite's: also as the
+    serial holder). Only when the other holders would close the gate are they looked up
+    (the open gate needs no reads); only terminal ones are finished, in one queue-row CAS
+    that also advances last green for a green end, and noted in the trail.
     """
-    if ctx.others_holding() >= ctx.config.param(MAX_CONCURRENT):
+    if gate_closed(ctx):
         before = ctx.q.slot_holders
         ctx.queue = await ctx.services.lifecycle.release_stale_holders(ctx.q, keep=ctx.req.id)
         await note_reclaimed(ctx, [h for h in before if h not in ctx.q.slot_holders])
+
+
+@GATE.action(parameters=[MAX_CONCURRENT])
+async def count_newer_heads(ctx: DeliveryContext) -> None:
+    """Count the heads newer than R that are not yet terminal (the latest always
+    counts), up to max_concurrent: what ``outside_newest_n`` decides on.
+
+    With one slot the latest head alone decides, from the queue row: no read. With N
+    the walk goes down from the latest head and stops at the N-th such head; a counter
+    value with no request (spent on a lost ingest race) is skipped.
+    """
+    ctx.newer_live_heads = 0
+    latest = ctx.q.latest_request_id
+    if not latest or compare_request_id(ctx.req.queue, ctx.req.id, latest) >= 0:
+        return
+    limit = _max_concurrent(ctx)
+    ctx.newer_live_heads = 1
+    if limit == 1:
+        return
+    mine, top = parse_request_id(ctx.req.id).counter, parse_request_id(latest).counter
+    for counter in range(top - 1, mine, -1):
+        if ctx.newer_live_heads >= limit:
+            return
+        try:
+            head = await ctx.services.requests.get(format_request_id(ctx.req.queue, counter))
+        except NotFound:
+            continue
+        if not ctx.services.lifecycle.is_terminal(head):
+            ctx.newer_live_heads += 1
+
+
+def _max_concurrent(ctx: DeliveryContext) -> int:
+    return int(ctx.config.param(MAX_CONCURRENT))
+
+
+def _declared(ctx: DeliveryContext, name: str, absent: object) -> Any:
+    """Parameter ``name`` of the queue, or ``absent`` when the policy does not declare it."""
+    return dict(ctx.config.parameters).get(name, absent)
+
+
+@GATE.action()
+async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
+    """Free the slots of other holders whose lease ran out, in one queue-row CAS.
+
+    Each reclaimed holder is announced first (``validation.repository.lease_expired``,
+    its id derived from the lease, so a reclaim repeated after a crash dedupes), then
+    dropped. The request itself is not failed: its late outcome is still recorded, and
+    its own release finds nothing to free.
+    """
+    queue, now = ctx.q, ctx.services.clock.now_ms()
+    expired = tuple(h for h in queue.expired_holders(now) if h != ctx.req.id)
+    if not expired:
+        return
+    for holder in expired:
+        expires = queue.expires_at(holder)
+        assert expires is not None, "an expired holder has a lease"
+        event = lease_expired_event(queue.name, holder, expires, now)
+        await ctx.services.publisher.publish_hook(event)
+    log.warning("queue %s: leases of %s expired; slots reclaimed", queue.name, list(expired))
+
+    def reclaim(row: Queue) -> Queue:
+        for holder in expired:
+            if row.is_expired(holder, now):
+                row = row.without_holder(holder)
+        return row
+
+    ctx.queue = await ctx.services.lifecycle.update_queue(queue.name, reclaim)
+    ctx.services.metrics.count("leases_expired", queue.name, len(expired))
+    await note_reclaimed(ctx, list(expired), why="lease expired")
 
 
 @GATE.action()
@@ -159,10 +280,19 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     never asks for the diff.
     """
     request, last_green = ctx.req, ctx.q.last_green_uri
-    ctx.build_strategy, ctx.base_uri = FULL, ""
+    ctx.build_strategy, ctx.base_uri, ctx.rewrite = FULL, "", False
+    source_control = ctx.services.source_control.for_queue(request.queue)
+    slots = int(_declared(ctx, MAX_CONCURRENT, 1))
+    if source_control is None and slots > 1:
+        ctx.services.warnings.warning(
+            f"speculative-no-repository:{request.queue}",
+            "queue %s has max_concurrent %d but no repository configured; every admit is "
+            "a full build",
+            request.queue,
+            slots,
+        )
     if not last_green:
         return
-    source_control = ctx.services.source_control.for_queue(request.queue)
     if source_control is None:
         ctx.services.warnings.warning(
             f"no-repository:{request.queue}",
@@ -185,9 +315,12 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
             last_green,
             exc,
         )
+        ctx.rewrite = True
         return
     if is_ancestor:
         ctx.build_strategy, ctx.base_uri = INCREMENTAL_SINCE_GREEN, last_green
+    else:
+        ctx.rewrite = True
 
 
 async def _changed_if_needed(
@@ -221,11 +354,21 @@ def _touches_build_files(changed: frozenset[str], ctx: DeliveryContext) -> bool:
 
 @GATE.action(requires=[STRATEGY_DERIVED])
 async def claim_slot(ctx: DeliveryContext) -> None:
-    """CAS the queue row to list R as a slot holder (idempotent for R)."""
+    """CAS the queue row to list R as a slot holder (idempotent for R).
+
+    With max_validation_ms the slot is a lease expiring that long from now; a rewrite
+    is marked as the queue's serial holder, so nothing else is admitted beside it.
+    ``max_validation_ms`` is read only if the policy declares it, so a policy written
+    without leases keeps validating and its slots never expire.
+    """
     lifecycle = ctx.services.lifecycle
     ctx.admit_step = lifecycle.plan_admit(ctx.req)
+    lease_ms = int(_declared(ctx, MAX_VALIDATION_MS, 0))
+    expires = ctx.services.clock.now_ms() + lease_ms if lease_ms > 0 else None
     try:
-        ctx.queue = await lifecycle.claim_slot(ctx.q, ctx.req, ctx.admit_step)
+        ctx.queue = await lifecycle.claim_slot(
+            ctx.q, ctx.req, ctx.admit_step, expires_at_ms=expires, serial=ctx.rewrite
+        )
     except VersionMismatch:
         ctx.slot_conflict = True
 

@@ -127,17 +127,29 @@ class RequestLifecycle:
     async def fail_closed(self, request: Request) -> Request:
         return await self.apply(request, self.roles.dead_letter)
 
-    async def claim_slot(self, queue: Queue, request: Request, trigger: str | Step) -> Queue:
+    async def claim_slot(
+        self,
+        queue: Queue,
+        request: Request,
+        trigger: str | Step,
+        *,
+        expires_at_ms: int | None = None,
+        serial: bool = False,
+    ) -> Queue:
         """CAS the queue row so ``request`` holds a slot, if ``trigger`` takes one.
 
-        ``trigger`` may be a step already planned for this request. Idempotent: a queue
-        that already lists the request is returned unchanged with no write. A lost race
-        raises ``VersionMismatch``; the caller reloads and re-gates.
+        ``trigger`` may be a step already planned for this request. ``expires_at_ms``
+        makes the slot a lease; ``serial`` marks the holder as one that runs alone.
+        Idempotent: a queue that already lists the request (with a live lease) is
+        returned unchanged with no write. A lost race raises ``VersionMismatch``; the
+        caller reloads and re-gates.
         """
         step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
-        if not step.takes_slot or queue.holds(request.id):
+        if not step.takes_slot:
             return queue
-        claimed = queue.with_holder(request.id)
+        claimed = queue.with_holder(request.id, expires_at_ms=expires_at_ms, serial=serial)
+        if claimed == queue:
+            return queue
         new_version = queue.version + 1
         await self.queues.update(claimed, queue.version, new_version)
         return claimed.with_version(new_version)

@@ -159,9 +159,11 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
         )
 
 
-async def note_reclaimed(ctx: DeliveryContext, holders: list[str]) -> None:
-    """The slots the gate took back from requests whose end had not freed them, noted on
-    each of those requests (by the delivery that found them)."""
+async def note_reclaimed(
+    ctx: DeliveryContext, holders: list[str], *, why: str = "ended, slot not yet freed"
+) -> None:
+    """The slots the gate took back (from requests whose end had not freed them, or whose
+    lease ran out), noted on each of those requests (by the delivery that found them)."""
     services = ctx.services
     for holder in holders:
         await services.trail.append(
@@ -170,7 +172,7 @@ async def note_reclaimed(ctx: DeliveryContext, holders: list[str]) -> None:
                 queue=ctx.req.queue,
                 request_id=holder,
                 at_ms=services.clock.now_ms(),
-                detail=detail(by=ctx.req.id),
+                detail=detail(by=ctx.req.id, why=why),
                 stream_seq=ctx.delivery.stream_seq,
                 policy=services.policy_hash(),
             )

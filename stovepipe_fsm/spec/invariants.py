@@ -265,7 +265,13 @@ INVARIANTS.built_in(
 )
 INVARIANTS.built_in(
     "admits_latest",
-    "a request is admitted only while it is the latest head of its queue (no stale admission)",
+    "a request is admitted only while it is among the newest max_concurrent heads of its "
+    "queue not yet terminal, the latest always counted (no stale admission)",
+)
+INVARIANTS.built_in(
+    "keeps_newest_n",
+    "a waiting head is superseded only when it is no longer among the newest "
+    "max_concurrent heads of its queue not yet terminal",
 )
 INVARIANTS.built_in(
     "newest_not_superseded",
@@ -278,6 +284,20 @@ INVARIANTS.built_in(
 INVARIANTS.built_in(
     "max_concurrent",
     "never more slot holders than the queue's max_concurrent",
+)
+INVARIANTS.built_in(
+    "base_is_last_green",
+    "an incremental admission pins the queue's last green at its admit as its base",
+)
+INVARIANTS.built_in(
+    "rewrite_runs_alone",
+    "a head that does not descend from last green is admitted only when no other request "
+    "holds a slot, and nothing else holds one while it does",
+)
+INVARIANTS.built_in(
+    "baseline_lag_bounded",
+    "an admission pins a base at most max_baseline_lag heads (ingest order) behind it, "
+    "unless nothing else of its queue was in flight",
 )
 INVARIANTS.built_in(
     "slot_bookkeeping",
@@ -299,6 +319,12 @@ INVARIANTS.built_in(
 INVARIANTS.built_in(
     "dead_letter_failed_closed",
     "a request the runtime dead-lettered is terminal and holds no slot",
+)
+INVARIANTS.built_in(
+    "lease_bounds_stall",
+    "when the queue sets max_validation_ms: deliveries and clock advances alone, with no "
+    "build ever reporting, admit or supersede every waiting head (leases expire, and the "
+    "gate reclaims them)",
 )
 INVARIANTS.built_in(
     "progress",

@@ -46,7 +46,8 @@ def sentence(record: TrailRecord) -> str:
     if record.kind == ENDED:
         return f"ended {d.get('outcome', '')} (reported by {d.get('by', '')})"
     if record.kind == RECLAIMED:
-        return f"slot reclaimed by the gate (found while deciding {d.get('by', '')})"
+        why = d.get("why", "ended, slot not yet freed")
+        return f"slot reclaimed by the gate: {why} (found while deciding {d.get('by', '')})"
     if record.kind == DEAD_LETTERED:
         attempts = d.get("attempts", "0")
         return f"dead-lettered after {attempts} failed attempt(s): {d.get('error', '')}"

@@ -70,13 +70,16 @@ def _load(
     data: bytes | None,
     kind: str,
     expected: frozenset[str],
+    optional: frozenset[str] = frozenset(),
     *,
     layouts: dict[int, frozenset[str]] | None = None,
 ) -> dict[str, Any]:
     """Parse and check the envelope and the exact field set of one value.
 
-    ``layouts`` (schema -> field set) replaces ``expected`` for a kind with several
-    layouts; the schema read is returned under the key ``schema``.
+    ``optional`` fields may be missing: a field added to a layout reads as absent from
+    values written before it existed. ``layouts`` (schema -> field set) replaces
+    ``expected`` for a kind with several layouts; the schema read is returned under the
+    key ``schema``.
     """
     if data is None:
         raise NonRetryable(f"{kind} value is empty")
@@ -98,7 +101,7 @@ def _load(
     missing = sorted(expected - fields.keys())
     if missing:
         raise NonRetryable(f"{kind} value is missing field(s) {', '.join(missing)}")
-    unknown = sorted(fields.keys() - expected)
+    unknown = sorted(fields.keys() - expected - optional)
     if unknown:
         raise NonRetryable(f"{kind} value has unknown field(s) {', '.join(unknown)}")
     return {**fields, "schema": schema} if layouts else fields
@@ -154,17 +157,42 @@ def decode_request(data: bytes | None) -> Request:
 def encode_queue(queue: Queue) -> bytes:
     fields: dict[str, Any] = {name: getattr(queue, name) for name in _QUEUE_STR_FIELDS}
     fields["slot_holders"] = list(queue.slot_holders)
+    # Written only when set, so a row without leases or a rewrite holder stays as it was.
+    if queue.leases:
+        fields["leases"] = {holder: expires for holder, expires in queue.leases}
+    if queue.serial_holder:
+        fields["serial_holder"] = queue.serial_holder
     fields["version"] = queue.version
     return _dump(QUEUE_KIND, fields)
 
 
 def decode_queue(data: bytes | None) -> Queue:
-    fields = _load(data, QUEUE_KIND, frozenset((*_QUEUE_STR_FIELDS, "slot_holders", "version")))
+    """A queue row; ``leases`` and ``serial_holder`` may be missing (none of either)."""
+    fields = _load(
+        data,
+        QUEUE_KIND,
+        frozenset((*_QUEUE_STR_FIELDS, "slot_holders", "version")),
+        optional=frozenset(("leases", "serial_holder")),
+    )
     strings = {name: _str(QUEUE_KIND, fields, name) for name in _QUEUE_STR_FIELDS}
     holders = fields["slot_holders"]
     if not isinstance(holders, list) or not all(isinstance(h, str) for h in holders):
         raise NonRetryable(f"queue field 'slot_holders' must be a list of strings, got {holders!r}")
-    return Queue(**strings, slot_holders=tuple(holders), version=_version(QUEUE_KIND, fields))
+    leases = fields.get("leases", {})
+    if not isinstance(leases, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in leases.values()
+    ):
+        raise NonRetryable(
+            f"queue field 'leases' must map holder ids to integer expiry times, got {leases!r}"
+        )
+    serial = _str(QUEUE_KIND, fields, "serial_holder") if "serial_holder" in fields else ""
+    return Queue(
+        **strings,
+        slot_holders=tuple(holders),
+        leases=tuple(sorted(leases.items())),
+        serial_holder=serial,
+        version=_version(QUEUE_KIND, fields),
+    )
 
 
 def encode_uri_entry(entry: UriEntry) -> bytes:

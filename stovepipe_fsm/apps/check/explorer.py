@@ -39,14 +39,16 @@ from typing import Any
 from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ...process.gate import PAUSED
+from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.services import DeclaredDefaults
 from ...simulation.runtime import OverrideConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .actions import DeliveryEffect, StepFailed, enabled, perform
 from .invariants import (
+    LEASE_BOUNDS_STALL,
     PROGRESS,
+    Invariant,
     Rules,
     Violation,
     check_edge,
@@ -54,7 +56,7 @@ from .invariants import (
     quiescent,
     waiting,
 )
-from .model import DELIVER, Action, Bounds, Budget
+from .model import COMPLETE, DELIVER, Action, Bounds, Budget
 from .observe import Observation, observe
 from .variants import Variant
 
@@ -95,7 +97,25 @@ class Setup:
         }
         if dict(self.config.get(self.bounds.queue).parameters).get(PAUSED):
             knobs[PAUSED] = True
+        if self.max_baseline_lag:
+            knobs[MAX_BASELINE_LAG] = self.max_baseline_lag
+        if self.max_validation_ms:
+            knobs[MAX_VALIDATION_MS] = self.max_validation_ms
         return knobs
+
+    @property
+    def max_baseline_lag(self) -> int:
+        """The checked queue's lag bound (0, no bound, when the policy declares none)."""
+        return self._declared(MAX_BASELINE_LAG)
+
+    @property
+    def max_validation_ms(self) -> int:
+        """The checked queue's slot lease (0, none, when the policy declares none)."""
+        return self._declared(MAX_VALIDATION_MS)
+
+    def _declared(self, name: str) -> int:
+        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
+        return int(dict(config.get(self.bounds.queue).parameters).get(name, 0))
 
     def rules(self) -> Rules:
         return Rules.for_machines(
@@ -104,6 +124,8 @@ class Setup:
             history=self.bounds.history(),
             bare_counter=self.variant.bare_counter,
             catalog=self.catalog,
+            max_baseline_lag=self.max_baseline_lag,
+            max_validation_ms=self.max_validation_ms,
         )
 
     def new_world(self) -> World:
@@ -195,6 +217,10 @@ class Explorer:
         self.depth: list[int] = []
         self.observations: list[Observation] = []
         self.fair_into: list[list[int]] = []
+        # Fair edges other than build completions, kept only when the lease pass runs.
+        self.stall_into: list[list[int]] | None = (
+            [] if self.rules.proof.lease_bounds_stall and self.rules.max_validation_ms else None
+        )
         self.transitions = 0
         self.attempts = 0  # actions performed, including those that were no real edge
 
@@ -206,6 +232,8 @@ class Explorer:
             counterexample, complete = self._search(started)
             if counterexample is None and complete and self.rules.proof.progress:
                 counterexample = self._progress_pass()
+            if counterexample is None and complete and self.stall_into is not None:
+                counterexample = self._lease_pass()
         return Result(
             max_concurrent=self.setup.max_concurrent,
             states=len(self.parent),
@@ -260,6 +288,8 @@ class Explorer:
                     frontier.append((dst, twin, post, spent))
                 if action.fair:
                     self.fair_into[dst].append(sid)
+                    if self.stall_into is not None and action.kind != COMPLETE:
+                        self.stall_into[dst].append(sid)
             if self.progress and time.perf_counter() >= next_report:
                 next_report = time.perf_counter() + PROGRESS_EVERY_S
                 self.progress(self._status(started, len(frontier), self.depth[sid]))
@@ -280,6 +310,8 @@ class Explorer:
         self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
         self.observations.append(obs)
         self.fair_into.append([])
+        if self.stall_into is not None:
+            self.stall_into.append([])
         return sid
 
     def _status(self, started: float, frontier: int, depth: int) -> str:
@@ -302,6 +334,16 @@ class Explorer:
     # --- progress -------------------------------------------------------------------
 
     def _progress_pass(self) -> Counterexample | None:
+        return self._finish_pass(self.fair_into, PROGRESS)
+
+    def _lease_pass(self) -> Counterexample | None:
+        """No build ever reports: leases alone must let every waiting head through."""
+        assert self.stall_into is not None
+        return self._finish_pass(self.stall_into, LEASE_BOUNDS_STALL)
+
+    def _finish_pass(self, into: list[list[int]], invariant: Invariant) -> Counterexample | None:
+        """The first state (BFS order) from which the edges in ``into`` reach no
+        quiescent state, as a counterexample of ``invariant``."""
         count = len(self.parent)
         can_finish = bytearray(count)
         todo = deque(i for i in range(count) if quiescent(self.observations[i], self.rules))
@@ -309,7 +351,7 @@ class Explorer:
             can_finish[sid] = 1
         while todo:
             dst = todo.popleft()
-            for src in self.fair_into[dst]:
+            for src in into[dst]:
                 if not can_finish[src]:
                     can_finish[src] = 1
                     todo.append(src)
@@ -318,7 +360,7 @@ class Explorer:
                 detail = "no fair continuation finishes: " + waiting(
                     self.observations[sid], self.rules
                 )
-                violation = Violation(PROGRESS.name, PROGRESS.summary, detail)
+                violation = Violation(invariant.name, invariant.summary, detail)
                 return Counterexample(violation, self.trace(sid))
         return None
 
@@ -329,8 +371,10 @@ def can_finish(
     queue: str,
     *,
     limit: int = CLOSURE_LIMIT,
+    completions: bool = True,
 ) -> bool:
-    """Whether fair actions alone take ``world`` to a quiescent state (replay check)."""
+    """Whether fair actions alone take ``world`` to a quiescent state (replay check);
+    without ``completions``, with no build ever reporting (the lease check)."""
     bounds = Bounds(queue=queue)
     start = observe(world)
     seen = {start}
@@ -341,6 +385,8 @@ def can_finish(
             if quiescent(obs, rules):
                 return True
             for action in enabled(obs, Budget(), bounds, rules, fair_only=True):
+                if not completions and action.kind == COMPLETE:
+                    continue
                 twin = perform(current, action)
                 if twin is None:
                     continue

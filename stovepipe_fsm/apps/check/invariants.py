@@ -59,6 +59,8 @@ class Rules:
     history: Mapping[str, Sequence[str]]
     proof: Proof
     bare_counter: bool = False
+    max_baseline_lag: int = 0  # the checked queue's bound (0: none)
+    max_validation_ms: int = 0  # the checked queue's slot lease (0: none)
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
 
     @classmethod
@@ -70,6 +72,8 @@ class Rules:
         history: Mapping[str, Sequence[str]],
         bare_counter: bool = False,
         catalog: InvariantCatalog = INVARIANTS,
+        max_baseline_lag: int = 0,
+        max_validation_ms: int = 0,
     ) -> Rules:
         """The rules of ``machines``, checking the invariants they declare."""
         request, roles = machines.request, machines.roles
@@ -84,6 +88,8 @@ class Rules:
             history={k: tuple(v) for k, v in history.items()},
             proof=Proof.declared_by(machines, catalog),
             bare_counter=bare_counter,
+            max_baseline_lag=max_baseline_lag,
+            max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
         )
 
@@ -141,6 +147,8 @@ def _recorded(request: Request, rules: Rules) -> bool:
 
 def _slot_states_hold(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.requests:
+        if request.id in obs.lease_expired:
+            continue  # its lease ran out and the gate reclaimed the slot
         row = obs.queue(request.queue)
         if request.state in rules.slot_states and (row is None or not row.holds(request.id)):
             yield (
@@ -170,7 +178,11 @@ def _idle_holders_exact(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
         if obs.busy(row.name):
             continue
-        expected = {r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states}
+        expected = {
+            r.id
+            for r in obs.requests_of(row.name)
+            if r.state in rules.slot_states and r.id not in obs.lease_expired
+        }
         if set(row.slot_holders) != expected:
             yield (
                 f"queue {row.name} with no message pending: holders "
@@ -201,7 +213,9 @@ def _idle_counter_exact(obs: Observation, rules: Rules) -> Iterator[str]:
 
 def _within_max(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
-        if row.in_flight_count > rules.max_concurrent:
+        # Observed rows carry each lease as the time left: 0 is an expired holder.
+        expired = sum(1 for _, left in row.leases if left == 0)
+        if row.in_flight_count - expired > rules.max_concurrent:
             yield (
                 f"queue {row.name}: {row.in_flight_count} slots held "
                 f"({sorted(row.slot_holders)}), max_concurrent {rules.max_concurrent}"
@@ -295,18 +309,43 @@ def _last_green_forward(pre: Observation, post: Observation, rules: Rules) -> It
             yield f"queue {before.name}: last green moved back from {old} to {new or 'nothing'}"
 
 
-def _decided_as_latest(pre: Observation, request_id: str) -> bool:
-    """A delivery of the request in hand decided on a queue row naming it the latest head.
+def _newer_live(obs: Observation, request: Request, rules: Rules, upto: str = "") -> int:
+    """Heads of ``request``'s queue newer than it and not yet terminal, the latest head
+    always counted: ``request`` is among the newest N while this is below N.
+
+    ``upto`` (a latest head id) leaves out the heads ingested after it.
+    """
+    row = obs.queue(request.queue)
+    latest = upto or (row.latest_request_id if row else "")
+    mine, top = counter_of(request.id), counter_of(latest) if latest else 0
+    return sum(
+        1
+        for other in obs.requests_of(request.queue)
+        if mine < counter_of(other.id) <= top
+        and (other.id == latest or other.state not in rules.terminal_states)
+    )
+
+
+def _decided_as_latest(pre: Observation, request: Request, rules: Rules) -> bool:
+    """A delivery of the request in hand decided on a queue row keeping it among the
+    newest max_concurrent heads.
 
     A delivery is not atomic: ingest can stamp a newer head between the gate decision
     (validated by the slot claim's compare-and-set on the queue row) and the write of
     ``processing``, and nothing re-reads the row in between. An atomic delivery is held
-    to "latest at the admission"; a stalled one to "latest in the row it decided on".
+    to "among the newest N at the admission"; a stalled one to "among the newest N of
+    the heads the row it decided on knew" (a head that became terminal since only
+    lowers the count, so this is what the decision saw, or less).
     """
     return any(
-        held.request_id == request_id
+        held.request_id == request.id
         and held.queue_row is not None
-        and held.queue_row.latest_request_id == request_id
+        and held.queue_row.latest_request_id
+        and (
+            held.queue_row.latest_request_id == request.id
+            or _newer_live(pre, request, rules, held.queue_row.latest_request_id)
+            < rules.max_concurrent
+        )
         for held in pre.in_hand
     )
 
@@ -317,12 +356,112 @@ def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterato
         newly = after.state in rules.admitted_states and (
             before is None or before.state not in rules.admitted_states
         )
-        if not newly:
+        if not newly or before is None:
             continue
         row = pre.queue(after.queue)
         latest = row.latest_request_id if row else ""
-        if latest != after.id and not _decided_as_latest(pre, after.id):
-            yield f"{_label(after)} was admitted while the latest head was {latest or 'unset'}"
+        if latest == after.id or _decided_as_latest(pre, before, rules):
+            continue
+        within = latest and _newer_live(pre, before, rules) < rules.max_concurrent
+        if rules.max_concurrent > 1 and within and counter_of(before.id) < counter_of(latest):
+            continue
+        yield (
+            f"{_label(after)} was admitted while the latest head was {latest or 'unset'}"
+            + (
+                f" and {_newer_live(pre, before, rules)} newer heads were not yet terminal"
+                if rules.max_concurrent > 1
+                else ""
+            )
+        )
+
+
+def _newly(pre: Observation, post: Observation, states: frozenset[str]) -> Iterator[Request]:
+    """The requests of ``pre`` (as they were) that entered one of ``states`` in ``post``."""
+    for after in post.requests:
+        before = pre.by_id.get(after.id)
+        if before is not None and after.state in states and before.state not in states:
+            yield before
+
+
+def _stalled_rows(pre: Observation, request_id: str) -> list[Any]:
+    """The queue rows that stalled deliveries of ``request_id`` decided on."""
+    return [
+        held.queue_row
+        for held in pre.in_hand
+        if held.request_id == request_id and held.queue_row is not None
+    ]
+
+
+def _keeps_newest_n(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    for before in _newly(pre, post, rules.superseded_states):
+        if pre.in_hand_for(before.id):
+            continue  # decided on an older row; heads terminal now may have been live then
+        newer = _newer_live(pre, before, rules)
+        if newer < rules.max_concurrent:
+            yield (
+                f"{_label(before)} was superseded while among the newest "
+                f"{rules.max_concurrent} heads not yet terminal ({newer} newer)"
+            )
+
+
+def _base_is_last_green(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    for before in _newly(pre, post, rules.admitted_states):
+        after = post.by_id[before.id]
+        if after.build_strategy != INCREMENTAL_SINCE_GREEN:
+            continue
+        row = pre.queue(before.queue)
+        greens = {r.last_green_uri for r in [row, *_stalled_rows(pre, before.id)] if r}
+        if after.base_uri not in greens:
+            yield (
+                f"{_label(after)} pinned base {after.base_uri!r} but last green at its admit "
+                f"was {' or '.join(sorted(greens)) or 'unset'}"
+            )
+
+
+def _rewrite_holder_alone(obs: Observation, rules: Rules) -> Iterator[str]:
+    for row in obs.queues:
+        serial, expired = row.serial_holder, {h for h, left in row.leases if left == 0}
+        if not serial or not row.holds(serial) or serial in expired:
+            continue
+        beside = sorted(h for h in row.slot_holders if h != serial and h not in expired)
+        if beside:
+            yield f"queue {row.name}: rewrite {serial} holds a slot beside {beside}"
+
+
+def _rewrite_admitted_alone(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    for before in _newly(pre, post, rules.admitted_states):
+        row, after_row = pre.queue(before.queue), post.queue(before.queue)
+        rows = [r for r in [row, *_stalled_rows(pre, before.id)] if r is not None]
+        greens = {r.last_green_uri for r in rows}
+        if not greens or any(not g or rules.is_ancestor(g, before.uri) for g in greens):
+            continue  # descends from the last green it may have seen (or none yet)
+        if after_row is None or after_row.serial_holder != before.id:
+            yield (
+                f"{_label(before)} does not descend from last green "
+                f"{' or '.join(sorted(greens))} but was admitted without running alone "
+                f"(holders {sorted(after_row.slot_holders) if after_row else []})"
+            )
+
+
+def _baseline_lag_bounded(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    bound = rules.max_baseline_lag
+    if bound <= 0:
+        return
+    for before in _newly(pre, post, rules.admitted_states):
+        row = pre.queue(before.queue)
+        if row is None or not row.last_green_request_id or pre.in_hand_for(before.id):
+            continue
+        expired = {holder for holder, left in row.leases if left == 0}
+        in_flight = sorted(h for h in row.slot_holders if h != before.id and h not in expired)
+        if not in_flight:
+            continue  # nothing in flight (a lease that ran out is not) could green a newer base
+        lag = counter_of(before.id) - counter_of(row.last_green_request_id)
+        if lag > bound:
+            yield (
+                f"{_label(before)} admitted {lag} heads past last green "
+                f"{row.last_green_request_id} (max_baseline_lag {bound}) while "
+                f"{in_flight} were in flight"
+            )
 
 
 STATE_INVARIANTS: tuple[Invariant, ...] = (
@@ -358,7 +497,9 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         _idle_counter_exact,
         holders=False,
     ),
-    Invariant("max_concurrent", "never more than max_concurrent slots held", _within_max),
+    Invariant(
+        "max_concurrent", "never more than max_concurrent unexpired slots held", _within_max
+    ),
     Invariant(
         "newest_not_superseded",
         "the newest ingested head is never superseded",
@@ -390,6 +531,12 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "a request the runtime dead-lettered is terminal and holds no slot",
         _dead_letters_failed_closed,
     ),
+    Invariant(
+        "rewrite_holder_alone",
+        "a request admitted as a rewrite is the only slot holder of its queue",
+        _rewrite_holder_alone,
+        counter=False,
+    ),
 )
 
 EDGE_INVARIANTS: tuple[Invariant, ...] = (
@@ -405,10 +552,40 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "admits_latest",
-        "a request is only admitted while it is the latest head of its queue (a delivery "
-        "stalled in hand: while it was, in the queue row it decided on)",
+        "a request is only admitted while it is among the newest max_concurrent heads of "
+        "its queue not yet terminal, the latest always counted (a delivery stalled in "
+        "hand: while it was, among the heads the queue row it decided on knew)",
         _admits_latest,
     ),
+    Invariant(
+        "keeps_newest_n",
+        "a waiting head is superseded only when no longer among the newest max_concurrent "
+        "heads not yet terminal",
+        _keeps_newest_n,
+    ),
+    Invariant(
+        "base_is_last_green",
+        "an incremental admission pins the last green at its admit",
+        _base_is_last_green,
+    ),
+    Invariant(
+        "rewrite_admitted_alone",
+        "a head not descending from last green is admitted as the queue's serial holder",
+        _rewrite_admitted_alone,
+        counter=False,
+    ),
+    Invariant(
+        "baseline_lag_bounded",
+        "an admission with others in flight pins a base within max_baseline_lag",
+        _baseline_lag_bounded,
+    ),
+)
+
+LEASE_BOUNDS_STALL = Invariant(
+    "lease_bounds_stall",
+    "with max_validation_ms set, deliveries and clock advances alone - no build ever "
+    "reporting - reach a state with no message pending and no accepted request waiting",
+    lambda *_: iter(()),
 )
 
 PROGRESS = Invariant(
@@ -429,6 +606,10 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "newest_not_superseded": ("newest_not_superseded",),
     "superseded_never_started": ("superseded_never_started",),
     "max_concurrent": ("max_concurrent",),
+    "keeps_newest_n": ("keeps_newest_n",),
+    "base_is_last_green": ("base_is_last_green",),
+    "rewrite_runs_alone": ("rewrite_holder_alone", "rewrite_admitted_alone"),
+    "baseline_lag_bounded": ("baseline_lag_bounded",),
     "slot_bookkeeping": (
         "slot_state_holds_slot",
         "holder_is_admitting",
@@ -441,6 +622,7 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "last_green_forward": ("last_green_forward",),
     "dead_letter_failed_closed": ("dead_letter_failed_closed",),
     "progress": ("progress",),
+    "lease_bounds_stall": ("lease_bounds_stall",),
 }
 
 
@@ -457,6 +639,7 @@ class Proof:
     state: tuple[Invariant, ...]
     edge: tuple[Invariant, ...]
     progress: bool
+    lease_bounds_stall: bool = False
 
     @classmethod
     def declared_by(
@@ -487,6 +670,7 @@ class Proof:
             state=(*(i for i in STATE_INVARIANTS if i.name in chosen), *state),
             edge=(*(i for i in EDGE_INVARIANTS if i.name in chosen), *edge),
             progress=PROGRESS.name in chosen,
+            lease_bounds_stall=LEASE_BOUNDS_STALL.name in chosen,
         )
 
 
@@ -556,4 +740,9 @@ def waiting(obs: Observation, rules: Rules) -> str:
     return "; ".join(parts)
 
 
-ALL_INVARIANTS: tuple[Invariant, ...] = (*STATE_INVARIANTS, *EDGE_INVARIANTS, PROGRESS)
+ALL_INVARIANTS: tuple[Invariant, ...] = (
+    *STATE_INVARIANTS,
+    *EDGE_INVARIANTS,
+    PROGRESS,
+    LEASE_BOUNDS_STALL,
+)

@@ -34,7 +34,7 @@ from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
 from ...adapters.memory.publisher import BUILD, HOOK
 from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
-from ...domain.hooks import VALIDATION_STARTED
+from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
 from ...process.gate import PAUSED
 from ...simulation.runtime import run_sync
@@ -79,12 +79,13 @@ class Observation:
     queues: tuple[Queue, ...]
     pending: tuple[Pending, ...]
     builds: frozenset[str]
-    hooks: frozenset[tuple[str, str]]
+    hooks: frozenset[tuple[str, str]]  # (request id, event id) of start events
     dead_lettered: frozenset[str]
     source_control_up: bool
     armed_crash: str
     in_hand: tuple[InHandView, ...] = ()
     paused: frozenset[str] = frozenset()
+    lease_expired: frozenset[str] = frozenset()  # requests whose slot lease was reclaimed
 
     @cached_property
     def by_id(self) -> dict[str, Request]:
@@ -134,7 +135,7 @@ def observe(world: World) -> Observation:
     return Observation(
         # Times grow with the clock and would split equivalent states, like versions.
         requests=tuple(r.without_times() for r in world.requests.snapshot()),
-        queues=tuple(replace(row, version=0) for row in world.queues.snapshot()),
+        queues=tuple(_relative(row, now) for row in world.queues.snapshot()),
         pending=tuple(
             Pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
             for m in world.broker.messages
@@ -150,7 +151,19 @@ def observe(world: World) -> Observation:
         armed_crash=world.armed_crash,
         in_hand=tuple(_in_hand(world, held) for held in world.in_hand),
         paused=_paused(world),
+        lease_expired=frozenset(
+            r.request_id
+            for r in records
+            if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
+        ),
     )
+
+
+def _relative(row: Queue, now: int) -> Queue:
+    """The row as the checker compares it: no version, and each lease as the time left
+    (0 once expired), so states that differ only by when they were reached are one."""
+    leases = tuple((holder, max(0, expires - now)) for holder, expires in row.leases)
+    return replace(row, version=0, leases=leases)
 
 
 def _paused(world: World) -> frozenset[str]:

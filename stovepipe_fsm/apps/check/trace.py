@@ -23,12 +23,21 @@ import yaml
 from ...domain.errors import StovepipeError
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
+from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS
 from ...simulation.replay import LogRow, Simulation, apply_step, build_world
 from ...simulation.timeline import Timeline
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .explorer import STEP_FAILED, Counterexample, Setup, can_finish
-from .invariants import PROGRESS, Rules, Violation, check_edge, check_state, waiting
+from .invariants import (
+    LEASE_BOUNDS_STALL,
+    PROGRESS,
+    Rules,
+    Violation,
+    check_edge,
+    check_state,
+    waiting,
+)
 from .model import step_data
 from .observe import observe
 from .variants import Variant
@@ -60,6 +69,7 @@ def replay(
     """Run ``timeline`` step by step, stopping at the first broken declared property."""
     variant = variant or Variant()
     world = build_world(timeline, machines, config, lifecycle_factory=variant.lifecycle_factory)
+    declared = dict(world.controller.services.config.get(timeline.queue).parameters)
     rules = Rules.for_machines(
         machines,
         max_concurrent=int(
@@ -68,6 +78,8 @@ def replay(
         history=timeline.history,
         bare_counter=variant.bare_counter,
         catalog=catalog,
+        max_baseline_lag=int(declared.get(MAX_BASELINE_LAG, 0)),
+        max_validation_ms=int(declared.get(MAX_VALIDATION_MS, 0)),
     )
     result = Replay(world)
     obs = observe(world)
@@ -93,6 +105,16 @@ def replay(
     if rules.proof.progress and not can_finish(world, rules, timeline.queue):
         detail = "no fair continuation finishes: " + waiting(obs, rules)
         result.violation = Violation(PROGRESS.name, PROGRESS.summary, detail)
+        result.step = len(timeline.steps)
+    elif (
+        rules.proof.lease_bounds_stall
+        and rules.max_validation_ms
+        and not can_finish(world, rules, timeline.queue, completions=False)
+    ):
+        detail = "no fair continuation finishes: " + waiting(obs, rules)
+        result.violation = Violation(
+            LEASE_BOUNDS_STALL.name, LEASE_BOUNDS_STALL.summary, detail
+        )
         result.step = len(timeline.steps)
     return result
 

@@ -35,8 +35,17 @@ def _keep(queue: Queue) -> Queue:
 class BareCounterLifecycle(RequestLifecycle):
     """The lifecycle with the seed's bare counter in place of slot holders."""
 
-    async def claim_slot(self, queue: Queue, request: Request, trigger: str | Step) -> Queue:
-        """count += 1, every time it is called: there is no holder to recognise."""
+    async def claim_slot(
+        self,
+        queue: Queue,
+        request: Request,
+        trigger: str | Step,
+        *,
+        expires_at_ms: int | None = None,
+        serial: bool = False,
+    ) -> Queue:
+        """count += 1, every time it is called: there is no holder to recognise (nor a
+        lease or a serial mark to give it)."""
         step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
         if not step.takes_slot:
             return queue
@@ -86,10 +95,17 @@ class BareCounterLifecycle(RequestLifecycle):
 
 @dataclass(frozen=True)
 class Variant:
-    """Which lifecycle a world is built with (the shipped one unless told otherwise)."""
+    """Which lifecycle a world is built with (the shipped one unless told otherwise).
+
+    ``lifecycle`` replaces it outright: a deliberately wrong record rule, say, to show
+    the checker catches what no machine file names.
+    """
 
     bare_counter: bool = False
+    lifecycle: LifecycleFactory | None = None
 
     @property
     def lifecycle_factory(self) -> LifecycleFactory:
+        if self.lifecycle is not None:
+            return self.lifecycle
         return BareCounterLifecycle if self.bare_counter else RequestLifecycle
