@@ -30,7 +30,7 @@ from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..spec.errors import SpecError, SpecIssue
 from .replay import apply_step, build_world, input_issues
-from .runtime import run_sync
+from .runtime import ResolvedOnceConfigStore, run_sync
 from .timeline import Timeline, TimelineStep
 from .world import World
 
@@ -79,8 +79,13 @@ class TimedRun:
 
 
 def timed_world(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> World:
-    """A world for ``timeline`` whose request store logs its writes (:class:`WriteLog`)."""
+    """A world for ``timeline`` whose request store logs its writes (:class:`WriteLog`).
+
+    ``config`` is a loaded policy, fixed for the run: each queue's config is resolved
+    once (:class:`~.runtime.ResolvedOnceConfigStore`).
+    """
     world = build_world(timeline, machines, config)
+    world.config.base = ResolvedOnceConfigStore(world.config.base)
     world.requests = WriteLog()
     world._wire()  # the stages on the logging store: wiring is the world's own recipe
     return world
