@@ -147,17 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         total, total_cpu = total + seconds, total_cpu + cpu
         replays, replays_cpu = replays + seconds, replays_cpu + cpu
         print(
-            f"replay {label} ({machines_dir}): {seconds:.1f} s (cpu {cpu:.1f} s), "
-            f"{args.heads / cpu:,.0f} heads/cpu-s; {len(run.world.published.builds())} builds, "
-            f"{run.world.holds} holds"
+            f"replay {label} ({machines_dir}): {seconds:.1f} s, {args.heads / seconds:,.0f} "
+            f"heads/s (cpu {cpu:.1f} s, {args.heads / cpu:,.0f} heads/cpu-s); "
+            f"{len(run.world.published.builds())} builds, {run.world.holds} holds"
         )
     print(
-        f"both replays: {replays:.1f} s (cpu {replays_cpu:.1f} s), "
-        f"{args.heads / replays_cpu:,.0f} heads/cpu-s"
+        f"both replays: {replays:.1f} s, {args.heads / replays:,.0f} heads/s "
+        f"(cpu {replays_cpu:.1f} s, {args.heads / replays_cpu:,.0f} heads/cpu-s)"
     )
     print(
-        f"load + both replays: {total:.1f} s (cpu {total_cpu:.1f} s), "
-        f"{args.heads / total_cpu:,.0f} heads/cpu-s"
+        f"load + both replays: {total:.1f} s, {args.heads / total:,.0f} heads/s "
+        f"(cpu {total_cpu:.1f} s, {args.heads / total_cpu:,.0f} heads/cpu-s)"
     )
     if profiler is not None:
         out = io.StringIO()
