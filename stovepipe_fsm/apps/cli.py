@@ -110,14 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
-    """Subcommands that live in their own modules: ``simulate``, ``test``, ``check``, and
-    the service with its operator commands."""
+    """Subcommands that live in their own modules: ``simulate``, ``whatif``, ``test``,
+    ``check``, and the service with its operator commands."""
     from .check.command import register as register_check
     from .policytest.command import register as register_test
     from .service.command import register as register_service
     from .simulate.command import register as register_simulate
+    from .whatif.command import register as register_whatif
 
-    return [register_simulate, register_test, register_check, register_service]
+    return [register_simulate, register_whatif, register_test, register_check, register_service]
 
 
 # --- validate -----------------------------------------------------------------------

@@ -56,6 +56,7 @@ def build_world(
     config: ConfigStore,
     *,
     lifecycle_factory: LifecycleFactory = RequestLifecycle,
+    keep_trail: bool = True,
 ) -> World:
     if timeline.config:
         config = OverrideConfigStore(config, timeline.config)
@@ -65,6 +66,7 @@ def build_world(
         timeline.history,
         lifecycle_factory=lifecycle_factory,
         changes=timeline.changes,
+        keep_trail=keep_trail,
     )
 
 
@@ -76,13 +78,7 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
     machine does not declare, or an unknown parameter, is bad input, not a failed
     expectation.
     """
-    issues = [
-        issue
-        for step in timeline.steps
-        if step.expect is not None
-        for issue in state_issues(step.expect, machines.request.spec.state_names)
-    ]
-    issues += config_issues(timeline, machines.parameters)
+    issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
     sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
@@ -99,6 +95,18 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
         for result in results or ["-"]:
             sim.rows.append(LogRow(number, sim.world.clock.now_ms(), step.describe(), result))
     return sim
+
+
+def input_issues(timeline: Timeline, machines: ProcessMachines) -> list[SpecIssue]:
+    """What the timeline asks of the machines that they do not declare: expected states,
+    and the parameters it sets (unknown, or values their declarations refuse)."""
+    issues = [
+        issue
+        for step in timeline.steps
+        if step.expect is not None
+        for issue in state_issues(step.expect, machines.request.spec.state_names)
+    ]
+    return issues + config_issues(timeline, machines.parameters)
 
 
 def _check(sim: Simulation, expectation: Expectation) -> list[str]:

@@ -166,6 +166,30 @@ class OverrideConfigStore:
         return self.base.configured_queues()
 
 
+class ResolvedOnceConfigStore:
+    """A config store that resolves each queue once, for a base that never changes.
+
+    Resolving a queue's config (pattern match, parameter defaults, overrides) costs more
+    than a whole supersede decision; a replay of a long timeline asks it on every
+    delivery. Only for a base whose answers are fixed for the life of the run (a loaded
+    policy file, with a timeline's fixed overrides); ``config:`` steps are applied above
+    it by :class:`StepConfigStore`, so they still take effect.
+    """
+
+    def __init__(self, base: ConfigStore) -> None:
+        self.base = base
+        self._resolved: dict[str, QueueConfig] = {}
+
+    def get(self, queue: str) -> QueueConfig:
+        config = self._resolved.get(queue)
+        if config is None:
+            config = self._resolved[queue] = self.base.get(queue)
+        return config
+
+    def configured_queues(self) -> tuple[str, ...]:
+        return self.base.configured_queues()
+
+
 class StepConfigStore:
     """The world's config: a base store, with the parameters ``config:`` steps set per queue.
 

@@ -206,7 +206,7 @@ class _DecidingTransition(Transition):
                 return False
         setattr(event_data.model, event_data.machine.model_attribute, self.dest)
         for callback in self.after:
-            cast(Callable[..., None], callback)(*event_data.args, **event_data.kwargs)
+            cast("Callable[..., None]", callback)(*event_data.args, **event_data.kwargs)
         return True
 
 

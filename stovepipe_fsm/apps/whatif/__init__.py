@@ -1,0 +1,1 @@
+"""``stovepipe-fsm whatif``: one timeline under two policies, compared (docs/whatif.md)."""

@@ -1,0 +1,140 @@
+"""``stovepipe-fsm whatif``: replay one timeline under two policies and compare them.
+
+Both runs read the same timeline file and are timed on its clock
+(:mod:`stovepipe_fsm.simulation.timed`); the figures and the requests that end
+differently are shown side by side (docs/whatif.md). Input is checked as ``simulate``
+checks it: a bad timeline or policy is reported at ``file:line:column``, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ...process.catalog import load_process_machines
+from ...simulation.timed import TimedRun, replay_timed
+from ...simulation.timeline import Timeline, load_timeline
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
+from .compare import TOTAL, Difference, Figures, differences, figures_by_queue, percentile
+
+SIDES = ("policy", "vs_policy")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("whatif", help="replay a timeline under two policies, side by side")
+    p.add_argument("timeline")
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help="the policy's machines")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="the policy's queue config")
+    p.add_argument("--vs-machines", required=True, help="the other policy's machines")
+    p.add_argument("--vs-config", required=True, help="the other policy's queue config")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=cmd_whatif)
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    timeline = load_timeline(args.timeline)
+    run = _replay(timeline, args.machines, args.config)
+    vs = _replay(timeline, args.vs_machines, args.vs_config)
+    doc = whatif_json(args, run, vs)
+    print(json.dumps(doc, indent=2) if args.json else render(doc))
+    return EXIT_OK
+
+
+def _replay(timeline: Timeline, machines_dir: str, config_path: str) -> TimedRun:
+    machines = load_process_machines(machines_dir)
+    return replay_timed(timeline, machines, load_policy_store(config_path, machines.parameters))
+
+
+def whatif_json(args: argparse.Namespace, run: TimedRun, vs: TimedRun) -> dict[str, Any]:
+    """The ``whatif --json`` document (docs/whatif.md describes every key)."""
+    mine, theirs = figures_by_queue(run), figures_by_queue(vs)
+    empty = Figures(0, 0, 0, 0, (), ())
+    queues = sorted((mine.keys() | theirs.keys()) - {TOTAL})
+    return {
+        "timeline": args.timeline,
+        "policy": {"machines": args.machines, "config": args.config},
+        "vs_policy": {"machines": args.vs_machines, "config": args.vs_config},
+        "queues": [
+            {
+                "queue": q,
+                "policy": mine.get(q, empty).as_json(),
+                "vs_policy": theirs.get(q, empty).as_json(),
+            }
+            for q in queues
+        ],
+        "total": {"policy": mine[TOTAL].as_json(), "vs_policy": theirs[TOTAL].as_json()},
+        "completes": {side: _completes(r) for side, r in zip(SIDES, (run, vs), strict=True)},
+        "differences": [d.as_json() for d in differences(run, vs)],
+    }
+
+
+def _completes(run: TimedRun) -> dict[str, int]:
+    return {
+        "applied": run.completes_applied,
+        "dropped": run.completes_dropped,
+        "waiting": run.completes_waiting,
+    }
+
+
+# --- text -----------------------------------------------------------------------------
+
+ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("builds full", ("builds", "full")),
+    ("builds incremental", ("builds", "incremental")),
+    ("supersedes", ("supersedes",)),
+    ("holds", ("holds",)),
+    ("went green", ("ingest_to_green_ms", "count")),
+    ("ingest->green p50 ms", ("ingest_to_green_ms", "p50")),
+    ("ingest->green p95 ms", ("ingest_to_green_ms", "p95")),
+    ("ingest->green max ms", ("ingest_to_green_ms", "max")),
+    ("longest wait for slot ms", ("longest_wait_for_slot_ms",)),
+)
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The document as two tables: figures side by side, then the differing requests."""
+    header: tuple[str, ...] = ("queue", "figure", "policy", "vs policy")
+    rows: list[tuple[str, ...]] = []
+    blocks = [(q["queue"], q) for q in doc["queues"]] + [(TOTAL, doc["total"])]
+    for name, block in blocks:
+        for i, (label, path) in enumerate(ROWS):
+            rows.append((name if i == 0 else "", label, *(_at(block[s], path) for s in SIDES)))
+    for key in ("applied", "dropped", "waiting"):
+        rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
+    lines = [
+        f"timeline: {doc['timeline']}",
+        f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",
+        f"vs policy: {doc['vs_policy']['machines']} + {doc['vs_policy']['config']}",
+        "",
+        *_table(header, rows),
+        "",
+    ]
+    found: list[dict[str, str]] = doc["differences"]
+    if not found:
+        lines.append("requests whose final outcome differs: none")
+    else:
+        lines.append(f"requests whose final outcome differs: {len(found)}")
+        header = ("queue", "uri", "request", "policy", "vs policy")
+        keys = ("queue", "uri", "request_id", "outcome", "vs_outcome")
+        lines += _table(header, [tuple(d[k] for k in keys) for d in found])
+    return "\n".join(lines)
+
+
+def _at(block: dict[str, Any], path: tuple[str, ...]) -> str:
+    value: Any = block
+    for key in path:
+        value = value[key]
+    return "-" if value is None else str(value)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    out = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, tuple("-" * w for w in widths), *rows]
+    ]
+    return out
+
+
+__all__ = ["Difference", "cmd_whatif", "percentile", "register", "render", "whatif_json"]
