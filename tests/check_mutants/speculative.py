@@ -126,13 +126,11 @@ class GreenByArrival(RequestLifecycle):
     """Record moves last green to every green as it arrives, newer or not (the mistake
     rule 2 forbids): a late green of an older head moves the bookmark back."""
 
-    async def settle_queue(
-        self, request: Request, queue_change: QueueChange | None = None
-    ) -> Queue:
-        if queue_change is None:
-            return await super().settle_queue(request)
+    def end_change(self, request: Request) -> QueueChange | None:
+        if super().end_change(request) is None:
+            return None  # not a green end
 
         def arrival(queue: Queue) -> Queue:
             return replace(queue, last_green_uri=request.uri, last_green_request_id=request.id)
 
-        return await super().settle_queue(request, arrival)
+        return arrival
