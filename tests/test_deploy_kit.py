@@ -692,3 +692,12 @@ def test_every_metric_the_dashboard_and_rules_query_is_exported(service_metrics)
             available = set().union(*(service_metrics[n] for n in names)) | TARGET_LABELS
             unknown = grouping_labels(query) - available
             assert not unknown, f"{where}: no metric of it has {sorted(unknown)}"
+
+
+def test_the_deploy_page_names_every_alert_and_every_kit_directory() -> None:
+    page = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    for rule in alert_rules():
+        assert f"`{rule['alert']}`" in page, f"docs/deploy.md does not explain {rule['alert']}"
+    for directory in sorted(p for p in DEPLOY.iterdir() if p.is_dir()):
+        assert f"deploy/{directory.name}/" in page, directory
+    assert "(docs/deploy.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
