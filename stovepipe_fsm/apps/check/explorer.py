@@ -36,12 +36,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.services import DeclaredDefaults
-from ...simulation.runtime import OverrideConfigStore
+from ...simulation.runtime import OverrideConfigStore, ResolvedOnceConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .actions import DeliveryEffect, StepFailed, enabled, perform
@@ -129,7 +128,8 @@ class Setup:
         )
 
     def new_world(self) -> World:
-        config = ResolvedConfigStore(OverrideConfigStore(self.config, self.knobs()))
+        # The policy cannot change during a check: each queue is resolved once.
+        config = ResolvedOnceConfigStore(OverrideConfigStore(self.config, self.knobs()))
         return World(
             self.machines,
             config,
@@ -137,25 +137,6 @@ class Setup:
             lifecycle_factory=self.variant.lifecycle_factory,
             keep_trail=False,
         )
-
-
-class ResolvedConfigStore:
-    """Resolves each queue's config once: the policy cannot change during a check, and
-    re-resolving patterns on every one of ~10^5 deliveries is a measurable share of a run.
-    """
-
-    def __init__(self, base: ConfigStore) -> None:
-        self.base = base
-        self._resolved: dict[str, QueueConfig] = {}
-
-    def get(self, queue: str) -> QueueConfig:
-        config = self._resolved.get(queue)
-        if config is None:
-            config = self._resolved[queue] = self.base.get(queue)
-        return config
-
-    def configured_queues(self) -> tuple[str, ...]:
-        return self.base.configured_queues()
 
 
 @dataclass(frozen=True)
