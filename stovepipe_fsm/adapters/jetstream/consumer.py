@@ -106,6 +106,7 @@ class _PullLoop:
 
     js: JetStreamContext
     durable: str
+    ack_wait_s: float
     fetch_timeout_s: float
     _sub: JetStreamContext.PullSubscription | None
 
@@ -115,6 +116,23 @@ class _PullLoop:
 
     def consumer_config(self) -> api.ConsumerConfig:
         raise NotImplementedError
+
+    def durable_config(
+        self, filter_subject: str, *, max_ack_pending: int | None = None
+    ) -> api.ConsumerConfig:
+        """The durable every loop here uses: explicit acks, every message from the start,
+        never given up by the server (the loop settles each one), this loop's ack wait;
+        ``max_ack_pending`` where a loop serializes its messages."""
+        return api.ConsumerConfig(
+            durable_name=self.durable,
+            name=self.durable,
+            filter_subject=filter_subject,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            max_deliver=-1,
+            ack_wait=self.ack_wait_s,
+            max_ack_pending=max_ack_pending,
+        )
 
     async def settle(self, msg: Msg) -> None:
         raise NotImplementedError
@@ -200,16 +218,7 @@ class ProcessConsumer(_PullLoop):
         self._sub: JetStreamContext.PullSubscription | None = None
 
     def consumer_config(self) -> api.ConsumerConfig:
-        return api.ConsumerConfig(
-            durable_name=self.durable,
-            name=self.durable,
-            filter_subject=self.subject,
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL,
-            max_ack_pending=1,
-            max_deliver=-1,
-            ack_wait=self.ack_wait_s,
-        )
+        return self.durable_config(self.subject, max_ack_pending=1)
 
     @property
     def stream(self) -> str:
@@ -394,15 +403,7 @@ class DeadLetterConsumer(_PullLoop):
         return self.topology.dead_letter_stream
 
     def consumer_config(self) -> api.ConsumerConfig:
-        return api.ConsumerConfig(
-            durable_name=self.durable,
-            name=self.durable,
-            filter_subject=f"{self.topology.prefix}.dlq.process.*",
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL,
-            max_deliver=-1,
-            ack_wait=self.ack_wait_s,
-        )
+        return self.durable_config(f"{self.topology.prefix}.dlq.process.*")
 
     async def settle(self, msg: Msg) -> None:
         """Reconcile one record; every path acks it or NAKs it with a delay."""

@@ -89,15 +89,7 @@ class OutcomeConsumer(_PullLoop):
         return self.topology.outcome_stream
 
     def consumer_config(self) -> api.ConsumerConfig:
-        return api.ConsumerConfig(
-            durable_name=self.durable,
-            name=self.durable,
-            filter_subject=self.topology.outcome_filter(),
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL,
-            max_deliver=-1,
-            ack_wait=self.ack_wait_s,
-        )
+        return self.durable_config(self.topology.outcome_filter())
 
     async def settle(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
