@@ -32,6 +32,7 @@ from ...config.globs import glob_match
 from ...domain.entities import Request
 from ...domain.errors import NonRetryable
 from .durations import parse_duration
+from .operators import bucket_values
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,8 @@ async def export_timeline(
     queue_glob: str,
 ) -> Export:
     """Read the request rows and the policy record; build the timeline."""
-    from .operators import _bucket_values
-
     requests = []
-    for _key, value in await _bucket_values(js, topology.requests_bucket):
+    for _key, value in await bucket_values(js, topology.requests_bucket):
         try:
             requests.append(decode_request(value))
         except NonRetryable:

@@ -176,7 +176,8 @@ async def _wait_for_outcome(
         await asyncio.sleep(WAIT_POLL_S)
 
 
-async def _bucket_values(js: JetStreamContext, bucket: str) -> list[tuple[str, bytes]]:
+async def bucket_values(js: JetStreamContext, bucket: str) -> list[tuple[str, bytes]]:
+    """Every ``(key, value)`` of ``bucket`` that is there when read (status, export)."""
     with translated(f"list {bucket}"):
         kv = await js.key_value(bucket)
         try:
@@ -222,13 +223,13 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
     damaged: list[dict[str, str]] = []
     requests = _decoded(
         topology.requests_bucket,
-        await _bucket_values(js, topology.requests_bucket),
+        await bucket_values(js, topology.requests_bucket),
         decode_request,
         damaged,
     )
     queues = _decoded(
         topology.queues_bucket,
-        await _bucket_values(js, topology.queues_bucket),
+        await bucket_values(js, topology.queues_bucket),
         decode_queue,
         damaged,
     )
