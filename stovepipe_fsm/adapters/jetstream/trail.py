@@ -12,6 +12,8 @@ and every one of them holds exactly one record:
   record with a count and its first and last time.
 
 Retention (``Topology.trail_max_age_s``, ``trail_max_bytes``) bounds the stream.
+:meth:`JetStreamTrail.latest` reads the newest records across all requests (the status
+page), walking back from the stream's last sequence a bounded number of reads.
 """
 
 from __future__ import annotations
@@ -67,6 +69,39 @@ class JetStreamTrail:
         subjects = sorted((info.state.subjects or {}).keys())
         records = [r for r in [await self._last(s) for s in subjects] if r is not None]
         return sorted(records, key=lambda r: (r.first_at_ms, r.at_ms))
+
+    async def latest(self, limit: int, *, max_reads: int | None = None) -> list[TrailRecord]:
+        """Up to ``limit`` of the newest records, newest first, in at most ``max_reads``
+        reads (default ``4 * limit``).
+
+        Read back from the stream's last sequence: a rolled-up hold leaves gaps (its
+        earlier messages are gone), which is why reads are bounded separately from
+        records, so a stream full of gaps costs a bounded time, never a full scan.
+        A damaged message is passed over: one bad record must not hide the others.
+        """
+        if limit <= 0:
+            return []
+        budget = max_reads if max_reads is not None else 4 * limit
+        stream = self._topology.trail_stream
+        with translated(f"read the latest of {stream}"):
+            info = await self._js.stream_info(stream)
+        first, seq = int(info.state.first_seq or 0), int(info.state.last_seq or 0)
+        records: list[TrailRecord] = []
+        while seq >= max(first, 1) and len(records) < limit and budget > 0:
+            budget -= 1
+            with translated(f"read {stream} message {seq}"):
+                try:
+                    message = await self._js.get_msg(stream, seq)
+                except nats.js.errors.NotFoundError:
+                    message = None
+            seq -= 1
+            if message is None:
+                continue
+            try:
+                records.append(TrailRecord.from_json(json.loads(message.data or b"{}")))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return records
 
     async def _last(self, subject: str) -> TrailRecord | None:
         with translated(f"read trail {subject}"):

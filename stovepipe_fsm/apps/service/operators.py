@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import nats.js.errors
@@ -215,11 +215,18 @@ def _decoded(
     return rows
 
 
-async def status_document(js: JetStreamContext, topology: Topology) -> dict[str, Any]:
-    """Every request and queue row, ordered like ``simulate --json``, and the policy hash
-    the service last wrote (``policy``, absent until a service ran with this topology).
-    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
-    """
+@dataclass(frozen=True)
+class StatusRows:
+    """Every decodable request and queue row, and the rows that are not (with why)."""
+
+    requests: list[Request]
+    queues: list[Queue]
+    damaged: list[dict[str, str]]
+
+
+async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
+    """The rows ``status`` shows, read once (the status page also needs the queue rows'
+    leases, which the document leaves out)."""
     damaged: list[dict[str, str]] = []
     requests = _decoded(
         topology.requests_bucket,
@@ -233,6 +240,20 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         decode_queue,
         damaged,
     )
+    return StatusRows(requests, queues, damaged)
+
+
+async def status_document(
+    js: JetStreamContext, topology: Topology, rows: StatusRows | None = None
+) -> dict[str, Any]:
+    """Every request and queue row, ordered like ``simulate --json``, and the policy hash
+    the service last wrote (``policy``, absent until a service ran with this topology).
+    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
+    ``rows``: rows :func:`status_rows` read already (else they are read here).
+    """
+    if rows is None:
+        rows = await status_rows(js, topology)
+    requests, queues, damaged = rows.requests, rows.queues, list(rows.damaged)
 
     def order(request_id: str) -> tuple[str, int]:
         try:
@@ -384,17 +405,31 @@ async def explain_document(
         stores = await open_kv_stores(js, topology)
         if not request_id:
             request_id = await request_for_uri(stores.uris, normalize_queue_name(queue), uri)
-        try:
-            parse_request_id(request_id)
-        except ValueError as exc:
-            raise NotFound(f"{request_id!r} is not a request id: {exc}") from None
-        try:
-            row: dict[str, Any] | None = request_json(await stores.requests.get(request_id))
-        except NotFound:
-            row = None
-        records = await JetStreamTrail(js, topology).history(request_id)
-        if row is None and not records:
-            raise NotFound(f"no request {request_id!r} and no decision about it")
-        return history_json(row, records)
+        return await request_history(js, topology, request_id, stores.requests)
     finally:
         await nc.close()
+
+
+async def request_history(
+    js: JetStreamContext,
+    topology: Topology,
+    request_id: str,
+    requests: RequestStore | None = None,
+) -> dict[str, Any]:
+    """The request's row (None once pruned) and its decision trail, as ``explain --json``
+    prints it; ``NotFound`` when ``request_id`` is no request id, or neither a row nor a
+    trail record names it."""
+    try:
+        parse_request_id(request_id)
+    except ValueError as exc:
+        raise NotFound(f"{request_id!r} is not a request id: {exc}") from None
+    if requests is None:
+        requests = (await open_kv_stores(js, topology)).requests
+    try:
+        row: dict[str, Any] | None = request_json(await requests.get(request_id))
+    except NotFound:
+        row = None
+    records = await JetStreamTrail(js, topology).history(request_id)
+    if row is None and not records:
+        raise NotFound(f"no request {request_id!r} and no decision about it")
+    return history_json(row, records)
