@@ -21,6 +21,7 @@ from test_service_support import running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
+from stovepipe_fsm.apps.service import http as http_module
 from stovepipe_fsm.apps.service import status_page
 from stovepipe_fsm.apps.service.http import HttpEndpoint
 from stovepipe_fsm.apps.service.pauses import pause
@@ -227,3 +228,20 @@ async def test_the_page_on_a_running_service(js_env, monkeypatch) -> None:  # ty
 def test_the_other_endpoints_are_not_page_routes(path: str) -> None:
     assert not StatusPage.serves(path)
     assert StatusPage.serves("/") and StatusPage.serves("/request/request/q/1")
+
+
+async def test_a_connection_that_asks_nothing_is_closed_unanswered(js_env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A browser opens spare connections and sends its next request on one of them: an
+    answer written there before any request would be read as that request's reply."""
+    monkeypatch.setattr(http_module, "READ_TIMEOUT_S", 0.2)
+    async with running_service(js_env.server, js_env.topology, CONFIG) as run:
+        http = await HttpEndpoint(run.service, free_port()).start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", http.port)
+            await asyncio.sleep(0.5)  # past the read timeout, without a request
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            status, _, _ = await fetch(http.port, "/healthz")
+            assert status == 200
+        finally:
+            await http.close()

@@ -47,6 +47,7 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
 th{background:#f4f4f6}
 code,.mono{font-family:ui-monospace,monospace;font-size:.85rem;word-break:break-all}
+.when{white-space:nowrap;word-break:normal}
 .paused{color:#fff;background:#b3261e;padding:0 .4rem;border-radius:.3rem}
 .held{color:#1d1d1f;background:#ffe8a3;padding:0 .4rem;border-radius:.3rem}
 .muted{color:#6e6e73}.summary span{margin-right:1.2rem}
@@ -335,7 +336,7 @@ def _decisions(records: Sequence[TrailRecord]) -> str:
     if not records:
         return '<p class="muted">No decision recorded yet.</p>'
     rows = [
-        f"<tr><td class=mono>{text(clock_text(r.at_ms))}</td>"
+        f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
         f"<td><code>{text(r.queue)}</code></td>"
         f'<td><a href="{request_href(r.request_id)}"><code>{text(r.request_id)}</code></a></td>'
         f"<td>{text(sentence(r))}</td></tr>"

@@ -245,6 +245,16 @@ class HttpEndpoint:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+        except (TimeoutError, OSError, ValueError):
+            request = b""
+        if not request.strip():
+            # A connection that asks nothing (a browser opens spare ones ahead of need)
+            # is closed unanswered: an answer would be read as the reply to the request
+            # the browser sends on it later.
+            with contextlib.suppress(Exception):
+                writer.close()
+            return
+        try:
             while (await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)) not in (
                 b"\r\n",
                 b"\n",
