@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 from test_service_support import running_service, wait_for
 
+from stovepipe_fsm.adapters.jetstream.kv_snapshot import kv_snapshot
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
 from stovepipe_fsm.apps.service import http as http_module
 from stovepipe_fsm.apps.service import status_page
 from stovepipe_fsm.apps.service.http import HttpEndpoint
+from stovepipe_fsm.apps.service.operators import bucket_values
 from stovepipe_fsm.apps.service.pauses import pause
 from stovepipe_fsm.apps.service.status_page import StatusPage
 from stovepipe_fsm.domain.trail import HELD, INGESTED, TrailRecord, detail
@@ -245,3 +247,20 @@ async def test_a_connection_that_asks_nothing_is_closed_unanswered(js_env, monke
             assert status == 200
         finally:
             await http.close()
+
+
+async def test_a_bucket_snapshot_reads_what_the_key_by_key_listing_reads(js_env) -> None:  # type: ignore[no-untyped-def]
+    js, bucket = js_env.js, js_env.topology.service_bucket
+    kv = await js.key_value(bucket)
+    for n in range(300):
+        await kv.put(f"queue.k{n}", f"v{n}".encode())
+    await kv.put("queue.k1", b"again")  # a later value of one key
+    await kv.delete("queue.k2")
+    await kv.put("queue.empty", b"")
+    await kv.put("other", b"x")
+    listed = await bucket_values(js, bucket)
+    snapshot = await kv_snapshot(js, bucket)
+    assert sorted(snapshot) == sorted(listed)
+    assert ("queue.k1", b"again") in snapshot and not any(k == "queue.k2" for k, _ in snapshot)
+    assert len(await kv_snapshot(js, bucket, "queue.>")) == 299  # k2 deleted, empty left out
+    assert await kv_snapshot(js, "no-such-bucket") == []

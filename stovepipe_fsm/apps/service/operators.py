@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -224,19 +224,25 @@ class StatusRows:
     damaged: list[dict[str, str]]
 
 
-async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
+BucketReader = Callable[[JetStreamContext, str], Awaitable[list[tuple[str, bytes]]]]
+
+
+async def status_rows(
+    js: JetStreamContext, topology: Topology, *, values: BucketReader = bucket_values
+) -> StatusRows:
     """The rows ``status`` shows, read once (the status page also needs the queue rows'
-    leases, which the document leaves out)."""
+    leases, which the document leaves out); ``values`` reads a bucket (the status page
+    reads it in one pass: :func:`...adapters.jetstream.kv_snapshot.kv_snapshot`)."""
     damaged: list[dict[str, str]] = []
     requests = _decoded(
         topology.requests_bucket,
-        await bucket_values(js, topology.requests_bucket),
+        await values(js, topology.requests_bucket),
         decode_request,
         damaged,
     )
     queues = _decoded(
         topology.queues_bucket,
-        await bucket_values(js, topology.queues_bucket),
+        await values(js, topology.queues_bucket),
         decode_queue,
         damaged,
     )
@@ -244,12 +250,16 @@ async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
 
 
 async def status_document(
-    js: JetStreamContext, topology: Topology, rows: StatusRows | None = None
+    js: JetStreamContext,
+    topology: Topology,
+    rows: StatusRows | None = None,
+    parameters: dict[str, dict[str, object]] | None = None,
 ) -> dict[str, Any]:
     """Every request and queue row, ordered like ``simulate --json``, and the policy hash
     the service last wrote (``policy``, absent until a service ran with this topology).
     Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
-    ``rows``: rows :func:`status_rows` read already (else they are read here).
+    ``rows`` and ``parameters``: what :func:`status_rows` and
+    :func:`read_queue_parameters` read already (else they are read here).
     """
     if rows is None:
         rows = await status_rows(js, topology)
@@ -273,7 +283,7 @@ async def status_document(
         "queue_details": _queue_details(
             queues,
             requests,
-            await read_queue_parameters(js, topology),
+            parameters if parameters is not None else await read_queue_parameters(js, topology),
             policy.request_initial if policy is not None else "",
         ),
         # The policy the service runs (once a service has written it).

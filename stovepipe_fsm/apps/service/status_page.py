@@ -18,7 +18,12 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...adapters.jetstream.policy_record import read_policy_record
+from ...adapters.jetstream.kv_snapshot import kv_snapshot
+from ...adapters.jetstream.policy_record import (
+    QUEUE_KEY_PREFIX,
+    queue_parameters,
+    read_policy_record,
+)
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...domain.errors import NotFound
 from ...domain.trail import TrailRecord
@@ -88,8 +93,10 @@ class StatusPage:
             if cached is not None and time.monotonic() - cached.read_at < OVERVIEW_TTL_S:
                 return cached
             js, topology = self.service.js, self.service.topology
-            rows = await status_rows(js, topology)
-            doc = await status_document(js, topology, rows)
+            # One pass per bucket (kv_snapshot), not a round trip per row.
+            rows = await status_rows(js, topology, values=kv_snapshot)
+            recorded = await kv_snapshot(js, topology.service_bucket, f"{QUEUE_KEY_PREFIX}>")
+            doc = await status_document(js, topology, rows, queue_parameters(recorded))
             leases = {q.name: dict(q.leases) for q in rows.queues if q.leases}
             pauses = [Pause(**p) for p in doc.get("pauses", [])]
             paused_by: dict[str, str] = {}
