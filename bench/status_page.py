@@ -8,6 +8,8 @@ waiting, each queue's effective parameters, a pause), then times, per round:
 
 - **read**: what ``/`` reads from the broker (the ``status`` document: every request
   and queue row, the policy record, the pauses and parameters; the newest trail records);
+- **status read**: the ``status`` document as ``status`` reads it (a read per key), in
+  the same rounds, for comparison;
 - **render**: the HTML of one page from what was read (sort, filter, 50 rows, summary).
 
 It is not a test: it prints the best and median round of each and exits 0.
@@ -31,6 +33,7 @@ from stovepipe_fsm.adapters.jetstream.policy_record import (
     write_queue_parameters,
 )
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.apps.service.pauses import pause
 from stovepipe_fsm.apps.service.runtime import Service
 from stovepipe_fsm.apps.service.status_page import StatusPage
@@ -80,7 +83,7 @@ async def measure(queues: int, per_queue: int, rounds: int) -> None:
                 machines = load_process_machines("machines")
                 service = Service(nc, topology, machines, StaticConfigStore({}))
                 status = StatusPage(service)
-                reads, renders = [], []
+                reads, keyed, renders = [], [], []
                 for _ in range(rounds):
                     status._overview = None  # every round reads the broker
                     t0 = time.perf_counter()
@@ -90,15 +93,24 @@ async def measure(queues: int, per_queue: int, rounds: int) -> None:
                         overview.doc, overview.queues, overview.decisions, page.Selection()
                     )
                     t2 = time.perf_counter()
+                    await status_document(js, topology)
+                    t3 = time.perf_counter()
                     reads.append(t1 - t0)
                     renders.append(t2 - t1)
+                    keyed.append(t3 - t2)
                 shown = html.count('class="queue"')
                 print(f"page: {shown} of {len(overview.queues)} queues, {len(html)} bytes")
-                for what, times in (("read", reads), ("render", renders)):
+                for what, times in (
+                    ("read", reads),
+                    ("status read", keyed),
+                    ("render", renders),
+                ):
                     print(
-                        f"{what:>6}: best {min(times) * 1000:8.1f} ms, "
+                        f"{what:>11}: best {min(times) * 1000:8.1f} ms, "
                         f"median {statistics.median(times) * 1000:8.1f} ms ({rounds} rounds)"
                     )
+                ratio = statistics.median(k / r for k, r in zip(keyed, reads, strict=True))
+                print(f"status read / page read: {ratio:.1f}x (median of the rounds)")
             finally:
                 await nc.close()
 
