@@ -48,7 +48,7 @@ class PageReply:
     content_type: str = HTML
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Overview:
     doc: dict[str, Any]
     queues: list[page.QueueView]
