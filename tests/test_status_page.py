@@ -163,8 +163,13 @@ async def test_latest_reads_the_newest_records_across_requests_bounded(js_env) -
     ]
     assert newest[0].count == 8
     assert len(await trail.latest(100)) == 8
-    # A read budget smaller than the gaps: fewer records, never a full scan.
-    assert len(await trail.latest(3, max_reads=1)) == 1
+    # A window of the last two sequences holds one record (the other is a gap): the
+    # read widens to the next window for the other two.
+    assert await trail.latest(3, windows=(2, 100)) == newest
+    # ... unless that takes more messages than allowed: then the newest found so far.
+    assert [r.kind for r in await trail.latest(3, windows=(2, 100), max_messages=3)] == [HELD]
+    info = await js_env.js.stream_info(js_env.topology.trail_stream)
+    assert info.state.consumer_count == 0  # every read's consumer is gone
 
 
 def _request(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
