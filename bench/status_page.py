@@ -4,7 +4,8 @@ Run from the repository root: ``python -m bench.status_page`` (``--queues``,
 ``--requests-per-queue``, ``--rounds``). It starts a nats-server of its own (the ``nats``
 extra's binary) on a free loopback port, writes the rows a busy deployment has (every
 queue a row with one slot holder under a lease, its requests half processing and half
-waiting, each queue's effective parameters, a pause), then times, per round:
+waiting, each request's ingest in the decision trail and each waiting head held ten
+times, each queue's effective parameters, a pause), then times, per round:
 
 - **read**: what ``/`` reads from the broker (the ``status`` document: every request
   and queue row, the policy record, the pauses and parameters; the newest trail records);
@@ -32,18 +33,21 @@ from stovepipe_fsm.adapters.jetstream.policy_record import (
     write_policy_record,
     write_queue_parameters,
 )
+from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.apps.service.pauses import pause
 from stovepipe_fsm.apps.service.runtime import Service
 from stovepipe_fsm.apps.service.status_page import StatusPage
 from stovepipe_fsm.domain.entities import Queue, Request
+from stovepipe_fsm.domain.trail import HELD, INGESTED, TrailRecord
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.views import page
 
 
 async def fill(js: object, topology: Topology, queues: int, per_queue: int) -> None:
     stores = await open_kv_stores(js, topology)  # type: ignore[arg-type]
+    trail = JetStreamTrail(js, topology)  # type: ignore[arg-type]
     now = int(time.time() * 1000)
     await write_policy_record(
         js,  # type: ignore[arg-type]
@@ -58,6 +62,11 @@ async def fill(js: object, topology: Topology, queues: int, per_queue: int) -> N
             await stores.requests.create(
                 Request(request_id, name, f"c{n}", state, ingested_at_ms=now - 1000 * n)
             )
+            await trail.append(TrailRecord(INGESTED, name, request_id, now, tag="1"))
+            if n:  # a waiting head held ten times: one record, ten messages (nine gone)
+                for hold in range(10):
+                    record = TrailRecord(HELD, name, request_id, now + hold, tag="gate_closed")
+                    await trail.append(record)
         await stores.queues.create(
             Queue(name, slot_holders=(ids[0],), leases=((ids[0], now + 60_000),))
         )
@@ -77,7 +86,7 @@ async def measure(queues: int, per_queue: int, rounds: int) -> None:
                 started = time.perf_counter()
                 await fill(js, topology, queues, per_queue)
                 print(
-                    f"{queues} queues, {queues * per_queue} requests written in "
+                    f"{queues} queues, {queues * per_queue} requests and their trail written in "
                     f"{time.perf_counter() - started:.1f} s"
                 )
                 machines = load_process_machines("machines")
@@ -99,7 +108,10 @@ async def measure(queues: int, per_queue: int, rounds: int) -> None:
                     renders.append(t2 - t1)
                     keyed.append(t3 - t2)
                 shown = html.count('class="queue"')
-                print(f"page: {shown} of {len(overview.queues)} queues, {len(html)} bytes")
+                print(
+                    f"page: {shown} of {len(overview.queues)} queues, "
+                    f"{len(overview.decisions)} decisions, {len(html)} bytes"
+                )
                 for what, times in (
                     ("read", reads),
                     ("status read", keyed),
