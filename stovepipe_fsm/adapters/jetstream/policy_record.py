@@ -12,6 +12,7 @@ an operator rolling out an edit wants to see converge.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import nats.js.errors
@@ -108,8 +109,22 @@ async def read_queue_parameters(
                 continue
             try:
                 entry = await kv.get(key)
-                data = json.loads(entry.value or b"{}")
-                out[str(data["queue"])] = dict(data["parameters"])
-            except (nats.js.errors.KeyNotFoundError, ValueError, KeyError, TypeError):
-                continue  # gone meanwhile, or damaged: status shows no parameters for it
+            except nats.js.errors.KeyNotFoundError:
+                continue  # gone meanwhile
+            out.update(queue_parameters([(key, entry.value or b"")]))
+    return out
+
+
+def queue_parameters(values: Iterable[tuple[str, bytes]]) -> dict[str, dict[str, object]]:
+    """The effective parameters in ``(key, value)`` pairs of the service bucket (other
+    keys are passed over; a damaged value too: status shows no parameters for it)."""
+    out: dict[str, dict[str, object]] = {}
+    for key, value in values:
+        if not key.startswith(QUEUE_KEY_PREFIX):
+            continue
+        try:
+            data = json.loads(value or b"{}")
+            out[str(data["queue"])] = dict(data["parameters"])
+        except (ValueError, KeyError, TypeError):
+            continue
     return out

@@ -12,14 +12,18 @@ and every one of them holds exactly one record:
   record with a count and its first and last time.
 
 Retention (``Topology.trail_max_age_s``, ``trail_max_bytes``) bounds the stream.
+:meth:`JetStreamTrail.latest` reads the newest records across all requests (the status
+page): the records of a window of the newest sequences, read forward, bounded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 
+import nats.errors
 import nats.js.errors
-from nats.js import JetStreamContext
+from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
 from ...domain.trail import HELD, TrailRecord
@@ -28,6 +32,13 @@ from .publisher import MSG_ID_HEADER
 from .topology import Topology
 
 ROLLUP_HEADER = "Nats-Rollup"
+#: The windows of newest sequences :meth:`JetStreamTrail.latest` reads, narrowest first,
+#: and the most messages it reads in all.
+LATEST_WINDOWS = (1_024, 16_384, 131_072)
+LATEST_MAX_MESSAGES = 20_000
+READ_BATCH = 256
+#: An abandoned read consumer is removed by the server after this long.
+READ_INACTIVE_S = 30.0
 
 
 class JetStreamTrail:
@@ -67,6 +78,92 @@ class JetStreamTrail:
         subjects = sorted((info.state.subjects or {}).keys())
         records = [r for r in [await self._last(s) for s in subjects] if r is not None]
         return sorted(records, key=lambda r: (r.first_at_ms, r.at_ms))
+
+    async def latest(
+        self,
+        limit: int,
+        *,
+        windows: tuple[int, ...] = LATEST_WINDOWS,
+        max_messages: int = LATEST_MAX_MESSAGES,
+    ) -> list[TrailRecord]:
+        """Up to ``limit`` of the newest records, newest first.
+
+        A rolled-up hold removes its earlier message, so the stream's sequence numbers
+        have gaps, many of them where a head is held for long: walking back one
+        sequence at a time would mostly read gaps. Instead the records of a window of
+        the newest sequences are read forward by a consumer (which skips gaps on the
+        server), growing the window (``windows``) until it holds ``limit`` records or
+        reaches the first message. At most ``max_messages`` are read in all: when a
+        wider window would take more, the records of the narrower one are the answer
+        (the newest ones, fewer than ``limit``). A damaged message is passed over.
+        """
+        if limit <= 0:
+            return []
+        stream = self._topology.trail_stream
+        with translated(f"read the latest of {stream}"):
+            info = await self._js.stream_info(stream)
+        first, last = int(info.state.first_seq or 0), int(info.state.last_seq or 0)
+        if not info.state.messages or last < max(first, 1):
+            return []
+        newest: list[TrailRecord] = []
+        budget = max_messages
+        for window in windows:
+            start = max(first, last - window + 1, 1)
+            found = await self._read_forward(start, last, budget)
+            if found is None:
+                break
+            records, read = found
+            budget -= read
+            newest = records[-limit:]
+            if len(records) >= limit or start == max(first, 1):
+                break
+        return newest[::-1]
+
+    async def _read_forward(
+        self, start: int, last: int, budget: int
+    ) -> tuple[list[TrailRecord], int] | None:
+        """The records stored from ``start`` to ``last``, oldest first, and how many
+        messages that took; None when it would take more than ``budget``."""
+        topology = self._topology
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+            ack_policy=api.AckPolicy.NONE,
+            inactive_threshold=READ_INACTIVE_S,
+            mem_storage=True,
+        )
+        records: list[TrailRecord] = []
+        read = 0
+        with translated(f"read {topology.trail_stream} from {start}"):
+            sub = await self._js.pull_subscribe(
+                f"{topology.prefix}.trail.>", stream=topology.trail_stream, config=config
+            )
+            try:
+                while True:
+                    if read >= budget:
+                        return None
+                    try:
+                        batch = await sub.fetch(
+                            min(READ_BATCH, budget - read), timeout=self._timeout
+                        )
+                    except nats.errors.TimeoutError:
+                        return records, read  # nothing more was stored
+                    for message in batch:
+                        read += 1
+                        meta = message.metadata
+                        if meta.sequence.stream > last:
+                            return records, read
+                        with contextlib.suppress(ValueError, KeyError, TypeError):
+                            records.append(
+                                TrailRecord.from_json(json.loads(message.data or b"{}"))
+                            )
+                        if meta.sequence.stream >= last or meta.num_pending == 0:
+                            return records, read
+            finally:
+                with contextlib.suppress(Exception):  # else the server removes it later
+                    name = (await sub.consumer_info()).name
+                    await sub.unsubscribe()
+                    await self._js.delete_consumer(topology.trail_stream, name)
 
     async def _last(self, subject: str) -> TrailRecord | None:
         with translated(f"read trail {subject}"):

@@ -1,10 +1,13 @@
-"""``/healthz``, ``/readyz`` and Prometheus-text ``/metrics`` on a loopback port.
+"""``/healthz``, ``/readyz``, Prometheus-text ``/metrics`` and the HTML status page.
 
-A tiny stdlib server on purpose: three read-only GET endpoints do not justify a web
+A tiny stdlib server on purpose: a few read-only GET endpoints do not justify a web
 framework in a consumer service, and it shares the service's event loop, so a wedged
 loop shows up as a failing health check. ``/healthz`` is about the process and its
 broker (running, and a JetStream round trip succeeded recently); ``/readyz`` adds that
-every queue has its consumer running (docs/service.md).
+every queue has its consumer running (docs/service.md). ``/``, ``/request/<id>`` and
+``/policy`` are the status page (:mod:`.status_page`). Everything is read-only: GET and
+HEAD are answered, any other method is 405. Every answer carries a
+``Content-Security-Policy`` that allows no script and no remote source.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import time
 from typing import Any
 
 from ...domain.errors import NotFound
+from ...views.page import content_security_policy
 from ..options import installed_version
 from .runtime import Service
+from .status_page import StatusPage
 
 log = logging.getLogger("stovepipe_fsm.service")
 LOOPBACK = "127.0.0.1"
@@ -221,6 +226,7 @@ class HttpEndpoint:
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
+        self.page = StatusPage(service)
 
     async def start(self) -> HttpEndpoint:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
@@ -239,6 +245,16 @@ class HttpEndpoint:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+        except (TimeoutError, OSError, ValueError):
+            request = b""
+        if not request.strip():
+            # A connection that asks nothing (a browser opens spare ones ahead of need)
+            # is closed unanswered: an answer would be read as the reply to the request
+            # the browser sends on it later.
+            with contextlib.suppress(Exception):
+                writer.close()
+            return
+        try:
             while (await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)) not in (
                 b"\r\n",
                 b"\n",
@@ -251,19 +267,24 @@ class HttpEndpoint:
             status, body, kind = await self._route(method, path)
         except Exception:
             status, body, kind = "400 Bad Request", "bad request\n", "text/plain"
+            method = ""
         payload = body.encode()
         head = (
             f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n"
+            f"Content-Security-Policy: {content_security_policy()}\r\n"
+            "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+            + ("Allow: GET, HEAD\r\n" if status.startswith("405") else "")
+            + "\r\n"
         )
         with contextlib.suppress(Exception):
-            writer.write(head.encode() + payload)
+            writer.write(head.encode() + (b"" if method == "HEAD" else payload))
             await writer.drain()
             writer.close()
 
     async def _route(self, method: str, path: str) -> tuple[str, str, str]:
-        if method != "GET":
-            return "405 Method Not Allowed", "GET only\n", "text/plain"
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "read-only: GET and HEAD only\n", "text/plain"
         if path == "/healthz":
             problems = self.service.health_problems()
             if not problems:
@@ -277,4 +298,11 @@ class HttpEndpoint:
         if path == "/metrics":
             body = await render_metrics(self.service)
             return "200 OK", body, "text/plain; version=0.0.4"
+        if StatusPage.serves(path):
+            try:
+                reply = await self.page.reply(path)
+            except Exception as exc:  # the broker is slow or away: say so, stay up
+                log.warning("status page failed: %s: %s", type(exc).__name__, exc)
+                return "503 Service Unavailable", f"status page unavailable: {exc}\n", "text/plain"
+            return reply.status, reply.body, reply.content_type
         return "404 Not Found", "not found\n", "text/plain"

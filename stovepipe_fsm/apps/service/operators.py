@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import nats.js.errors
@@ -215,24 +215,55 @@ def _decoded(
     return rows
 
 
-async def status_document(js: JetStreamContext, topology: Topology) -> dict[str, Any]:
-    """Every request and queue row, ordered like ``simulate --json``, and the policy hash
-    the service last wrote (``policy``, absent until a service ran with this topology).
-    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
-    """
+@dataclass(frozen=True)
+class StatusRows:
+    """Every decodable request and queue row, and the rows that are not (with why)."""
+
+    requests: list[Request]
+    queues: list[Queue]
+    damaged: list[dict[str, str]]
+
+
+BucketReader = Callable[[JetStreamContext, str], Awaitable[list[tuple[str, bytes]]]]
+
+
+async def status_rows(
+    js: JetStreamContext, topology: Topology, *, values: BucketReader = bucket_values
+) -> StatusRows:
+    """The rows ``status`` shows, read once (the status page also needs the queue rows'
+    leases, which the document leaves out); ``values`` reads a bucket (the status page
+    reads it in one pass: :func:`...adapters.jetstream.kv_snapshot.kv_snapshot`)."""
     damaged: list[dict[str, str]] = []
     requests = _decoded(
         topology.requests_bucket,
-        await bucket_values(js, topology.requests_bucket),
+        await values(js, topology.requests_bucket),
         decode_request,
         damaged,
     )
     queues = _decoded(
         topology.queues_bucket,
-        await bucket_values(js, topology.queues_bucket),
+        await values(js, topology.queues_bucket),
         decode_queue,
         damaged,
     )
+    return StatusRows(requests, queues, damaged)
+
+
+async def status_document(
+    js: JetStreamContext,
+    topology: Topology,
+    rows: StatusRows | None = None,
+    parameters: dict[str, dict[str, object]] | None = None,
+) -> dict[str, Any]:
+    """Every request and queue row, ordered like ``simulate --json``, and the policy hash
+    the service last wrote (``policy``, absent until a service ran with this topology).
+    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
+    ``rows`` and ``parameters``: what :func:`status_rows` and
+    :func:`read_queue_parameters` read already (else they are read here).
+    """
+    if rows is None:
+        rows = await status_rows(js, topology)
+    requests, queues, damaged = rows.requests, rows.queues, list(rows.damaged)
 
     def order(request_id: str) -> tuple[str, int]:
         try:
@@ -252,7 +283,7 @@ async def status_document(js: JetStreamContext, topology: Topology) -> dict[str,
         "queue_details": _queue_details(
             queues,
             requests,
-            await read_queue_parameters(js, topology),
+            parameters if parameters is not None else await read_queue_parameters(js, topology),
             policy.request_initial if policy is not None else "",
         ),
         # The policy the service runs (once a service has written it).
@@ -274,11 +305,15 @@ def _queue_details(
     since when, and how much waits behind it since when (``initial``: the request
     machine's waiting state, from the policy record; no backlog without it)."""
     by_id = {r.id: r for r in requests}
+    # Grouped once: a scan of every request per queue is quadratic at 1,000 queues.
+    waiting_on: dict[str, list[Request]] = {}
+    for r in requests:
+        if initial and r.state == initial:
+            waiting_on.setdefault(r.queue, []).append(r)
     details: dict[str, dict[str, Any]] = {}
     for queue in sorted(queues, key=lambda q: q.name):
         waiting = sorted(
-            (r for r in requests if r.queue == queue.name and initial and r.state == initial),
-            key=lambda r: (r.ingested_at_ms or 0, r.id),
+            waiting_on.get(queue.name, []), key=lambda r: (r.ingested_at_ms or 0, r.id)
         )
         oldest = waiting[0] if waiting else None
         details[queue.name] = {
@@ -384,17 +419,31 @@ async def explain_document(
         stores = await open_kv_stores(js, topology)
         if not request_id:
             request_id = await request_for_uri(stores.uris, normalize_queue_name(queue), uri)
-        try:
-            parse_request_id(request_id)
-        except ValueError as exc:
-            raise NotFound(f"{request_id!r} is not a request id: {exc}") from None
-        try:
-            row: dict[str, Any] | None = request_json(await stores.requests.get(request_id))
-        except NotFound:
-            row = None
-        records = await JetStreamTrail(js, topology).history(request_id)
-        if row is None and not records:
-            raise NotFound(f"no request {request_id!r} and no decision about it")
-        return history_json(row, records)
+        return await request_history(js, topology, request_id, stores.requests)
     finally:
         await nc.close()
+
+
+async def request_history(
+    js: JetStreamContext,
+    topology: Topology,
+    request_id: str,
+    requests: RequestStore | None = None,
+) -> dict[str, Any]:
+    """The request's row (None once pruned) and its decision trail, as ``explain --json``
+    prints it; ``NotFound`` when ``request_id`` is no request id, or neither a row nor a
+    trail record names it."""
+    try:
+        parse_request_id(request_id)
+    except ValueError as exc:
+        raise NotFound(f"{request_id!r} is not a request id: {exc}") from None
+    if requests is None:
+        requests = (await open_kv_stores(js, topology)).requests
+    try:
+        row: dict[str, Any] | None = request_json(await requests.get(request_id))
+    except NotFound:
+        row = None
+    records = await JetStreamTrail(js, topology).history(request_id)
+    if row is None and not records:
+        raise NotFound(f"no request {request_id!r} and no decision about it")
+    return history_json(row, records)

@@ -1,0 +1,155 @@
+"""What the status page reads: the ``status`` and ``explain`` documents, the latest trail
+records and the diagrams of the machines this replica runs (the HTML is
+:mod:`stovepipe_fsm.views.page`).
+
+Everything is read from the broker on the service's own connection, as the commands
+read it, so the page and ``status`` never disagree. The overview's reads are shared by
+loads less than :data:`OVERVIEW_TTL_S` apart (several browsers refreshing cost one read)
+and the diagrams are drawn once per policy hash: Graphviz runs in a worker thread, and
+where it is missing the page shows the Mermaid source instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...adapters.jetstream.kv_snapshot import kv_snapshot
+from ...adapters.jetstream.policy_record import (
+    QUEUE_KEY_PREFIX,
+    queue_parameters,
+    read_policy_record,
+)
+from ...adapters.jetstream.trail import JetStreamTrail
+from ...domain.errors import NotFound
+from ...domain.trail import TrailRecord
+from ...spec.diagrams import header_line, mermaid_diagram, render_dot
+from ...views import page
+from ..diagram_files import DiagramError, find_dot, render_svg
+from .operators import request_history, status_document, status_rows
+from .pauses import Pause
+from .runtime import Service
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+#: Overview loads closer together than this share one read of the broker.
+OVERVIEW_TTL_S = 1.0
+HTML = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class PageReply:
+    status: str
+    body: str
+    content_type: str = HTML
+
+
+@dataclass(frozen=True)
+class _Overview:
+    doc: dict[str, Any]
+    queues: list[page.QueueView]
+    decisions: list[TrailRecord]
+    read_at: float
+
+
+@dataclass
+class StatusPage:
+    """The pages of one service: ``/``, ``/request/<id>`` and ``/policy``."""
+
+    service: Service
+    _overview: _Overview | None = None
+    _reading: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _diagrams: tuple[str, list[page.Diagram]] | None = None
+
+    @staticmethod
+    def serves(path: str) -> bool:
+        route = urllib.parse.urlsplit(path).path
+        return route in ("/", "/policy") or route.startswith("/request/")
+
+    async def reply(self, path: str) -> PageReply:
+        parts = urllib.parse.urlsplit(path)
+        route = parts.path
+        if route == "/":
+            selection = page.Selection.from_query(urllib.parse.parse_qs(parts.query))
+            overview = await self.overview()
+            return PageReply(
+                "200 OK",
+                page.render_overview(overview.doc, overview.queues, overview.decisions, selection),
+            )
+        if route == "/policy":
+            return PageReply("200 OK", await self.policy())
+        request_id = urllib.parse.unquote(route.removeprefix("/request/"))
+        return await self.request(request_id)
+
+    async def overview(self) -> _Overview:
+        """The ``status`` document with leases and pauses resolved, and the latest
+        decisions; read again once :data:`OVERVIEW_TTL_S` has passed."""
+        async with self._reading:
+            cached = self._overview
+            if cached is not None and time.monotonic() - cached.read_at < OVERVIEW_TTL_S:
+                return cached
+            js, topology = self.service.js, self.service.topology
+            # One pass per bucket (kv_snapshot), not a round trip per row.
+            rows = await status_rows(js, topology, values=kv_snapshot)
+            recorded = await kv_snapshot(js, topology.service_bucket, f"{QUEUE_KEY_PREFIX}>")
+            doc = await status_document(js, topology, rows, queue_parameters(recorded))
+            leases = {q.name: dict(q.leases) for q in rows.queues if q.leases}
+            pauses = [Pause(**p) for p in doc.get("pauses", [])]
+            paused_by: dict[str, str] = {}
+            for q in rows.queues:
+                match = next((p.pattern for p in pauses if p.matches(q.name)), "")
+                if match:
+                    paused_by[q.name] = match
+            decisions = await JetStreamTrail(js, topology).latest(page.LATEST_DECISIONS)
+            self._overview = _Overview(
+                doc, page.queue_views(doc, leases, paused_by), decisions, time.monotonic()
+            )
+            return self._overview
+
+    async def request(self, request_id: str) -> PageReply:
+        service = self.service
+        try:
+            history = await request_history(service.js, service.topology, request_id)
+        except NotFound as exc:
+            return PageReply("404 Not Found", page.render_not_found(str(exc), service.policy_hash))
+        return PageReply("200 OK", page.render_request(request_id, history, service.policy_hash))
+
+    async def policy(self) -> str:
+        """The hash this replica runs (and the broker's record of the latest load, which
+        names another replica after a reload there) with this replica's diagrams."""
+        service = self.service
+        record = await read_policy_record(service.js, service.topology)
+        loaded = ""
+        if record is not None:
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.loaded_at_ms / 1000))
+            loaded = f"latest load recorded: {record.hash} at {when} by {record.replica}"
+        return page.render_policy(service.policy_hash, loaded, await self.diagrams())
+
+    async def diagrams(self) -> list[page.Diagram]:
+        machines, key = self.service.machines, self.service.policy_hash
+        if self._diagrams is not None and self._diagrams[0] == key and key:
+            return self._diagrams[1]
+        specs = [machines.request.spec, machines.queue_gate.spec]
+        drawn = []
+        for spec in specs:
+            mermaid = mermaid_diagram(spec)
+            try:
+                svg = await asyncio.to_thread(
+                    render_svg, render_dot(spec), find_dot(), header_line(spec)
+                )
+                drawn.append(page.Diagram(spec.name, _svg_element(svg), mermaid))
+            except DiagramError as exc:
+                drawn.append(page.Diagram(spec.name, "", mermaid, f"no SVG: {exc}"))
+        self._diagrams = (key, drawn)
+        return drawn
+
+
+def _svg_element(svg: str) -> str:
+    """Graphviz's document from its ``<svg`` element on (no XML prolog or doctype, which
+    have no place inside HTML)."""
+    at = svg.find("<svg")
+    return svg[at:] if at >= 0 else ""

@@ -1,0 +1,470 @@
+"""The read-only HTML status page: queues, the latest decisions, a request, the policy.
+
+Pure functions from the documents ``status`` and ``explain`` print (and trail records)
+to HTML text, so what the page shows is what the commands show. No template engine: a
+handful of fixed pages do not justify one, and building the markup here keeps one rule
+easy to check: every text that reaches the page passes through :func:`text` (stdlib
+``html.escape``, quotes included), and every link through :func:`href`. Queue names,
+commit uris, pause reasons and trail details are user-supplied and may hold ``<script>``.
+
+The page needs nothing beyond the service: the one stylesheet is inline and named by its
+hash in the ``Content-Security-Policy`` (:func:`content_security_policy`), which allows
+no script, no remote source and no form target but the service itself. It refreshes
+itself with ``<meta http-equiv="refresh">``, so it needs no script either.
+
+It stays fast with many queues: the overview sorts the queues that need a look first
+(paused, holding a slot, or with heads waiting), filters by a substring of the name, and
+renders one page of :data:`PAGE_SIZE` rows plus a summary of all of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import math
+import time
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..domain.trail import TrailRecord
+from .trail import clock_text, sentence
+
+PAGE_SIZE = 50
+#: Seconds between two loads of a page in a browser (``<meta http-equiv="refresh">``).
+REFRESH_S = 5
+#: How many of the newest trail records the overview lists.
+LATEST_DECISIONS = 30
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d1d1f;background:#fff}
+header{display:flex;gap:1.5rem;align-items:baseline;flex-wrap:wrap}
+h1{font-size:1.3rem;margin:0}h2{font-size:1.1rem;margin-top:1.6rem}
+nav a{margin-right:1rem}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f4f4f6}
+code,.mono{font-family:ui-monospace,monospace;font-size:.85rem;word-break:break-all}
+.when{white-space:nowrap;word-break:normal}
+.paused{color:#fff;background:#b3261e;padding:0 .4rem;border-radius:.3rem}
+.held{color:#1d1d1f;background:#ffe8a3;padding:0 .4rem;border-radius:.3rem}
+.muted{color:#6e6e73}.summary span{margin-right:1.2rem}
+pre{background:#f4f4f6;padding:.8rem;overflow:auto;font-size:.8rem}
+.diagram svg{max-width:100%;height:auto}
+"""
+
+
+def _style_hash(style: str) -> str:
+    digest = hashlib.sha256(style.encode()).digest()
+    return "sha256-" + base64.b64encode(digest).decode()
+
+
+def content_security_policy() -> str:
+    """Nothing from anywhere, but the page's own inline stylesheet (by hash), images
+    inline in it, and the filter form posting back to the service: no script at all."""
+    return (
+        "default-src 'none'; "
+        f"style-src '{_style_hash(STYLE)}'; "
+        "img-src 'self' data:; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    )
+
+
+def text(value: object) -> str:
+    """``value`` as HTML text: every ``<``, ``>``, ``&`` and quote escaped."""
+    return html.escape(str(value), quote=True)
+
+
+def href(path: str, **query: object) -> str:
+    """A link inside the service: the path's segments and the query percent-encoded, the
+    whole escaped for an attribute."""
+    quoted = urllib.parse.quote(path, safe="/")
+    pairs = {k: str(v) for k, v in query.items() if v not in ("", None)}
+    tail = f"?{urllib.parse.urlencode(pairs)}" if pairs else ""
+    return text(quoted + tail)
+
+
+def request_href(request_id: str) -> str:
+    return href(f"/request/{request_id}")
+
+
+def age_text(at_ms: int, now_ms: int) -> str:
+    """How long ago ``at_ms`` was, in the unit that reads best."""
+    if not at_ms:
+        return "age unknown"
+    seconds = max(0, (now_ms - at_ms) // 1000)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+# --- the overview ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    request_id: str
+    admitted_at_ms: int
+    #: When the holder's lease runs out (0: leases are off, or none recorded).
+    lease_expires_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """One queue as the overview shows it."""
+
+    name: str
+    parameters: Mapping[str, object]
+    #: The operator pause that matches the queue ("" when none does).
+    paused_by: str
+    paused: bool
+    holders: tuple[Holder, ...]
+    waiting: int
+    oldest_id: str
+    oldest_uri: str
+    oldest_ingested_at_ms: int
+    last_green_uri: str
+
+    @property
+    def needs_a_look(self) -> bool:
+        return self.paused or bool(self.holders) or self.waiting > 0
+
+
+def queue_views(
+    doc: Mapping[str, Any],
+    leases: Mapping[str, Mapping[str, int]],
+    paused_by: Mapping[str, str],
+) -> list[QueueView]:
+    """The queues of a ``status`` document, with the lease expiry of each holder
+    (``leases``: queue -> holder -> epoch ms) and the pause pattern that matches it."""
+    details = doc.get("queue_details", {})
+    views = []
+    for q in doc.get("queues", []):
+        name = str(q["name"])
+        detail = details.get(name, {})
+        parameters = dict(detail.get("parameters", {}))
+        mine = leases.get(name, {})
+        holders = tuple(
+            Holder(str(h["id"]), int(h["admitted_at_ms"] or 0), int(mine.get(h["id"], 0)))
+            for h in detail.get("holders", [])
+        )
+        oldest = detail.get("oldest_waiting") or {}
+        pattern = paused_by.get(name, "")
+        views.append(
+            QueueView(
+                name=name,
+                parameters=parameters,
+                paused_by=pattern,
+                paused=bool(pattern) or parameters.get("paused") is True,
+                holders=holders,
+                waiting=int(detail.get("waiting", 0)),
+                oldest_id=str(oldest.get("id", "")),
+                oldest_uri=str(oldest.get("uri", "")),
+                oldest_ingested_at_ms=int(oldest.get("ingested_at_ms") or 0),
+                last_green_uri=str(q.get("last_green_uri", "")),
+            )
+        )
+    return views
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which queues one overview page lists: a name filter and a page number (from 1)."""
+
+    filter: str = ""
+    page: int = 1
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, Sequence[str]]) -> Selection:
+        """From a parsed query string; a page that is no positive number is page 1."""
+        wanted = (query.get("q") or [""])[0].strip()[:200]
+        try:
+            page = max(1, int((query.get("page") or ["1"])[0]))
+        except ValueError:
+            page = 1
+        return cls(wanted, page)
+
+    def pick(self, queues: Iterable[QueueView]) -> tuple[list[QueueView], int, int]:
+        """This page's queues, the number of queues the filter keeps, and the page count.
+        Queues that need a look (paused, holding, waiting) come first, then by name."""
+        needle = self.filter.casefold()
+        kept = [q for q in queues if needle in q.name.casefold()] if needle else list(queues)
+        kept.sort(key=lambda q: (not q.needs_a_look, q.name))
+        pages = max(1, math.ceil(len(kept) / PAGE_SIZE))
+        page = min(self.page, pages)
+        start = (page - 1) * PAGE_SIZE
+        return kept[start : start + PAGE_SIZE], len(kept), pages
+
+
+def render_overview(
+    doc: Mapping[str, Any],
+    queues: Sequence[QueueView],
+    decisions: Sequence[TrailRecord],
+    selection: Selection,
+    *,
+    now_ms: int | None = None,
+) -> str:
+    """``/``: the summary of every queue, one page of queues, the latest decisions."""
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    shown, kept, pages = selection.pick(queues)
+    page = min(selection.page, pages)
+    body = [
+        _summary(doc, queues),
+        _pauses(doc, now),
+        "<h2>Queues</h2>",
+        _filter_form(selection, kept, len(queues)),
+        _queue_table(shown, now),
+        _pager(selection, page, pages),
+        "<h2>Latest decisions</h2>",
+        _decisions(decisions),
+        _problems(doc),
+    ]
+    return layout("Queues", doc_policy_hash(doc), body, refresh=True)
+
+
+def doc_policy_hash(doc: Mapping[str, Any]) -> str:
+    policy = doc.get("policy") or {}
+    return str(policy.get("hash", ""))
+
+
+def _summary(doc: Mapping[str, Any], queues: Sequence[QueueView]) -> str:
+    paused = sum(1 for q in queues if q.paused)
+    holding = sum(1 for q in queues if q.holders)
+    waiting = sum(q.waiting for q in queues)
+    parts = [
+        f"<span>{len(queues)} queue(s)</span>",
+        f"<span>{paused} paused</span>",
+        f"<span>{holding} holding a slot</span>",
+        f"<span>{waiting} head(s) waiting</span>",
+        f"<span>{len(doc.get('requests', []))} request row(s)</span>",
+    ]
+    return f'<p class="summary" id="summary">{"".join(parts)}</p>'
+
+
+def _pauses(doc: Mapping[str, Any], now_ms: int) -> str:
+    pauses = doc.get("pauses", [])
+    if not pauses:
+        return ""
+    rows = []
+    for p in pauses:
+        who = f" by {text(p['by'])}" if p.get("by") else ""
+        why = f": {text(p['reason'])}" if p.get("reason") else ""
+        age = text(age_text(int(p.get("at_ms") or 0), now_ms))
+        rows.append(f"<li><code>{text(p['pattern'])}</code> for {age}{who}{why}</li>")
+    return f'<h2>Operator pauses</h2><ul id="pauses">{"".join(rows)}</ul>'
+
+
+def _filter_form(selection: Selection, kept: int, total: int) -> str:
+    counted = f"{kept} of {total} match" if selection.filter else f"{total} in all"
+    return (
+        '<form method="get" action="/" id="filter">'
+        '<label>Queue name contains <input type="search" name="q" '
+        f'value="{text(selection.filter)}"></label> <button type="submit">Filter</button> '
+        f'<span class="muted">{text(counted)}; paused, holding and waiting queues first'
+        "</span></form>"
+    )
+
+
+def _queue_table(shown: Sequence[QueueView], now_ms: int) -> str:
+    if not shown:
+        return '<p class="muted">No queue.</p>'
+    head = (
+        "<tr><th>Queue</th><th>State</th><th>Slot holders (since; lease expiry)</th>"
+        "<th>Backlog</th><th>Oldest waiting head</th><th>Parameters</th></tr>"
+    )
+    rows = [_queue_row(q, now_ms) for q in shown]
+    return f'<table id="queues"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _queue_row(q: QueueView, now_ms: int) -> str:
+    if q.paused:
+        how = f" ({text(q.paused_by)})" if q.paused_by else ""
+        state = f'<span class="paused">paused</span>{how}'
+    elif q.holders:
+        state = "building"
+    elif q.waiting:
+        state = '<span class="held">waiting</span>'
+    else:
+        state = '<span class="muted">idle</span>'
+    holders = "<br>".join(_holder(h, now_ms) for h in q.holders) or '<span class="muted">-</span>'
+    if q.oldest_id:
+        oldest = (
+            f'<a href="{request_href(q.oldest_id)}"><code>{text(q.oldest_uri)}</code></a> '
+            f"for {text(age_text(q.oldest_ingested_at_ms, now_ms))}"
+        )
+    else:
+        oldest = '<span class="muted">-</span>'
+    parameters = ", ".join(f"{text(k)}={text(v)}" for k, v in sorted(q.parameters.items()))
+    return (
+        f'<tr class="queue" data-queue="{text(q.name)}" data-paused="{str(q.paused).lower()}">'
+        f'<td><code class="queue-name">{text(q.name)}</code></td>'
+        f'<td class="state">{state}</td><td>{holders}</td>'
+        f"<td>{q.waiting}</td><td>{oldest}</td>"
+        f'<td class="mono">{parameters or "-"}</td></tr>'
+    )
+
+
+def _holder(h: Holder, now_ms: int) -> str:
+    lease = ""
+    if h.lease_expires_at_ms:
+        left = (h.lease_expires_at_ms - now_ms) // 1000
+        when = f"in {left}s" if left >= 0 else f"{-left}s ago"
+        lease = f"; lease expires {text(clock_text(h.lease_expires_at_ms))} ({when})"
+    return (
+        f'<a href="{request_href(h.request_id)}"><code>{text(h.request_id)}</code></a> '
+        f"for {text(age_text(h.admitted_at_ms, now_ms))}{lease}"
+    )
+
+
+def _pager(selection: Selection, page: int, pages: int) -> str:
+    if pages <= 1:
+        return ""
+    links = []
+    if page > 1:
+        links.append(f'<a href="{href("/", q=selection.filter, page=page - 1)}">previous</a>')
+    links.append(f"page {page} of {pages}")
+    if page < pages:
+        links.append(f'<a href="{href("/", q=selection.filter, page=page + 1)}">next</a>')
+    return f'<p id="pager">{" ".join(links)}</p>'
+
+
+def _decisions(records: Sequence[TrailRecord]) -> str:
+    if not records:
+        return '<p class="muted">No decision recorded yet.</p>'
+    rows = [
+        f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
+        f"<td><code>{text(r.queue)}</code></td>"
+        f'<td><a href="{request_href(r.request_id)}"><code>{text(r.request_id)}</code></a></td>'
+        f"<td>{text(sentence(r))}</td></tr>"
+        for r in records
+    ]
+    head = "<tr><th>Last at</th><th>Queue</th><th>Request</th><th>Decision</th></tr>"
+    return f'<table id="decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _problems(doc: Mapping[str, Any]) -> str:
+    out = []
+    for named in doc.get("name_problems", []):
+        out.append(
+            f"<li>queue name <code>{text(named['escaped'])}</code> breaks the name rule: "
+            f"{text(named['problem'])}</li>"
+        )
+    for d in doc.get("damaged", []):
+        out.append(
+            f"<li>{text(d['bucket'])} <code>{text(d['key'])}</code>: {text(d['error'])}</li>"
+        )
+    return f'<h2>Problems</h2><ul id="problems">{"".join(out)}</ul>' if out else ""
+
+
+# --- a request --------------------------------------------------------------------------
+
+
+def render_request(request_id: str, history: Mapping[str, Any], policy_hash: str) -> str:
+    """``/request/<id>``: the row (when kept) and the ``explain`` history, oldest first."""
+    row = history.get("request")
+    body = [f"<h2>Request <code>{text(request_id)}</code></h2>"]
+    if row is None:
+        body.append('<p class="muted">The row is gone (pruned); its decisions remain.</p>')
+    else:
+        fields = [
+            ("queue", row["queue"]),
+            ("uri", row["uri"]),
+            ("state", row["state"]),
+            ("build strategy", row.get("build_strategy") or "-"),
+            ("base", row.get("base_uri") or "-"),
+            ("superseded by", row.get("superseded_by") or "-"),
+            ("ingested", _when(row.get("ingested_at_ms"))),
+            ("admitted", _when(row.get("admitted_at_ms"))),
+            ("ended", _when(row.get("ended_at_ms"))),
+        ]
+        cells = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in fields)
+        body.append(f'<table id="request">{cells}</table>')
+    entries = history.get("history", [])
+    body.append("<h2>Decisions (explain)</h2>")
+    if not entries:
+        body.append('<p class="muted">No decision recorded.</p>')
+    else:
+        items = []
+        for entry in entries:
+            policy = f' <span class="muted">policy {text(entry["policy"])}</span>'
+            seq = f' <span class="muted">delivery {text(entry["stream_seq"])}</span>'
+            items.append(
+                f'<li class="decision" data-kind="{text(entry["kind"])}">'
+                f'<span class="mono">{text(clock_text(int(entry["first_at_ms"])))}</span> '
+                f"{text(entry['sentence'])}"
+                f"{policy if entry.get('policy') else ''}{seq if entry.get('stream_seq') else ''}"
+                "</li>"
+            )
+        body.append(f'<ol id="history">{"".join(items)}</ol>')
+    return layout(f"Request {request_id}", policy_hash, body, refresh=True)
+
+
+def _when(at_ms: object) -> str:
+    return clock_text(at_ms) if isinstance(at_ms, int) and at_ms else "-"
+
+
+# --- the policy ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Diagram:
+    """One machine's diagram: Graphviz's SVG when it could be drawn, else the Mermaid
+    source as text (and why there is no SVG)."""
+
+    machine: str
+    svg: str
+    mermaid: str
+    note: str = ""
+
+
+def render_policy(policy_hash: str, loaded: str, diagrams: Sequence[Diagram]) -> str:
+    """``/policy``: the policy hash in force and each machine's diagram.
+
+    The SVG comes from Graphviz laying out our own DOT text (its labels escaped by
+    Graphviz as XML); it holds no script and, under the page's policy, could run none.
+    """
+    body = [
+        f'<h2>Policy <code id="policy-hash">{text(policy_hash or "unknown")}</code></h2>',
+        f'<p class="muted">{text(loaded)}</p>' if loaded else "",
+    ]
+    for d in diagrams:
+        body.append(f'<h2 id="machine-{text(d.machine)}">{text(d.machine)}</h2>')
+        if d.svg:
+            body.append(f'<div class="diagram">{d.svg}</div>')
+        else:
+            if d.note:
+                body.append(f'<p class="muted">{text(d.note)}</p>')
+            body.append(f'<pre class="mermaid-source">{text(d.mermaid)}</pre>')
+    return layout("Policy", policy_hash, body, refresh=False)
+
+
+# --- the frame ------------------------------------------------------------------------------
+
+
+def layout(title: str, policy_hash: str, body: Iterable[str], *, refresh: bool) -> str:
+    """The page around ``body`` (already HTML): title, navigation, the policy hash."""
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
+    shown = text(policy_hash) if policy_hash else "not recorded yet"
+    refreshes = f" Refreshes every {REFRESH_S} s." if refresh else ""
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"{meta}<title>{text(title)} - stovepipe-fsm</title>"
+        f"<style>{STYLE}</style></head><body>"
+        f"<header><h1>stovepipe-fsm status</h1>"
+        '<nav><a href="/">Queues</a><a href="/policy">Policy</a></nav>'
+        f'<span class="muted">policy <code class="policy-hash">{shown}</code></span>'
+        "</header>"
+        f"{''.join(body)}"
+        f'<p class="muted">Read-only.{refreshes}</p></body></html>\n'
+    )
+
+
+def render_not_found(what: str, policy_hash: str) -> str:
+    body = [f"<h2>Not found</h2><p>{text(what)}</p>"]
+    return layout("Not found", policy_hash, body, refresh=False)
