@@ -100,7 +100,7 @@ async def cancel(
             "cancelled; declare one (docs/machines.md, Roles and outcomes)"
         )
     for _ in range(CAS_ATTEMPTS):
-        request = await requests.get(request_id)
+        request = await _load(requests, request_id)
         if request.state == policy.withdrawn:
             # The same record as the first cancel wrote (one record, even if that one's
             # write was lost to a crash right after the row's).
@@ -127,6 +127,13 @@ async def cancel(
         await _note(trail, ended, "cancel", by, _withdrawn(policy), clock)
         return CancelResult(ended, cancelled=True)
     raise VersionMismatch(f"request {request_id!r} kept changing while cancelling it")
+
+
+async def _load(requests: RequestStore, request_id: str) -> Request:
+    try:
+        return await requests.get(request_id)
+    except NotFound:
+        raise NotFound(f"no request {request_id!r}") from None
 
 
 async def _give_back_claim(queues: QueueStore, ended: Request) -> None:
@@ -157,7 +164,7 @@ async def retry(
     would move trunk validation backwards); ``NotFound`` for no such request.
     """
     requests, queues = ingest.requests, ingest.queues
-    old = await requests.get(request_id)
+    old = await _load(requests, request_id)
     if old.state not in policy.terminal:
         raise IllegalOperation(
             f"request {request_id} is {old.state}, it has not ended; only a head that "
