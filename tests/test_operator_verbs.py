@@ -248,3 +248,14 @@ def test_a_withdraw_that_undoes_an_admission_or_validates_is_refused() -> None:
         "role-shape: role 'withdraw': trigger 'withdraw' must not lead to a state of the "
         "green outcome"
     ]
+
+
+def test_retry_behind_a_newer_head_that_ended_names_that_one() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.ingest(Q, "A2")
+    do_cancel(w, A2)
+    w.complete(A1, "failed")
+    with pytest.raises(IllegalOperation, match=f"{A2} .* it ended cancelled: retry that one"):
+        do_retry(w, A1)

@@ -185,9 +185,18 @@ async def retry(
         return await _retried(ingest, old, by, verb)
     latest = (await queues.get(old.queue)).latest_request_id
     if latest and compare_request_id(old.queue, latest, old.id) > 0:
+        try:
+            newer = (await requests.get(latest)).state
+        except NotFound:
+            newer = ""  # pruned: it ended long ago
+        then = (
+            "it will be validated instead"
+            if newer and newer not in policy.terminal
+            else f"it ended {newer or 'and was pruned'}: retry that one instead"
+        )
         raise IllegalOperation(
-            f"a newer head {latest} was ingested since {request_id}; it will be validated "
-            "instead (retrying an older commit would move trunk validation backwards)"
+            f"a newer head {latest} was ingested since {request_id}; {then} (retrying an "
+            "older commit would move trunk validation backwards)"
         )
     if old.state not in policy.retryable:
         raise IllegalOperation(
