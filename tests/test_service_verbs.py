@@ -186,6 +186,7 @@ async def test_pause_resume_and_dlq_prune_are_one_trail_record_each(js_env) -> N
         for _ in range(2):  # a repeated pause is the same pause, and the same record
             done = await run_cli("pause", "monorepo/*", "--reason", "incident 7", *where)
             assert done.returncode == 0, done.stderr
+        c = await run.ingest(Q, "C")  # ingested while paused: its history shows the pause
         for _ in range(2):
             done = await run_cli("resume", "monorepo/*", *where)
             assert done.returncode == 0, done.stderr
@@ -203,3 +204,9 @@ async def test_pause_resume_and_dlq_prune_are_one_trail_record_each(js_env) -> N
         assert kinds.index(("operator", "pause")) < kinds.index(("operator", "resume"))
         shown = await run_cli("explain", b, *where)
         assert "ran pause: paused: incident 7" in shown.stdout
+        later = await explain_document(options(js_env), js_env.topology, c, "", "")
+        verbs = [h["detail"]["verb"] for h in later["history"] if h["kind"] == "operator"]
+        assert verbs == ["pause", "resume"]
+        d = await run.ingest(Q, "D")  # after the resume: no pause in its history
+        after = await explain_document(options(js_env), js_env.topology, d, "", "")
+        assert [h["kind"] for h in after["history"] if h["kind"] == "operator"] == []

@@ -304,15 +304,25 @@ def _queue_details(
 def _with_queue_verbs(
     records: list[TrailRecord], verbs: list[TrailRecord], row: dict[str, Any] | None
 ) -> list[TrailRecord]:
-    """``records`` with the queue-level operator ``verbs`` of the request's queue that fall
-    between its first record and its end (now, while it is open), in time order."""
+    """``records`` with the queue-level operator ``verbs`` of the request's queue made
+    while it was open (from its first record to its end, or now), and a pause of it
+    already in force when it was ingested, in time order."""
     queue = records[0].queue
     start = min(r.first_at_ms for r in records)
     end = int(row.get("ended_at_ms") or 0) if row is not None else 0
+    matching = [v for v in verbs if Pause(v.queue, 0).matches(queue)]
+    # A pause and the resume that lifted it share the tag's "<pattern>|<paused at>".
+    lifted_before = {
+        v.tag.split("|", 1)[1] for v in matching if v.tag.startswith("resume|") and v.at_ms < start
+    }
     mine = [
         v
-        for v in verbs
-        if Pause(v.queue, 0).matches(queue) and v.at_ms >= start and (not end or v.at_ms <= end)
+        for v in matching
+        if (not end or v.at_ms <= end)
+        and (
+            v.at_ms >= start
+            or (v.tag.startswith("pause|") and v.tag.split("|", 1)[1] not in lifted_before)
+        )
     ]
     return sorted([*records, *mine], key=lambda r: (r.first_at_ms, r.at_ms))
 
