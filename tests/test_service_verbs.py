@@ -163,6 +163,9 @@ async def test_dlq_list_replay_and_prune(js_env) -> None:
         assert json.loads(pruned.stdout)["pruned"] == [letter["id"]]
         gone = await run_cli("dlq", "list", "--json", *where)
         assert json.loads(gone.stdout)["dead_letters"] == []
+        records = await JetStreamTrail(js_env.js, js_env.topology).operator_records()
+        assert [(r.queue, r.details["verb"]) for r in records] == [("**", "dlq prune")]
+        assert f"deleted 1 dead letter(s) ({letter['id']})" in records[0].details["what"]
 
     history = (await explain_document(options(js_env), js_env.topology, b, "", ""))["history"]
     verbs = [h["detail"]["verb"] for h in history if h["kind"] == "operator"]
