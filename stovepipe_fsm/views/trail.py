@@ -76,11 +76,6 @@ def render_history(request: dict[str, Any] | None, records: Sequence[TrailRecord
     return "\n".join(lines)
 
 
-def render_operator_records(records: Sequence[TrailRecord]) -> list[str]:
-    """Operator verbs about queues (pause, resume, dlq prune) as ``explain`` lines."""
-    return [f"  {clock_text(r.first_at_ms)}  {sentence(r)}" for r in records]
-
-
 def history_json(request: dict[str, Any] | None, records: Sequence[TrailRecord]) -> dict[str, Any]:
     return {
         "request": request,
