@@ -94,6 +94,15 @@ def test_cancel_refuses_a_running_head_and_an_otherwise_ended_one() -> None:
     assert state(w, A1) == "succeeded"
 
 
+def test_cancel_of_a_build_that_ended_cancelled_is_a_repeat_and_records_nothing() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "cancelled")  # the build system stopped it
+    assert not do_cancel(w, A1).cancelled
+    assert operator_records(w, A1) == []
+
+
 def test_cancel_needs_a_withdraw_role_in_the_policy_in_force() -> None:
     w = world()
     w.ingest(Q, "A1")

@@ -102,9 +102,10 @@ async def cancel(
     for _ in range(CAS_ATTEMPTS):
         request = await _load(requests, request_id)
         if request.state == policy.withdrawn:
-            # The same record as the first cancel wrote (one record, even if that one's
-            # write was lost to a crash right after the row's).
-            await _note(trail, request, "cancel", by, _withdrawn(policy), clock)
+            if not request.build_strategy:  # never admitted: a cancel ended it
+                # The same record as the first cancel wrote (one record, even if that
+                # one's write was lost to a crash right after the row's).
+                await _note(trail, request, "cancel", by, _withdrawn(policy), clock)
             return CancelResult(request, cancelled=False)
         if request.state in policy.terminal:
             raise IllegalOperation(
