@@ -10,7 +10,7 @@ import pytest
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import Request
-from stovepipe_fsm.domain.errors import IllegalOperation
+from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
 from stovepipe_fsm.domain.trail import OPERATOR
 from stovepipe_fsm.pipeline.verbs import VerbPolicy, cancel, retry
 from stovepipe_fsm.process.catalog import load_process_machines
@@ -268,3 +268,55 @@ def test_retry_behind_a_newer_head_that_ended_names_that_one() -> None:
     w.complete(A1, "failed")
     with pytest.raises(IllegalOperation, match=f"{A2} .* it ended cancelled: retry that one"):
         do_retry(w, A1)
+
+
+def test_two_retries_at_once_make_one_request() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+
+    class RacingIndex:
+        """The dedup index, with another operator's whole retry landing between this
+        retry's read of the entry and its compare-and-set."""
+
+        def __init__(self) -> None:
+            self.other = None
+
+        async def get(self, queue: str, uri: str) -> str | None:
+            return await w.uri_index.get(queue, uri)
+
+        async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
+            return await w.uri_index.put_if_absent(queue, uri, request_id)
+
+        async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
+            if self.other is None:
+                self.other = await retry(POLICY, w.ingester, w.uri_index, A1)
+            return await w.uri_index.repoint(queue, uri, expected, request_id)
+
+    index = RacingIndex()
+    racing = replace_index(w, index)
+    mine = run_sync(retry(POLICY, racing, index, A1))
+    assert index.other is not None and index.other.created
+    # The loser minted A2 first, then lost the compare-and-set to the other's A3.
+    assert not mine.created and mine.request_id == index.other.request_id == A3
+    with pytest.raises(NotFound):  # the counter value the loser spent names no request
+        run_sync(w.requests.get(A2))
+    assert run_sync(w.requests.get(A3)).retry_of == A1
+    assert run_sync(w.queues.get(Q)).latest_request_id == A3
+
+
+def replace_index(w: World, index: object):  # type: ignore[no-untyped-def]
+    from stovepipe_fsm.pipeline.ingest import Ingest
+
+    ingest = w.ingester
+    return Ingest(
+        initial_state=ingest.initial_state,
+        requests=ingest.requests,
+        queues=ingest.queues,
+        publisher=ingest.publisher,
+        uri_index=index,  # type: ignore[arg-type]
+        counter=ingest.counter,
+        clock=ingest.clock,
+        trail=ingest.trail,
+    )
