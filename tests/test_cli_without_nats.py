@@ -50,6 +50,9 @@ JETSTREAM_COMMANDS: dict[str, list[str]] = {
     "resume": ["team/*"],
     "poll": ["--git-repo", ".", "--ref", "main", "--queue", "monorepo/main", "--once"],
     "prune": ["--older-than", "7d"],
+    "cancel": ["request/monorepo/main/1"],
+    "retry": ["request/monorepo/main/1"],
+    "dlq": ["list"],
     "demo": [],
 }
 

@@ -262,6 +262,7 @@ def test_transition_ids_are_made_from_the_transition_itself(
         "fail:processing->failed",
         "cancel:processing->cancelled",
         "fail_closed:accepted,processing->failed",
+        "withdraw:accepted->cancelled",
     ]
     gate = specs["queue_gate"]
     ids = transition_ids(gate)
@@ -325,9 +326,9 @@ def test_inserting_a_transition_changes_only_its_own_row(machines_copy: Path) ->
     _edit(
         machines_copy / "request.yaml",
         "  - trigger: succeed\n",
-        "  - trigger: withdraw\n"
+        "  - trigger: abandon\n"
         "    source: accepted\n"
-        "    dest: cancelled\n"
+        "    dest: superseded\n"
         "    description: the head was withdrawn before process saw it\n"
         "  - trigger: succeed\n",
     )
@@ -340,7 +341,7 @@ def test_inserting_a_transition_changes_only_its_own_row(machines_copy: Path) ->
         if line[:1] in "+-" and not line.startswith(("+++", "---"))
     ]
     assert diff == [
-        "+| `withdraw:accepted->cancelled` | `withdraw` | `accepted` | `cancelled` |  |  "
+        "+| `abandon:accepted->superseded` | `abandon` | `accepted` | `superseded` |  |  "
         "| releases its slot, if held | the head was withdrawn before process saw it |"
     ]
     assert new_rows.index(diff[0][1:]) == old_rows.index(

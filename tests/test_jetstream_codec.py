@@ -36,6 +36,7 @@ requests = st.builds(
     base_uri=text,
     superseded_by=text,
     version=st.integers(min_value=1, max_value=2**53),
+    retry_of=text,
 )
 queues = st.builds(
     Queue,
@@ -107,6 +108,20 @@ def test_layout_two_keeps_the_times_and_layout_one_drops_them() -> None:
     assert decode_request(encode_request(TIMED, layout=1)) == TIMED.without_times()
     with pytest.raises(ValueError, match="layout must be one of"):
         encode_request(TIMED, layout=3)
+
+
+def test_retry_of_is_written_only_when_set_and_only_in_layout_two() -> None:
+    retried = replace(TIMED, retry_of="request/monorepo/main/1")
+    assert json.loads(encode_request(retried))["retry_of"] == "request/monorepo/main/1"
+    assert decode_request(encode_request(retried)) == retried
+    assert "retry_of" not in json.loads(encode_request(TIMED))  # rows as they were
+    assert decode_request(encode_request(retried, layout=1)).retry_of == ""
+    layout_one = {**json.loads(encode_request(TIMED, layout=1)), "retry_of": "x"}
+    with pytest.raises(NonRetryable, match="unknown field"):
+        decode_request(json.dumps(layout_one).encode())
+    wrong = {**json.loads(encode_request(retried)), "retry_of": 7}
+    with pytest.raises(NonRetryable, match="'retry_of' must be a string"):
+        decode_request(json.dumps(wrong).encode())
 
 
 def test_work_and_uri_entries_round_trip() -> None:

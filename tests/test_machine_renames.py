@@ -194,7 +194,7 @@ def test_a_trigger_renamed_only_in_its_transitions_names_the_role(
             "request.yaml",
             line_of(request_yaml, "admit: admit"),
             "role 'admit' names trigger 'admit', which no transition declares; declared "
-            "triggers: start, supersede, succeed, fail, cancel, fail_closed",
+            "triggers: start, supersede, succeed, fail, cancel, fail_closed, withdraw",
         )
     ]
 

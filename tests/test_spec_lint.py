@@ -194,7 +194,8 @@ def _cases(request: str, gate: str) -> list[Case]:
         f"state 'accepted' is declared twice (first at line {line_of(text, '- name: accepted')})",
     )
 
-    text = edit(request, "    dest: cancelled\n", "    dest: canceled\n")
+    cancel = "    source: processing\n    dest: cancelled\n"
+    text = edit(request, cancel, cancel.replace("cancelled", "canceled"))
     add(
         "undeclared-dest",
         "undeclared-state",
@@ -609,7 +610,8 @@ def test_loading_a_broken_machine_raises_with_the_same_issues(case: Case, tmp_pa
 
 def test_undeclared_states_stop_the_graph_rules() -> None:
     # Every reference to the misspelt state is reported once; no unreachable/dead-end noise.
-    text = edit(REQUEST, "    dest: cancelled\n", "    dest: canceled\n")
+    cancel = "    source: processing\n    dest: cancelled\n"
+    text = edit(REQUEST, cancel, cancel.replace("cancelled", "canceled"))
     issues = lint_text(text)
     assert [i.rule for i in issues] == ["undeclared-state"]
 

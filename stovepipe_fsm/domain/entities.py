@@ -22,7 +22,9 @@ class Request:
 
     ``state`` is a state of ``machines/request.yaml``. ``build_strategy`` and
     ``base_uri`` are set by the admit transition and never change afterwards.
-    ``superseded_by`` names the newer request that made this one stale. The times
+    ``superseded_by`` names the newer request that made this one stale; ``retry_of``
+    names the request an operator's ``retry`` (or ``dlq replay``) made this one again
+    for (same commit), so a repeated retry finds it instead of making another. The times
     (milliseconds of the clock port; 0 = not yet, or written by a release that did not
     record it) say when the head was ingested, admitted and ended.
     """
@@ -38,6 +40,7 @@ class Request:
     ingested_at_ms: int = 0
     admitted_at_ms: int = 0
     ended_at_ms: int = 0
+    retry_of: str = ""
 
     def without_times(self) -> Request:
         """This snapshot with its times cleared: what a state comparison should see."""

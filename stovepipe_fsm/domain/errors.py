@@ -32,3 +32,8 @@ class Retryable(StovepipeError):
 
 class NonRetryable(StovepipeError):
     """A failure redelivery cannot fix (missing row, bad payload); dead-letter it."""
+
+
+class IllegalOperation(StovepipeError):
+    """An operator asked for something the request's state forbids (cancel a running
+    build, retry a head that has not ended): exit 2, with the sentence saying why."""

@@ -2,7 +2,10 @@
 
 Every decision of the process stage (held, superseded, admitted, a slot reclaimed from a
 request whose end had not freed it), every recorded end (an outcome, a request failed
-closed) and ingest append one :class:`TrailRecord`. Each
+closed), ingest and every operator verb (``pause``, ``resume``, ``cancel``, ``retry``,
+``dlq replay``, ``dlq prune``: kind ``operator``, with the verb and who ran it) append one
+:class:`TrailRecord`. A verb about a queue or a glob of queues (pause, resume, dlq prune)
+has no request: its ``request_id`` is empty and ``queue`` holds the pattern. Each
 carries the time (clock port), the queue, the request, the delivery's stream sequence (0
 when no delivery made it) and the policy hash in force.
 
@@ -24,7 +27,8 @@ ADMITTED = "admitted"
 ENDED = "ended"
 DEAD_LETTERED = "dead_lettered"
 RECLAIMED = "reclaimed"
-KINDS = (INGESTED, HELD, SUPERSEDED, ADMITTED, ENDED, DEAD_LETTERED, RECLAIMED)
+OPERATOR = "operator"
+KINDS = (INGESTED, HELD, SUPERSEDED, ADMITTED, ENDED, DEAD_LETTERED, RECLAIMED, OPERATOR)
 
 
 @dataclass(frozen=True)

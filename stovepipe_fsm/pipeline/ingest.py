@@ -22,6 +22,10 @@ entry re-pointed at it by compare-and-set - so it is the latest again and coales
 treats it like any new head. Without ``at_head`` (an upstream event, possibly late or
 duplicated) the dedup entry decides, and ``latest`` only ever moves forward.
 
+An operator's ``retry`` of a head that ended (:meth:`Ingest.again`) is the same move made
+on an operator's word: a fresh request for the commit, naming the old one in
+``retry_of``, the dedup entry re-pointed at it by compare-and-set.
+
 Ingest runs no policy: of the request machine it needs only the initial state, given at
 construction. The service passes its machine's; the ``ingest`` command passes the one the
 running service recorded, so an operator's ingest never loads a machine file.
@@ -137,6 +141,34 @@ class Ingest:
         await self.publisher.publish_process(queue, request_id)
         return IngestResult(request_id, created, published=True, returned=returned)
 
+    async def again(self, old: Request) -> IngestResult:
+        """A new request for ``old``'s commit, linked to it by ``retry_of``.
+
+        The dedup entry is re-pointed from ``old`` to a fresh id by compare-and-set, so a
+        second call (or a racing one) finds that request (``created`` False) instead of
+        making another; an entry already re-pointed whose request was never written (a
+        crash) is healed as the retry. The caller checked that ``old`` ended and that no
+        newer head was ingested since.
+        """
+        queue, uri = old.queue, old.uri
+        request_id = await self.uri_index.get(queue, uri)
+        created = False
+        if request_id in (None, old.id):
+            minted = format_request_id(queue, await self.counter.next(queue))
+            request_id = await self.uri_index.repoint(queue, uri, old.id, minted)
+            created = request_id == minted
+        assert request_id is not None
+        request = await self._ensure_request(request_id, queue, uri, retry_of=old.id)
+        if self.trail is not None:
+            why = detail(uri=uri, retry_of=request.retry_of)
+            at = request.ingested_at_ms or self.clock.now_ms()
+            await self.trail.append(TrailRecord(INGESTED, queue, request_id, at, detail=why))
+        if request.state != self.initial_state:
+            return IngestResult(request_id, created, published=False)
+        await self._stamp_latest(queue, request_id)
+        await self.publisher.publish_process(queue, request_id)
+        return IngestResult(request_id, created, published=True)
+
     async def _moved_on_from(self, queue: str, request_id: str) -> bool:
         """A newer head than ``request_id`` was ingested on ``queue`` since."""
         try:
@@ -152,7 +184,9 @@ class Ingest:
             with contextlib.suppress(AlreadyExists):
                 await self.queues.create(Queue(name=name))
 
-    async def _ensure_request(self, request_id: str, queue: str, uri: str) -> Request:
+    async def _ensure_request(
+        self, request_id: str, queue: str, uri: str, *, retry_of: str = ""
+    ) -> Request:
         try:
             return await self.requests.get(request_id)
         except NotFound:
@@ -163,6 +197,7 @@ class Ingest:
             uri=uri,
             state=self.initial_state,
             ingested_at_ms=self.clock.now_ms(),
+            retry_of=retry_of,
         )
         try:
             await self.requests.create(request)

@@ -18,6 +18,7 @@ from ..spec.roles import SLOT_HOLDING, TERMINAL, RoleShape, leads_to
 ADMIT = "admit"
 SUPERSEDE = "supersede"
 DEAD_LETTER = "dead_letter"
+WITHDRAW = "withdraw"
 
 REQUEST_ROLES: Mapping[str, RoleShape] = {
     ADMIT: RoleShape(
@@ -32,6 +33,15 @@ REQUEST_ROLES: Mapping[str, RoleShape] = {
         "the dead-letter reconciler fires it to end a request whose delivery gave up",
         TERMINAL,
         from_every_open_state=True,
+    ),
+    # Optional: without it ``cancel`` is refused, naming the missing role.
+    WITHDRAW: RoleShape(
+        "an operator's cancel fires it to end a head still waiting for admission",
+        TERMINAL,
+        from_initial=True,
+        optional=True,
+        only_from_initial=True,
+        never_green=True,
     ),
 }
 
@@ -54,6 +64,9 @@ class RequestRoles:
     admit: str
     supersede: str
     dead_letter: str
+    #: The trigger ``cancel`` fires on a waiting head; ``""`` when the policy has none.
+    withdraw: str
+    withdrawn_states: frozenset[str]
     admitted_states: frozenset[str]
     superseded_states: frozenset[str]
     outcomes: Mapping[str, Outcome]
@@ -67,11 +80,14 @@ class RequestRoles:
             return name
 
         admit, supersede = trigger(ADMIT), trigger(SUPERSEDE)
+        withdraw = spec.role_trigger(WITHDRAW) or ""
         return cls(
             initial=spec.initial.name,
             admit=admit,
             supersede=supersede,
             dead_letter=trigger(DEAD_LETTER),
+            withdraw=withdraw,
+            withdrawn_states=leads_to(spec, withdraw) if withdraw else frozenset(),
             admitted_states=leads_to(spec, admit),
             superseded_states=leads_to(spec, supersede),
             outcomes={

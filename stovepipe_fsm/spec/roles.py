@@ -10,7 +10,8 @@ other is a ``validate`` error at the YAML line, never a runtime retry loop.
 
 Rules (ids as in ``validate --format json``):
 
-- ``missing-role``  a role the machine's code needs is not declared (or no ``outcomes:``)
+- ``missing-role``  a role the machine's code needs is not declared (or no ``outcomes:``);
+                    an optional role (``RoleShape.optional``) may be left out
 - ``unknown-role``  a role no code of this machine uses (a typo, or the wrong machine)
 - ``role-shape``    the role's trigger is not declared, or its transitions do not have the
                     shape the role needs (where they start, where they lead); an outcome
@@ -43,6 +44,12 @@ class RoleShape:
     leads_to: str
     from_initial: bool = False
     from_every_open_state: bool = False
+    #: The code works without it (an operator verb it enables is refused instead).
+    optional: bool = False
+    #: Its transitions must leave only the initial state (nothing else may be undone).
+    only_from_initial: bool = False
+    #: It must not lead to a state of the green outcome (it never validates anything).
+    never_green: bool = False
 
 
 def role_issues(
@@ -64,6 +71,8 @@ def role_issues(
             )
     for name, shape in shapes.items():
         found = declared.get(name)
+        if found is None and shape.optional:
+            continue
         if found is None:
             issues.append(
                 SpecIssue(
@@ -182,6 +191,32 @@ def _shape_issues(
                 where,
                 f"{what}: trigger {trigger!r} must leave the initial state "
                 f"{spec.initial.name!r} ({shape.purpose})",
+                "role-shape",
+            )
+        )
+    extra = sorted(sources - {spec.initial.name}) if shape.only_from_initial else []
+    if extra:
+        issues.append(
+            SpecIssue(
+                where,
+                f"{what}: trigger {trigger!r} must leave only the initial state "
+                f"{spec.initial.name!r} ({shape.purpose}); it also leaves {', '.join(extra)}",
+                "role-shape",
+            )
+        )
+    green = {
+        t.dest.name
+        for o in spec.outcomes
+        if o.green
+        for t in spec.transitions
+        if t.trigger == o.trigger.name
+    }
+    if shape.never_green and (leads := sorted(leads_to(spec, trigger) & green)):
+        issues.append(
+            SpecIssue(
+                where,
+                f"{what}: trigger {trigger!r} must not lead to a state of the green outcome "
+                f"({shape.purpose}); it leads to {', '.join(leads)}",
                 "role-shape",
             )
         )

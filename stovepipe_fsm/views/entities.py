@@ -23,6 +23,8 @@ def request_json(r: Request) -> dict[str, Any]:
         "ingested_at_ms": r.ingested_at_ms,
         "admitted_at_ms": r.admitted_at_ms,
         "ended_at_ms": r.ended_at_ms,
+        # Only on a request an operator's retry made (simulate never makes one).
+        **({"retry_of": r.retry_of} if r.retry_of else {}),
     }
 
 
@@ -53,7 +55,10 @@ def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
     for r in requests:
         strategy = r["build_strategy"] or "-"
         base = r["base_uri"] or "-"
-        lines.append(f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}")
+        retry = f"  (retry of {r['retry_of']})" if r.get("retry_of") else ""
+        lines.append(
+            f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}{retry}"
+        )
     return lines
 
 

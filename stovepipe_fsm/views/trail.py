@@ -12,6 +12,7 @@ from ..domain.trail import (
     ENDED,
     HELD,
     INGESTED,
+    OPERATOR,
     RECLAIMED,
     SUPERSEDED,
     TrailRecord,
@@ -29,7 +30,8 @@ def sentence(record: TrailRecord) -> str:
     d = record.details
     if record.kind == INGESTED:
         returned = " (trunk returned to this commit)" if d.get("returned") else ""
-        return f"ingested {d.get('uri', '')}{returned}"
+        retry = f" (retry of {d['retry_of']})" if d.get("retry_of") else ""
+        return f"ingested {d.get('uri', '')}{returned}{retry}"
     if record.kind == HELD:
         times = "once" if record.count == 1 else f"{record.count} times"
         until = "" if record.count == 1 else f" until {clock_text(record.at_ms)}"
@@ -51,6 +53,9 @@ def sentence(record: TrailRecord) -> str:
     if record.kind == DEAD_LETTERED:
         attempts = d.get("attempts", "0")
         return f"dead-lettered after {attempts} failed attempt(s): {d.get('error', '')}"
+    if record.kind == OPERATOR:
+        who = d.get("by") or "unknown user"
+        return f"operator {who} ran {d.get('verb', '?')}: {d.get('what', '')}"
     return record.kind
 
 

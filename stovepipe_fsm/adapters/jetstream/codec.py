@@ -8,9 +8,12 @@ Request rows have two layouts. Layout 2 adds the times (``ingested_at_ms``,
 ``admitted_at_ms``, ``ended_at_ms``); both are read (a layout-1 row has no times: 0), and
 layout 2 is written unless a deployment asks for layout 1 while replicas of a release
 that reads only layout 1 still run (docs/service.md, "Upgrades and the stored layout").
-Decoding is strict: a missing, extra or mistyped field raises
-:class:`~stovepipe_fsm.domain.errors.NonRetryable` naming the field, because redelivering a
-delivery cannot repair a stored value. (Ignoring unknown fields would be worse: the next
+Layout 2 has one optional field, ``retry_of`` (the request an operator's ``retry`` made
+this one again for), written only when set, so rows written before it read as they did;
+layout 1 cannot carry it (a retry written in layout 1 loses its link). Decoding is
+strict: a missing, extra or mistyped field raises
+:class:`~stovepipe_fsm.domain.errors.NonRetryable` naming the field, because redelivering
+a delivery cannot repair a stored value. (Ignoring unknown fields would be worse: the next
 whole-snapshot write would silently drop them.)
 """
 
@@ -37,6 +40,8 @@ WORK_KIND = "work"
 
 _REQUEST_STR_FIELDS = ("id", "queue", "uri", "state", "build_strategy", "base_uri", "superseded_by")
 _REQUEST_TIME_FIELDS = ("ingested_at_ms", "admitted_at_ms", "ended_at_ms")
+#: Fields of layout 2 a row may leave out (written only when set).
+_REQUEST_OPTIONAL = ("retry_of",)
 _QUEUE_STR_FIELDS = ("name", "last_green_uri", "last_green_request_id", "latest_request_id")
 
 
@@ -139,12 +144,20 @@ def encode_request(request: Request, layout: int = REQUEST_LAYOUT) -> bytes:
     if layout not in REQUEST_LAYOUTS:
         raise ValueError(f"request layout must be one of {REQUEST_LAYOUTS}, got {layout}")
     fields: dict[str, Any] = {name: getattr(request, name) for name in _REQUEST_FIELDS[layout]}
+    if layout >= 2 and request.retry_of:
+        fields["retry_of"] = request.retry_of
     return _dump(REQUEST_KIND, fields, schema=layout)
 
 
 def decode_request(data: bytes | None) -> Request:
-    fields = _load(data, REQUEST_KIND, frozenset(), layouts=_REQUEST_FIELDS)
+    fields = _load(
+        data, REQUEST_KIND, frozenset(), frozenset(_REQUEST_OPTIONAL), layouts=_REQUEST_FIELDS
+    )
+    if fields["schema"] < 2 and "retry_of" in fields:
+        raise NonRetryable("request value has unknown field(s) retry_of")
     strings = {name: _str(REQUEST_KIND, fields, name) for name in _REQUEST_STR_FIELDS}
+    if "retry_of" in fields:
+        strings["retry_of"] = _str(REQUEST_KIND, fields, "retry_of")
     return Request(
         **strings,
         version=_version(REQUEST_KIND, fields),

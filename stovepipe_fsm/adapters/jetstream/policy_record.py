@@ -2,11 +2,12 @@
 
 ``serve`` writes the record on start (before it consumes anything) and on every reload.
 ``status`` shows it; ``ingest`` takes the request machine's initial state from it,
-``complete`` checks an outcome's name against it and ``prune`` takes the terminal states
-from it, so none of them loads a policy file: an operator command never depends on the
-machines in its working directory. One key: with
-several replicas it names the policy of the replica that (re)loaded last, which is what
-an operator rolling out an edit wants to see converge.
+``complete`` checks an outcome's name against it, ``prune`` takes the terminal states
+from it and ``cancel``/``retry``/``dlq replay`` the withdraw transition and the
+outcomes, so none of them loads a policy file: an operator command never depends on the
+machines in its working directory. One key: with several replicas it names the policy of
+the replica that (re)loaded last, which is what an operator rolling out an edit wants to
+see converge.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class PolicyRecord:
     terminal_states: list[str] = field(default_factory=list)
     #: The parameters the policy declares (``pause`` needs ``paused``).
     parameters: list[str] = field(default_factory=list)
+    #: The outcome whose recording advances last green (``retry`` never retries it).
+    green_outcome: str = ""
+    #: The trigger of the optional ``withdraw`` role and the state it leads to (``cancel``);
+    #: empty when the policy declares none.
+    withdraw: str = ""
+    withdrawn: str = ""
 
 
 async def write_policy_record(
@@ -74,6 +81,9 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
             },
             terminal_states=[str(state) for state in data.get("terminal_states", [])],
             parameters=[str(name) for name in data.get("parameters", [])],
+            green_outcome=str(data.get("green_outcome", "")),
+            withdraw=str(data.get("withdraw", "")),
+            withdrawn=str(data.get("withdrawn", "")),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None

@@ -11,6 +11,7 @@ Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
     <prefix>.hooks.<event type>   hook events (``validation.repository.started`` ...)
     <prefix>.outcome.<q>          build outcomes, recorded by the service (outcomes.py)
     <prefix>.trail.<q>.<n>.<kind> the decision trail of request n of queue q (trail.py)
+    <prefix>.trail._ops.<digest>  operator verbs about a queue or a glob (pause, resume, ...)
     <prefix>.dlq.<stage>.<q>      dead letters
 
 :func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
@@ -267,6 +268,15 @@ class Topology:
     def trail_filter(self, request_id: str) -> str:
         parsed = parse_request_id(request_id)
         return f"{self.prefix}.trail.{encode_queue_token(parsed.queue)}.{parsed.counter}.>"
+
+    def operator_trail_subject(self, key: str) -> str:
+        """The subject of one operator verb about queues, not a request (pause, resume,
+        dlq prune): two tokens after ``trail``, so no request's subjects (three or more)
+        ever match it, whatever its queue's token."""
+        return f"{self.prefix}.trail._ops.{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+    def operator_trail_filter(self) -> str:
+        return f"{self.prefix}.trail._ops.*"
 
     def dead_letter_subject(self, queue: str, stage: str = "process") -> str:
         if not _SIMPLE_NAME_RE.match(stage):

@@ -11,6 +11,11 @@ and every one of them holds exactly one record:
   with ``Nats-Rollup: sub``, which removes the earlier message: an hour of holds is one
   record with a count and its first and last time.
 
+An operator verb (kind ``operator``) has its verb in the tag, so each verb about a request
+has its own subject; a verb about queues (no request) lands on
+``<prefix>.trail._ops.<digest of its key>`` and is read back by
+:meth:`JetStreamTrail.operator_records`.
+
 Retention (``Topology.trail_max_age_s``, ``trail_max_bytes``) bounds the stream.
 :meth:`JetStreamTrail.latest` reads the newest records across all requests (the status
 page): the records of a window of the newest sequences, read forward, bounded.
@@ -26,7 +31,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
-from ...domain.trail import HELD, TrailRecord
+from ...domain.trail import HELD, OPERATOR, TrailRecord
 from .errors import translated
 from .publisher import MSG_ID_HEADER
 from .topology import Topology
@@ -55,11 +60,17 @@ class JetStreamTrail:
             if previous is not None:
                 record = previous.again(record)
             headers = {ROLLUP_HEADER: "sub"}
+        elif not record.request_id:
+            subject = topology.operator_trail_subject(record.key)
+            headers = {MSG_ID_HEADER: record.key}
+        elif record.kind == OPERATOR:
+            subject = topology.trail_subject(record.request_id, record.kind, record.tag)
+            headers = {MSG_ID_HEADER: record.key}
         else:
             subject = topology.trail_subject(record.request_id, record.kind)
             headers = {MSG_ID_HEADER: record.key}
         payload = json.dumps(record.as_json(), sort_keys=True, separators=(",", ":")).encode()
-        with translated(f"trail {record.kind} of {record.request_id}"):
+        with translated(f"trail {record.kind} of {record.request_id or record.queue}"):
             await self._js.publish(
                 subject,
                 payload,
@@ -164,6 +175,17 @@ class JetStreamTrail:
                     name = (await sub.consumer_info()).name
                     await sub.unsubscribe()
                     await self._js.delete_consumer(topology.trail_stream, name)
+
+    async def operator_records(self) -> list[TrailRecord]:
+        """Every operator verb about queues (pause, resume, dlq prune), oldest first."""
+        topology = self._topology
+        with translated("read the operator trail"):
+            info = await self._js.stream_info(
+                topology.trail_stream, subjects_filter=topology.operator_trail_filter()
+            )
+        subjects = sorted((info.state.subjects or {}).keys())
+        records = [r for r in [await self._last(s) for s in subjects] if r is not None]
+        return sorted(records, key=lambda r: (r.first_at_ms, r.at_ms))
 
     async def _last(self, subject: str) -> TrailRecord | None:
         with translated(f"read trail {subject}"):

@@ -1,8 +1,11 @@
 """CLI subcommands of the service: ``serve`` and the operator commands.
 
 ``serve`` runs until SIGTERM or SIGINT and then stops gracefully (the delivery in hand
-is finished or handed back). ``ingest``, ``complete``, ``status`` and ``poll`` talk to the
-same JetStream; ``demo`` brings its own embedded one.
+is finished or handed back). ``ingest``, ``complete``, ``status``, ``poll`` and the
+operator verbs (``pause``, ``resume``, ``cancel``, ``retry``, ``dlq``) talk to the same
+JetStream; ``demo`` brings its own embedded one. Exit codes of the operator commands: 0
+done, 2 bad input or an illegal operation (a sentence says why), 1 broker unreachable or
+refused.
 
 The ``nats`` extra is optional: this module imports no nats code at import time, so the
 parser (and ``--help``) is the same with or without it, and each command checks for the
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...domain.errors import NotFound, StovepipeError
+from ...domain.errors import IllegalOperation, NotFound, StovepipeError
 from ...pipeline.ingest import InvalidUri
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from .secrets import redact
@@ -188,6 +191,44 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("queue", help="the queue name or glob that was paused")
     p.set_defaults(handler=_needs_nats("resume", cmd_resume))
 
+    p = sub.add_parser(
+        "cancel", help="end a head still waiting for admission (never a running one)"
+    )
+    _broker_args(p)
+    _request_args(p)
+    p.set_defaults(handler=_needs_nats("cancel", cmd_cancel))
+
+    p = sub.add_parser(
+        "retry", help="validate again the commit of a head that ended failed or cancelled"
+    )
+    _broker_args(p)
+    _request_args(p)
+    p.set_defaults(handler=_needs_nats("retry", cmd_retry))
+
+    p = sub.add_parser("dlq", help="dead-letter records: list, replay, prune")
+    dlq = p.add_subparsers(dest="dlq_command", required=True, metavar="{list,replay,prune}")
+    q = dlq.add_parser("list", help="every dead-letter record: queue, request, reason, attempts")
+    _broker_args(q)
+    q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_list))
+    q = dlq.add_parser(
+        "replay", help="validate a dead-lettered request's commit again (as a retry)"
+    )
+    _broker_args(q)
+    q.add_argument("id", nargs="?", type=int, help="the record's id (dlq list)")
+    q.add_argument("--all", action="store_true", help="every record (of --queue)")
+    q.add_argument("--queue", default="", help="with --all: a queue name or glob")
+    q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_replay))
+    q = dlq.add_parser("prune", help="delete dead-letter records older than AGE")
+    _broker_args(q)
+    q.add_argument(
+        "--older-than", required=True, type=_duration, metavar="AGE", help="e.g. 7d, 12h"
+    )
+    q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
+    q.add_argument("--dry-run", action="store_true", help="report what would go, delete nothing")
+    q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_prune))
+
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
     _broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -291,6 +332,20 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
         help="layout request rows are written in (default 2; 1 while a replica of a release "
         "that reads only layout 1 still runs)",
     )
+
+
+def _request_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
+    p.add_argument("--queue", help="with --uri: the request of this head")
+    p.add_argument("--uri")
+
+
+def _one_request(args: argparse.Namespace) -> bool:
+    """A REQUEST_ID or --queue and --uri was given, not both; says so on stderr if not."""
+    if bool(args.request_id) == bool(args.queue and args.uri):
+        print("error: give a REQUEST_ID, or --queue and --uri", file=sys.stderr)
+        return False
+    return True
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:
@@ -495,7 +550,7 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
 
     try:
         return int(asyncio.run(coro))
-    except (NotFound, InvalidUri, ValueError) as exc:
+    except (NotFound, InvalidUri, ValueError, IllegalOperation) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StovepipeError as exc:
@@ -551,8 +606,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from ...views.trail import render_history
     from .operators import explain_document
 
-    if bool(args.request_id) == bool(args.queue and args.uri):
-        print("error: give a REQUEST_ID, or --queue and --uri", file=sys.stderr)
+    if not _one_request(args):
         return EXIT_USAGE
 
     async def run() -> int:
@@ -626,6 +680,10 @@ def cmd_pause(args: argparse.Namespace) -> int:
                     "declare it and name the condition in queue_gate.yaml (docs/machines.md)"
                 )
             done, new = await pause(js, topology, args.queue, reason=args.reason, by=_who(getpass))
+            why = f": {done.reason}" if done.reason else ""
+            await note_queue_verb(
+                js, topology, "pause", done.pattern, done.at_ms, _who(getpass), f"paused{why}"
+            )
         finally:
             await nc.close()
         print(json.dumps({"paused": done.pattern, "new": new, "at_ms": done.at_ms}))
@@ -635,13 +693,22 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    import getpass
+
     from .connect import connect
-    from .pauses import resume
+    from .pauses import checked_pattern, read_pauses, resume
 
     async def run() -> int:
         nc = await connect(nats_options(args))
         try:
-            lifted = await resume(nc.jetstream(), topology_of(args), args.queue)
+            js, topology = nc.jetstream(), topology_of(args)
+            pattern = checked_pattern(args.queue)
+            was = {p.pattern: p for p in await read_pauses(js, topology)}.get(pattern)
+            lifted = await resume(js, topology, args.queue)
+            if lifted and was is not None:
+                await note_queue_verb(
+                    js, topology, "resume", pattern, was.at_ms, _who(getpass), "resumed"
+                )
         finally:
             await nc.close()
         print(json.dumps({"resumed": args.queue, "was_paused": lifted}))
@@ -650,12 +717,135 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _run_operator(run())
 
 
+async def note_queue_verb(
+    js: Any, topology: Topology, verb: str, pattern: str, since_ms: int, by: str, what: str
+) -> None:
+    """One decision-trail record of a verb about a queue or a glob (pause, resume).
+
+    Keyed by the verb, the pattern and the pause it is about, so running the verb again
+    (an existing pause paused again) is the same record.
+    """
+    import time
+
+    from ...adapters.jetstream.trail import JetStreamTrail
+    from ...domain.trail import OPERATOR, TrailRecord, detail
+
+    record = TrailRecord(
+        OPERATOR,
+        pattern,
+        "",
+        since_ms if verb == "pause" else int(time.time() * 1000),
+        detail=detail(verb=verb, by=by or "operator", what=what),
+        tag=f"{verb}|{pattern}|{since_ms}",
+    )
+    await JetStreamTrail(js, topology).append(record)
+
+
 def _who(getpass: Any) -> str:
     """The local user name for a pause record (empty when the system has none)."""
     try:
         return str(getpass.getuser())
     except Exception:
         return ""
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import getpass
+
+    from .verbs import cancel_request
+
+    if not _one_request(args):
+        return EXIT_USAGE
+
+    async def run() -> int:
+        answer = await cancel_request(
+            nats_options(args),
+            topology_of(args),
+            args.request_id,
+            args.queue or "",
+            args.uri or "",
+            _who(getpass),
+        )
+        print(json.dumps(answer))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    import getpass
+
+    from .verbs import retry_request
+
+    if not _one_request(args):
+        return EXIT_USAGE
+
+    async def run() -> int:
+        answer = await retry_request(
+            nats_options(args),
+            topology_of(args),
+            args.request_id,
+            args.queue or "",
+            args.uri or "",
+            _who(getpass),
+        )
+        print(json.dumps(answer))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    from .dlq import list_letters, render_letters
+
+    async def run() -> int:
+        letters = await list_letters(nats_options(args), topology_of(args), args.queue)
+        if args.json:
+            print(json.dumps({"dead_letters": [s.as_json() for s in letters]}, indent=2))
+        else:
+            print(render_letters(letters))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_dlq_replay(args: argparse.Namespace) -> int:
+    import getpass
+
+    from .dlq import replay
+
+    if (args.id is None) == (not args.all) or (args.queue and not args.all):
+        print("error: give a record ID, or --all (with --queue GLOB)", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        answer = await replay(
+            nats_options(args), topology_of(args), args.id, args.queue, _who(getpass)
+        )
+        print(json.dumps(answer))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_dlq_prune(args: argparse.Namespace) -> int:
+    import getpass
+
+    from .dlq import prune
+
+    async def run() -> int:
+        answer = await prune(
+            nats_options(args),
+            topology_of(args),
+            args.older_than,
+            args.queue,
+            _who(getpass),
+            dry_run=args.dry_run,
+        )
+        print(json.dumps(answer))
+        return EXIT_OK
+
+    return _run_operator(run())
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -39,6 +39,7 @@ from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
+from ...domain.trail import TrailRecord
 from ...pipeline.ingest import Ingest
 from ...ports.stores import RequestStore, UriIndex
 from ...process.catalog import load_process_machines
@@ -46,7 +47,7 @@ from ...spec.errors import SpecError
 from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
 from ...views.trail import history_json
 from .connect import NatsOptions, connect
-from .pauses import read_pauses
+from .pauses import Pause, read_pauses
 
 #: How often ``complete --wait`` looks at the request row.
 WAIT_POLL_S = 0.2
@@ -335,6 +336,32 @@ def _queue_details(
     return details
 
 
+def _with_queue_verbs(
+    records: list[TrailRecord], verbs: list[TrailRecord], row: dict[str, Any] | None
+) -> list[TrailRecord]:
+    """``records`` with the queue-level operator ``verbs`` of the request's queue made
+    while it was open (from its first record to its end, or now), and a pause of it
+    already in force when it was ingested, in time order."""
+    queue = records[0].queue
+    start = min(r.first_at_ms for r in records)
+    end = int(row.get("ended_at_ms") or 0) if row is not None else 0
+    matching = [v for v in verbs if Pause(v.queue, 0).matches(queue)]
+    # A pause and the resume that lifted it share the tag's "<pattern>|<paused at>".
+    lifted_before = {
+        v.tag.split("|", 1)[1] for v in matching if v.tag.startswith("resume|") and v.at_ms < start
+    }
+    mine = [
+        v
+        for v in matching
+        if (not end or v.at_ms <= end)
+        and (
+            v.at_ms >= start
+            or (v.tag.startswith("pause|") and v.tag.split("|", 1)[1] not in lifted_before)
+        )
+    ]
+    return sorted([*records, *mine], key=lambda r: (r.first_at_ms, r.at_ms))
+
+
 def _age(at_ms: int, now_ms: int) -> str:
     if not at_ms:
         return "age unknown"
@@ -410,7 +437,10 @@ async def explain_document(
 ) -> dict[str, Any]:
     """The request (by id, or by queue and uri) and its decision trail.
 
-    ``NotFound`` (exit 2) when neither a row nor a trail record names it.
+    The operator verbs about queues (pause, resume, dlq prune) whose pattern matches the
+    request's queue are part of its history while it was open (from its ingest to its
+    end): a pause is why a head was held. ``NotFound`` (exit 2) when neither a row nor a
+    trail record names it.
     """
     nc = await connect(options)
     try:
@@ -443,7 +473,10 @@ async def request_history(
         row: dict[str, Any] | None = request_json(await requests.get(request_id))
     except NotFound:
         row = None
-    records = await JetStreamTrail(js, topology).history(request_id)
+    trail = JetStreamTrail(js, topology)
+    records = await trail.history(request_id)
     if row is None and not records:
         raise NotFound(f"no request {request_id!r} and no decision about it")
+    if records:
+        records = _with_queue_verbs(records, await trail.operator_records(), row)
     return history_json(row, records)

@@ -576,6 +576,13 @@ class Service:
             outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
             terminal_states=sorted(self.machines.request.terminal),
             parameters=sorted(self.machines.parameters),
+            green_outcome=roles.green_outcome.name,
+            withdraw=roles.withdraw,
+            # An operator applies it without the machine: only a single destination can be
+            # (a withdraw with conditions choosing among several is recorded as none).
+            withdrawn=(
+                next(iter(roles.withdrawn_states)) if len(roles.withdrawn_states) == 1 else ""
+            ),
         )
         try:
             await write_policy_record(self.js, self.topology, record)

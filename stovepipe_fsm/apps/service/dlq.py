@@ -1,0 +1,237 @@
+"""``dlq list``, ``dlq replay`` and ``dlq prune``: the dead-letter stream, for an operator.
+
+A record's id is its sequence in the dead-letter stream (what ``list`` prints).
+
+``replay`` never brings an ended request back. The service's dead-letter consumer fails
+the request of every ``process`` record closed (its slot freed, its queue moving on), and
+every guarantee after that (one admission per request, last green only forward, a
+terminal request stays terminal) holds because nothing leaves a terminal state. So a
+replay goes through ``retry``: a new request for the same commit, linked to the failed
+one by ``retry_of``, published to the process stream like any new head. It is refused,
+with the reason, for a record whose request the consumer has not failed closed yet (no
+service running, or a record the service never wrote), for one whose request ended
+otherwise, and when a newer head of the queue was ingested since (it is validated
+instead). ``record`` records are outcomes the service refused: they replace no work
+message, so there is nothing to replay (report the outcome again with ``complete``).
+Replaying twice makes one new request (the retry's link finds it).
+
+``prune`` deletes records older than an age, except a ``process`` record whose request
+has not ended yet: the dead-letter consumer still has to fail it closed, or its queue
+would wait on it for ever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+from nats.js import JetStreamContext
+
+from ...adapters.jetstream import Topology
+from ...adapters.jetstream.dead_letter import DeadLetter
+from ...adapters.jetstream.errors import translated
+from ...config.globs import glob_match, is_pattern
+from ...domain.errors import IllegalOperation, NonRetryable, NotFound
+from ...domain.trail import OPERATOR, TrailRecord, detail
+from .connect import NatsOptions
+from .verbs import VerbContext, retry_with, verb_context
+
+PROCESS_STAGE = "process"
+
+
+@dataclass(frozen=True)
+class StoredLetter:
+    """One record of the dead-letter stream (``letter`` None: not readable as one)."""
+
+    seq: int
+    subject: str
+    at_ms: int
+    letter: DeadLetter | None
+    problem: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        letter = self.letter
+        return {
+            "id": self.seq,
+            "at_ms": self.at_ms,
+            "subject": self.subject,
+            "stage": letter.stage if letter else "",
+            "queue": letter.queue if letter else "",
+            "request_id": letter.request_id if letter else "",
+            "reason": letter.error if letter else self.problem,
+            "attempts": letter.attempts if letter else 0,
+        }
+
+
+def _matches(pattern: str, queue: str) -> bool:
+    if not pattern:
+        return True
+    return glob_match(pattern, queue) if is_pattern(pattern) else queue == pattern
+
+
+async def read_letters(
+    js: JetStreamContext, topology: Topology, queue_glob: str = ""
+) -> list[StoredLetter]:
+    """Every dead-letter record (of the queues ``queue_glob`` matches), oldest first."""
+    stream = topology.dead_letter_stream
+    with translated(f"read {stream}"):
+        info = await js.stream_info(stream)
+        seq, last = info.state.first_seq, info.state.last_seq
+        letters = []
+        while seq and seq <= last:
+            try:
+                msg = await js.get_msg(stream, seq, subject=f"{topology.prefix}.dlq.>", next=True)
+            except nats.js.errors.NotFoundError:
+                break
+            at_ms = int(msg.time.timestamp() * 1000) if msg.time else 0
+            found, subject = int(msg.seq or seq), str(msg.subject or "")
+            try:
+                stored = StoredLetter(found, subject, at_ms, DeadLetter.decode(msg.data or b""))
+            except NonRetryable as exc:
+                stored = StoredLetter(found, subject, at_ms, None, str(exc))
+            if stored.letter is None or _matches(queue_glob, stored.letter.queue):
+                letters.append(stored)
+            seq = found + 1
+    return letters
+
+
+def render_letters(letters: list[StoredLetter]) -> str:
+    if not letters:
+        return "no dead letters"
+    lines = []
+    for s in letters:
+        row = s.as_json()
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.at_ms / 1000))
+        lines.append(
+            f"{row['id']:>6}  {at}  {row['stage'] or '-':<8} {row['queue'] or '-'}  "
+            f"{row['request_id'] or '-'}  attempts={row['attempts']}  {row['reason']}"
+        )
+    return "\n".join(lines)
+
+
+async def list_letters(
+    options: NatsOptions, topology: Topology, queue_glob: str
+) -> list[StoredLetter]:
+    from .connect import connect
+
+    nc = await connect(options)
+    try:
+        return await read_letters(nc.jetstream(), topology, queue_glob)
+    finally:
+        await nc.close()
+
+
+async def _replay_one(ctx: VerbContext, stored: StoredLetter, by: str) -> dict[str, Any]:
+    """Replay ``stored`` through retry; ``IllegalOperation`` saying why it cannot be."""
+    letter = stored.letter
+    if letter is None:
+        raise IllegalOperation(f"dead letter {stored.seq} is not readable: {stored.problem}")
+    if letter.stage != PROCESS_STAGE:
+        raise IllegalOperation(
+            f"dead letter {stored.seq} is a refused {letter.stage} outcome, not work: nothing "
+            "to replay; report the outcome again with complete"
+        )
+    if not letter.request_id:
+        raise IllegalOperation(f"dead letter {stored.seq} names no request")
+    try:
+        request = await ctx.stores.requests.get(letter.request_id)
+    except NotFound:
+        raise IllegalOperation(
+            f"dead letter {stored.seq}: request {letter.request_id} no longer exists (pruned)"
+        ) from None
+    if request.state not in ctx.policy.terminal:
+        raise IllegalOperation(
+            f"dead letter {stored.seq}: request {request.id} is still {request.state}; the "
+            "service's dead-letter consumer has not failed it closed yet (is a service "
+            "running?), and a replay never runs beside it"
+        )
+    answer = await retry_with(ctx, request.id, by, verb="dlq replay")
+    # The retry's own trail record says "dlq replay" (one record per request, however
+    # many of its dead letters are replayed).
+    return {"id": stored.seq, "replayed": True, **answer}
+
+
+async def replay(
+    options: NatsOptions,
+    topology: Topology,
+    letter_id: int | None,
+    queue_glob: str,
+    by: str,
+) -> dict[str, Any]:
+    """Replay one record (``letter_id``; refused: ``IllegalOperation``), or every record
+    of the queues ``queue_glob`` matches (each refusal reported, none raised)."""
+    async with verb_context(options, topology) as ctx:
+        letters = await read_letters(ctx.js, topology, queue_glob)
+        if letter_id is not None:
+            chosen = [s for s in letters if s.seq == letter_id]
+            if not chosen:
+                raise NotFound(f"no dead letter {letter_id} in {topology.dead_letter_stream}")
+            return await _replay_one(ctx, chosen[0], by)
+        done: list[dict[str, Any]] = []
+        skipped: list[dict[str, Any]] = []
+        for stored in letters:
+            try:
+                done.append(await _replay_one(ctx, stored, by))
+            except IllegalOperation as exc:
+                skipped.append({"id": stored.seq, "why": str(exc)})
+        return {"replayed": done, "skipped": skipped}
+
+
+async def prune(
+    options: NatsOptions,
+    topology: Topology,
+    older_than_s: float,
+    queue_glob: str,
+    by: str,
+    *,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Delete the records older than ``older_than_s`` (see the module docstring)."""
+    cutoff_ms = int((time.time() - older_than_s) * 1000)
+    async with verb_context(options, topology) as ctx:
+        letters = await read_letters(ctx.js, topology, queue_glob)
+        pruned: list[int] = []
+        kept: list[dict[str, Any]] = []
+        for stored in letters:
+            if stored.at_ms >= cutoff_ms:
+                continue
+            letter = stored.letter
+            if letter is not None and letter.stage == PROCESS_STAGE and letter.request_id:
+                try:
+                    request = await ctx.stores.requests.get(letter.request_id)
+                except NotFound:
+                    request = None
+                if request is not None and request.state not in ctx.policy.terminal:
+                    kept.append(
+                        {
+                            "id": stored.seq,
+                            "why": f"request {request.id} is still {request.state}: not "
+                            "failed closed yet",
+                        }
+                    )
+                    continue
+            if not dry_run:
+                # NotFound: deleted meanwhile (a concurrent prune).
+                with (
+                    translated(f"delete dead letter {stored.seq}"),
+                    contextlib.suppress(nats.js.errors.NotFoundError),
+                ):
+                    await ctx.js.delete_msg(topology.dead_letter_stream, stored.seq)
+            pruned.append(stored.seq)
+        if pruned and not dry_run:
+            ids = f"{pruned[0]}..{pruned[-1]}" if len(pruned) > 1 else str(pruned[0])
+            what = f"deleted {len(pruned)} dead letter(s) ({ids}) older than {older_than_s:g}s"
+            await ctx.trail.append(
+                TrailRecord(
+                    OPERATOR,
+                    queue_glob or "**",
+                    "",
+                    int(time.time() * 1000),
+                    detail=detail(verb="dlq prune", by=by or "operator", what=what),
+                    tag=f"dlq prune|{queue_glob}|{ids}|{len(pruned)}",
+                )
+            )
+    return {"dry_run": dry_run, "pruned": pruned, "kept": kept}

@@ -1,0 +1,322 @@
+"""``cancel`` and ``retry`` on the real stages with in-memory ports: the moves, their
+races with the process stage, and what the gate does with a cancelled head afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.domain.entities import Request
+from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
+from stovepipe_fsm.domain.trail import OPERATOR
+from stovepipe_fsm.pipeline.verbs import VerbPolicy, cancel, retry
+from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.world import World
+
+ROOT = Path(__file__).resolve().parent.parent
+Q = "monorepo/main"
+A1, A2, A3 = (f"request/{Q}/{n}" for n in (1, 2, 3))
+POLICY = VerbPolicy(
+    hash="test",
+    initial="accepted",
+    terminal=frozenset({"superseded", "succeeded", "failed", "cancelled"}),
+    withdraw="withdraw",
+    withdrawn="cancelled",
+    retryable=frozenset({"failed", "cancelled"}),
+)
+
+
+def world(max_concurrent: int = 1) -> World:
+    config = StaticConfigStore(
+        {"defaults": {"max_concurrent": max_concurrent, "gate_wait_delay_ms": 1000}}
+    )
+    history = {"A1": [], "A2": ["A1"], "A3": ["A2"]}
+    return World(load_process_machines(ROOT / "machines"), config, history)
+
+
+def do_cancel(w: World, request_id: str, policy: VerbPolicy = POLICY):  # type: ignore[no-untyped-def]
+    return run_sync(cancel(policy, w.requests, w.queues, w.trail, w.clock, request_id, by="op"))
+
+
+def do_retry(w: World, request_id: str):  # type: ignore[no-untyped-def]
+    return run_sync(retry(POLICY, w.ingester, w.uri_index, request_id, by="op"))
+
+
+def state(w: World, request_id: str) -> str:
+    return run_sync(w.requests.get(request_id)).state
+
+
+def holders(w: World) -> tuple[str, ...]:
+    return run_sync(w.queues.get(Q)).slot_holders
+
+
+def operator_records(w: World, request_id: str) -> list[dict[str, str]]:
+    assert w.trail is not None
+    history = run_sync(w.trail.history(request_id))
+    return [dict(r.detail) for r in history if r.kind == OPERATOR]
+
+
+def test_the_shipped_policy_names_its_withdraw_role() -> None:
+    roles = load_process_machines(ROOT / "machines").roles
+    assert roles.withdraw == "withdraw"
+    assert roles.withdrawn_states == frozenset({"cancelled"})
+
+
+def test_cancel_ends_a_waiting_head_once_and_the_gate_acks_it() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    first = do_cancel(w, A1)
+    assert first.cancelled and first.request.state == "cancelled"
+    assert first.request.ended_at_ms == w.clock.now_ms()
+    again = do_cancel(w, A1)  # idempotent: already ended as the cancel ends it
+    assert not again.cancelled and again.request.version == first.request.version
+    assert operator_records(w, A1) == [
+        {"verb": "cancel", "by": "op", "what": "withdrawn while waiting (accepted -> cancelled)"}
+    ]
+    report = w.deliver_next()  # the process message: a terminal head is simply acked
+    assert report is not None and report.outcome == "acked"
+    assert holders(w) == () and w.published.builds() == ()
+
+
+def test_cancel_refuses_a_running_head_and_an_otherwise_ended_one() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    assert w.deliver_next().outcome == "acked"  # type: ignore[union-attr]
+    with pytest.raises(IllegalOperation, match=r"is running \(processing, admitted .*never "):
+        do_cancel(w, A1)
+    w.complete(A1, "succeeded")
+    with pytest.raises(IllegalOperation, match="already ended as succeeded; there is nothing"):
+        do_cancel(w, A1)
+    assert state(w, A1) == "succeeded"
+
+
+def test_cancel_of_a_build_that_ended_cancelled_is_a_repeat_and_records_nothing() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "cancelled")  # the build system stopped it
+    assert not do_cancel(w, A1).cancelled
+    assert operator_records(w, A1) == []
+
+
+def test_cancel_needs_a_withdraw_role_in_the_policy_in_force() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    with pytest.raises(IllegalOperation, match="declares no withdraw transition"):
+        do_cancel(w, A1, replace(POLICY, withdraw="", withdrawn=""))
+    assert state(w, A1) == "accepted"
+
+
+def test_cancel_that_wins_the_race_with_an_admission_frees_the_claim() -> None:
+    # The gate claimed a slot for A1 and stalled before its admit write; the cancel wins.
+    w = world()
+    w.ingest(Q, "A1")
+    assert w.stall("after_claim_slot") is not None
+    assert holders(w) == (A1,)
+    assert do_cancel(w, A1).cancelled
+    assert holders(w) == ()  # the claim of the admission that is about to lose
+    report = w.resume(A1)
+    assert report.outcome == "retry" and "changed while admitting" in report.detail
+    assert state(w, A1) == "cancelled" and holders(w) == ()
+    assert w.published.builds() == ()
+
+
+def test_cancel_that_loses_the_race_with_an_admission_refuses_and_writes_nothing() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    loaded = run_sync(w.requests.get(A1))
+
+    class AdmitFirst:
+        """The request store, with the gate's admission landing between cancel's read
+        and its compare-and-set."""
+
+        def __init__(self) -> None:
+            self.raced = False
+
+        async def get(self, request_id: str) -> Request:
+            return await w.requests.get(request_id)
+
+        async def update(self, request: Request, old: int, new: int) -> None:
+            if not self.raced:
+                self.raced = True
+                admitted = replace(loaded, state="processing", admitted_at_ms=1)
+                await w.requests.update(admitted, loaded.version, loaded.version + 1)
+            await w.requests.update(request, old, new)
+
+        async def create(self, request: Request) -> None:
+            await w.requests.create(request)
+
+    store = AdmitFirst()
+    with pytest.raises(IllegalOperation, match="is running"):
+        run_sync(cancel(POLICY, store, w.queues, w.trail, w.clock, A1))
+    assert store.raced and state(w, A1) == "processing"
+    assert operator_records(w, A1) == []
+
+
+def test_a_cancelled_latest_head_still_supersedes_the_older_waiting_ones() -> None:
+    w = world()
+    for uri in ("A1", "A2", "A3"):
+        w.ingest(Q, uri)
+    assert do_cancel(w, A3).cancelled
+    reports = [w.deliver_next() for _ in range(3)]
+    assert [r.outcome for r in reports if r is not None] == ["acked", "acked", "acked"]
+    assert [state(w, r) for r in (A1, A2, A3)] == ["superseded", "superseded", "cancelled"]
+    assert run_sync(w.requests.get(A1)).superseded_by == A3
+    assert holders(w) == () and w.published.builds() == ()
+    # Nothing waits: the next head is admitted as usual.
+    w.ingest(Q, "A4")
+    assert w.deliver_next().outcome == "acked"  # type: ignore[union-attr]
+    assert state(w, f"request/{Q}/4") == "processing"
+
+
+def test_retry_makes_one_new_request_for_the_commit_linked_to_the_old_one() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+    first = do_retry(w, A1)
+    assert first.created and first.request_id == A2
+    new = run_sync(w.requests.get(A2))
+    assert (new.uri, new.state, new.retry_of) == ("A1", "accepted", A1)
+    assert w.request_for(Q, "A1") == A2
+    second = do_retry(w, A1)  # idempotent: the link finds the first retry
+    assert not second.created and second.request_id == A2
+    assert run_sync(w.queues.get(Q)).latest_request_id == A2
+    assert operator_records(w, A1) == [
+        {"verb": "retry", "by": "op", "what": f"retried as {A2}", "retry": A2}
+    ]
+    assert w.deliver_next().outcome == "acked"  # type: ignore[union-attr]
+    assert state(w, A2) == "processing"
+
+
+def test_retry_of_a_cancelled_latest_head_validates_it_again() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    do_cancel(w, A1)
+    assert do_retry(w, A1).request_id == A2
+    w.deliver_next()
+    w.deliver_next()
+    assert state(w, A2) == "processing"
+
+
+def test_retry_refuses_an_open_head_a_green_one_and_an_older_commit() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    with pytest.raises(IllegalOperation, match="is accepted, it has not ended"):
+        do_retry(w, A1)
+    w.deliver_next()
+    w.complete(A1, "failed")
+    w.ingest(Q, "A2")
+    with pytest.raises(IllegalOperation, match=f"a newer head {A2} was ingested since"):
+        do_retry(w, A1)
+    w.deliver_next()
+    w.complete(A2, "succeeded")
+    with pytest.raises(IllegalOperation, match="ended succeeded; only a head that ended"):
+        do_retry(w, A2)
+    assert run_sync(w.queues.get(Q)).latest_request_id == A2
+
+
+# --- the withdraw role, as lint checks it ---------------------------------------------
+
+WITHDRAW_ROLE = (
+    "  withdraw: withdraw         # an operator's cancel ends a waiting head (optional role)\n"
+)
+WITHDRAW_TRANSITION = "  - trigger: withdraw\n    source: accepted\n    dest: cancelled\n"
+
+
+def _messages(text: str) -> list[str]:
+    from test_spec_lint import lint_text
+
+    return [f"{i.rule}: {i.message}" for i in lint_text(text)]
+
+
+def test_the_withdraw_role_is_optional() -> None:
+    from test_spec_lint import REQUEST, edit
+
+    assert _messages(REQUEST) == []
+    assert _messages(edit(REQUEST, WITHDRAW_ROLE, "")) == []
+
+
+def test_a_withdraw_that_undoes_an_admission_or_validates_is_refused() -> None:
+    from test_spec_lint import REQUEST, edit
+
+    both = WITHDRAW_TRANSITION.replace("accepted", "[accepted, processing]")
+    running = edit(REQUEST, WITHDRAW_TRANSITION, both)
+    assert _messages(running) == [
+        "role-shape: role 'withdraw': trigger 'withdraw' must leave only the initial state "
+        "'accepted' (an operator's cancel fires it to end a head still waiting for admission); "
+        "it also leaves processing"
+    ]
+    to_green = WITHDRAW_TRANSITION.replace("cancelled", "succeeded")
+    green = edit(REQUEST, WITHDRAW_TRANSITION, to_green)
+    assert [m.split(" (")[0] for m in _messages(green)] == [
+        "role-shape: role 'withdraw': trigger 'withdraw' must not lead to a state of the "
+        "green outcome"
+    ]
+
+
+def test_retry_behind_a_newer_head_that_ended_names_that_one() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.ingest(Q, "A2")
+    do_cancel(w, A2)
+    w.complete(A1, "failed")
+    with pytest.raises(IllegalOperation, match=f"{A2} .* it ended cancelled: retry that one"):
+        do_retry(w, A1)
+
+
+def test_two_retries_at_once_make_one_request() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+
+    class RacingIndex:
+        """The dedup index, with another operator's whole retry landing between this
+        retry's read of the entry and its compare-and-set."""
+
+        def __init__(self) -> None:
+            self.other = None
+
+        async def get(self, queue: str, uri: str) -> str | None:
+            return await w.uri_index.get(queue, uri)
+
+        async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
+            return await w.uri_index.put_if_absent(queue, uri, request_id)
+
+        async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
+            if self.other is None:
+                self.other = await retry(POLICY, w.ingester, w.uri_index, A1)
+            return await w.uri_index.repoint(queue, uri, expected, request_id)
+
+    index = RacingIndex()
+    racing = replace_index(w, index)
+    mine = run_sync(retry(POLICY, racing, index, A1))
+    assert index.other is not None and index.other.created
+    # The loser minted A2 first, then lost the compare-and-set to the other's A3.
+    assert not mine.created and mine.request_id == index.other.request_id == A3
+    with pytest.raises(NotFound):  # the counter value the loser spent names no request
+        run_sync(w.requests.get(A2))
+    assert run_sync(w.requests.get(A3)).retry_of == A1
+    assert run_sync(w.queues.get(Q)).latest_request_id == A3
+
+
+def replace_index(w: World, index: object):  # type: ignore[no-untyped-def]
+    from stovepipe_fsm.pipeline.ingest import Ingest
+
+    ingest = w.ingester
+    return Ingest(
+        initial_state=ingest.initial_state,
+        requests=ingest.requests,
+        queues=ingest.queues,
+        publisher=ingest.publisher,
+        uri_index=index,  # type: ignore[arg-type]
+        counter=ingest.counter,
+        clock=ingest.clock,
+        trail=ingest.trail,
+    )
