@@ -69,17 +69,14 @@ class MemorySourceControl:
         graph = dict(parents or {})
         for commit, commit_parents in graph.items():
             if isinstance(commit_parents, str):
-                raise TypeError(
-                    f"parents of {commit!r} must be a sequence of ids, not a string"
-                )
+                raise TypeError(f"parents of {commit!r} must be a sequence of ids, not a string")
         # Accept the mapping in any order: add a commit once all its parents are in.
         order, pending = parents_first(graph)
         for commit in order:
             self.add_commit(commit, graph[commit])
         if pending:
             missing = sorted(
-                {p for ps in pending.values() for p in ps if p not in self._parents}
-                - set(pending)
+                {p for ps in pending.values() for p in ps if p not in self._parents} - set(pending)
             )
             detail = f"unknown parents {missing}" if missing else "a parent cycle"
             raise ValueError(f"commit graph has {detail}: {sorted(pending)}")
