@@ -174,14 +174,15 @@ def test_a_duplicate_key_is_still_reported_at_its_place(tmp_path: Path) -> None:
 def test_a_timeline_larger_than_a_policy_file_loads(tmp_path: Path) -> None:
     """Over the policy bounds (2 MiB, 100,000 values): recorded history is that large."""
     heads = 40_000
-    steps: list[Any] = [{"ingest": {"uri": f"c{i}", "queue": "q/r"}} for i in range(heads)]
-    history = {f"c{i}": [f"c{i - 1}"] if i else [] for i in range(heads)}
+    history = "".join(f"  c{i}: [c{i - 1}]\n" if i else "  c0: []\n" for i in range(heads))
+    steps = "".join(f"  - ingest: {{uri: c{i}, queue: q/r}}\n" for i in range(heads))
     path = tmp_path / "big.yaml"
-    path.write_text(yaml.safe_dump({"history": history, "steps": [*steps, "run"]}))
+    path.write_text(f"history:\n{history}steps:\n{steps}  - run\n", encoding="utf-8")
     assert path.stat().st_size > 2 * 1024 * 1024
     timeline = load_timeline(path)
     assert len(timeline.steps) == heads + 1
     assert timeline.history[f"c{heads - 1}"] == (f"c{heads - 2}",)
+    assert timeline.steps[-1].location == Location(str(path), 2 * heads + 3, 5)
 
 
 # --- JSON lines ---------------------------------------------------------------------------
