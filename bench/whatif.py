@@ -38,7 +38,7 @@ from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timed import replay_timed
-from stovepipe_fsm.simulation.timeline import Timeline, _located_timeline, load_timeline
+from stovepipe_fsm.simulation.timeline import Timeline, load_timeline, located_timeline
 from stovepipe_fsm.simulation.timeline_lines import timeline_lines
 from stovepipe_fsm.spec.yaml_source import parse_yaml
 
@@ -142,7 +142,7 @@ def located_load(path: Path) -> Timeline:
     """The located path alone (every value with its place, the JSON schema): what every
     YAML timeline took before the fast path, and what a defective one still takes."""
     text = path.read_text(encoding="utf-8")
-    return _located_timeline(parse_yaml(text, str(path), max_values=len(text) + 100_000))
+    return located_timeline(parse_yaml(text, str(path), max_values=len(text) + 100_000))
 
 
 def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:

@@ -22,8 +22,8 @@ from referencing import Registry, Resource
 from stovepipe_fsm.adapters.memory import MemorySourceControl
 from stovepipe_fsm.simulation.timeline import (
     Timeline,
-    _located_timeline,
     load_timeline,
+    located_timeline,
 )
 from stovepipe_fsm.simulation.timeline_lines import timeline_lines
 from stovepipe_fsm.simulation.timeline_shape import (
@@ -145,7 +145,7 @@ def test_header_check_is_the_schema_on_the_header(header: dict[str, Any]) -> Non
 
 def _located(path: Path) -> Timeline:
     text = path.read_text(encoding="utf-8")
-    return _located_timeline(parse_yaml(text, str(path), max_values=len(text) + 100_000))
+    return located_timeline(parse_yaml(text, str(path), max_values=len(text) + 100_000))
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)

@@ -95,7 +95,7 @@ def load_timeline(path: str | Path) -> Timeline:
         doc = parse_lines(text, name)
         steps_at = tuple(doc.locate(("steps", i)) for i in range(len(doc.data["steps"])))
         fast = _fast_timeline(name, doc.data, steps_at, doc.locate(("config",)))
-        return fast if fast is not None else _located_timeline(doc)
+        return fast if fast is not None else located_timeline(doc)
     quick = parse_yaml_fast(text, name, "steps")
     if quick is not None:
         config_at = quick.top.get("config", Location(name, 1, 1))
@@ -104,7 +104,7 @@ def load_timeline(path: str | Path) -> Timeline:
             return fast
     # Without aliases a document has fewer values than characters: the bound admits every
     # such file and still stops an alias bomb after work proportional to the file.
-    return _located_timeline(parse_yaml(text, name, max_values=max(MAX_VALUES, len(text))))
+    return located_timeline(parse_yaml(text, name, max_values=max(MAX_VALUES, len(text))))
 
 
 def _fast_timeline(
@@ -150,7 +150,7 @@ def _fast_timeline(
     return Timeline(file, queue, tuple(steps), config, history, config_at, changes)
 
 
-def _located_timeline(doc: SourceDocument) -> Timeline:
+def located_timeline(doc: SourceDocument) -> Timeline:
     """The timeline of ``doc``, every defect reported at its location."""
     issues = _schema_issues(doc)
     if issues:
