@@ -1,13 +1,17 @@
-"""bench.whatif: how fast ``stovepipe-fsm whatif`` replays a large synthetic timeline.
+"""bench.whatif: how fast ``whatif`` and ``simulate`` load and replay a large timeline.
 
 The timeline is generated (:func:`generate`): heads arrive on every queue at a
 Poisson-ish rate per tick of the clock, each on its queue's linear history, and every
 head's build outcome (mostly green) is given a build time after its ingest. The same
-seed gives the same timeline, byte for byte. The bench writes it to a temporary file,
-then times the command's two parts separately: loading the timeline (YAML with source
-locations, schema, checks) and the replay under each of the two policies. Each is shown
-in wall-clock seconds and in the process's CPU seconds: on a machine shared with other
-work the CPU figure is the one that compares between runs.
+seed gives the same timeline, byte for byte. Two shapes (:data:`SHAPES`): ``steady``
+(short builds, a head or two waiting per queue) and ``piled`` (a slow CI, dozens of heads
+waiting per queue). For each, the bench writes the timeline as YAML and as JSON lines,
+times loading each (``--located`` adds the located YAML path, the previous loader), then
+the replay under each of the two policies, and the whole of what ``whatif`` does on the
+JSON-lines file; ``--simulate`` adds ``simulate --json``. Last, a history of
+``--commits`` commits is loaded listed oldest-first and newest-first. Each figure is
+shown in wall-clock seconds and in the process's CPU seconds: on a machine shared with
+other work the CPU figure is the one that compares between runs.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import dataclasses
 import io
+import json
 import pstats
 import random
 import sys
@@ -26,11 +32,15 @@ from typing import Any
 
 import yaml
 
+from stovepipe_fsm.adapters.memory import MemorySourceControl
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timed import replay_timed
-from stovepipe_fsm.simulation.timeline import load_timeline
+from stovepipe_fsm.simulation.timeline import Timeline, load_timeline, located_timeline
+from stovepipe_fsm.simulation.timeline_lines import timeline_lines
+from stovepipe_fsm.spec.yaml_source import parse_yaml
 
 TICK_MS = 1000
 
@@ -95,9 +105,128 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return k
 
 
+SHAPES = {
+    # Builds of 2-6 ticks at half a head per tick per queue: a head or two waits per queue.
+    "steady": {"build_ticks": (2, 6)},
+    # A slow CI (builds of 40-120 ticks): dozens of heads pile up behind each build, and
+    # hundreds wait on the topic at once.
+    "piled": {"build_ticks": (40, 120)},
+}
+
+
 def write_timeline(doc: dict[str, Any], path: Path) -> None:
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     path.write_text(yaml.dump(doc, Dumper=dumper, sort_keys=False, width=1000))
+
+
+def write_lines(doc: dict[str, Any], path: Path) -> None:
+    path.write_text("".join(f"{line}\n" for line in timeline_lines(doc)), encoding="utf-8")
+
+
+class Clock:
+    """Wall and CPU seconds of a block: the CPU figure compares across a busy machine."""
+
+    def __enter__(self) -> Clock:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+    def __str__(self) -> str:
+        return f"{self.wall:.1f} s (cpu {self.cpu:.1f} s)"
+
+
+def located_load(path: Path) -> Timeline:
+    """The located path alone (every value with its place, the JSON schema): what every
+    YAML timeline took before the fast path, and what a defective one still takes."""
+    text = path.read_text(encoding="utf-8")
+    return located_timeline(parse_yaml(text, str(path), max_values=len(text) + 100_000))
+
+
+def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:
+    doc = generate(args.heads, args.queues, seed=args.seed, **SHAPES[shape])  # type: ignore[arg-type]
+    yaml_path, lines_path = tmp / f"{shape}.yaml", tmp / f"{shape}.jsonl"
+    write_timeline(doc, yaml_path)
+    write_lines(doc, lines_path)
+    print(
+        f"\n[{shape}] {args.heads} heads over {args.queues} queues, seed {args.seed}: "
+        f"{len(doc['steps'])} steps; YAML {yaml_path.stat().st_size / 1e6:.1f} MB, "
+        f"JSON lines {lines_path.stat().st_size / 1e6:.1f} MB"
+    )
+    with Clock() as lines_clock:
+        timeline = load_timeline(lines_path)
+    print(f"load JSON lines: {lines_clock}")
+    if not args.skip_yaml:
+        with Clock() as yaml_clock:
+            from_yaml = load_timeline(yaml_path)
+        same = len(from_yaml.steps) == len(timeline.steps) and from_yaml.history == timeline.history
+        print(f"load YAML (fast path): {yaml_clock}; same timeline as JSON lines: {same}")
+    if args.located:
+        with Clock() as located_clock:
+            located_load(yaml_path)
+        print(f"load YAML (located path, the previous loader): {located_clock}")
+    replays_wall = replays_cpu = 0.0
+    profiler = cProfile.Profile() if args.profile else None
+    for label, machines_dir, config_path in (
+        ("policy", args.machines, args.config),
+        ("vs policy", args.vs_machines, args.vs_config),
+    ):
+        machines = load_process_machines(machines_dir)
+        config = StaticConfigStore(load_queue_config(config_path, parameters=machines.parameters))
+        with Clock() as clock, profiler or contextlib.nullcontext():
+            run = replay_timed(timeline, machines, config)
+        replays_wall, replays_cpu = replays_wall + clock.wall, replays_cpu + clock.cpu
+        print(
+            f"replay {label} ({machines_dir}): {clock}, {args.heads / clock.cpu:,.0f} "
+            f"heads/cpu-s; {len(run.world.published.builds())} builds, {run.world.holds} holds"
+        )
+    if args.simulate:
+        machines = load_process_machines(args.machines)
+        config = StaticConfigStore(load_queue_config(args.config, parameters=machines.parameters))
+        # simulate records outcomes literally, and these were drawn for no policy in
+        # particular (a head the policy superseded cannot go green): replay without them,
+        # every queue's first build running to the end while newer heads coalesce.
+        acting = [s for s in timeline.steps if s.kind != "complete"]
+        without = dataclasses.replace(timeline, steps=tuple(acting))
+        with Clock() as clock:
+            sim = simulate(without, machines, config)
+            size = len(json.dumps(result_json(sim.world, sim), indent=2))
+        print(
+            f"simulate --json ({args.machines}, without the outcomes; decision trail, log "
+            f"rows, the document; {len(acting)} steps): "
+            f"{clock}; with the load: {clock.wall + lines_clock.wall:.1f} s "
+            f"(cpu {clock.cpu + lines_clock.cpu:.1f} s); {size / 1e6:.1f} MB of JSON"
+        )
+    total_wall, total_cpu = lines_clock.wall + replays_wall, lines_clock.cpu + replays_cpu
+    print(
+        f"both replays: {replays_wall:.1f} s (cpu {replays_cpu:.1f} s); "
+        f"whatif end to end (load JSON lines + both replays): {total_wall:.1f} s "
+        f"(cpu {total_cpu:.1f} s), {args.heads / total_cpu:,.0f} heads/cpu-s"
+    )
+    if profiler is not None:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
+        print(out.getvalue())
+
+
+def bench_history(commits: int, tmp: Path) -> None:
+    """Loading a history listed oldest-first against newest-first (``git rev-list
+    --parents`` order): the timeline's checks and the in-memory source control."""
+    oldest_first = {f"h{i}": [f"h{i - 1}"] if i else [] for i in range(commits)}
+    newest_first = dict(reversed(list(oldest_first.items())))
+    print(f"\n[history] {commits} commits, one timeline step")
+    clocks = []
+    for label, history in (("oldest-first", oldest_first), ("newest-first", newest_first)):
+        path = tmp / f"history-{label}.jsonl"
+        write_lines({"history": history, "steps": ["run"]}, path)
+        with Clock() as clock:
+            timeline = load_timeline(path)
+            MemorySourceControl(timeline.history)
+        clocks.append(clock)
+        print(f"load {label}: {clock}")
+    print(f"newest-first / oldest-first (cpu): {clocks[1].cpu / max(clocks[0].cpu, 1e-9):.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,62 +236,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=100_000)
     parser.add_argument("--queues", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shape", choices=[*SHAPES, "both"], default="both")
+    parser.add_argument("--commits", type=int, default=8_000, help="history-order comparison")
     parser.add_argument("--machines", default="machines")
     parser.add_argument("--config", default="config/queues.yaml")
     parser.add_argument("--vs-machines", default="examples/policies/serial_every_head/machines")
     parser.add_argument(
         "--vs-config", default="examples/policies/serial_every_head/config/queues.yaml"
     )
+    parser.add_argument("--skip-yaml", action="store_true", help="load JSON lines only")
+    parser.add_argument(
+        "--located", action="store_true", help="also time the located YAML path (minutes)"
+    )
+    parser.add_argument(
+        "--simulate", action="store_true", help="also time simulate --json under the policy"
+    )
     parser.add_argument("--profile", action="store_true", help="print the cProfile top 25")
     args = parser.parse_args(argv)
-
-    started = time.perf_counter()
-    doc = generate(args.heads, args.queues, seed=args.seed)
+    print(f"python {sys.version.split()[0]}; libyaml: {yaml.__with_libyaml__}")
+    shapes = list(SHAPES) if args.shape == "both" else [args.shape]
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "timeline.yaml"
-        write_timeline(doc, path)
-        generated = time.perf_counter() - started
-        size = path.stat().st_size
-        started, cpu = time.perf_counter(), time.process_time()
-        timeline = load_timeline(path)
-        loaded, loaded_cpu = time.perf_counter() - started, time.process_time() - cpu
-    print(
-        f"python {sys.version.split()[0]}; {args.heads} heads over {args.queues} queues, "
-        f"seed {args.seed}: {len(timeline.steps)} steps, {size / 1e6:.1f} MB of YAML"
-    )
-    print(f"generate {generated:.1f} s; load {loaded:.1f} s (cpu {loaded_cpu:.1f} s)")
-    total, total_cpu = loaded, loaded_cpu
-    replays = replays_cpu = 0.0
-    profiler = cProfile.Profile() if args.profile else None
-    for label, machines_dir, config_path in (
-        ("policy", args.machines, args.config),
-        ("vs policy", args.vs_machines, args.vs_config),
-    ):
-        machines = load_process_machines(machines_dir)
-        config = StaticConfigStore(load_queue_config(config_path, parameters=machines.parameters))
-        started, cpu = time.perf_counter(), time.process_time()
-        with profiler or contextlib.nullcontext():
-            run = replay_timed(timeline, machines, config)
-        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-        total, total_cpu = total + seconds, total_cpu + cpu
-        replays, replays_cpu = replays + seconds, replays_cpu + cpu
-        print(
-            f"replay {label} ({machines_dir}): {seconds:.1f} s, {args.heads / seconds:,.0f} "
-            f"heads/s (cpu {cpu:.1f} s, {args.heads / cpu:,.0f} heads/cpu-s); "
-            f"{len(run.world.published.builds())} builds, {run.world.holds} holds"
-        )
-    print(
-        f"both replays: {replays:.1f} s, {args.heads / replays:,.0f} heads/s "
-        f"(cpu {replays_cpu:.1f} s, {args.heads / replays_cpu:,.0f} heads/cpu-s)"
-    )
-    print(
-        f"load + both replays: {total:.1f} s, {args.heads / total:,.0f} heads/s "
-        f"(cpu {total_cpu:.1f} s, {args.heads / total_cpu:,.0f} heads/cpu-s)"
-    )
-    if profiler is not None:
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
-        print(out.getvalue())
+        for shape in shapes:
+            bench_shape(args, shape, Path(tmp))
+        bench_history(args.commits, Path(tmp))
     return 0
 
 

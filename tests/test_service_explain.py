@@ -16,7 +16,7 @@ from stovepipe_fsm.adapters.git import GitSourceControlProvider
 from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.apps.service.connect import NatsOptions
 from stovepipe_fsm.apps.service.demo import make_repository
-from stovepipe_fsm.apps.service.export import export_timeline
+from stovepipe_fsm.apps.service.export import export_format, export_timeline, render_timeline
 from stovepipe_fsm.apps.service.operators import (
     explain_document,
     render_status,
@@ -131,6 +131,12 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
     # Replayed under the shipped policy (its own hold delay): A built and succeeded as it
     # did live; what became of B..F depends on that policy, which is whatif's business.
     assert ended["A"] == "succeeded" and sorted(ended) == list("ABCDEF")
+    # The same export as JSON lines (chosen by the file name) replays the same.
+    lines = tmp_path / "exported.jsonl"
+    lines.write_text(render_timeline(exported.timeline, export_format(None, str(lines))))
+    assert lines.read_text().startswith('{"timeline": 1, ')
+    again = simulate(load_timeline(lines), machines(), load_policy_store("config/queues.yaml"))
+    assert {r.uri: r.state for r in again.world.requests.snapshot()} == ended
 
     # A second service on the same broker: every record still there, none doubled.
     async with running_service(js_env.server, js_env.topology, config, provider=provider) as run:

@@ -17,7 +17,9 @@ from test_simulate_cli import BAD_TIMELINES
 from bench.whatif import generate, write_timeline
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.cli import EXIT_OK, EXIT_USAGE, main
+from stovepipe_fsm.apps.whatif import command as whatif_command
 from stovepipe_fsm.apps.whatif.compare import percentile
+from stovepipe_fsm.apps.whatif.parallel import can_fork
 from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.simulation.replay import simulate
@@ -177,6 +179,56 @@ def test_a_complete_before_admission_is_kept_not_refused(
 
 
 def test_invalid_vs_policy_is_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "queues.yaml"
+    config.write_text("defaults:\n  max_concurrent: 0\n")
+    code, out, err = run_cli(
+        ["whatif", WALKTHROUGH, "--vs-machines", "machines", "--vs-config", str(config)], capsys
+    )
+    assert (code, out) == (EXIT_USAGE, "")
+    assert err.startswith(f"{config}:2:"), err
+    assert "Traceback" not in err
+
+
+# --- the two replays side by side (apps/whatif/parallel.py) ----------------------------
+
+
+@pytest.fixture
+def parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timeline long enough for the second replay to run in a forked process."""
+    assert can_fork(), "these tests need a second core and fork"
+    monkeypatch.setattr(whatif_command, "PARALLEL_FROM_STEPS", 0)
+
+
+@pytest.mark.parametrize("output", [["--json"], []])
+def test_side_by_side_replays_print_what_one_after_the_other_prints(
+    output: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    path = tmp_path / "bench.yaml"
+    write_timeline(generate(300, 3, seed=4), path)
+    args = ["whatif", str(path), *VS_SERIAL, *output]
+    monkeypatch.setattr(whatif_command, "can_fork", lambda: False)
+    code, sequential, err = run_cli(args, capsys)
+    assert code == EXIT_OK, err
+    monkeypatch.setattr(whatif_command, "can_fork", lambda: True)
+    monkeypatch.setattr(whatif_command, "PARALLEL_FROM_STEPS", 0)
+    forked: list[bool] = []
+    real = whatif_command.replay_both
+    monkeypatch.setattr(
+        whatif_command,
+        "replay_both",
+        lambda a, b, *, parallel: forked.append(parallel) or real(a, b, parallel=parallel),
+    )
+    code, side_by_side, err = run_cli(args, capsys)
+    assert (code, err) == (EXIT_OK, "")
+    assert forked == [True]
+    assert side_by_side == sequential
+    assert "differs: " in side_by_side or '"differences"' in side_by_side
+
+
+@pytest.mark.usefixtures("parallel")
+def test_an_invalid_policy_in_the_forked_replay_is_located(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "queues.yaml"
     config.write_text("defaults:\n  max_concurrent: 0\n")
     code, out, err = run_cli(

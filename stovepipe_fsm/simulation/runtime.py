@@ -13,8 +13,9 @@ Because in-memory adapters never suspend, every coroutine completes in one
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
@@ -51,43 +52,67 @@ class Message:
     failures: int = 0  # failed attempts so far, as the settle policy counts them
 
 
-@dataclass
 class SimBroker:
-    """The process topic: per-queue order, one in flight, holds and retries in place."""
+    """The process topic: per-queue order, one in flight, holds and retries in place.
 
-    messages: list[Message] = field(default_factory=list)
-    next_seq: int = 1
+    Messages are kept per queue (in order) and by sequence, so a delivery costs the same
+    however many heads wait: finding the due heads looks at one message per queue, and
+    finding or removing a message is a lookup, never a scan of the topic.
+    """
+
+    def __init__(self, messages: Iterable[Message] = (), next_seq: int = 1) -> None:
+        self.next_seq = next_seq
+        self._by_seq: dict[int, Message] = {}
+        self._by_queue: dict[str, deque[Message]] = {}
+        for message in messages:
+            self._add(message)
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every pending message, in publish order."""
+        return list(self._by_seq.values())
+
+    def _add(self, message: Message) -> None:
+        self._by_seq[message.seq] = message
+        self._by_queue.setdefault(message.queue, deque()).append(message)
 
     def publish(self, queue: str, request_id: str, now_ms: int) -> None:
-        self.messages.append(Message(self.next_seq, queue, request_id, now_ms))
+        self._add(Message(self.next_seq, queue, request_id, now_ms))
         self.next_seq += 1
 
     def heads(self) -> list[Message]:
         """The first pending message of every queue (the only deliverable one)."""
-        seen: dict[str, Message] = {}
-        for message in self.messages:
-            seen.setdefault(message.queue, message)
-        return list(seen.values())
+        return sorted((waiting[0] for waiting in self._by_queue.values()), key=_seq)
 
     def due(self, now_ms: int) -> list[Message]:
-        return sorted((m for m in self.heads() if m.due_ms <= now_ms), key=lambda m: m.seq)
+        return [m for m in self.heads() if m.due_ms <= now_ms]
 
     def next_due_ms(self) -> int | None:
-        times = [m.due_ms for m in self.heads()]
+        times = [waiting[0].due_ms for waiting in self._by_queue.values()]
         return min(times) if times else None
 
     def remove(self, message: Message) -> None:
-        self.messages = [m for m in self.messages if m.seq != message.seq]
+        pending = self._by_seq.pop(message.seq, None)
+        if pending is None:
+            return
+        waiting = self._by_queue[pending.queue]
+        if waiting[0] is pending:
+            waiting.popleft()
+        else:
+            waiting.remove(pending)
+        if not waiting:
+            del self._by_queue[pending.queue]
 
     def find(self, seq: int) -> Message | None:
         """The pending message ``seq``; ``None`` once it was settled."""
-        for message in self.messages:
-            if message.seq == seq:
-                return message
-        return None
+        return self._by_seq.get(seq)
 
     def clone(self) -> SimBroker:
-        return SimBroker([dataclasses.replace(m) for m in self.messages], self.next_seq)
+        return SimBroker([dataclasses.replace(m) for m in self._by_seq.values()], self.next_seq)
+
+
+def _seq(message: Message) -> int:
+    return message.seq
 
 
 class SimPublisher:

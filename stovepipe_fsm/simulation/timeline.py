@@ -13,16 +13,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..adapters.memory.source_control import parents_first
 from ..domain.entities import RUNTIME_KEYS
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..spec.errors import Location, SpecError, SpecIssue
 from ..spec.model import ParameterSpec
 from ..spec.parameters import as_json, value_problems
 from ..spec.schema import load_schema, schema_issues
-from ..spec.yaml_source import SourceDocument, read_yaml
+from ..spec.yaml_source import (
+    MAX_VALUES,
+    SourceDocument,
+    parse_yaml,
+    parse_yaml_fast,
+    read_text,
+)
 from .expectations import Expectation, parse_expectation
+from .timeline_lines import is_lines, parse_lines
+from .timeline_shape import BULK_KEYS, commits_valid, header_valid, step_decided, step_valid
 
 DEFAULT_QUEUE = "monorepo/main"
+#: The largest timeline file read: recorded history runs to tens of MB, policy files
+#: (bounded far lower) to a few KiB.
+MAX_TIMELINE_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,77 @@ class Timeline:
 
 
 def load_timeline(path: str | Path) -> Timeline:
-    doc = read_yaml(path)
+    """Read a timeline file: YAML, or JSON lines (:mod:`.timeline_lines`) by its suffix
+    or its first line.
+
+    A large file takes the fast path: the C YAML parser (or ``json``) and the hand-written
+    checks of :mod:`.timeline_shape`. Whatever the fast path does not accept is read again
+    the located way (every value with its ``file:line:column``, the JSON schema), which
+    reports each defect where it is; a valid file gives the same timeline either way.
+    """
+    name = str(path)
+    text = read_text(path, name, max_bytes=MAX_TIMELINE_BYTES)
+    if is_lines(path, text[:4096].encode()):
+        doc = parse_lines(text, name)
+        steps_at = tuple(doc.locate(("steps", i)) for i in range(len(doc.data["steps"])))
+        fast = _fast_timeline(name, doc.data, steps_at, doc.locate(("config",)))
+        return fast if fast is not None else located_timeline(doc)
+    quick = parse_yaml_fast(text, name, "steps")
+    if quick is not None:
+        config_at = quick.top.get("config", Location(name, 1, 1))
+        fast = _fast_timeline(name, quick.data, quick.items, config_at)
+        if fast is not None:
+            return fast
+    # Without aliases a document has fewer values than characters: the bound admits every
+    # such file and still stops an alias bomb after work proportional to the file.
+    return located_timeline(parse_yaml(text, name, max_values=max(MAX_VALUES, len(text))))
+
+
+def _fast_timeline(
+    file: str, data: dict[str, Any], steps_at: tuple[Location, ...], config_at: Location
+) -> Timeline | None:
+    """The timeline of ``data`` when every check passes on the fast path; ``None`` as soon
+    as one does not (the located path then says what and where), or for a timeline with
+    ``expect`` steps (whose checks are located key by key)."""
+    steps_data = data.get("steps")
+    if type(steps_data) is not list or len(steps_data) != len(steps_at):
+        return None
+    header = {k: v for k, v in data.items() if k not in BULK_KEYS}
+    if not header_valid(header):
+        return None
+    history_data = data.get("history", {})
+    changes_data = data.get("changes", {})
+    if not (commits_valid(history_data) and commits_valid(changes_data)):
+        return None
+    queue = data.get("queue", DEFAULT_QUEUE)
+    issues: list[SpecIssue] = []  # any issue sends the file to the located path
+    _check_queue(queue, Location(file, 1, 1), issues)
+    steps = []
+    checked = {queue}
+    for raw, where in zip(steps_data, steps_at, strict=True):
+        if not (step_decided(raw) and step_valid(raw)):
+            return None
+        step = _step(raw, where, queue)
+        if step.queue not in checked:
+            _check_queue(step.queue, where, issues)
+            checked.add(step.queue)
+        steps.append(step)
+    history = {str(k): tuple(v) for k, v in history_data.items()}
+    changes = {str(k): tuple(v) for k, v in changes_data.items()}
+    if issues or any(commit not in history for commit in changes):
+        return None
+    if any(parent not in history for parents in history.values() for parent in parents):
+        return None
+    if parents_first(history)[1]:
+        return None
+    config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
+    if "config" not in data:
+        config_at = Location(file, 1, 1)
+    return Timeline(file, queue, tuple(steps), config, history, config_at, changes)
+
+
+def located_timeline(doc: SourceDocument) -> Timeline:
+    """The timeline of ``doc``, every defect reported at its location."""
     issues = _schema_issues(doc)
     if issues:
         raise SpecError(issues)
@@ -209,18 +291,11 @@ def _check_history(
                         "of the history; list it with its own parents (a root has [])",
                     )
                 )
-    # Peel off commits whose parents are all placed; what never peels off is a cycle
+    # Place commits after their parents; what cannot be placed is on or behind a cycle
     # (an undefined parent, already reported above, counts as placed).
-    known: set[str] = set()
-    pending = dict(history)
-    progressed = True
-    while progressed:
-        progressed = False
-        for commit in list(pending):
-            if all(p in known or p not in history for p in pending[commit]):
-                known.add(commit)
-                del pending[commit]
-                progressed = True
+    _, pending = parents_first(
+        {commit: [p for p in parents if p in history] for commit, parents in history.items()}
+    )
     for commit in sorted(pending):
         issues.append(
             SpecIssue(

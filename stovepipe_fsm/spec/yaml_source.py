@@ -15,6 +15,7 @@ like any other defect, after work proportional to the bound, not to the expansio
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,9 @@ Pair = tuple[Node, Node]
 class _Builder:
     """Turns a composed node tree into plain data and location maps."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, max_values: int = MAX_VALUES) -> None:
         self.file = file
+        self.max_values = max_values
         self.values: dict[JsonPath, Location] = {}
         self.keys: dict[JsonPath, Location] = {}
         self.issues: list[SpecIssue] = []
@@ -99,14 +101,14 @@ class _Builder:
     def _count(self, node: Node, path: JsonPath, values: int = 1) -> None:
         """Charge ``values`` to the document's budget; :class:`_TooLarge` past a bound."""
         self._values += values
-        if self._values > MAX_VALUES:
+        if self._values > self.max_values:
             # An aliased node's own mark is its anchor's: point at the top-level key whose
             # value was being expanded instead, the entry that grew past the bound.
             where = self.keys.get(path[:1]) if path else None
             raise _TooLarge(
                 SpecIssue(
                     where or self.loc(node),
-                    f"the document expands to more than {MAX_VALUES} values (an alias "
+                    f"the document expands to more than {self.max_values} values (an alias "
                     "repeats everything it points at); write the values out or use fewer "
                     "nested aliases",
                     "syntax",
@@ -208,8 +210,11 @@ class _Builder:
         return merged, own
 
 
-def parse_yaml(text: str, file: str) -> SourceDocument:
-    """Parse one YAML document, raising :class:`SpecError` with locations on any defect."""
+def parse_yaml(text: str, file: str, *, max_values: int = MAX_VALUES) -> SourceDocument:
+    """Parse one YAML document, raising :class:`SpecError` with locations on any defect.
+
+    ``max_values`` bounds what the document may expand to (see :data:`MAX_VALUES`).
+    """
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
@@ -229,7 +234,7 @@ def parse_yaml(text: str, file: str) -> SourceDocument:
         raise SpecError(
             [SpecIssue(Location(file, 1, 1), "file is empty; expected a YAML mapping", "syntax")]
         )
-    builder = _Builder(file)
+    builder = _Builder(file, max_values)
     try:
         data = builder.build(node, ())
     except _TooLarge as exc:
@@ -258,33 +263,43 @@ def _context(exc: yaml.MarkedYAMLError) -> str:
     return f" ({exc.context} at line {start.line + 1}, column {start.column + 1})"
 
 
-def read_yaml(path: str | Path, *, display_name: str | None = None) -> SourceDocument:
-    """Read and parse a YAML file; unreadable or non-UTF-8 files become located errors."""
+def read_yaml(
+    path: str | Path,
+    *,
+    display_name: str | None = None,
+    max_bytes: int = MAX_FILE_BYTES,
+    max_values: int = MAX_VALUES,
+) -> SourceDocument:
+    """Read and parse a YAML file; unreadable or non-UTF-8 files become located errors.
+
+    The bounds default to a policy file's; a caller reading larger files by design (a
+    timeline of recorded history) passes its own.
+    """
     name = display_name or str(path)
+    text = read_text(path, name, max_bytes=max_bytes)
+    return parse_yaml(text, name, max_values=max_values)
+
+
+def read_text(path: str | Path, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a file of at most ``max_bytes``; located errors otherwise."""
     try:
         with Path(path).open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+            raw = handle.read(max_bytes + 1)
     except FileNotFoundError:
         raise SpecError([SpecIssue(Location(name, 1, 1), "file not found", "io")]) from None
     except OSError as exc:
         raise SpecError(
             [SpecIssue(Location(name, 1, 1), f"cannot read: {exc.strerror}", "io")]
         ) from None
-    if len(raw) > MAX_FILE_BYTES:
+    if len(raw) > max_bytes:
+        hint = "; a policy file is a few KiB" if max_bytes == MAX_FILE_BYTES else ""
         raise SpecError(
-            [
-                SpecIssue(
-                    Location(name, 1, 1),
-                    f"file is larger than {MAX_FILE_BYTES} bytes; a policy file is a few KiB",
-                    "io",
-                )
-            ]
+            [SpecIssue(Location(name, 1, 1), f"file is larger than {max_bytes} bytes{hint}", "io")]
         )
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError([_undecodable(raw, exc, name)]) from None
-    return parse_yaml(text, name)
 
 
 def _undecodable(raw: bytes, exc: UnicodeDecodeError, name: str) -> SpecIssue:
@@ -297,3 +312,87 @@ def _undecodable(raw: bytes, exc: UnicodeDecodeError, name: str) -> SpecIssue:
         f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x}: {exc.reason}); save it as UTF-8",
         "io",
     )
+
+
+# --- the fast path -----------------------------------------------------------------------
+
+#: What the fast path leaves to :func:`parse_yaml`: anchors and aliases (``&`` ``*``), tags
+#: (``!``) and merge keys (``<<``), whose bounds and checks only the located builder has.
+#: It may also match inside a quoted value; that costs speed, never correctness.
+_NOT_PLAIN = re.compile(r"[&*!]|<<")
+
+
+@dataclass(frozen=True)
+class FastDocument:
+    """Data read by PyYAML's C parser, with the few locations a large file needs up front.
+
+    ``top`` locates the value of each top-level key, ``items`` each item of the top-level
+    list ``items_of`` (a timeline's steps, which a run reports errors at). Everything else
+    is located by reading the file again with :func:`parse_yaml`, on the rare path where
+    something is wrong.
+    """
+
+    file: str
+    data: dict[str, Any]
+    top: dict[str, Location]
+    items: tuple[Location, ...]
+
+
+class _NotFast(Exception):
+    """The document needs the located builder (a duplicate or non-scalar key)."""
+
+
+if yaml.__with_libyaml__:
+
+    class _FastLoader(yaml.CSafeLoader):
+        """The C parser and the safe constructor; a mapping is built as the located builder
+        builds it (keys as strings), and a duplicate key sends the document back to it."""
+
+        def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+            mapping: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, ScalarNode):
+                    raise _NotFast
+                key = self.construct_object(key_node)
+                key = key if isinstance(key, str) else str(key)
+                if key in mapping:
+                    raise _NotFast
+                mapping[key] = self.construct_object(value_node, deep=deep)
+            return mapping
+
+
+def parse_yaml_fast(text: str, file: str, items_of: str) -> FastDocument | None:
+    """``text`` read with PyYAML's libyaml-backed loader, or ``None`` when the fast path
+    does not apply: libyaml missing, a construct it leaves to :func:`parse_yaml` (see
+    :data:`_NOT_PLAIN`), or any defect at all. ``None`` means "read it with
+    :func:`parse_yaml`", which reports every defect at its ``file:line:column``.
+
+    A document the fast path returns is the same data :func:`parse_yaml` builds.
+    """
+    if not yaml.__with_libyaml__ or _NOT_PLAIN.search(text):
+        return None
+    loader = _FastLoader(text)
+    try:
+        node = loader.get_single_node()
+        if not isinstance(node, MappingNode):
+            return None
+        top: dict[str, Location] = {}
+        items: tuple[Location, ...] = ()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, ScalarNode):
+                return None
+            mark = value_node.start_mark
+            top[key_node.value] = Location(file, mark.line + 1, mark.column + 1)
+            if key_node.value == items_of and isinstance(value_node, SequenceNode):
+                items = tuple(
+                    Location(file, item.start_mark.line + 1, item.start_mark.column + 1)
+                    for item in value_node.value
+                )
+        data = loader.construct_document(node)
+    except (yaml.YAMLError, _NotFast, RecursionError, ValueError, TypeError):
+        return None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict) or set(top) != set(data):
+        return None
+    return FastDocument(file, data, top, items)

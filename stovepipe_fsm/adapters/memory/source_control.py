@@ -18,6 +18,37 @@ from ...ports.source_control import SourceControl
 UNAVAILABLE_MESSAGE = "source control unavailable"
 
 
+def parents_first(
+    graph: Mapping[str, Sequence[str]],
+) -> tuple[list[str], dict[str, Sequence[str]]]:
+    """``graph``'s commits with every commit after its parents, and those that cannot be
+    placed (a parent the graph does not define, a parent cycle, or a descendant of one).
+
+    Linear in commits and parent links whatever the mapping's order: ``git rev-list
+    --parents`` lists a history newest-first, children before the parents they need.
+    """
+    waiting: dict[str, int] = {}
+    children: dict[str, list[str]] = {}
+    ready: list[str] = []
+    for commit, commit_parents in graph.items():
+        distinct = set(commit_parents)
+        waiting[commit] = len(distinct)
+        for parent in distinct:
+            children.setdefault(parent, []).append(commit)
+        if not distinct:
+            ready.append(commit)
+    order: list[str] = []
+    while ready:
+        commit = ready.pop()
+        order.append(commit)
+        for child in children.get(commit, ()):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+    placed = set(order)
+    return order, {c: ps for c, ps in graph.items() if c not in placed}
+
+
 class MemorySourceControl:
     """``SourceControl`` over an immutable-per-commit graph.
 
@@ -35,21 +66,20 @@ class MemorySourceControl:
         self._changes: dict[str, frozenset[str]] = {}
         self._available = True
         self.calls = 0
-        pending = dict(parents or {})
+        graph = dict(parents or {})
+        for commit, commit_parents in graph.items():
+            if isinstance(commit_parents, str):
+                raise TypeError(f"parents of {commit!r} must be a sequence of ids, not a string")
         # Accept the mapping in any order: add a commit once all its parents are in.
-        while pending:
-            progressed = False
-            for commit in list(pending):
-                if all(p in self._parents for p in pending[commit]):
-                    self.add_commit(commit, pending.pop(commit))
-                    progressed = True
-            if not progressed:
-                missing = sorted(
-                    {p for ps in pending.values() for p in ps if p not in self._parents}
-                    - set(pending)
-                )
-                detail = f"unknown parents {missing}" if missing else "a parent cycle"
-                raise ValueError(f"commit graph has {detail}: {sorted(pending)}")
+        order, pending = parents_first(graph)
+        for commit in order:
+            self.add_commit(commit, graph[commit])
+        if pending:
+            missing = sorted(
+                {p for ps in pending.values() for p in ps if p not in self._parents} - set(pending)
+            )
+            detail = f"unknown parents {missing}" if missing else "a parent cycle"
+            raise ValueError(f"commit graph has {detail}: {sorted(pending)}")
         for sha, paths in (changes or {}).items():
             if sha not in self._parents:
                 raise ValueError(f"changes of {sha!r}: no such commit in the graph")

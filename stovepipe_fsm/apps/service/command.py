@@ -178,6 +178,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--queue", default="**", help="queue name or glob (default: every queue)")
     p.add_argument("--out", help="write the timeline here (default: standard output)")
+    p.add_argument(
+        "--format",
+        choices=("yaml", "jsonl"),
+        help="yaml, or jsonl: JSON lines (default: jsonl for an --out ending .jsonl, else yaml)",
+    )
     p.set_defaults(handler=_needs_nats("export", cmd_export))
 
     p = sub.add_parser("pause", help="hold every head of a queue (or a glob) until resume")
@@ -626,10 +631,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import datetime
 
-    import yaml
-
     from .connect import connect
-    from .export import export_timeline, parse_since
+    from .export import export_format, export_timeline, parse_since, render_timeline
 
     try:
         since_ms = parse_since(args.since, datetime.datetime.now(datetime.UTC))
@@ -645,7 +648,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             )
         finally:
             await nc.close()
-        text = yaml.safe_dump(export.timeline, sort_keys=False, allow_unicode=True)
+        text = render_timeline(export.timeline, export_format(args.format, args.out))
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
         else:

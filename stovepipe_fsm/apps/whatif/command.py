@@ -1,7 +1,8 @@
 """``stovepipe-fsm whatif``: replay one timeline under two policies and compare them.
 
 Both runs read the same timeline file and are timed on its clock
-(:mod:`stovepipe_fsm.simulation.timed`); the figures and the requests that end
+(:mod:`stovepipe_fsm.simulation.timed`), side by side in two processes for a long
+timeline on a machine with the cores (:mod:`.parallel`); the figures and the requests that end
 differently are shown side by side (docs/whatif.md). Input is checked as ``simulate``
 checks it: a bad timeline or policy is reported at ``file:line:column``, exit 2.
 """
@@ -13,10 +14,11 @@ import json
 from typing import Any
 
 from ...process.catalog import load_process_machines
-from ...simulation.timed import TimedRun, replay_timed
+from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
-from .compare import TOTAL, Difference, Figures, differences, figures_by_queue, percentile
+from .compare import TOTAL, Difference, Figures, RunSummary, differences, percentile, summarize
+from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
 
 SIDES = ("policy", "vs_policy")
 
@@ -32,23 +34,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=cmd_whatif)
 
 
-def cmd_whatif(args: argparse.Namespace) -> int:
+def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int:
+    """Replay, compare, print. ``parallel`` (default: for a long timeline on a machine
+    with the cores, :mod:`.parallel`) runs the two replays side by side."""
     timeline = load_timeline(args.timeline)
-    run = _replay(timeline, args.machines, args.config)
-    vs = _replay(timeline, args.vs_machines, args.vs_config)
+    if parallel is None:
+        parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
+    run, vs = replay_both(
+        lambda: _replay(timeline, args.machines, args.config),
+        lambda: _replay(timeline, args.vs_machines, args.vs_config),
+        parallel=parallel,
+    )
     doc = whatif_json(args, run, vs)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
     return EXIT_OK
 
 
-def _replay(timeline: Timeline, machines_dir: str, config_path: str) -> TimedRun:
+def _replay(timeline: Timeline, machines_dir: str, config_path: str) -> RunSummary:
     machines = load_process_machines(machines_dir)
-    return replay_timed(timeline, machines, load_policy_store(config_path, machines.parameters))
+    config = load_policy_store(config_path, machines.parameters)
+    return summarize(replay_timed(timeline, machines, config))
 
 
-def whatif_json(args: argparse.Namespace, run: TimedRun, vs: TimedRun) -> dict[str, Any]:
+def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> dict[str, Any]:
     """The ``whatif --json`` document (docs/whatif.md describes every key)."""
-    mine, theirs = figures_by_queue(run), figures_by_queue(vs)
+    mine, theirs = run.figures, vs.figures
     empty = Figures(0, 0, 0, 0, (), ())
     queues = sorted((mine.keys() | theirs.keys()) - {TOTAL})
     return {
@@ -64,16 +74,8 @@ def whatif_json(args: argparse.Namespace, run: TimedRun, vs: TimedRun) -> dict[s
             for q in queues
         ],
         "total": {"policy": mine[TOTAL].as_json(), "vs_policy": theirs[TOTAL].as_json()},
-        "completes": {side: _completes(r) for side, r in zip(SIDES, (run, vs), strict=True)},
+        "completes": {side: r.completes for side, r in zip(SIDES, (run, vs), strict=True)},
         "differences": [d.as_json() for d in differences(run, vs)],
-    }
-
-
-def _completes(run: TimedRun) -> dict[str, int]:
-    return {
-        "applied": run.completes_applied,
-        "dropped": run.completes_dropped,
-        "waiting": run.completes_waiting,
     }
 
 

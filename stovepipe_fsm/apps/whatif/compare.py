@@ -118,22 +118,44 @@ class Difference:
         }
 
 
-def differences(run: TimedRun, vs: TimedRun) -> list[Difference]:
+@dataclass(frozen=True)
+class RunSummary:
+    """What the comparison needs of one run: its figures, the fate of its outcomes, and
+    every head's final state. Plain data, so a run replayed in another process can send
+    it back (:mod:`.parallel`)."""
+
+    figures: dict[str, Figures]
+    completes: dict[str, int]
+    final: dict[tuple[str, str], tuple[str, str]]  # (queue, uri) -> (state, request id)
+
+
+def summarize(run: TimedRun) -> RunSummary:
+    completes = {
+        "applied": run.completes_applied,
+        "dropped": run.completes_dropped,
+        "waiting": run.completes_waiting,
+    }
+    final = {(r.queue, r.uri): (r.state, r.id) for r in run.world.requests.snapshot()}
+    return RunSummary(figures_by_queue(run), completes, final)
+
+
+def differences(run: RunSummary, vs: RunSummary) -> list[Difference]:
     """Heads whose final state differs, by queue and ingest order. A head is the same
     head under both policies when it is the same commit of the same queue."""
-    mine = {(r.queue, r.uri): r for r in run.world.requests.snapshot()}
-    theirs = {(r.queue, r.uri): r for r in vs.world.requests.snapshot()}
+    mine, theirs = run.final, vs.final
     out = []
     for key in sorted(mine.keys() | theirs.keys(), key=lambda k: _order(k, mine, theirs)):
         a, b = mine.get(key), theirs.get(key)
-        state_a = a.state if a else "-"
-        state_b = b.state if b else "-"
+        state_a = a[0] if a else "-"
+        state_b = b[0] if b else "-"
         if state_a != state_b:
-            rid = (a or b).id  # type: ignore[union-attr]
+            rid = (a or b)[1]  # type: ignore[index]
             out.append(Difference(key[0], key[1], rid, state_a, state_b))
     return out
 
 
-def _order(key: tuple[str, str], *runs: dict[tuple[str, str], Request]) -> tuple[str, int, str]:
-    request = next(run[key] for run in runs if key in run)
-    return (key[0], parse_request_id(request.id).counter, key[1])
+def _order(
+    key: tuple[str, str], *runs: dict[tuple[str, str], tuple[str, str]]
+) -> tuple[str, int, str]:
+    request_id = next(run[key][1] for run in runs if key in run)
+    return (key[0], parse_request_id(request_id).counter, key[1])
