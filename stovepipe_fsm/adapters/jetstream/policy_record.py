@@ -18,6 +18,7 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...domain.errors import NonRetryable
+from .bulk import latest_values
 from .errors import translated
 from .names import encode_queue_token
 from .topology import Topology
@@ -100,16 +101,13 @@ async def read_queue_parameters(
     with translated(f"read {topology.service_bucket}"):
         try:
             kv = await js.key_value(topology.service_bucket)
-            keys = await kv.keys()
-        except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+        except nats.js.errors.BucketNotFoundError:
             return out
-        for key in keys:
-            if not key.startswith(QUEUE_KEY_PREFIX):
-                continue
+        # One pass over the queue keys' latest values (not a listing, then a get per key).
+        for _, value in await latest_values(kv, QUEUE_KEY_PREFIX + ">"):
             try:
-                entry = await kv.get(key)
-                data = json.loads(entry.value or b"{}")
+                data = json.loads(value)
                 out[str(data["queue"])] = dict(data["parameters"])
-            except (nats.js.errors.KeyNotFoundError, ValueError, KeyError, TypeError):
-                continue  # gone meanwhile, or damaged: status shows no parameters for it
+            except (ValueError, KeyError, TypeError):
+                continue  # damaged: status shows no parameters for it
     return out
