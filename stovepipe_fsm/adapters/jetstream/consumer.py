@@ -9,7 +9,15 @@ when several service replicas pull from the same consumer. A hold is a NAK with 
 the held message stays pending, so it remains the queue's barrier, and only that queue's.
 
 A runner loops on ``fetch(1)`` (never a batch: with one message allowed in flight, a
-batch request just waits out its timeout), hands each message to the controller, and
+batch request just waits out its timeout). An idle runner is *parked*: its one pull
+request waits at the broker for minutes (``fetch_timeout_s``, 300 s by default, shortened
+by a random quarter so that thousands of queues do not renew together), and the broker
+answers it the moment a message is deliverable, whether newly published, redelivered
+after a NAK delay or after an ack deadline. An idle queue therefore costs one pull request
+every few minutes, not one a second, and still reacts in milliseconds. A parked request
+lives only in the broker's memory: whoever learns that it may be gone (a reconnect, a new
+consumer or stream leader, a publish that nothing answered) calls :meth:`_PullLoop.wake`
+and the runner issues a fresh one. The runner hands each message to the controller, and
 asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what becomes of it.
 It only performs the answer:
 
@@ -42,6 +50,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -74,7 +84,11 @@ from .topology import Topology
 log = logging.getLogger("stovepipe_fsm.service")
 
 DEFAULT_ACK_WAIT_S = 10.0
-DEFAULT_FETCH_TIMEOUT_S = 1.0
+#: How long a parked pull request waits at the broker before it is renewed.
+DEFAULT_FETCH_TIMEOUT_S = 300.0
+#: A parked request younger than this is not renewed by :meth:`_PullLoop.nudge`: the
+#: broker answers a live request within milliseconds, so only an older one is suspect.
+NUDGE_AFTER_S = 2.0
 DEAD_LETTER_RETRY_S = 2.0
 #: The most characters of a request id or an error a log line quotes.
 LOG_FIELD_CHARS = 300
@@ -109,6 +123,9 @@ class _PullLoop:
     ack_wait_s: float
     fetch_timeout_s: float
     _sub: JetStreamContext.PullSubscription | None
+    #: The pull request in flight (a task), and when it was issued (``time.monotonic``).
+    _fetching: asyncio.Future[list[Msg]] | None = None
+    _armed_at: float = 0.0
 
     @property
     def stream(self) -> str:
@@ -151,10 +168,40 @@ class _PullLoop:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
+    def wake(self) -> None:
+        """Give up the parked pull request and issue a fresh one now.
+
+        For when the broker may have lost it (a reconnect, a new leader) or the loop must
+        look at its stop event. A message the old request still brings lands in the same
+        inbox and is taken by the next fetch; a message being settled is not disturbed.
+        """
+        fetching = self._fetching
+        if fetching is not None and not fetching.done():
+            fetching.cancel()
+
+    def nudge(self) -> None:
+        """A message was just published for this loop: if its parked request is old
+        enough to be suspect (a live one would already have been answered), renew it."""
+        if self._fetching is not None and time.monotonic() - self._armed_at >= NUDGE_AFTER_S:
+            self.wake()
+
+    @property
+    def parked(self) -> bool:
+        """Whether the loop is waiting on a pull request (rather than settling)."""
+        return self._fetching is not None
+
     async def run(self, stop: asyncio.Event) -> None:
         """Fetch and settle until ``stop`` is set; the message in hand is always settled."""
         if self._sub is None:
             await self.open()
+        stopping = asyncio.ensure_future(stop.wait())
+        stopping.add_done_callback(lambda _: self.wake())
+        try:
+            await self._loop(stop)
+        finally:
+            stopping.cancel()
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 await self.poll_once()
@@ -172,12 +219,28 @@ class _PullLoop:
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
 
     async def poll_once(self) -> bool:
-        """Fetch at most one message and settle it; ``False`` when none was waiting."""
+        """Fetch at most one message and settle it; ``False`` when none was waiting (the
+        request expired, or :meth:`wake` renewed it)."""
         assert self._sub is not None, "open() first"
+        # A random quarter off the wait: loops started together renew at spread times.
+        timeout = self.fetch_timeout_s * (1.0 - 0.25 * random.random())
+        fetching = asyncio.ensure_future(self._sub.fetch(1, timeout=timeout))
+        self._fetching, self._armed_at = fetching, time.monotonic()
         try:
-            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
-        except (TimeoutError, nats.errors.TimeoutError):
+            await asyncio.wait((fetching,))
+        except asyncio.CancelledError:
+            fetching.cancel()
+            raise
+        finally:
+            self._fetching = None
+        if fetching.cancelled():
             return False
+        exc = fetching.exception()
+        if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)):
+            return False
+        if exc is not None:
+            raise exc
+        msgs = fetching.result()
         for msg in msgs:
             await self.settle(msg)
         return bool(msgs)
