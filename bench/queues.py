@@ -125,9 +125,7 @@ async def _serve(args: argparse.Namespace) -> int:
     start_s = time.perf_counter() - started
     await asyncio.sleep(1.0)  # let the first pull requests go out before memory is read
     print(
-        json.dumps(
-            {"start_s": start_s, "rss_before_kib": before, "rss_after_kib": rss_kib()}
-        ),
+        json.dumps({"start_s": start_s, "rss_before_kib": before, "rss_after_kib": rss_kib()}),
         flush=True,
     )
     stop = asyncio.Event()
@@ -154,10 +152,12 @@ class Figures:
     in_msgs_s: float = 0.0
     out_msgs_s: float = 0.0
     kib_per_queue: float = 0.0
+    restart_s: float = 0.0
     admit_ms: list[float] = field(default_factory=list)
+    after_ingest_ms: list[float] = field(default_factory=list)
 
-    def pct(self, q: float) -> float:
-        ordered = sorted(self.admit_ms)
+    def pct(self, q: float, values: list[float] | None = None) -> float:
+        ordered = sorted(self.admit_ms if values is None else values)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
     def row(self) -> dict[str, Any]:
@@ -166,6 +166,7 @@ class Figures:
             "queues": self.queues,
             "replicas": self.replicas,
             "start_s": round(max(self.start_s), 2),
+            "restart_s": round(self.restart_s, 2),
             "service_cpu_pct": round(self.service_cpu_pct, 2),
             "broker_cpu_pct": round(self.broker_cpu_pct, 2),
             "broker_in_msgs_s": round(self.in_msgs_s, 1),
@@ -173,6 +174,8 @@ class Figures:
             "kib_per_queue": round(self.kib_per_queue, 1),
             "admit_p50_ms": round(self.pct(0.5), 1),
             "admit_p99_ms": round(self.pct(0.99), 1),
+            "published_admit_p50_ms": round(self.pct(0.5, self.after_ingest_ms), 1),
+            "published_admit_p99_ms": round(self.pct(0.99, self.after_ingest_ms), 1),
             "admits": len(self.admit_ms),
         }
 
@@ -245,7 +248,14 @@ async def scenario(
         figures.broker_cpu_pct = (cpu_seconds(server.pid) - broker0) / elapsed * 100
         figures.in_msgs_s = (v1["in_msgs"] - v0["in_msgs"]) / elapsed
         figures.out_msgs_s = (v1["out_msgs"] - v0["out_msgs"]) / elapsed
-        figures.admit_ms = await admit_latencies(server.url, topology, queues, samples)
+        figures.admit_ms, figures.after_ingest_ms = await admit_latencies(
+            server.url, topology, queues, samples
+        )
+        if replicas == 1:  # a restart: every consumer exists, so start only binds them
+            await stop_replica(procs.pop())
+            proc, ready = await start_replica(server.url, tag, queues, tree, fetch_wait)
+            procs.append(proc)
+            figures.restart_s = ready["start_s"]
     finally:
         for proc in procs:
             await stop_replica(proc)
@@ -258,8 +268,11 @@ async def scenario(
     return figures
 
 
-async def admit_latencies(url: str, topology: Any, queues: int, samples: int) -> list[float]:
-    """Ingest one head at a time into distinct idle queues; ms until its build message."""
+async def admit_latencies(
+    url: str, topology: Any, queues: int, samples: int
+) -> tuple[list[float], list[float]]:
+    """Ingest one head at a time into distinct idle queues; ms until its build message,
+    from the ingest call and from the moment the ingest returned (the message published)."""
     import nats
 
     from stovepipe_fsm.adapters.memory import MemorySourceControlProvider
@@ -282,21 +295,25 @@ async def admit_latencies(url: str, topology: Any, queues: int, samples: int) ->
         source_control=MemorySourceControlProvider(),
     )
     chosen = random.Random(queues).sample(queue_names(queues), min(samples, queues))
-    out = []
+    out: list[float] = []
+    after: list[float] = []
     try:
         for n, queue in enumerate(chosen, start=1):
             await asyncio.sleep(0.05)  # light load: one head at a time, a little apart
             started = time.perf_counter()
             await pipeline.ingest.ingest(queue, f"{n:040x}")
+            published = time.perf_counter()
             try:
                 await asyncio.wait_for(builds.get(), 10.0)
             except TimeoutError:
                 print(f"  no admit within 10 s for {queue}", file=sys.stderr)
                 continue
-            out.append((time.perf_counter() - started) * 1000.0)
+            admitted = time.perf_counter()
+            out.append((admitted - started) * 1000.0)
+            after.append((admitted - published) * 1000.0)
     finally:
         await nc.close()
-    return out
+    return out, after
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -305,6 +322,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("queues", "queues"),
         ("replicas", "repl."),
         ("start_s", "start s"),
+        ("restart_s", "restart s"),
         ("service_cpu_pct", "svc CPU %"),
         ("broker_cpu_pct", "broker CPU %"),
         ("broker_in_msgs_s", "in msg/s"),
@@ -312,6 +330,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("kib_per_queue", "KiB/queue"),
         ("admit_p50_ms", "admit p50 ms"),
         ("admit_p99_ms", "admit p99 ms"),
+        ("published_admit_p50_ms", "pub->admit p50"),
+        ("published_admit_p99_ms", "pub->admit p99"),
     ]
     cells = [[h for _, h in heads]] + [[str(r[k]) for k, _ in heads] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(heads))]
