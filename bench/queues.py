@@ -316,6 +316,64 @@ async def admit_latencies(
     return out, after
 
 
+async def status_times(url: str, queues: int, per_queue: int) -> dict[str, Any]:
+    """``status`` over ``queues`` queue rows and ``per_queue`` requests each, written
+    straight into the buckets: seconds of the bulk read (what ``status`` does) against a
+    listing plus one get per key (how it read before), in the same run."""
+    import nats
+
+    from stovepipe_fsm.adapters.jetstream import Topology, ensure_topology
+    from stovepipe_fsm.adapters.jetstream.codec import encode_queue, encode_request
+    from stovepipe_fsm.adapters.jetstream.names import queue_key, request_key
+    from stovepipe_fsm.apps.service.operators import status_document
+    from stovepipe_fsm.domain.entities import Queue, Request
+    from stovepipe_fsm.domain.ids import format_request_id
+
+    topology = Topology.isolated(f"status{queues}")
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    try:
+        await ensure_topology(js, topology)
+        queues_kv = await js.key_value(topology.queues_bucket)
+        requests_kv = await js.key_value(topology.requests_bucket)
+        gate = asyncio.Semaphore(256)
+
+        async def put(kv: Any, key: str, value: bytes) -> None:
+            async with gate:
+                await kv.put(key, value)
+
+        writes = []
+        for name in queue_names(queues):
+            latest = format_request_id(name, per_queue)
+            row = Queue(name, last_green_uri="", latest_request_id=latest)
+            writes.append(put(queues_kv, queue_key(name), encode_queue(row)))
+            for n in range(1, per_queue + 1):
+                request_id = format_request_id(name, n)
+                request = Request(id=request_id, queue=name, uri=f"{n:040x}", state="accepted")
+                writes.append(put(requests_kv, request_key(request_id), encode_request(request)))
+        await asyncio.gather(*writes)
+        started = time.perf_counter()
+        doc = await status_document(js, topology)
+        bulk_s = time.perf_counter() - started
+        assert len(doc["requests"]) == queues * per_queue, len(doc["requests"])
+        started = time.perf_counter()
+        for kv in (queues_kv, requests_kv):
+            for key in await kv.keys():
+                await kv.get(key)
+        per_key_s = time.perf_counter() - started
+        return {
+            "queues": queues,
+            "requests": queues * per_queue,
+            "status_s": round(bulk_s, 2),
+            "per_key_read_s": round(per_key_s, 2),
+        }
+    finally:
+        for name in (*topology.stream_names(), *(f"KV_{b}" for b in topology.bucket_names())):
+            with contextlib.suppress(Exception):
+                await js.delete_stream(name)
+        await nc.close()
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     heads = [
         ("scenario", "scenario"),
@@ -358,7 +416,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         async with NatsServer(Path(tmp) / "nats", port=args.port, http_port=http_port) as server:
             print(f"nats-server on {server.url}, monitoring on 127.0.0.1:{http_port}")
             print(f"idle window {args.window:g} s, {args.samples} admits per scenario\n")
-            for label, size, replicas, tree, fetch_wait in plan:
+            for label, size, replicas, tree, fetch_wait in [] if args.status_only else plan:
                 figures = await scenario(
                     server,
                     http_port,
@@ -372,7 +430,18 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 )
                 rows.append(figures.row())
                 print(table(rows[-1:]).splitlines()[1], flush=True)
-    print("\n" + table(rows))
+            print("\nstatus: the whole document vs. the buckets read one key at a time")
+            for size in sizes:
+                if size < 1000:
+                    continue
+                timed = await status_times(server.url, size, 2)
+                print(
+                    f"  {timed['queues']} queues, {timed['requests']} requests: status "
+                    f"{timed['status_s']} s; listing + get per key {timed['per_key_read_s']} s",
+                    flush=True,
+                )
+                rows.append({"scenario": "status", **timed})
+    print("\n" + table([r for r in rows if r["scenario"] != "status"]))
     return rows
 
 
@@ -385,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None, help="nats-server client port")
     parser.add_argument("--http-port", type=int, default=None, help="monitoring port")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--status-only", action="store_true", help="only the status timings")
     parser.add_argument(
         "--sizes", type=int, nargs="+", default=None, help="queue counts (default 100 1000 10000)"
     )

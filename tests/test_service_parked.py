@@ -14,6 +14,7 @@ import dataclasses
 from test_service_support import FAST, Running, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
 
 PARKED = dataclasses.replace(FAST, fetch_timeout_s=120.0, discover_interval_s=120.0)
 #: Far below the parked wait: reaching a state within this proves no poll was needed.
@@ -120,3 +121,22 @@ async def test_two_parked_replicas_share_the_queues_and_settle_each_head_once(
             run.events.count("acked", request_id) for run in (one, two) for request_id in ids
         )
         assert admitted == len(ids)  # every head settled once, by one replica or the other
+
+
+async def test_a_restart_binds_the_listed_consumers_and_rewrites_no_unchanged_parameters(
+    nats_server: NatsServer,
+) -> None:
+    topology = Topology.isolated("parked-restart-many")
+    many = {"defaults": CONFIG["defaults"], "queues": {f"team/q{n:03d}": {} for n in range(300)}}
+    key = "queue.team/q123"
+    async with running_service(nats_server, topology, many, options=PARKED) as run:
+        listed = await existing_consumers(run.service.js, topology.process_stream)
+        assert len(listed) == 300  # more than one page of the broker's listing
+        kv = await run.service.js.key_value(topology.service_bucket)
+        written = (await kv.get(key)).revision
+    async with running_service(nats_server, topology, many, options=PARKED) as run:
+        assert len(run.service.consumers) == 300
+        kv = await run.service.js.key_value(topology.service_bucket)
+        assert (await kv.get(key)).revision == written  # the same parameters: not rewritten
+        request_id = await run.ingest("team/q123", "A")
+        await run.wait_state(request_id, "processing", timeout=SOON_S)

@@ -157,8 +157,10 @@ class _PullLoop:
     def log_extra(self) -> dict[str, str]:
         return {}
 
-    async def open(self) -> None:
-        await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
+    async def open(self, existing: api.ConsumerConfig | None = None) -> None:
+        """Make sure the durable exists with this loop's settings, and bind to it;
+        ``existing`` is its config when the caller listed the stream's consumers."""
+        await ensure_pull_consumer(self.js, self.stream, self.consumer_config(), existing)
         with translated(f"bind consumer {self.durable}"):
             self._sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
 
@@ -217,6 +219,10 @@ class _PullLoop:
                 )
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
+                # The consumer may be gone (deleted by hand, or since it was listed on
+                # start): recreate it if so, or the loop would fail for ever.
+                with contextlib.suppress(Exception):
+                    await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
 
     async def poll_once(self) -> bool:
         """Fetch at most one message and settle it; ``False`` when none was waiting (the

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import nats.js.errors
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable
 from .bulk import latest_values
@@ -83,14 +84,26 @@ QUEUE_KEY_PREFIX = "queue."
 
 
 async def write_queue_parameters(
-    js: JetStreamContext, topology: Topology, queue: str, parameters: dict[str, object]
+    js: JetStreamContext,
+    topology: Topology,
+    queue: str,
+    parameters: dict[str, object],
+    kv: KeyValue | None = None,
 ) -> None:
-    """The effective parameters the service resolved for ``queue`` (what ``status`` shows)."""
+    """The effective parameters the service resolved for ``queue`` (what ``status`` shows);
+    ``kv``: the service bucket, when the caller opened it already."""
     key = QUEUE_KEY_PREFIX + encode_queue_token(queue)
     body = json.dumps({"queue": queue, "parameters": parameters}, sort_keys=True, default=str)
     with translated(f"write {topology.service_bucket} {key}"):
-        kv = await js.key_value(topology.service_bucket)
+        if kv is None:
+            kv = await js.key_value(topology.service_bucket)
         await kv.put(key, body.encode())
+
+
+def stored_parameters(parameters: dict[str, object]) -> dict[str, object]:
+    """``parameters`` as :func:`read_queue_parameters` reads them back once written."""
+    stored: dict[str, object] = json.loads(json.dumps(parameters, sort_keys=True, default=str))
+    return stored
 
 
 async def read_queue_parameters(

@@ -48,6 +48,8 @@ from typing import Any
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
+from nats.js.kv import KeyValue
 
 from ...adapters.git import GitSourceControlProvider
 from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
@@ -60,12 +62,14 @@ from ...adapters.jetstream.consumer import (
     ProcessConsumer,
 )
 from ...adapters.jetstream.dead_letter import DeadLetter
-from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
+from ...adapters.jetstream.durable_consumer import ConsumerLimitReached, existing_consumers
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.policy_record import (
     PolicyRecord,
+    read_queue_parameters,
+    stored_parameters,
     write_policy_record,
     write_queue_parameters,
 )
@@ -281,6 +285,11 @@ class Service:
         self._chores: dict[str, asyncio.Task[None]] = {}
         self._subscriptions: list[Any] = []
         self._reconnects = 0
+        #: Consumers listed on start, by durable name (taken as their queues open).
+        self._listed: dict[str, ConsumerConfig] = {}
+        #: The parameters in the service bucket, by queue, as last read or written.
+        self._recorded: dict[str, dict[str, object]] = {}
+        self._service_kv: KeyValue | None = None
         self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
@@ -343,6 +352,11 @@ class Service:
         self._spawn("pauses", self._pause_loop())
         self._reconnects = self.nc.stats.get("reconnects", 0)
         await self._subscribe_wakes()
+        # Two listings instead of two round trips per queue: the consumers that exist
+        # (bound without asking about each one) and the parameters status shows (only
+        # the ones that changed are written).
+        self._listed = await existing_consumers(self.js, self.topology.process_stream)
+        self._recorded = await self._read_recorded_parameters()
         await self.add_queues(self.config.configured_queues())
         await self.discover()
         self._spawn("discover", self._discover_loop())
@@ -406,7 +420,7 @@ class Service:
             retry_cap_s=self.options.retry_cap_s,
         )
         try:
-            await consumer.open()
+            await consumer.open(self._listed.pop(consumer.durable, None))
         except ConsumerLimitReached as exc:
             self.refused[queue] = str(exc)
             log.error("queue not served: %s", exc, extra={"queue": queue})
@@ -631,14 +645,31 @@ class Service:
 
         await asyncio.gather(*(record(queue) for queue in sorted(self.consumers)))
 
+    async def _read_recorded_parameters(self) -> dict[str, dict[str, object]]:
+        try:
+            return await read_queue_parameters(self.js, self.topology)
+        except Exception as exc:  # every queue's parameters are then written again
+            log.warning("queue parameters not read: %s: %s", type(exc).__name__, exc)
+            return {}
+
     async def _record_parameters(self, queue: str) -> None:
-        """What ``status`` shows as the queue's effective parameters (best effort)."""
+        """What ``status`` shows as the queue's effective parameters (best effort); not
+        written again when the bucket holds them already."""
         try:
             config = self.config.get(queue)
             values: dict[str, object] = dict(self.machines.parameter_defaults)
             values.update(dict(config.parameters))
             values["max_attempts"] = config.max_attempts
-            await write_queue_parameters(self.js, self.topology, queue, values)
+            stored = stored_parameters(values)
+            if self._recorded.get(queue) == stored:
+                return
+            if self._service_kv is None:
+                with translated(f"open bucket {self.topology.service_bucket}"):
+                    self._service_kv = await self.js.key_value(self.topology.service_bucket)
+            await write_queue_parameters(
+                self.js, self.topology, queue, values, kv=self._service_kv
+            )
+            self._recorded[queue] = stored
         except Exception as exc:  # status shows the previous values until the next write
             log.warning(
                 "queue parameters not recorded: %s: %s",
