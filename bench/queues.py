@@ -406,10 +406,10 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for size in sizes:
         if args.before and size <= 1000:
             plan.append(("before", size, 1, args.before, None))
-        plan.append(("after", size, 1, None, None))
+        plan.append(("after", size, 1, None, args.fetch_wait))
     if args.before:
         plan.append(("before", 1000, 2, args.before, None))
-    plan.append(("after", 1000, 2, None, None))
+    plan.append(("after", 1000, 2, None, args.fetch_wait))
     rows = []
     http_port = args.http_port or free_port()
     with tempfile.TemporaryDirectory(prefix="bench-queues-") as tmp:
@@ -464,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", help=argparse.SUPPRESS)
     parser.add_argument("--queues", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--fetch-wait", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--fetch-wait", type=float, default=None, help="the parked wait, s (default: the service's)"
+    )
     parser.add_argument("--history", type=int, default=1000, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
