@@ -359,6 +359,7 @@ class Service:
         self._recorded = await self._read_recorded_parameters()
         await self.add_queues(self.config.configured_queues())
         await self.discover()
+        self._listed = {}  # a later queue asks the broker: the listing may be stale by then
         self._spawn("discover", self._discover_loop())
         self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
         self._spawn("heartbeat", self._heartbeat_loop())
