@@ -78,6 +78,7 @@ from .dead_letter import DeadLetter, publish_dead_letter
 from .delivery import JetStreamDelivery
 from .durable_consumer import ensure_pull_consumer
 from .errors import translated
+from .shared_inbox import SharedInbox
 from .terminations import TerminationLedger, TerminationMark
 from .topology import Topology
 
@@ -126,6 +127,12 @@ class _PullLoop:
     #: The pull request in flight (a task), and when it was issued (``time.monotonic``).
     _fetching: asyncio.Future[list[Msg]] | None = None
     _armed_at: float = 0.0
+    #: Where the loop fetches when it shares one subscription with others (else its own
+    #: pull subscription), its reply subject there, and whether it waits on it now.
+    inbox: SharedInbox | None = None
+    _reply: str = ""
+    _waiting_on_inbox: bool = False
+    _opened: bool = False
 
     @property
     def stream(self) -> str:
@@ -161,10 +168,17 @@ class _PullLoop:
         """Make sure the durable exists with this loop's settings, and bind to it;
         ``existing`` is its config when the caller listed the stream's consumers."""
         await ensure_pull_consumer(self.js, self.stream, self.consumer_config(), existing)
-        with translated(f"bind consumer {self.durable}"):
-            self._sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        if self.inbox is not None:
+            self._reply = self.inbox.reply_subject(self.durable)
+        else:
+            with translated(f"bind consumer {self.durable}"):
+                self._sub = await self.js.pull_subscribe_bind(
+                    durable=self.durable, stream=self.stream
+                )
+        self._opened = True
 
     async def close(self) -> None:
+        self._opened = False
         sub, self._sub = self._sub, None
         if sub is not None:
             with contextlib.suppress(Exception):
@@ -177,6 +191,8 @@ class _PullLoop:
         look at its stop event. A message the old request still brings lands in the same
         inbox and is taken by the next fetch; a message being settled is not disturbed.
         """
+        if self.inbox is not None and self._waiting_on_inbox:
+            self.inbox.wake(self._reply)
         fetching = self._fetching
         if fetching is not None and not fetching.done():
             fetching.cancel()
@@ -184,18 +200,24 @@ class _PullLoop:
     def nudge(self) -> None:
         """A message was just published for this loop: if its parked request is old
         enough to be suspect (a live one would already have been answered), renew it."""
-        if self._fetching is not None and time.monotonic() - self._armed_at >= NUDGE_AFTER_S:
+        if self.parked and time.monotonic() - self._armed_at >= NUDGE_AFTER_S:
             self.wake()
 
     @property
     def parked(self) -> bool:
         """Whether the loop is waiting on a pull request (rather than settling)."""
-        return self._fetching is not None
+        return self._fetching is not None or self._waiting_on_inbox
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Fetch and settle until ``stop`` is set; the message in hand is always settled."""
-        if self._sub is None:
+    async def run(self, stop: asyncio.Event, *, watch_stop: bool = True) -> None:
+        """Fetch and settle until ``stop`` is set; the message in hand is always settled.
+
+        ``watch_stop=False``: the caller wakes the loop itself when it sets ``stop`` (a
+        service with thousands of loops saves a task per loop)."""
+        if not self._opened:
             await self.open()
+        if not watch_stop:
+            await self._loop(stop)
+            return
         stopping = asyncio.ensure_future(stop.wait())
         stopping.add_done_callback(lambda _: self.wake())
         try:
@@ -227,9 +249,19 @@ class _PullLoop:
     async def poll_once(self) -> bool:
         """Fetch at most one message and settle it; ``False`` when none was waiting (the
         request expired, or :meth:`wake` renewed it)."""
-        assert self._sub is not None, "open() first"
         # A random quarter off the wait: loops started together renew at spread times.
         timeout = self.fetch_timeout_s * (1.0 - 0.25 * random.random())
+        if self.inbox is not None:
+            self._waiting_on_inbox, self._armed_at = True, time.monotonic()
+            try:
+                msg = await self.inbox.fetch(self.stream, self.durable, self._reply, timeout)
+            finally:
+                self._waiting_on_inbox = False
+            if msg is None:
+                return False
+            await self.settle(msg)
+            return True
+        assert self._sub is not None, "open() first"
         fetching = asyncio.ensure_future(self._sub.fetch(1, timeout=timeout))
         self._fetching, self._armed_at = fetching, time.monotonic()
         try:
@@ -270,10 +302,12 @@ class ProcessConsumer(_PullLoop):
         fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
         retry_base_s: float = DEFAULT_RETRY_BASE_S,
         retry_cap_s: float = DEFAULT_RETRY_CAP_S,
+        inbox: SharedInbox | None = None,
     ) -> None:
         self.js = js
         self.topology = topology
         self.queue = queue
+        self.inbox = inbox
         self.handler = handler
         self.config = config
         self.ledger = ledger

@@ -75,6 +75,7 @@ from ...adapters.jetstream.policy_record import (
 )
 from ...adapters.jetstream.prune import PruneReport, prune_terminal_requests
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
@@ -290,6 +291,8 @@ class Service:
         #: The parameters in the service bucket, by queue, as last read or written.
         self._recorded: dict[str, dict[str, object]] = {}
         self._service_kv: KeyValue | None = None
+        #: The one subscription every queue's pull requests are answered on.
+        self._inbox: SharedInbox | None = None
         self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
@@ -352,6 +355,8 @@ class Service:
         self._spawn("pauses", self._pause_loop())
         self._reconnects = self.nc.stats.get("reconnects", 0)
         await self._subscribe_wakes()
+        self._inbox = SharedInbox(self.nc)
+        await self._inbox.open()
         # Two listings instead of two round trips per queue: the consumers that exist
         # (bound without asking about each one) and the parameters status shows (only
         # the ones that changed are written).
@@ -419,6 +424,7 @@ class Service:
             fetch_timeout_s=self.options.fetch_timeout_s,
             retry_base_s=self.options.retry_base_s,
             retry_cap_s=self.options.retry_cap_s,
+            inbox=self._inbox,
         )
         try:
             await consumer.open(self._listed.pop(consumer.durable, None))
@@ -428,7 +434,7 @@ class Service:
             return False
         self.consumers[queue] = consumer
         await self._record_parameters(queue)
-        self._spawn(f"queue:{queue}", consumer.run(self._stop))
+        self._spawn(f"queue:{queue}", consumer.run(self._stop, watch_stop=False))
         log.info("consumer started", extra={"queue": queue})
         return True
 
@@ -452,6 +458,8 @@ class Service:
     async def stop(self) -> None:
         """Let runners settle the message in hand, then hand back whatever is left."""
         self._stop.set()
+        for loop in self._loops():
+            loop.wake()  # queue loops do not watch the stop event themselves
         for sub in self._subscriptions:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -464,6 +472,9 @@ class Service:
                 await asyncio.wait(pending, timeout=self.options.shutdown_timeout_s)
         for consumer in self.consumers.values():
             await consumer.close()
+        if self._inbox is not None:
+            with contextlib.suppress(Exception):
+                await self._inbox.close()
         if self._dead_letters is not None:
             await self._dead_letters.close()
         if self._outcomes is not None:
