@@ -110,9 +110,17 @@ class SharedInbox:
             if status in EXPIRED:
                 future.set_result(None)
             else:
-                future.set_exception(nats.js.errors.APIError.from_msg(msg))
+                future.set_exception(_status_error(msg))
             return
         if waiting and future is not None:
             future.set_result(msg)
         else:
             self._early.setdefault(reply, deque()).append(msg)
+
+
+def _status_error(msg: Msg) -> Exception:
+    """The error a status reply stands for (nats-py raises some instead of returning)."""
+    try:
+        return nats.js.errors.APIError.from_msg(msg)
+    except Exception as exc:
+        return exc
