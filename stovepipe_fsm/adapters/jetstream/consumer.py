@@ -17,9 +17,11 @@ after a NAK delay or after an ack deadline. An idle queue therefore costs one pu
 every few minutes, not one a second, and still reacts in milliseconds. A parked request
 lives only in the broker's memory: whoever learns that it may be gone (a reconnect, a new
 consumer or stream leader, a publish that nothing answered) calls :meth:`_PullLoop.wake`
-and the runner issues a fresh one. The runner hands each message to the controller, and
-asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what becomes of it.
-It only performs the answer:
+and the runner issues a fresh one. The service's queue runners fetch through one
+:class:`~.shared_inbox.SharedInbox` (one subscription for all of them); a runner without
+one uses a pull subscription of its own. The runner hands each message to the
+controller, and asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what
+becomes of it. It only performs the answer:
 
 - ack or hold: the controller already did it; an ack forgets the message's failures;
 - retry: the failure count is stored in the attempts bucket (holds are never counted)
