@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stovepipe_fsm.apps.service.operators import render_status
+from stovepipe_fsm.apps.service.operators import render_status, trimmed_status
 
 
 def request(queue: str, n: int, state: str = "superseded") -> dict[str, Any]:
@@ -52,3 +52,14 @@ def test_only_the_newest_requests_of_each_queue_unless_all() -> None:
     assert "request/b/q/1 " in text  # another queue's requests are not crowded out
     everything = render_status(document(), recent=None)
     assert "requests:" in everything and "request/a/q/1 " in everything
+
+
+def test_status_json_keeps_the_newest_requests_of_each_queue_unless_all() -> None:
+    doc = document()
+    trimmed = trimmed_status(doc, 10)
+    ids = [r["id"] for r in trimmed["requests"]]
+    assert ids == [f"request/a/q/{n}" for n in range(3, 13)] + ["request/b/q/1"]
+    assert trimmed["requests_not_shown"] == 2
+    assert doc["requests"] == document()["requests"]  # the document itself is untouched
+    everything = trimmed_status(doc, None)
+    assert len(everything["requests"]) == 13 and "requests_not_shown" not in everything

@@ -9,9 +9,19 @@ when several service replicas pull from the same consumer. A hold is a NAK with 
 the held message stays pending, so it remains the queue's barrier, and only that queue's.
 
 A runner loops on ``fetch(1)`` (never a batch: with one message allowed in flight, a
-batch request just waits out its timeout), hands each message to the controller, and
-asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what becomes of it.
-It only performs the answer:
+batch request just waits out its timeout). An idle runner is *parked*: its one pull
+request waits at the broker for minutes (``fetch_timeout_s``, 300 s by default, shortened
+by a random quarter so that thousands of queues do not renew together), and the broker
+answers it the moment a message is deliverable, whether newly published, redelivered
+after a NAK delay or after an ack deadline. An idle queue therefore costs one pull request
+every few minutes, not one a second, and still reacts in milliseconds. A parked request
+lives only in the broker's memory: whoever learns that it may be gone (a reconnect, a new
+consumer or stream leader, a publish that nothing answered) calls :meth:`_PullLoop.wake`
+and the runner issues a fresh one. The service's queue runners fetch through one
+:class:`~.shared_inbox.SharedInbox` (one subscription for all of them); a runner without
+one uses a pull subscription of its own. The runner hands each message to the
+controller, and asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what
+becomes of it. It only performs the answer:
 
 - ack or hold: the controller already did it; an ack forgets the message's failures;
 - retry: the failure count is stored in the attempts bucket (holds are never counted)
@@ -42,6 +52,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -68,13 +80,18 @@ from .dead_letter import DeadLetter, publish_dead_letter
 from .delivery import JetStreamDelivery
 from .durable_consumer import ensure_pull_consumer
 from .errors import translated
+from .shared_inbox import SharedInbox
 from .terminations import TerminationLedger, TerminationMark
 from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
 
 DEFAULT_ACK_WAIT_S = 10.0
-DEFAULT_FETCH_TIMEOUT_S = 1.0
+#: How long a parked pull request waits at the broker before it is renewed.
+DEFAULT_FETCH_TIMEOUT_S = 300.0
+#: A parked request younger than this is not renewed by :meth:`_PullLoop.nudge`: the
+#: broker answers a live request within milliseconds, so only an older one is suspect.
+NUDGE_AFTER_S = 2.0
 DEAD_LETTER_RETRY_S = 2.0
 #: The most characters of a request id or an error a log line quotes.
 LOG_FIELD_CHARS = 300
@@ -109,6 +126,15 @@ class _PullLoop:
     ack_wait_s: float
     fetch_timeout_s: float
     _sub: JetStreamContext.PullSubscription | None
+    #: The pull request in flight (a task), and when it was issued (``time.monotonic``).
+    _fetching: asyncio.Future[list[Msg]] | None = None
+    _armed_at: float = 0.0
+    #: Where the loop fetches when it shares one subscription with others (else its own
+    #: pull subscription), its reply subject there, and whether it waits on it now.
+    inbox: SharedInbox | None = None
+    _reply: str = ""
+    _waiting_on_inbox: bool = False
+    _opened: bool = False
 
     @property
     def stream(self) -> str:
@@ -140,21 +166,68 @@ class _PullLoop:
     def log_extra(self) -> dict[str, str]:
         return {}
 
-    async def open(self) -> None:
-        await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
-        with translated(f"bind consumer {self.durable}"):
-            self._sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+    async def open(self, existing: api.ConsumerConfig | None = None) -> None:
+        """Make sure the durable exists with this loop's settings, and bind to it;
+        ``existing`` is its config when the caller listed the stream's consumers."""
+        await ensure_pull_consumer(self.js, self.stream, self.consumer_config(), existing)
+        if self.inbox is not None:
+            self._reply = self.inbox.reply_subject(self.durable)
+        else:
+            with translated(f"bind consumer {self.durable}"):
+                self._sub = await self.js.pull_subscribe_bind(
+                    durable=self.durable, stream=self.stream
+                )
+        self._opened = True
 
     async def close(self) -> None:
+        self._opened = False
         sub, self._sub = self._sub, None
         if sub is not None:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Fetch and settle until ``stop`` is set; the message in hand is always settled."""
-        if self._sub is None:
+    def wake(self) -> None:
+        """Give up the parked pull request and issue a fresh one now.
+
+        For when the broker may have lost it (a reconnect, a new leader) or the loop must
+        look at its stop event. A message the old request still brings lands in the same
+        inbox and is taken by the next fetch; a message being settled is not disturbed.
+        """
+        if self.inbox is not None and self._waiting_on_inbox:
+            self.inbox.wake(self._reply)
+        fetching = self._fetching
+        if fetching is not None and not fetching.done():
+            fetching.cancel()
+
+    def nudge(self) -> None:
+        """A message was just published for this loop: if its parked request is old
+        enough to be suspect (a live one would already have been answered), renew it."""
+        if self.parked and time.monotonic() - self._armed_at >= NUDGE_AFTER_S:
+            self.wake()
+
+    @property
+    def parked(self) -> bool:
+        """Whether the loop is waiting on a pull request (rather than settling)."""
+        return self._fetching is not None or self._waiting_on_inbox
+
+    async def run(self, stop: asyncio.Event, *, watch_stop: bool = True) -> None:
+        """Fetch and settle until ``stop`` is set; the message in hand is always settled.
+
+        ``watch_stop=False``: the caller wakes the loop itself when it sets ``stop`` (a
+        service with thousands of loops saves a task per loop)."""
+        if not self._opened:
             await self.open()
+        if not watch_stop:
+            await self._loop(stop)
+            return
+        stopping = asyncio.ensure_future(stop.wait())
+        stopping.add_done_callback(lambda _: self.wake())
+        try:
+            await self._loop(stop)
+        finally:
+            stopping.cancel()
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 await self.poll_once()
@@ -170,14 +243,44 @@ class _PullLoop:
                 )
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
+                # The consumer may be gone (deleted by hand, or since it was listed on
+                # start): recreate it if so, or the loop would fail for ever.
+                with contextlib.suppress(Exception):
+                    await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
 
     async def poll_once(self) -> bool:
-        """Fetch at most one message and settle it; ``False`` when none was waiting."""
+        """Fetch at most one message and settle it; ``False`` when none was waiting (the
+        request expired, or :meth:`wake` renewed it)."""
+        # A random quarter off the wait: loops started together renew at spread times.
+        timeout = self.fetch_timeout_s * (1.0 - 0.25 * random.random())
+        if self.inbox is not None:
+            self._waiting_on_inbox, self._armed_at = True, time.monotonic()
+            try:
+                msg = await self.inbox.fetch(self.stream, self.durable, self._reply, timeout)
+            finally:
+                self._waiting_on_inbox = False
+            if msg is None:
+                return False
+            await self.settle(msg)
+            return True
         assert self._sub is not None, "open() first"
+        fetching = asyncio.ensure_future(self._sub.fetch(1, timeout=timeout))
+        self._fetching, self._armed_at = fetching, time.monotonic()
         try:
-            msgs = await self._sub.fetch(1, timeout=self.fetch_timeout_s)
-        except (TimeoutError, nats.errors.TimeoutError):
+            await asyncio.wait((fetching,))
+        except asyncio.CancelledError:
+            fetching.cancel()
+            raise
+        finally:
+            self._fetching = None
+        if fetching.cancelled():
             return False
+        exc = fetching.exception()
+        if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)):
+            return False
+        if exc is not None:
+            raise exc
+        msgs = fetching.result()
         for msg in msgs:
             await self.settle(msg)
         return bool(msgs)
@@ -201,10 +304,12 @@ class ProcessConsumer(_PullLoop):
         fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
         retry_base_s: float = DEFAULT_RETRY_BASE_S,
         retry_cap_s: float = DEFAULT_RETRY_CAP_S,
+        inbox: SharedInbox | None = None,
     ) -> None:
         self.js = js
         self.topology = topology
         self.queue = queue
+        self.inbox = inbox
         self.handler = handler
         self.config = config
         self.ledger = ledger

@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass, field
 
 import nats.js.errors
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable
+from .bulk import latest_values
 from .errors import translated
 from .names import encode_queue_token
 from .topology import Topology
@@ -93,14 +95,26 @@ QUEUE_KEY_PREFIX = "queue."
 
 
 async def write_queue_parameters(
-    js: JetStreamContext, topology: Topology, queue: str, parameters: dict[str, object]
+    js: JetStreamContext,
+    topology: Topology,
+    queue: str,
+    parameters: dict[str, object],
+    kv: KeyValue | None = None,
 ) -> None:
-    """The effective parameters the service resolved for ``queue`` (what ``status`` shows)."""
+    """The effective parameters the service resolved for ``queue`` (what ``status`` shows);
+    ``kv``: the service bucket, when the caller opened it already."""
     key = QUEUE_KEY_PREFIX + encode_queue_token(queue)
     body = json.dumps({"queue": queue, "parameters": parameters}, sort_keys=True, default=str)
     with translated(f"write {topology.service_bucket} {key}"):
-        kv = await js.key_value(topology.service_bucket)
+        if kv is None:
+            kv = await js.key_value(topology.service_bucket)
         await kv.put(key, body.encode())
+
+
+def stored_parameters(parameters: dict[str, object]) -> dict[str, object]:
+    """``parameters`` as :func:`read_queue_parameters` reads them back once written."""
+    stored: dict[str, object] = json.loads(json.dumps(parameters, sort_keys=True, default=str))
+    return stored
 
 
 async def read_queue_parameters(
@@ -111,18 +125,11 @@ async def read_queue_parameters(
     with translated(f"read {topology.service_bucket}"):
         try:
             kv = await js.key_value(topology.service_bucket)
-            keys = await kv.keys()
-        except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+        except nats.js.errors.BucketNotFoundError:
             return out
-        for key in keys:
-            if not key.startswith(QUEUE_KEY_PREFIX):
-                continue
-            try:
-                entry = await kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                continue  # gone meanwhile
-            out.update(queue_parameters([(key, entry.value or b"")]))
-    return out
+        # One pass over the queue keys' latest values (not a listing, then a get per key).
+        pairs = await latest_values(kv, QUEUE_KEY_PREFIX + ">")
+    return queue_parameters(pairs)
 
 
 def queue_parameters(values: Iterable[tuple[str, bytes]]) -> dict[str, dict[str, object]]:

@@ -853,7 +853,7 @@ def cmd_dlq_prune(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from .connect import connect
-    from .operators import render_status, status_document
+    from .operators import render_status, status_document, trimmed_status
 
     async def run() -> int:
         nc = await connect(nats_options(args))
@@ -861,8 +861,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             doc = await status_document(nc.jetstream(), topology_of(args))
         finally:
             await nc.close()
-        text = render_status(doc, recent=None if args.all else 10)
-        print(json.dumps(doc, indent=2) if args.json else text)
+        recent = None if args.all else 10
+        if args.json:
+            print(json.dumps(trimmed_status(doc, recent), indent=2))
+        else:
+            print(render_status(doc, recent=recent))
         return EXIT_OK
 
     return _run_operator(run())

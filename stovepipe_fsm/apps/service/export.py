@@ -27,6 +27,7 @@ import yaml
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology
+from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.codec import decode_request
 from ...adapters.jetstream.policy_record import read_policy_record
 from ...config.globs import glob_match
@@ -34,7 +35,6 @@ from ...domain.entities import Request
 from ...domain.errors import NonRetryable
 from ...simulation.timeline_lines import SUFFIXES, timeline_lines
 from .durations import parse_duration
-from .operators import bucket_values
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ async def export_timeline(
 ) -> Export:
     """Read the request rows and the policy record; build the timeline."""
     requests = []
-    for _key, value in await bucket_values(js, topology.requests_bucket):
+    for _key, value in await kv_snapshot(js, topology.requests_bucket):
         try:
             requests.append(decode_request(value))
         except NonRetryable:

@@ -15,16 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
+from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.codec import decode_queue, decode_request
-from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from ...adapters.jetstream.policy_record import (
     PolicyRecord,
@@ -177,25 +176,6 @@ async def _wait_for_outcome(
         await asyncio.sleep(WAIT_POLL_S)
 
 
-async def bucket_values(js: JetStreamContext, bucket: str) -> list[tuple[str, bytes]]:
-    """Every ``(key, value)`` of ``bucket`` that is there when read (status, export)."""
-    with translated(f"list {bucket}"):
-        kv = await js.key_value(bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        values = []
-        for key in keys:
-            try:
-                entry = await kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                continue  # deleted between the listing and the read
-            if entry.value:
-                values.append((key, entry.value))
-        return values
-
-
 Row = TypeVar("Row")
 
 
@@ -225,25 +205,19 @@ class StatusRows:
     damaged: list[dict[str, str]]
 
 
-BucketReader = Callable[[JetStreamContext, str], Awaitable[list[tuple[str, bytes]]]]
-
-
-async def status_rows(
-    js: JetStreamContext, topology: Topology, *, values: BucketReader = bucket_values
-) -> StatusRows:
-    """The rows ``status`` shows, read once (the status page also needs the queue rows'
-    leases, which the document leaves out); ``values`` reads a bucket (the status page
-    reads it in one pass: :func:`...adapters.jetstream.kv_snapshot.kv_snapshot`)."""
+async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
+    """The rows ``status`` shows, each bucket read in one pass (:func:`kv_snapshot`), once
+    (the status page also needs the queue rows' leases, which the document leaves out)."""
     damaged: list[dict[str, str]] = []
     requests = _decoded(
         topology.requests_bucket,
-        await values(js, topology.requests_bucket),
+        await kv_snapshot(js, topology.requests_bucket),
         decode_request,
         damaged,
     )
     queues = _decoded(
         topology.queues_bucket,
-        await values(js, topology.queues_bucket),
+        await kv_snapshot(js, topology.queues_bucket),
         decode_queue,
         damaged,
     )
@@ -385,6 +359,30 @@ def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
     return out
 
 
+def recent_requests(doc: dict[str, Any], recent: int | None) -> list[dict[str, Any]]:
+    """Each queue's ``recent`` newest requests of a status document (all for ``None``),
+    in the document's order (queue, then counter)."""
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for row in doc["requests"]:
+        by_queue.setdefault(row["queue"], []).append(row)
+    shown: list[dict[str, Any]] = []
+    for q in doc["queues"]:
+        rows = by_queue.get(q["name"], [])
+        shown += rows if recent is None else rows[-recent:]
+    return shown
+
+
+def trimmed_status(doc: dict[str, Any], recent: int | None) -> dict[str, Any]:
+    """The document ``status --json`` prints: each queue's ``recent`` newest requests
+    (every request for ``None``, as ``--all`` asks), with ``requests_not_shown`` counting
+    the others when there are any."""
+    if recent is None:
+        return doc
+    shown = recent_requests(doc, recent)
+    hidden = len(doc["requests"]) - len(shown)
+    return {**doc, "requests": shown, **({"requests_not_shown": hidden} if hidden else {})}
+
+
 def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
     """Queues with their slot holders, then each queue's ``recent`` newest requests."""
     holders = doc.get("slot_holders", {})
@@ -416,11 +414,8 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         if detail["parameters"]:
             values = ", ".join(f"{k}={v}" for k, v in sorted(detail["parameters"].items()))
             lines.append(f"    parameters: {values}")
-    shown: list[dict[str, Any]] = []
-    for q in doc["queues"]:
-        rows = [r for r in doc["requests"] if r["queue"] == q["name"]]
-        shown += rows if recent is None else rows[-recent:]
-    hidden = len(doc["requests"]) - len(shown)
+    shown = recent_requests(doc, recent)
+    hidden = len(doc["requests"]) - len(shown) + doc.get("requests_not_shown", 0)
     lines.append(f"requests ({hidden} older not shown; --all):" if hidden else "requests:")
     lines += render_request_rows(shown)
     for named in doc.get("name_problems", []):

@@ -22,6 +22,7 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology
+from ...adapters.jetstream.bulk import latest_values
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import encode_name_token
 from ...config.globs import glob_match, is_pattern
@@ -98,16 +99,14 @@ async def read_pauses(js: JetStreamContext, topology: Topology) -> list[Pause]:
     with translated(f"read pauses in {topology.service_bucket}"):
         try:
             kv = await js.key_value(topology.service_bucket)
-            keys = await kv.keys()
-        except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+        except nats.js.errors.BucketNotFoundError:
             return []
+        # Only the pause keys, in one pass: the bucket also holds a row per queue, which
+        # a listing of every key would stream through here on every policy check.
         pauses = []
-        for key in keys:
-            if not key.startswith(PAUSE_KEY_PREFIX):
-                continue
+        for _, value in await latest_values(kv, PAUSE_KEY_PREFIX + ">"):
             try:
-                entry = await kv.get(key)
-                data = json.loads(entry.value or b"")
+                data = json.loads(value)
                 pauses.append(
                     Pause(
                         str(data["pattern"]),
@@ -116,8 +115,8 @@ async def read_pauses(js: JetStreamContext, topology: Topology) -> list[Pause]:
                         str(data.get("by", "")),
                     )
                 )
-            except (nats.js.errors.KeyNotFoundError, ValueError, KeyError, TypeError):
-                continue  # removed meanwhile, or not one of ours
+            except (ValueError, KeyError, TypeError):
+                continue  # not one of ours
     return sorted(pauses, key=lambda p: p.pattern)
 
 

@@ -5,13 +5,22 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
 ``repository`` and the system clock. It runs
 
 - one :class:`ProcessConsumer` per queue: every queue ``config.configured_queues()``
-  names, plus every queue ingest creates later, found by polling the queues bucket
-  (a new queue gets its consumer without a restart);
+  names, plus every queue ingest creates later (a new queue gets its consumer without a
+  restart). An idle consumer is parked on one long pull request (consumer.py), so idle
+  queues cost next to nothing; consumers are opened many at a time on start;
+- one plain subscription on the process subjects (:meth:`Service._on_publish`): a
+  publish for a queue without a consumer starts one at once, and a publish that a parked
+  request should have answered but did not renews that request. A second one on the
+  broker's leader-election advisories renews every parked request when a stream or
+  consumer leader changes, and so does a reconnect (the heartbeat sees it): pull
+  requests live only in the broker's memory;
 - one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
 - one :class:`OutcomeConsumer` that records build outcomes from the outcome stream with
   the policy in force (``complete`` and build farms only publish them);
-- each discovery round, a sweep of the process subjects no queue row stands for
-  (:mod:`.orphans`): their messages are dead-lettered instead of sitting there for ever;
+- each discovery round (a safety net behind the publish subscription: one listing of
+  the queues bucket's subjects, one request whatever the number of queues), a sweep of
+  the process subjects no queue row stands for (:mod:`.orphans`): their messages are
+  dead-lettered instead of sitting there for ever;
 - a heartbeat: one JetStream request a second, so ``healthy`` means the broker answers,
   not merely that a socket is open;
 - with a :class:`~.policy.PolicyReloader`, a watch on the policy: a new machines
@@ -33,13 +42,14 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
+from nats.js.kv import KeyValue
 
 from ...adapters.git import GitSourceControlProvider
 from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
@@ -52,17 +62,20 @@ from ...adapters.jetstream.consumer import (
     ProcessConsumer,
 )
 from ...adapters.jetstream.dead_letter import DeadLetter
-from ...adapters.jetstream.durable_consumer import ConsumerLimitReached
+from ...adapters.jetstream.durable_consumer import ConsumerLimitReached, existing_consumers
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.policy_record import (
     PolicyRecord,
+    read_queue_parameters,
+    stored_parameters,
     write_policy_record,
     write_queue_parameters,
 )
 from ...adapters.jetstream.prune import PruneReport, prune_terminal_requests
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
@@ -94,8 +107,11 @@ class ServiceOptions:
     fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
     retry_base_s: float = DEFAULT_RETRY_BASE_S
     retry_cap_s: float = DEFAULT_RETRY_CAP_S
-    #: How often the queues bucket is polled for queues that ingest created.
-    discover_interval_s: float = 2.0
+    #: How often the queues bucket is listed for queues that ingest created (a publish
+    #: for a new queue starts its consumer at once; this catches what a disconnect hid).
+    discover_interval_s: float = 30.0
+    #: How many consumers are created or bound at once on start and discovery.
+    open_concurrency: int = 64
     #: How long a stop waits for in-hand messages before handing them back.
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
@@ -216,13 +232,13 @@ async def open_pipeline(
 
 
 async def known_queues(js: JetStreamContext, topology: Topology) -> list[str]:
-    """Every queue with a row in the queues bucket (ingest creates the row)."""
+    """Every queue with a row in the queues bucket (ingest creates the row, nothing deletes
+    it): the bucket stream's subjects, listed in one request rather than one message per
+    key, so a discovery round costs the same at 10 queues as at 10,000."""
+    head = f"$KV.{topology.queues_bucket}."
     with translated(f"list {topology.queues_bucket}"):
-        kv = await js.key_value(topology.queues_bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
+        info = await js.stream_info(f"KV_{topology.queues_bucket}", subjects_filter=f"{head}>")
+    keys = [subject[len(head) :] for subject in info.state.subjects or {}]
     queues = []
     for key in keys:
         try:
@@ -264,6 +280,19 @@ class Service:
         self._external_observer = observer
         self.pipeline: Pipeline | None = None
         self.consumers: dict[str, ProcessConsumer] = {}
+        self._opening: set[str] = set()  # queues whose consumer add_queue is opening
+        #: Short tasks (a queue seen in a publish, a discovery after a reconnect), apart
+        #: from the long-running ones in ``_tasks`` whose end the health check reports.
+        self._chores: dict[str, asyncio.Task[None]] = {}
+        self._subscriptions: list[Any] = []
+        self._reconnects = 0
+        #: Consumers listed on start, by durable name (taken as their queues open).
+        self._listed: dict[str, ConsumerConfig] = {}
+        #: The parameters in the service bucket, by queue, as last read or written.
+        self._recorded: dict[str, dict[str, object]] = {}
+        self._service_kv: KeyValue | None = None
+        #: The one subscription every queue's pull requests are answered on.
+        self._inbox: SharedInbox | None = None
         self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
@@ -324,9 +353,18 @@ class Service:
         self._spawn("outcomes", self._outcomes.run(self._stop))
         await self.refresh_pauses()
         self._spawn("pauses", self._pause_loop())
-        for queue in self.config.configured_queues():
-            await self.add_queue(queue)
+        self._reconnects = self.nc.stats.get("reconnects", 0)
+        await self._subscribe_wakes()
+        self._inbox = SharedInbox(self.nc)
+        await self._inbox.open()
+        # Two listings instead of two round trips per queue: the consumers that exist
+        # (bound without asking about each one) and the parameters status shows (only
+        # the ones that changed are written).
+        self._listed = await existing_consumers(self.js, self.topology.process_stream)
+        self._recorded = await self._read_recorded_parameters()
+        await self.add_queues(self.config.configured_queues())
         await self.discover()
+        self._listed = {}  # a later queue asks the broker: the listing may be stale by then
         self._spawn("discover", self._discover_loop())
         self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
         self._spawn("heartbeat", self._heartbeat_loop())
@@ -344,8 +382,34 @@ class Service:
         counted in ``refused``), not retried every discovery round; the other queues are
         unaffected. Raising the limit needs a restart, which retries it.
         """
-        if queue in self.consumers or queue in self.refused or self._stop.is_set():
+        if (
+            queue in self.consumers
+            or queue in self._opening
+            or queue in self.refused
+            or self._stop.is_set()
+        ):
             return False
+        assert self.pipeline is not None, "start() first"
+        self._opening.add(queue)
+        try:
+            return await self._open_queue(queue)
+        finally:
+            self._opening.discard(queue)
+
+    async def add_queues(self, queues: Iterable[str]) -> list[str]:
+        """:meth:`add_queue` for each of ``queues``, ``open_concurrency`` at a time (one at
+        a time, 10,000 queues take tens of seconds of round trips); those started now."""
+        gate = asyncio.Semaphore(self.options.open_concurrency)
+
+        async def add(queue: str) -> bool:
+            async with gate:
+                return await self.add_queue(queue)
+
+        todo = [q for q in dict.fromkeys(queues) if q not in self.consumers]
+        results = await asyncio.gather(*(add(queue) for queue in todo))
+        return [queue for queue, started in zip(todo, results, strict=True) if started]
+
+    async def _open_queue(self, queue: str) -> bool:
         assert self.pipeline is not None, "start() first"
         consumer = ProcessConsumer(
             self.js,
@@ -360,16 +424,17 @@ class Service:
             fetch_timeout_s=self.options.fetch_timeout_s,
             retry_base_s=self.options.retry_base_s,
             retry_cap_s=self.options.retry_cap_s,
+            inbox=self._inbox,
         )
         try:
-            await consumer.open()
+            await consumer.open(self._listed.pop(consumer.durable, None))
         except ConsumerLimitReached as exc:
             self.refused[queue] = str(exc)
             log.error("queue not served: %s", exc, extra={"queue": queue})
             return False
         self.consumers[queue] = consumer
         await self._record_parameters(queue)
-        self._spawn(f"queue:{queue}", consumer.run(self._stop))
+        self._spawn(f"queue:{queue}", consumer.run(self._stop, watch_stop=False))
         log.info("consumer started", extra={"queue": queue})
         return True
 
@@ -381,10 +446,7 @@ class Service:
         # subject seen here whose queue has no row in the listing below is an orphan.
         subjects = await process_subjects(self.js, self.topology)
         known = await known_queues(self.js, self.topology)
-        started = []
-        for queue in known:
-            if await self.add_queue(queue):
-                started.append(queue)
+        started = await self.add_queues(known)
         served = {*known, *self.consumers}
         orphans = orphan_subjects(self.topology, subjects, served)
         if orphans:
@@ -396,7 +458,12 @@ class Service:
     async def stop(self) -> None:
         """Let runners settle the message in hand, then hand back whatever is left."""
         self._stop.set()
-        tasks = list(self._tasks.values())
+        for loop in self._loops():
+            loop.wake()  # queue loops do not watch the stop event themselves
+        for sub in self._subscriptions:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        tasks = [*self._tasks.values(), *self._chores.values()]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.options.shutdown_timeout_s)
             for task in pending:
@@ -405,6 +472,9 @@ class Service:
                 await asyncio.wait(pending, timeout=self.options.shutdown_timeout_s)
         for consumer in self.consumers.values():
             await consumer.close()
+        if self._inbox is not None:
+            with contextlib.suppress(Exception):
+                await self._inbox.close()
         if self._dead_letters is not None:
             await self._dead_letters.close()
         if self._outcomes is not None:
@@ -471,12 +541,92 @@ class Service:
             try:
                 await asyncio.wait_for(self.js.account_info(), timeout=interval)
                 self.last_round_trip = time.monotonic()
+                await self._after_reconnect()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the health check reports the age; log for the why
                 log.warning("broker round trip failed: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
+
+    async def _subscribe_wakes(self) -> None:
+        """The publish and leader-election subscriptions (see the module docstring)."""
+        self._subscriptions.append(
+            await self.nc.subscribe(self.topology.process_filter(), cb=self._on_publish)
+        )
+        self._subscriptions.append(
+            await self.nc.subscribe("$JS.EVENT.ADVISORY.*.LEADER_ELECTED.>", cb=self._on_leader)
+        )
+
+    async def _on_publish(self, msg: Any) -> None:
+        try:
+            queue = self.topology.queue_of_process_subject(msg.subject)
+        except ValueError:
+            return  # an orphan subject: discovery dead-letters it
+        consumer = self.consumers.get(queue)
+        if consumer is not None:
+            consumer.nudge()
+        elif queue not in self._opening and queue not in self.refused:
+            self._spawn_once(f"add:{queue}", self._add_quietly(queue))
+
+    async def _on_leader(self, msg: Any) -> None:
+        """``$JS.EVENT.ADVISORY.{STREAM,CONSUMER}.LEADER_ELECTED.<stream>[.<consumer>]``:
+        the pull requests the old leader held are gone; renew those of that stream."""
+        tokens = msg.subject.split(".")
+        if len(tokens) < 6:
+            return
+        stream = tokens[5]
+        durable = tokens[6] if len(tokens) > 6 else ""
+        for loop in self._loops():
+            if loop.stream == stream and (not durable or loop.durable == durable):
+                loop.wake()
+
+    def _loops(self) -> list[Any]:
+        extra = [loop for loop in (self._dead_letters, self._outcomes) if loop is not None]
+        return [*self.consumers.values(), *extra]
+
+    async def _after_reconnect(self) -> None:
+        """After a reconnect, parked pull requests may be gone with the old connection or
+        server: renew them all, and look for queues whose publish went by meanwhile."""
+        reconnects = self.nc.stats.get("reconnects", 0)
+        if reconnects == self._reconnects:
+            return
+        self._reconnects = reconnects
+        log.info("reconnected: renewing %d parked pull request(s)", len(self._loops()))
+        for loop in self._loops():
+            loop.wake()
+        self._spawn_once("discover-now", self._discover_quietly())
+
+    async def _add_quietly(self, queue: str) -> None:
+        try:
+            await self.add_queue(queue)
+        except Exception as exc:  # discovery retries it
+            log.warning("consumer not started: %s: %s", type(exc).__name__, exc)
+
+    async def _discover_quietly(self) -> None:
+        try:
+            await self.discover()
+        except Exception as exc:  # the next round retries
+            log.warning("queue discovery failed: %s: %s", type(exc).__name__, exc)
+
+    def _spawn_once(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        """A short task, unless one of that name is still running (then ``coro`` is
+        dropped)."""
+        running = self._chores.get(name)
+        if running is not None and not running.done():
+            coro.close()
+            return
+        if self._stop.is_set():
+            coro.close()
+            return
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._chores[name] = task
+        task.add_done_callback(lambda done: self._forget_chore(name, done))
+
+    def _forget_chore(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._chores.get(name) is task:
+            del self._chores[name]
 
     async def _discover_loop(self) -> None:
         await self._every(self.options.discover_interval_s, self.discover, "queue discovery")
@@ -495,18 +645,43 @@ class Service:
             self.machines = change.machines
             self.config.declared = change.machines.parameters
         await self._record_policy()
-        for queue in sorted(self.consumers):
-            await self._record_parameters(queue)
+        await self._record_all_parameters()
         return True
 
+    async def _record_all_parameters(self) -> None:
+        gate = asyncio.Semaphore(self.options.open_concurrency)
+
+        async def record(queue: str) -> None:
+            async with gate:
+                await self._record_parameters(queue)
+
+        await asyncio.gather(*(record(queue) for queue in sorted(self.consumers)))
+
+    async def _read_recorded_parameters(self) -> dict[str, dict[str, object]]:
+        try:
+            return await read_queue_parameters(self.js, self.topology)
+        except Exception as exc:  # every queue's parameters are then written again
+            log.warning("queue parameters not read: %s: %s", type(exc).__name__, exc)
+            return {}
+
     async def _record_parameters(self, queue: str) -> None:
-        """What ``status`` shows as the queue's effective parameters (best effort)."""
+        """What ``status`` shows as the queue's effective parameters (best effort); not
+        written again when the bucket holds them already."""
         try:
             config = self.config.get(queue)
             values: dict[str, object] = dict(self.machines.parameter_defaults)
             values.update(dict(config.parameters))
             values["max_attempts"] = config.max_attempts
-            await write_queue_parameters(self.js, self.topology, queue, values)
+            stored = stored_parameters(values)
+            if self._recorded.get(queue) == stored:
+                return
+            if self._service_kv is None:
+                with translated(f"open bucket {self.topology.service_bucket}"):
+                    self._service_kv = await self.js.key_value(self.topology.service_bucket)
+            await write_queue_parameters(
+                self.js, self.topology, queue, values, kv=self._service_kv
+            )
+            self._recorded[queue] = stored
         except Exception as exc:  # status shows the previous values until the next write
             log.warning(
                 "queue parameters not recorded: %s: %s",
@@ -522,8 +697,7 @@ class Service:
             return False
         self.config.pauses = pauses
         log.info("operator pauses in force: %s", [p.pattern for p in pauses] or "none")
-        for queue in sorted(self.consumers):
-            await self._record_parameters(queue)
+        await self._record_all_parameters()
         return True
 
     async def _pause_loop(self) -> None:

@@ -18,7 +18,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...adapters.jetstream.kv_snapshot import kv_snapshot
+from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.policy_record import (
     QUEUE_KEY_PREFIX,
     queue_parameters,
@@ -94,7 +94,7 @@ class StatusPage:
                 return cached
             js, topology = self.service.js, self.service.topology
             # One pass per bucket (kv_snapshot), not a round trip per row.
-            rows = await status_rows(js, topology, values=kv_snapshot)
+            rows = await status_rows(js, topology)
             recorded = await kv_snapshot(js, topology.service_bucket, f"{QUEUE_KEY_PREFIX}>")
             doc = await status_document(js, topology, rows, queue_parameters(recorded))
             leases = {q.name: dict(q.leases) for q in rows.queues if q.leases}
