@@ -16,13 +16,18 @@ offline from the spec, never with ``GraphMachine`` in a service (it grows memory
 
 Cost: a delivery fires five flow triggers and one or two lifecycle ones, so the machine
 is built from lean subclasses of the library's own extension points (``state_cls``,
-``transition_cls``, ``condition_cls``, ``event_cls``). ``transitions`` still walks the
-event's transitions in declaration order and checks each one's conditions to pick the
-transition; what a compiled machine never uses (callback lists that are always empty,
-per-step logging, a fresh event record per trigger) is skipped. Each (transition,
-source) pair's :class:`Step` and action callables are resolved at compile time, and a
-condition is evaluated at most once per fire. ``python -m bench`` measures the result
-against a plain-Python reference of the same algorithm.
+``transition_cls``, ``condition_cls``, ``event_cls``), and decisions are taken from a
+table read off the built machine: per trigger and source state, the event's transitions
+in the library's order, each with its condition objects (targets included) and the step
+its recorder notes. Deciding walks that table exactly as ``Event._trigger`` walks the
+event (candidates in order, a candidate's conditions in order until one fails, the
+first candidate whose conditions all hold wins), without the cursor model, event record
+and callback the machine needs to say the same; firing the machine itself stays
+available (``_decide_by_machine``) and tests/test_compiler_differential.py holds both
+to a stock ``transitions.Machine``. Each (transition, source) pair's :class:`Step` and
+action callables are resolved at compile time, and a condition is evaluated at most once
+per decision. ``python -m bench`` measures the result against a plain-Python reference
+of the same algorithm.
 
 Two shapes:
 
@@ -227,13 +232,13 @@ _LEAN_CLASSES: dict[str, Any] = {
 
 
 class _Compiled:
-    """One ``transitions.Machine`` plus what firing it needs, resolved once at compile time.
+    """One ``transitions.Machine`` plus what deciding needs, resolved once at compile time.
 
     Per-fire cost matters (every delivery fires five flow triggers and one or two
     lifecycle ones), so everything that does not depend on the context is computed here:
     each (transition, source) pair gets its :class:`Step` and its resolved action calls
-    up front, and its single ``after`` callback only records which pair the machine
-    picked. ``transitions`` still evaluates the conditions and chooses the transition.
+    up front, its single ``after`` callback only records which pair the machine picked,
+    and the decision table is read from the built machine (:meth:`_decision_table`).
     """
 
     def __init__(self, spec: MachineSpec, registry: Registry) -> None:
