@@ -17,7 +17,7 @@ from stovepipe_fsm.simulation.timeline import load_timeline
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_LINE = re.compile(
     r"^  max_concurrent=(\d+): (\S+(?: \S+)?) - (\d+) states, (\d+) transitions, depth (\d+), "
-    r"[\d.]+ s$"
+    r"[\d.]+ s, \d+ states/s, cpu [\d.]+ s$"
 )
 
 
@@ -53,7 +53,12 @@ def test_shipped_policy_passes_with_the_default_bounds(
     rows = results(stdout)
     assert [(k, verdict) for k, verdict, *_ in rows] == [(1, "ok"), (2, "ok")]
     assert all(states > 10_000 and transitions > states for _, _, states, transitions, _ in rows)
-    assert re.search(r"^ok: every invariant holds - \d+ states, \d+ transitions in", stdout, re.M)
+    assert re.search(
+        r"^ok: every invariant holds - \d+ states, \d+ transitions in [\d.]+ s "
+        r"\(\d+ states/s, cpu [\d.]+ s\)$",
+        stdout,
+        re.M,
+    )
     assert not out.exists()
 
 

@@ -136,6 +136,26 @@ def test_pruning_no_op_faults_loses_no_state(machines: ProcessMachines) -> None:
     assert pruned_result.transitions < full_result.transitions
 
 
+def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(
+    machines: ProcessMachines,
+) -> None:
+    setup = setup_for(machines, 2, heads=1)
+    reused, forked = Explorer(setup), Explorer(setup, reuse_worlds=False)
+    reused_result, forked_result = reused.run(), forked.run()
+    assert reused_result.ok and forked_result.ok
+    assert reused_result.states > 500
+    assert (reused_result.states, reused_result.transitions) == (
+        forked_result.states,
+        forked_result.transitions,
+    )
+    assert reused.observations == forked.observations
+    assert (reused.parent, reused.via, reused.fair_into) == (
+        forked.parent,
+        forked.via,
+        forked.fair_into,
+    )
+
+
 def test_max_states_stops_the_search_as_incomplete(machines: ProcessMachines) -> None:
     result = Explorer(setup_for(machines), max_states=40).run()
     assert not result.complete
@@ -154,7 +174,7 @@ def test_progress_lines_report_the_search(
     assert len(lines) > 10
     shape = re.compile(
         r"check max_concurrent=1: (\d+) states, (\d+) transitions, depth \d+, "
-        r"frontier \d+, [\d.]+ s"
+        r"frontier \d+, [\d.]+ s, \d+ states/s"
     )
     matches = [shape.fullmatch(line) for line in lines]
     assert all(matches), lines

@@ -18,6 +18,11 @@ not allowed from the state; no transition had its conditions met).
   actions, actions on both sides, transitions out of terminal states.
 - Whole flows are driven both ways, ``run`` and ``advance`` with a pause, against a driver
   that fires the stock machine, with condition answers that change as actions run.
+
+A compiled machine decides by a table read from its own ``transitions`` machine (the
+candidates of each trigger and source, their conditions and what each one records);
+every comparison here runs twice, once deciding by that table (what the driver uses) and
+once by firing the compiled ``transitions`` machine itself, and both must match stock.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import itertools
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -55,6 +60,10 @@ HERE = Location("<generated>", 1, 1)
 #   ("fired", dest, actions run in order) | ("not allowed",) | ("conditions unmet",)
 # and what one flow did: (how it ended, the state it ended in, actions run in order).
 Outcome = tuple[Any, ...]
+C = TypeVar("C", bound=_Compiled)
+# How a compiled machine decides: by its table (as shipped), or by firing its machine.
+TABLE, MACHINE = "table", "machine"
+PATHS = (TABLE, MACHINE)
 
 
 @dataclass
@@ -206,21 +215,50 @@ def compare_everywhere(spec: MachineSpec, compiled: _Compiled, registry: Registr
     return seen
 
 
-def compile_spec(spec: MachineSpec, registry: Registry) -> _Compiled:
-    if spec.kind == FLOW:
-        return CompiledFlow(spec, registry)
-    return CompiledLifecycle(spec, registry)
+def compile_spec(spec: MachineSpec, registry: Registry, *, path: str = TABLE) -> _Compiled:
+    compiled: _Compiled = (
+        CompiledFlow(spec, registry) if spec.kind == FLOW else CompiledLifecycle(spec, registry)
+    )
+    return deciding_by(compiled, path)
+
+
+def deciding_by(compiled: C, path: str) -> C:
+    """``compiled`` deciding by its table (as shipped) or by firing its ``transitions``
+    machine: every fire and every flow step goes through ``_decide``."""
+    if path == MACHINE:
+        compiled._decide = compiled._decide_by_machine  # type: ignore[method-assign]
+    return compiled
+
+
+def test_the_table_is_read_from_the_machine() -> None:
+    """Each row of the table is a transition of the built machine, in its order."""
+    spec = load_machine(MACHINES / "queue_gate.yaml", REGISTRIES)
+    conditions, actions = names_in(spec)
+    compiled = compile_spec(spec, recording_registry(spec.name, conditions, actions))
+    rows = 0
+    for trigger, event in compiled.machine.events.items():
+        for source, candidates in event.transitions.items():
+            table = compiled._table[trigger][source]
+            assert len(table) == len(candidates)
+            for (guards, (step, _)), transition in zip(table, candidates, strict=True):
+                rows += 1
+                assert (step.source, step.dest) == (transition.source, transition.dest)
+                assert [(name, target) for name, _, target in guards] == [
+                    (c.func.name, c.target) for c in transition.conditions
+                ]
+    assert rows == sum(len(t.source_names) for t in spec.transitions)
 
 
 # --- the shipped machines, enumerated ------------------------------------------------
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("file", ["request.yaml", "queue_gate.yaml"])
-def test_shipped_machine_decides_like_stock_transitions_everywhere(file: str) -> None:
+def test_shipped_machine_decides_like_stock_transitions_everywhere(file: str, path: str) -> None:
     spec = load_machine(MACHINES / file, REGISTRIES)
     conditions, actions = names_in(spec)
     registry = recording_registry(spec.name, conditions, actions)
-    seen = compare_everywhere(spec, compile_spec(spec, registry), registry)
+    seen = compare_everywhere(spec, compile_spec(spec, registry, path=path), registry)
 
     assert seen.mismatches == [], "\n".join(seen.mismatches[:20])
     assert seen.cases == len(spec.state_names) * len(spec.triggers) * 2 ** len(conditions)
@@ -371,18 +409,20 @@ def test_every_kind_of_outcome_is_compared() -> None:
         file="<generated>",
     )
     registry = full_registry(spec)
-    seen = compare_everywhere(spec, compile_spec(spec, registry), registry)
-    assert seen.mismatches == []
-    assert seen.kinds == {"fired", "not allowed", "conditions unmet"}
-    assert seen.picked == {("s0", "s1", ("a0", "a1"))}
+    for path in PATHS:
+        seen = compare_everywhere(spec, compile_spec(spec, registry, path=path), registry)
+        assert seen.mismatches == []
+        assert seen.kinds == {"fired", "not allowed", "conditions unmet"}
+        assert seen.picked == {("s0", "s1", ("a0", "a1"))}
 
 
 @settings(max_examples=200, deadline=None)
 @given(machine_specs())
 def test_generated_machine_decides_like_stock_transitions(spec: MachineSpec) -> None:
     registry = full_registry(spec)
-    seen = compare_everywhere(spec, compile_spec(spec, registry), registry)
-    assert seen.mismatches == [], "\n".join(seen.mismatches[:20])
+    for path in PATHS:
+        seen = compare_everywhere(spec, compile_spec(spec, registry, path=path), registry)
+        assert seen.mismatches == [], f"{path}: " + "\n".join(seen.mismatches[:20])
 
 
 # --- whole flows: run and advance against a driver of the stock machine ---------------
@@ -442,15 +482,16 @@ def flow_runs_alike(
     spec: MachineSpec, registry: Registry, bits: list[bool], offsets: list[int], pause: str
 ) -> None:
     max_steps = 12
-    flow = CompiledFlow(spec, registry, max_steps=max_steps)
     conditions = sorted(registry.conditions)
 
     def fresh() -> Ctx:
         return Ctx(bits=tuple(bits), offsets=dict(zip(conditions, offsets, strict=False)))
 
     stock = stock_drive(spec, registry, fresh(), max_steps)
-    assert drive(flow, fresh(), "") == stock
-    assert drive(flow, fresh(), pause) == stock
+    for path in PATHS:
+        flow = deciding_by(CompiledFlow(spec, registry, max_steps=max_steps), path)
+        assert drive(flow, fresh(), "") == stock, path
+        assert drive(flow, fresh(), pause) == stock, path
 
 
 answer_bits = st.lists(st.booleans(), min_size=1, max_size=8)

@@ -62,7 +62,7 @@ class DeclaredDefaults:
 
     def __init__(self, store: ConfigStore, defaults: Mapping[str, Any]) -> None:
         self.store = store
-        self.defaults = QueueConfig().with_parameters(defaults).parameters
+        self.defaults = _declared_pairs(defaults)
         # Completed configs by the store's answer: a config is a hashable value and a
         # store answers the same few values again and again (once per delivery).
         self._completed: dict[QueueConfig, QueueConfig] = {}
@@ -83,6 +83,28 @@ class DeclaredDefaults:
 
     def configured_queues(self) -> tuple[str, ...]:
         return self.store.configured_queues()
+
+
+_DECLARED_PAIRS: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] = {}
+
+
+def _declared_pairs(defaults: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The declared defaults as config parameters, normalised once per distinct set.
+
+    Services are built per world fork in ``check`` and ``simulate``, always from the
+    same few declarations; normalising them (sorting, freezing values) each time costs
+    more than the fork itself. A set with an unhashable default is normalised each time.
+    """
+    key = tuple(defaults.items())
+    try:
+        pairs = _DECLARED_PAIRS.get(key)
+    except TypeError:
+        return QueueConfig().with_parameters(defaults).parameters
+    if pairs is None:
+        if len(_DECLARED_PAIRS) >= MAX_COMPLETED_CONFIGS:
+            _DECLARED_PAIRS.clear()
+        pairs = _DECLARED_PAIRS[key] = QueueConfig().with_parameters(defaults).parameters
+    return pairs
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,9 @@ async def note(
     **why: object,
 ) -> None:
     """Append one decision about ``request`` now, under the policy in force."""
+    if isinstance(services.trail, DiscardedTrail):
+        return  # nothing keeps it: do not build the record (check forks worlds by the
+        # hundred thousand, each delivery noting a decision)
     await services.trail.append(
         TrailRecord(
             kind=kind,

@@ -16,13 +16,18 @@ offline from the spec, never with ``GraphMachine`` in a service (it grows memory
 
 Cost: a delivery fires five flow triggers and one or two lifecycle ones, so the machine
 is built from lean subclasses of the library's own extension points (``state_cls``,
-``transition_cls``, ``condition_cls``, ``event_cls``). ``transitions`` still walks the
-event's transitions in declaration order and checks each one's conditions to pick the
-transition; what a compiled machine never uses (callback lists that are always empty,
-per-step logging, a fresh event record per trigger) is skipped. Each (transition,
-source) pair's :class:`Step` and action callables are resolved at compile time, and a
-condition is evaluated at most once per fire. ``python -m bench`` measures the result
-against a plain-Python reference of the same algorithm.
+``transition_cls``, ``condition_cls``, ``event_cls``), and decisions are taken from a
+table read off the built machine: per trigger and source state, the event's transitions
+in the library's order, each with its condition objects (targets included) and the step
+its recorder notes. Deciding walks that table exactly as ``Event._trigger`` walks the
+event (candidates in order, a candidate's conditions in order until one fails, the
+first candidate whose conditions all hold wins), without the cursor model, event record
+and callback the machine needs to say the same; firing the machine itself stays
+available (``_decide_by_machine``) and tests/test_compiler_differential.py holds both
+to a stock ``transitions.Machine``. Each (transition, source) pair's :class:`Step` and
+action callables are resolved at compile time, and a condition is evaluated at most once
+per decision. ``python -m bench`` measures the result against a plain-Python reference
+of the same algorithm.
 
 Two shapes:
 
@@ -84,6 +89,11 @@ class Step:
 
 
 ActionCall = tuple[str, Callable[[Any], Any], bool]  # name, callable, is a coroutine fn
+# What one transition decides: its step and resolved actions.
+_Picked = tuple[Step, tuple[ActionCall, ...]]
+# A candidate of the decision table: (condition name, predicate, answer it needs) in
+# the machine's order, and what the transition decides when all of them hold.
+_Row = tuple[tuple[tuple[str, Callable[[Any], Any], bool], ...], _Picked]
 
 
 class _NamedState(State):
@@ -222,13 +232,13 @@ _LEAN_CLASSES: dict[str, Any] = {
 
 
 class _Compiled:
-    """One ``transitions.Machine`` plus what firing it needs, resolved once at compile time.
+    """One ``transitions.Machine`` plus what deciding needs, resolved once at compile time.
 
     Per-fire cost matters (every delivery fires five flow triggers and one or two
     lifecycle ones), so everything that does not depend on the context is computed here:
     each (transition, source) pair gets its :class:`Step` and its resolved action calls
-    up front, and its single ``after`` callback only records which pair the machine
-    picked. ``transitions`` still evaluates the conditions and chooses the transition.
+    up front, its single ``after`` callback only records which pair the machine picked,
+    and the decision table is read from the built machine (:meth:`_decision_table`).
     """
 
     def __init__(self, spec: MachineSpec, registry: Registry) -> None:
@@ -244,6 +254,7 @@ class _Compiled:
         # already computed in it (see _memoized).
         self._picked: tuple[Step, tuple[ActionCall, ...]] | None = None
         self._answers: dict[str, bool] = {}
+        self._recorded: dict[Callable[..., None], _Picked] = {}
         self._cursor = _Cursor()
         # Both looked up at compile time (not bound at import) so a test can swap
         # ``Machine`` and the bench can compile with the library's stock classes.
@@ -264,6 +275,33 @@ class _Compiled:
         assert not any(hooks), "_DirectEvent skips machine-wide event hooks; declare none"
         self._events = self.machine.events
         self._states = self.machine.states
+        self._table = self._decision_table()
+
+    def _decision_table(self) -> dict[str, dict[str, tuple[_Row, ...]]]:
+        """Per trigger and source state, the machine's candidate transitions as rows.
+
+        Read from the built ``transitions`` machine itself - each event's transitions per
+        source in the library's order, each transition's condition objects with their
+        targets (``unless`` ones negated), and the step its recorder notes - so the table
+        says nothing the machine does not. :meth:`_decide` walks it the way
+        ``Event._trigger`` walks the machine; tests/test_compiler_differential.py holds
+        both to a stock ``transitions.Machine``.
+        """
+        table: dict[str, dict[str, tuple[_Row, ...]]] = {}
+        for trigger, event in self._events.items():
+            table[trigger] = {
+                source: tuple(self._row(transition) for transition in candidates)
+                for source, candidates in event.transitions.items()
+            }
+        return table
+
+    def _row(self, transition: Transition) -> _Row:
+        guards = tuple(
+            (cast(_Guard, c.func).name, cast(_Guard, c.func).fn, bool(c.target))
+            for c in transition.conditions
+        )
+        (record,) = transition.after  # the compiler's one callback: its recorder
+        return guards, self._recorded[cast("Callable[..., None]", record)]
 
     def _transition(self, t: TransitionSpec, source: str) -> dict[str, Any]:
         """One ``transitions`` transition per source, so the recorder knows the source."""
@@ -297,6 +335,7 @@ class _Compiled:
         def record(*_: Any) -> None:
             self._picked = picked
 
+        self._recorded[record] = picked
         return record
 
     def fire(self, state: str, trigger: str, ctx: Any) -> Step:
@@ -326,10 +365,38 @@ class _Compiled:
         """What the recorder callback noted during the fire that just ran, if anything."""
         return self._picked
 
-    def _decide(
-        self, event: Event, state: str, trigger: str, ctx: Any
-    ) -> tuple[Step, tuple[ActionCall, ...]]:
-        """Let the machine pick among ``event``'s transitions from ``state`` (both valid)."""
+    def _decide(self, event: Event, state: str, trigger: str, ctx: Any) -> _Picked:
+        """Pick among ``event``'s transitions from ``state`` (both valid) by the table.
+
+        The same walk as the machine's (:meth:`_decide_by_machine`): candidates in
+        declaration order, each one's conditions in order until one fails, every
+        condition answered at most once per decision, the first candidate whose
+        conditions all hold wins. It skips only the machine's bookkeeping (the cursor
+        model, the event record, the recorder callback).
+        """
+        candidates = self._table[trigger].get(state)
+        if candidates is None:
+            raise IllegalTransition(
+                f"{self.spec.name}: trigger {trigger!r} is not allowed from state {state!r}"
+            )
+        answers: dict[str, bool] = {}
+        for guards, picked in candidates:
+            for name, fn, target in guards:
+                answer = answers.get(name)
+                if answer is None:
+                    answer = answers[name] = bool(fn(ctx))
+                if answer != target:
+                    break
+            else:
+                return picked
+        raise IllegalTransition(
+            f"{self.spec.name}: no transition for trigger {trigger!r} from state "
+            f"{state!r} had its conditions met"
+        )
+
+    def _decide_by_machine(self, event: Event, state: str, trigger: str, ctx: Any) -> _Picked:
+        """Let the ``transitions`` machine pick among ``event``'s transitions from ``state``
+        (both valid): the path the table is derived from, kept to compare with it."""
         self._cursor.state = state
         self._answers.clear()
         self._picked = None

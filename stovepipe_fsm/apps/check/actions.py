@@ -34,6 +34,7 @@ Enabled actions, for the one checked queue:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from ...domain.errors import StovepipeError
 from ...process.gate import PAUSED
@@ -58,9 +59,13 @@ from .model import (
     Action,
     Bounds,
     Budget,
-    step,
 )
+from .model import step as new_step
 from .observe import Observation
+
+# A step is a frozen value and the search builds the same few thousand again and again
+# (every state's actions): each distinct one is built once.
+step = cache(new_step)
 
 
 class StepFailed(Exception):
@@ -83,14 +88,18 @@ class DeliveryEffect:
     asked_source_control: bool
 
     @classmethod
-    def of(cls, pre: Observation, post: Observation, before: World, after: World) -> DeliveryEffect:
+    def of(
+        cls, pre: Observation, post: Observation, calls_before: int, after: World
+    ) -> DeliveryEffect:
+        """What the delivery from ``pre`` to ``post`` did; ``calls_before`` is the count
+        of source-control calls of the world it was performed from, before it ran."""
         durable = (pre.requests, pre.queues, pre.builds, pre.hooks) != (
             post.requests,
             post.queues,
             post.builds,
             post.hooks,
         )
-        return cls(durable, after.graph.calls != before.graph.calls)
+        return cls(durable, after.graph.calls != calls_before)
 
     def worth(self, action: Action) -> bool:
         if action.kind == CRASH:
@@ -172,15 +181,19 @@ def enabled(
     return actions
 
 
-def perform(world: World, action: Action) -> World | None:
+def perform(world: World, action: Action, *, in_place: bool = False) -> World | None:
     """``action`` applied to a fork of ``world``; ``None`` when it is not a real edge.
 
     A crash edge whose delivery never reached its crash point, an outage edge whose
     delivery never asked source control, or a stall edge whose delivery finished before
     its stall point, is a plain delivery under another name; it is dropped so every
     explored fault happens where its label says.
+
+    ``in_place`` applies it to ``world`` itself, for the last action taken from a world
+    nothing needs afterwards (the search forks every other one): ``world`` is changed
+    whether or not the edge is real.
     """
-    twin = world.clone()
+    twin = world if in_place else world.clone()
     asked, stalled = twin.graph.calls, len(twin.in_hand)
     for item in action.steps:
         try:

@@ -23,7 +23,7 @@ from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
 from ...simulation.world import STALL_POINTS
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
-from .explorer import DEFAULT_MAX_STATES, Explorer, Result, Setup, stderr_progress
+from .explorer import DEFAULT_MAX_STATES, Explorer, Result, Setup, rate, stderr_progress
 from .invariants import Proof
 from .model import Bounds
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
@@ -246,8 +246,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     states = sum(r.states for r in results)
     transitions = sum(r.transitions for r in results)
+    cpu = sum(r.cpu_seconds for r in results)
     print(
-        f"ok: every invariant holds - {states} states, {transitions} transitions in {elapsed:.1f} s"
+        f"ok: every invariant holds - {states} states, {transitions} transitions in "
+        f"{elapsed:.1f} s ({rate(states, elapsed):.0f} states/s, cpu {cpu:.1f} s)"
     )
     return EXIT_OK
 
@@ -295,7 +297,8 @@ def _result_line(result: Result) -> str:
         verdict = "INCOMPLETE"
     return (
         f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states, "
-        f"{result.transitions} transitions, depth {result.depth}, {result.seconds:.1f} s"
+        f"{result.transitions} transitions, depth {result.depth}, {result.seconds:.1f} s, "
+        f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s"
     )
 
 

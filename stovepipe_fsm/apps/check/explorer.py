@@ -154,10 +154,21 @@ class Result:
     seconds: float
     complete: bool
     counterexample: Counterexample | None = None
+    cpu_seconds: float = 0.0  # processor time of the exploring process
 
     @property
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
+
+    @property
+    def states_per_second(self) -> float:
+        """Explored states per second of wall time: the checker's throughput."""
+        return rate(self.states, self.seconds)
+
+
+def rate(count: int, seconds: float) -> float:
+    """``count`` per second (0 when no time was measured)."""
+    return count / seconds if seconds > 0 else 0.0
 
 
 Progress = Callable[[str], None]
@@ -187,9 +198,11 @@ class Explorer:
         max_states: int = DEFAULT_MAX_STATES,
         progress: Progress | None = None,
         prune_faults: bool = True,
+        reuse_worlds: bool = True,
     ) -> None:
         self.setup = setup
         self.prune_faults = prune_faults
+        self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
         self.rules = setup.rules()
         self.max_states = max_states
         self.progress = progress
@@ -208,7 +221,7 @@ class Explorer:
     # --- search ---------------------------------------------------------------------
 
     def run(self) -> Result:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         with quiet_logs():
             counterexample, complete = self._search(started)
             if counterexample is None and complete and self.rules.proof.progress:
@@ -223,6 +236,7 @@ class Explorer:
             seconds=time.perf_counter() - started,
             complete=complete,
             counterexample=counterexample,
+            cpu_seconds=time.process_time() - cpu,
         )
 
     def _search(self, started: float) -> tuple[Counterexample | None, bool]:
@@ -239,12 +253,19 @@ class Explorer:
         while frontier:
             sid, world, obs, budget = frontier.popleft()
             effect: DeliveryEffect | None = None
-            for action in enabled(obs, budget, bounds, rules):
-                if self.prune_faults and effect is not None and not effect.worth(action):
+            actions = enabled(obs, budget, bounds, rules)
+            calls_before = world.graph.calls
+            for i, action in enumerate(actions):
+                if not self._taken(effect, action):
                     continue
                 self.attempts += 1
+                # The frontier's world is needed by no one after its last action: that
+                # one runs on the world itself, every other one on a fork.
+                last = self.reuse_worlds and not any(
+                    self._taken(effect, later) for later in actions[i + 1 :]
+                )
                 try:
-                    twin = perform(world, action)
+                    twin = perform(world, action, in_place=last)
                 except StepFailed as exc:
                     failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
                     return Counterexample(failed, self.trace(sid, action)), True
@@ -253,7 +274,7 @@ class Explorer:
                 self.transitions += 1
                 post = observe(twin)
                 if action.kind == DELIVER:
-                    effect = DeliveryEffect.of(obs, post, world, twin)
+                    effect = DeliveryEffect.of(obs, post, calls_before, twin)
                 violation = check_edge(obs, post, rules)
                 if violation:
                     return Counterexample(violation, self.trace(sid, action)), True
@@ -276,6 +297,10 @@ class Explorer:
                 self.progress(self._status(started, len(frontier), self.depth[sid]))
         return None, True
 
+    def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
+        """Whether the search performs ``action`` after a delivery that did ``effect``."""
+        return not self.prune_faults or effect is None or effect.worth(action)
+
     def _add(
         self,
         index: dict[tuple[Observation, Budget], int],
@@ -296,10 +321,11 @@ class Explorer:
         return sid
 
     def _status(self, started: float, frontier: int, depth: int) -> str:
+        elapsed = time.perf_counter() - started
         return (
             f"check max_concurrent={self.setup.max_concurrent}: {len(self.parent)} states, "
             f"{self.transitions} transitions, depth {depth}, frontier {frontier}, "
-            f"{time.perf_counter() - started:.1f} s"
+            f"{elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
         )
 
     def trace(self, sid: int, last: Action | None = None) -> tuple[Action, ...]:

@@ -17,6 +17,7 @@ failure counts no larger than ``max_attempts``), keeps the state space finite.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from ...simulation.timeline import DEFAULT_QUEUE, TimelineStep
@@ -122,7 +123,13 @@ class Budget:
         name = _SPENDS.get(kind)
         if name is None:
             return self
-        return replace(self, **{name: getattr(self, name) + 1})
+        return _spent(self, name)
+
+
+@cache
+def _spent(budget: Budget, name: str) -> Budget:
+    """``budget`` with one more ``name`` spent (a handful of budgets per run: built once)."""
+    return replace(budget, **{name: getattr(budget, name) + 1})
 
 
 _SPENDS = {

@@ -27,8 +27,10 @@ shift of the clock, so the search expands each observation once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
+from typing import Any, Generic, TypeVar
 
 from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
 from ...adapters.memory.publisher import BUILD, HOOK
@@ -36,10 +38,13 @@ from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
 from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
+from ...ports.config import ConfigStore
 from ...process.gate import PAUSED
 from ...simulation.runtime import run_sync
 from ...simulation.world import InHand, World
 from ...spec.compiler import Step
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -129,12 +134,42 @@ def counter_of(request_id: str) -> int:
     return parse_request_id(request_id).counter
 
 
+class _ByIdentity(Generic[T]):
+    """``strip`` of each stored row, computed once per row object.
+
+    A fork of a world shares its parent's rows (they are frozen) and a step replaces only
+    the few it writes, so nearly every row an observation meets was met before:
+    remembering the stripped copy per stored object spares a dataclass ``replace`` per
+    row per state. The original is kept alive with its copy, so an identity never names
+    two objects; the memo is emptied when it grows past ``limit``.
+    """
+
+    def __init__(self, strip: Callable[[T], T], limit: int = 200_000) -> None:
+        self.strip = strip
+        self.limit = limit
+        self._seen: dict[int, tuple[T, T]] = {}
+
+    def __call__(self, row: T) -> T:
+        hit = self._seen.get(id(row))
+        if hit is not None and hit[0] is row:
+            return hit[1]
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        stripped = self.strip(row)
+        self._seen[id(row)] = (row, stripped)
+        return stripped
+
+
+_stripped_request: _ByIdentity[Request] = _ByIdentity(Request.without_times)
+_unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: replace(row, version=0))
+
+
 def observe(world: World) -> Observation:
     now = world.clock.now_ms()
     records = world.published.records
     return Observation(
         # Times grow with the clock and would split equivalent states, like versions.
-        requests=tuple(r.without_times() for r in world.requests.snapshot()),
+        requests=tuple(map(_stripped_request, world.requests.snapshot())),
         queues=tuple(_relative(row, now) for row in world.queues.snapshot()),
         pending=tuple(
             Pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
@@ -162,17 +197,39 @@ def observe(world: World) -> Observation:
 def _relative(row: Queue, now: int) -> Queue:
     """The row as the checker compares it: no version, and each lease as the time left
     (0 once expired), so states that differ only by when they were reached are one."""
+    if not row.leases:  # nothing relative to the clock: the same row, state after state
+        return _unversioned_queue(row)
     leases = tuple((holder, max(0, expires - now)) for holder, expires in row.leases)
     return replace(row, version=0, leases=leases)
 
 
 def _paused(world: World) -> frozenset[str]:
-    """The queues with work or a row whose resolved ``paused`` parameter is set."""
+    """The queues with work or a row whose resolved ``paused`` parameter is set.
+
+    A ``config`` step's value, when one set ``paused``, is what the queue resolves (steps
+    are applied over the base); only the other queues ask the base, whose answers are
+    fixed for the run, so the merged config is not rebuilt per queue per state.
+    """
+    changes = world.config.changes
     queues = {row.name for row in world.queues.snapshot()}
-    queues |= {m.queue for m in world.broker.messages} | set(world.config.changes)
-    return frozenset(
-        queue for queue in queues if dict(world.config.get(queue).parameters).get(PAUSED)
-    )
+    queues |= {m.queue for m in world.broker.messages} | set(changes)
+    paused: list[str] = []
+    for queue in queues:
+        changed = changes.get(queue)
+        if changed is not None and PAUSED in changed:
+            value = changed[PAUSED]
+        else:
+            value = _base_paused(world.config.base, queue)
+        if value:
+            paused.append(queue)
+    return frozenset(paused)
+
+
+def _base_paused(base: ConfigStore, queue: str) -> Any:
+    for key, value in base.get(queue).parameters:
+        if key == PAUSED:
+            return value
+    return None
 
 
 def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> int | None:
