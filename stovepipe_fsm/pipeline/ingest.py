@@ -13,18 +13,21 @@ A new head costs four sequential broker round trips, each step safe to repeat:
 A crash inside 3 may leave any subset of its writes: ``latest`` naming a request whose
 row is not written yet only makes older heads superseded (a newer head does exist); the
 next ingest of the uri (the poller's next round) finds the dedup entry and heals.
-An ingest that has seen the uri before (this instance remembers recent heads) reads the
-dedup entry first instead of minting, so a poller's unchanged head spends no counter
-value. A re-ingest of a URI whose Request is still waiting (in the request machine's
-initial state) redoes 3-4: it heals a crash anywhere in the sequence and a lost publish.
-A re-ingest of a Request past its initial state publishes nothing (a superseded URI is
-never re-validated).
+An ingest that has seen the uri before (this instance remembers recent heads), or is told
+``at_head`` (a poller, whose head is most often unchanged since its last round), reads the
+dedup entry beside the Queue row first and mints only for a head it does not find: an
+unchanged head spends no counter value, a new one costs a fifth round trip. A re-ingest
+of a URI whose Request is still waiting (in the request machine's initial state) redoes
+3-4: it heals a crash anywhere in the sequence and a lost publish. A re-ingest of a
+Request past its initial state publishes nothing (a superseded URI is never re-validated).
 
 :meth:`Ingest.ingest_many` is the batch path: it takes every head first (so a bad head
 fails the batch before any write), then per queue mints one block of ids in one counter
 write and pipelines the claims, the rows and the publishes of all new heads. A batch is
-not one transaction: every head in it is ingested by the same steps, each safe to repeat,
-so a batch cut short by a crash or a broker error is completed by running it again.
+not one transaction: "nothing half-written" means that no single head is ever left in a
+state a repeat cannot finish - every head is ingested by the same steps, each safe to
+repeat, so a batch cut short by a crash or a broker error is completed by running it
+again, and a batch refused for a bad head wrote nothing at all.
 
 A head trunk returns to (a rollback by force-push to a commit already ingested) is
 validated again only on the word of someone who just saw the ref name it: with
@@ -155,7 +158,7 @@ class Ingest:
         validate_queue_name(queue)
         validate_uri(uri)
         minted = ""
-        if self._remembers(queue, uri):
+        if at_head or self._remembers(queue, uri):
             request_id, row = await together(
                 self.uri_index.get(queue, uri), self._queue_row(queue)
             )
