@@ -23,7 +23,12 @@ gives every scenario its own :meth:`Topology.isolated` names on that server, and
    machine - on the same server with the same stream and bucket shapes. A second floor
    adds the two messages our runtime sends besides the decision (the in-progress signal
    before the ancestry check and the attempts-ledger purge), to split "extra round trips"
-   from "Python time". Broker operations are counted per decision for both.
+   from "Python time". A third, **minimal**, does the fewest round trips that keep the
+   same guarantees (request and queue row read side by side): the target's reference.
+   Broker operations are counted per decision for all of them.
+4. **ingest against a raw floor**: single-head ingest against a raw nats-py loop of the
+   same minimal sequence, and the batch path (``Ingest.ingest_many``) against 32 such
+   loops in flight. ``--sections`` picks the parts to run.
 
 Source control is in memory (every head on one linear history), so git is never in the
 loop. Everything, the load included, runs in this one process and event loop: the
