@@ -9,6 +9,7 @@ their writes.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,8 +25,9 @@ from stovepipe_fsm.adapters.memory import (
 )
 from stovepipe_fsm.domain.entities import FULL, Queue, Request
 from stovepipe_fsm.domain.errors import NonRetryable, Retryable, VersionMismatch
+from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.domain.queue_names import InvalidQueueName
-from stovepipe_fsm.pipeline.ingest import InvalidUri
+from stovepipe_fsm.pipeline.ingest import Ingest, InvalidUri
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.lifecycle import QUEUE_CAS_ATTEMPTS
 from stovepipe_fsm.spec.compiler import IllegalTransition
@@ -443,3 +445,103 @@ async def test_reconciler_gives_up_when_the_request_never_settles() -> None:
     p.requests.conflicts = 1_000
     with pytest.raises(VersionMismatch, match="kept changing"):
         await p.dlq.reconcile(rid(1))
+
+
+class Crashed(Exception):
+    """The ingesting process died here: this write and everything after it is lost."""
+
+
+@dataclass
+class Budget:
+    writes_left: int
+
+    def spend(self) -> None:
+        if self.writes_left == 0:
+            raise Crashed
+        self.writes_left -= 1
+
+
+def crashing_pipeline(budget: Budget) -> Pipeline:
+    """A pipeline whose every broker write first spends one unit of ``budget``."""
+
+    class Requests(FlakyRequestStore):
+        async def create(self, request: Request) -> None:
+            budget.spend()
+            await super().create(request)
+
+    class Queues(ContendedQueueStore):
+        async def create(self, queue: Queue) -> None:
+            budget.spend()
+            await super().create(queue)
+
+        async def update(self, queue: Queue, old_version: int, new_version: int) -> None:
+            budget.spend()
+            await super().update(queue, old_version, new_version)
+
+    class Uris(MemoryUriIndex):
+        async def put_if_absent(self, queue: str, uri: str, request_id: str) -> str:
+            budget.spend()
+            return await super().put_if_absent(queue, uri, request_id)
+
+    class Counter(MemoryCounter):
+        async def reserve(self, queue: str, count: int) -> int:
+            budget.spend()
+            return await super().reserve(queue, count)
+
+    class Publisher(MemoryPublisher):
+        async def publish_process(self, queue: str, request_id: str) -> None:
+            budget.spend()
+            await super().publish_process(queue, request_id)
+
+    return Pipeline(
+        requests=Requests(), queues=Queues(), uri_index=Uris(), counter=Counter(),
+        publisher=Publisher(),
+    )
+
+
+@pytest.mark.parametrize("earlier_head", [False, True])
+@pytest.mark.parametrize("crash_after", range(6))
+async def test_a_crash_at_any_write_of_an_ingest_is_healed_by_the_next_ingest(
+    crash_after: int, earlier_head: bool
+) -> None:
+    """Every guarantee holds after a crash at each write of a new head's ingest and a
+    re-ingest by a restarted ingester (which remembers nothing)."""
+    budget = Budget(writes_left=-1)
+    p = crashing_pipeline(budget)
+    if earlier_head:
+        await p.ingester.ingest(Q, "before")
+    budget.writes_left = crash_after
+    with contextlib.suppress(Crashed):
+        await p.ingester.ingest(Q, "A")
+    budget.writes_left = -1
+    restarted = replace_ingester(p)
+    result = await restarted.ingest(Q, "A")
+    again = await restarted.ingest(Q, "A")
+    assert again.request_id == result.request_id and not again.created
+    request = await p.requests.get(result.request_id)
+    assert (request.uri, request.state) == ("A", "accepted")
+    assert await p.uri_index.get(Q, "A") == result.request_id
+    assert (await p.queue()).latest_request_id == result.request_id
+    assert result.request_id in p.processes()
+    if earlier_head:
+        first = await p.uri_index.get(Q, "before")
+        assert first is not None
+        assert parse_request_id(first).counter < parse_request_id(result.request_id).counter
+    # A newer head after the healed one still gets a larger id.
+    newer = await restarted.ingest(Q, "B")
+    assert parse_request_id(newer.request_id).counter > parse_request_id(result.request_id).counter
+    assert (await p.queue()).latest_request_id == newer.request_id
+
+
+def replace_ingester(p: Pipeline) -> Ingest:
+    old = p.ingester
+    return Ingest(
+        initial_state=old.initial_state,
+        requests=old.requests,
+        queues=old.queues,
+        publisher=old.publisher,
+        uri_index=old.uri_index,
+        counter=old.counter,
+        clock=old.clock,
+        trail=old.trail,
+    )

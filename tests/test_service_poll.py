@@ -71,6 +71,33 @@ def test_poll_once_ingests_the_head_and_dedups_a_repeat(nats_server, tag, tmp_pa
     assert doc["queues"][0]["latest_request_id"] == newer["request_id"]
 
 
+def test_one_poller_follows_many_refs_into_their_queues(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    git(repo, "branch", "release")
+    second = commit(repo, "B")
+    refs = ["--ref", "main", "--queue", "mono/main", "--ref", "release", "--queue", "mono/rel"]
+    args = poll_args(nats_server.url, tag, repo, *refs, "--once")
+
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["queue"], r["uri"], r["created"]) for r in reports] == [
+        ("mono/main", second, True),
+        ("mono/rel", first, True),
+    ]
+    again = [json.loads(line) for line in cli(*args).stdout.splitlines()]
+    assert [r["created"] for r in again] == [False, False]
+    assert [r["request_id"] for r in again] == [r["request_id"] for r in reports]
+    doc = status(nats_server.url, tag)
+    assert sorted((q["name"], q["latest_request_id"]) for q in doc["queues"]) == [
+        ("mono/main", reports[0]["request_id"]),
+        ("mono/rel", reports[1]["request_id"]),
+    ]
+    unmatched = poll_args(nats_server.url, tag, repo, "--ref", "main", "--ref", "x", "--once")
+    assert cli(*[*unmatched, "--queue", "q"]).returncode == 2
+
+
 def test_a_ref_rolled_back_to_an_earlier_head_validates_it_again(
     nats_server,
     tag,  # noqa: F811

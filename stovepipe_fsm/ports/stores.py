@@ -60,3 +60,7 @@ class Counter(Protocol):
     """Per-queue monotonic counter; values start at 1 and are never reused."""
 
     async def next(self, queue: str) -> int: ...
+
+    async def reserve(self, queue: str, count: int) -> int:
+        """Hand out ``count`` consecutive values in one step; return the last of them."""
+        ...

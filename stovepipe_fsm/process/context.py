@@ -24,6 +24,8 @@ class DeliveryContext:
     request_id: str
     request: Request | None = None
     queue: Queue | None = None
+    #: The queue row read beside R by ``load_request``, for ``load_queue`` to take.
+    queue_read_with_request: Queue | None = None
     config: QueueConfig = DEFAULT_CONFIG
     build_strategy: str = NO_STRATEGY
     base_uri: str = ""

@@ -121,8 +121,18 @@ class RequestLifecycle:
             request, self.roles.admit, planned=planned, build_strategy=strategy, base_uri=base
         )
 
-    async def supersede(self, request: Request, by: str) -> Request:
-        return await self.apply(request, self.roles.supersede, superseded_by=by)
+    async def supersede(self, request: Request, by: str, *, loaded: Queue | None = None) -> Request:
+        """Mark ``request`` superseded by ``by``.
+
+        ``loaded``: the queue row the decision was made on. When it shows nothing for the
+        end to settle (R holds no slot there), the settle read is skipped: a slot R claims
+        after that read comes from another delivery of R, whose admit write then loses to
+        this one and releases its claim (or, had it crashed, leaves a terminal holder the
+        gate reclaims).
+        """
+        return await self.apply(
+            request, self.roles.supersede, settled_in=loaded, superseded_by=by
+        )
 
     async def fail_closed(self, request: Request) -> Request:
         return await self.apply(request, self.roles.dead_letter)
@@ -161,6 +171,7 @@ class RequestLifecycle:
         *,
         queue_change: QueueChange | None = None,
         planned: Step | None = None,
+        settled_in: Queue | None = None,
         **changes: Any,
     ) -> Request:
         """Fire ``trigger`` on ``request`` and persist it; release the slot on terminal.
@@ -168,7 +179,9 @@ class RequestLifecycle:
         ``queue_change`` is applied to the queue row in the same CAS as the release (record
         advances last green that way). ``planned`` is a step the machine already decided
         for this very request state (admit plans once to claim the slot, then applies that
-        plan). Raises ``IllegalTransition`` when the machine refuses and
+        plan). ``settled_in`` is a queue row on which the end has nothing to settle, as the
+        caller has established, so no settle read follows. Raises ``IllegalTransition``
+        when the machine refuses and
         ``VersionMismatch`` when the request changed underneath.
         """
         if planned is not None and (planned.source, planned.trigger) == (request.state, trigger):
@@ -182,9 +195,19 @@ class RequestLifecycle:
         new_version = request.version + 1
         await self.requests.update(updated, request.version, new_version)
         updated = updated.with_version(new_version)
-        if step.releases_slot or queue_change is not None:
+        if (step.releases_slot or queue_change is not None) and not self._settled(
+            updated, queue_change, settled_in
+        ):
             await self.settle_queue(updated, queue_change)
         return updated
+
+    def _settled(
+        self, request: Request, queue_change: QueueChange | None, queue: Queue | None
+    ) -> bool:
+        """``queue`` is given and settling ``request`` on it would change nothing."""
+        if queue is None:
+            return False
+        return self._settle_change(request, queue_change)(queue) == queue
 
     def _times(self, request: Request, step: Step) -> tuple[int, int]:
         """``request``'s admitted and ended times after ``step``: now for the step that
@@ -206,6 +229,9 @@ class RequestLifecycle:
         end advances last green). Safe to repeat: releasing a slot that is not held and
         re-applying a monotonic change both leave the row as it is, with no write.
         """
+        return await self.update_queue(request.queue, self._settle_change(request, queue_change))
+
+    def _settle_change(self, request: Request, queue_change: QueueChange | None) -> QueueChange:
         terminal = self.machine.is_terminal(request.state)
         if queue_change is None and terminal:
             queue_change = self.end_change(request)
@@ -215,7 +241,7 @@ class RequestLifecycle:
                 queue = queue.without_holder(request.id)
             return queue_change(queue) if queue_change else queue
 
-        return await self.update_queue(request.queue, change)
+        return change
 
     async def release_claim(self, request: Request) -> Queue:
         """Drop ``request``'s slot whatever its state: a claim its admit write lost.

@@ -22,6 +22,7 @@ from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
 from ..domain.entities import QueueConfig
 from ..domain.hooks import HookEvent
 from ..ports.config import ConfigStore
+from ..process.together import stepwise
 
 T = TypeVar("T")
 
@@ -29,7 +30,8 @@ T = TypeVar("T")
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that never suspends (in-memory adapters) to completion."""
     try:
-        coro.send(None)
+        with stepwise():
+            coro.send(None)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     coro.close()

@@ -4,6 +4,12 @@ Several ingest replicas may mint for one queue at once, so ``next`` is a CAS loo
 the key at 1, or replace the value read with value + 1 conditionally on its revision.
 A lost race re-reads and tries again, so no number is ever handed out twice; the loop is
 bounded, and persistent contention becomes ``Retryable`` instead of a spin.
+
+An ingester mints for the same queues again and again, so each instance remembers the
+value and revision it last wrote per queue and tries the next write on that revision
+without reading first: one round trip while nobody else minted for the queue. What it
+remembers is only a hint; a write on a stale revision is refused by the server and the
+loop reads, so correctness rests on the server's revision check alone.
 The value is plain decimal text, readable with ``nats kv get``.
 """
 
@@ -22,20 +28,39 @@ class KvCounter:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self._cell = cell
         self._max_attempts = max_attempts
+        self._last: dict[str, tuple[int, int]] = {}  # queue -> (value, revision) we wrote
 
     async def next(self, queue: str) -> int:
+        return await self.reserve(queue, 1)
+
+    async def reserve(self, queue: str, count: int) -> int:
+        """Hand out ``count`` consecutive values at once; return the last of them.
+
+        The values ``last - count + 1 .. last`` are the caller's alone (one write).
+        """
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
         key = queue_key(queue)
+        remembered = self._last.pop(queue, None)
         for _ in range(self._max_attempts):
-            entry = await self._cell.read_optional(key)
+            if remembered is not None:
+                last, revision = remembered
+                remembered = None
+            else:
+                entry = await self._cell.read_optional(key)
+                last = 0 if entry is None else _parse(queue, entry.value)
+                revision = 0 if entry is None else entry.revision
+            value = last + count
+            encoded = str(value).encode("ascii")
             try:
-                if entry is None:
-                    await self._cell.create(key, b"1")
-                    return 1
-                value = _parse(queue, entry.value) + 1
-                await self._cell.replace(key, str(value).encode("ascii"), entry.revision)
-                return value
+                if revision == 0:
+                    written = await self._cell.create(key, encoded)
+                else:
+                    written = await self._cell.replace(key, encoded, revision)
             except (AlreadyExists, VersionMismatch):
                 continue
+            self._last[queue] = (value, written)
+            return value
         raise Retryable(
             f"counter {queue!r}: lost {self._max_attempts} compare-and-set races in a row"
         )

@@ -189,7 +189,12 @@ class MemoryCounter:
         self._last: dict[str, int] = dict(last)
 
     async def next(self, queue: str) -> int:
-        value = self._last.get(queue, 0) + 1
+        return await self.reserve(queue, 1)
+
+    async def reserve(self, queue: str, count: int) -> int:
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        value = self._last.get(queue, 0) + count
         self._last[queue] = value
         return value
 

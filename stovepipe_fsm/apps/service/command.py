@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
-from ...pipeline.ingest import InvalidUri
+from ...pipeline.ingest import IngestResult, InvalidUri
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from .secrets import redact
 
@@ -129,8 +129,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
     _broker_args(p)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--uri", required=True)
+    p.add_argument("--queue")
+    p.add_argument("--uri")
+    p.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="ingest many heads in one batch: JSON lines (queue, uri, optional at_head, "
+        "parents), '-' for standard input; instead of --queue/--uri",
+    )
     p.add_argument(
         "--at-head",
         action="store_true",
@@ -240,11 +247,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
     p.set_defaults(handler=_needs_nats("status", cmd_status))
 
-    p = sub.add_parser("poll", help="ingest each new head of a git ref")
+    p = sub.add_parser("poll", help="ingest each new head of git refs")
     _broker_args(p)
     p.add_argument("--git-repo", required=True, help="path of a local clone")
-    p.add_argument("--ref", required=True, help="branch or ref to follow, e.g. main")
-    p.add_argument("--queue", required=True)
+    p.add_argument(
+        "--ref",
+        required=True,
+        action="append",
+        help="branch or ref to follow, e.g. main (repeat with --queue for more refs)",
+    )
+    p.add_argument("--queue", required=True, action="append", help="queue of each --ref")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     p.add_argument("--once", action="store_true", help="poll one round and exit")
     _topology_args(p)
@@ -570,20 +582,57 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ...domain.queue_names import normalize_queue_name
     from .operators import operator_ingest
 
+    if args.from_file is not None:
+        return _ingest_batch(args)
+    if args.queue is None or args.uri is None:
+        print("error: ingest needs --queue and --uri, or --from FILE", file=sys.stderr)
+        return EXIT_USAGE
+
     async def run() -> int:
         queue = normalize_queue_name(args.queue)  # NFC: the queue a decomposed name means
         async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
             result = await ingest.ingest(queue, args.uri, at_head=args.at_head)
-        print(
-            json.dumps(
-                {
-                    "request_id": result.request_id,
-                    "created": result.created,
-                    "published": result.published,
-                    "returned": result.returned,
-                }
-            )
-        )
+        print(json.dumps(_ingest_report(result)))
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def _ingest_report(result: IngestResult) -> dict[str, object]:
+    return {
+        "request_id": result.request_id,
+        "created": result.created,
+        "published": result.published,
+        "returned": result.returned,
+    }
+
+
+def _ingest_batch(args: argparse.Namespace) -> int:
+    """``ingest --from``: every line is read and checked before the broker is touched."""
+    from .heads_file import BadHeadLine, read_heads
+    from .operators import operator_ingest
+
+    if args.queue is not None or args.uri is not None or args.at_head:
+        print("error: --from takes no --queue, --uri or --at-head", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.from_file == "-":
+            heads = read_heads(sys.stdin, "<stdin>")
+        else:
+            with open(args.from_file, encoding="utf-8") as lines:
+                heads = read_heads(lines, args.from_file)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: cannot read {args.from_file}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BadHeadLine as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
+            results = await ingest.ingest_many(heads)
+        for head, result in zip(heads, results, strict=True):
+            print(json.dumps({"queue": head.queue, "uri": head.uri, **_ingest_report(result)}))
         return EXIT_OK
 
     return _run_operator(run())
@@ -874,17 +923,30 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_poll(args: argparse.Namespace) -> int:
     from ...domain.queue_names import normalize_queue_name
     from .operators import operator_ingest
-    from .poll import PollTarget, poll_forever, poll_once, print_report
+    from .poll import PollTarget, poll_forever, poll_round, print_report
+
+    if len(args.ref) != len(args.queue):
+        print(
+            f"error: poll takes one --queue per --ref; got {len(args.ref)} --ref and "
+            f"{len(args.queue)} --queue",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
     async def run() -> int:
-        target = PollTarget(Path(args.git_repo), args.ref, normalize_queue_name(args.queue))
+        repository = Path(args.git_repo)
+        targets = [
+            PollTarget(repository, ref, normalize_queue_name(queue))
+            for ref, queue in zip(args.ref, args.queue, strict=True)
+        ]
         if args.interval <= 0:
             raise ValueError(f"--interval must be positive, got {args.interval}")
         async with operator_ingest(
             nats_options(args, service=not args.once), topology_of(args), args.machines
         ) as ingest:
             if args.once:
-                print_report(await poll_once(ingest, target))
+                for outcome in await poll_round(ingest, targets):
+                    print_report(outcome)
                 return EXIT_OK
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -893,7 +955,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
                     loop.add_signal_handler(sig, stop.set)
             await poll_forever(
                 ingest,
-                target,
+                targets,
                 interval_s=args.interval,
                 stop=stop,
                 report=print_report,
