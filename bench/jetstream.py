@@ -551,7 +551,7 @@ class Floor:
         await self.queues.update(self.qkey, self.queue_value, last=entry.revision)
 
     async def admit(self, request_id: str) -> None:
-        js, t, qkey, rkey = self.js, self.topology, self.qkey, request_key(request_id)
+        qkey, rkey = self.qkey, request_key(request_id)
         msg = (await self.sub.fetch(1, timeout=FETCH_TIMEOUT_S))[0]
         entry = await self.requests.get(rkey)  # load request
         await self.queues.get(qkey)  # load queue
@@ -561,22 +561,26 @@ class Floor:
         await self.queues.update(qkey, self.held_value, last=held.revision)
         entry = await self.requests.get(rkey)  # mark processing: read, conditional write
         await self.requests.update(rkey, entry.value or b"", last=entry.revision)
-        headers = {MSG_ID_HEADER: f"started-{request_id}"}
-        await js.publish(
-            t.hook_subject("validation.repository.started"),
-            entry.value or b"",
-            stream=t.hooks_stream,
-            headers=headers,
-        )
-        await js.publish(
-            t.build_subject(self.queue),
-            msg.data,
-            stream=t.build_stream,
-            headers={MSG_ID_HEADER: request_id},
-        )
+        await self._start_and_build(request_id, entry.value or b"", msg.data)
         await msg.ack()
         if self.extras:
             await self.attempts.purge(f"process.{msg.metadata.sequence.stream}")
+
+    async def _start_and_build(self, request_id: str, row: bytes, work: bytes) -> None:
+        """The start event, then the build message (each deduplicated by its id)."""
+        js, t = self.js, self.topology
+        await js.publish(
+            t.hook_subject("validation.repository.started"),
+            row,
+            stream=t.hooks_stream,
+            headers={MSG_ID_HEADER: f"started-{request_id}"},
+        )
+        await js.publish(
+            t.build_subject(self.queue),
+            work,
+            stream=t.build_stream,
+            headers={MSG_ID_HEADER: request_id},
+        )
 
     async def admit_minimal(self, request_id: str) -> None:
         """The fewest round trips an admit needs for the same guarantees.
@@ -585,24 +589,12 @@ class Floor:
         admit write (a processing request always holds a slot), each a compare-and-set on
         the revision just read; the start event before the build; the trail note; ack.
         """
-        js, t, qkey, rkey = self.js, self.topology, self.qkey, request_key(request_id)
+        qkey, rkey = self.qkey, request_key(request_id)
         msg = (await self.sub.fetch(1, timeout=FETCH_TIMEOUT_S))[0]
         entry, held = await asyncio.gather(self.requests.get(rkey), self.queues.get(qkey))
         await self.queues.update(qkey, self.held_value, last=held.revision)
         await self.requests.update(rkey, entry.value or b"", last=entry.revision)
-        headers = {MSG_ID_HEADER: f"started-{request_id}"}
-        await js.publish(
-            t.hook_subject("validation.repository.started"),
-            entry.value or b"",
-            stream=t.hooks_stream,
-            headers=headers,
-        )
-        await js.publish(
-            t.build_subject(self.queue),
-            msg.data,
-            stream=t.build_stream,
-            headers={MSG_ID_HEADER: request_id},
-        )
+        await self._start_and_build(request_id, entry.value or b"", msg.data)
         await self._note(request_id, "admitted")
         await msg.ack()
 

@@ -79,6 +79,22 @@ async def delete_topology(js: JetStreamContext, topology: Topology) -> None:
             await js.delete_stream(stream)
 
 
+def isolated_tag(server: NatsServer, letter: str) -> Iterator[str]:
+    """A fresh topology tag for a fixture to yield, its streams and buckets deleted after
+    (``yield from isolated_tag(nats_server, "c")``)."""
+    value = f"{letter}{uuid.uuid4().hex[:10]}"
+    yield value
+
+    async def cleanup() -> None:
+        nc = await connect(server)
+        try:
+            await delete_topology(nc.jetstream(), Topology.isolated(value))
+        finally:
+            await nc.close()
+
+    asyncio.run(cleanup())
+
+
 ANCHOR_STREAM = "STOVEPIPE_TEST_ANCHOR"
 
 

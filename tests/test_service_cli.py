@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -10,13 +9,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
-from nats_server import connect, delete_topology
+from nats_server import isolated_tag
 
-from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.adapters.jetstream import NatsServer
 from stovepipe_fsm.adapters.jetstream.server import free_port
 
 CLI = [sys.executable, "-m", "stovepipe_fsm.apps.cli"]
@@ -26,17 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def tag(nats_server: NatsServer):
-    value = f"c{uuid.uuid4().hex[:10]}"
-    yield value
-
-    async def cleanup() -> None:
-        nc = await connect(nats_server)
-        try:
-            await delete_topology(nc.jetstream(), Topology.isolated(value))
-        finally:
-            await nc.close()
-
-    asyncio.run(cleanup())
+    yield from isolated_tag(nats_server, "c")
 
 
 def cli(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,18 @@ from typing import Any
 from ..domain.entities import Queue, Request
 
 
+def age_text(at_ms: int, now_ms: int) -> str:
+    """How long ago ``at_ms`` was, in the unit that reads best (status and the page)."""
+    if not at_ms:
+        return "age unknown"
+    seconds = max(0, (now_ms - at_ms) // 1000)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
 def request_json(r: Request) -> dict[str, Any]:
     return {
         "id": r.id,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..domain.trail import TrailRecord
+from .entities import age_text
 from .trail import clock_text, sentence
 
 PAGE_SIZE = 50
@@ -88,18 +89,6 @@ def href(path: str, **query: object) -> str:
 
 def request_href(request_id: str) -> str:
     return href(f"/request/{request_id}")
-
-
-def age_text(at_ms: int, now_ms: int) -> str:
-    """How long ago ``at_ms`` was, in the unit that reads best."""
-    if not at_ms:
-        return "age unknown"
-    seconds = max(0, (now_ms - at_ms) // 1000)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
 
 
 # --- the overview ---------------------------------------------------------------------

@@ -14,22 +14,19 @@ request and policy pages beside it, ``<file>-request.png``, ``<file>-policy.png`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from nats_server import connect, delete_topology
+from nats_server import isolated_tag
 from test_service_cli import CLI, ROOT, TIMEOUT_S, cli, http_get, wait_until
 
-from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.views.page import REFRESH_S
 
@@ -57,17 +54,7 @@ class Page:
 
 @pytest.fixture(scope="module")
 def module_tag(nats_server) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    value = f"b{uuid.uuid4().hex[:10]}"
-    yield value
-
-    async def cleanup() -> None:
-        nc = await connect(nats_server)
-        try:
-            await delete_topology(nc.jetstream(), Topology.isolated(value))
-        finally:
-            await nc.close()
-
-    asyncio.run(cleanup())
+    yield from isolated_tag(nats_server, "b")
 
 
 @pytest.fixture(scope="module")

@@ -802,38 +802,27 @@ def _who(getpass: Any) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    import getpass
-
     from .verbs import cancel_request
 
-    if not _one_request(args):
-        return EXIT_USAGE
-
-    async def run() -> int:
-        answer = await cancel_request(
-            nats_options(args),
-            topology_of(args),
-            args.request_id,
-            args.queue or "",
-            args.uri or "",
-            _who(getpass),
-        )
-        print(json.dumps(answer))
-        return EXIT_OK
-
-    return _run_operator(run())
+    return _request_verb(args, cancel_request)
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    import getpass
-
     from .verbs import retry_request
+
+    return _request_verb(args, retry_request)
+
+
+def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
+    """``cancel`` and ``retry``: one request named by id or by queue and uri, the answer
+    printed as JSON; the operator is the local user."""
+    import getpass
 
     if not _one_request(args):
         return EXIT_USAGE
 
     async def run() -> int:
-        answer = await retry_request(
+        answer = await verb(
             nats_options(args),
             topology_of(args),
             args.request_id,

@@ -43,7 +43,13 @@ from ...pipeline.ingest import Ingest
 from ...ports.stores import RequestStore, UriIndex
 from ...process.catalog import load_process_machines
 from ...spec.errors import SpecError
-from ...views.entities import queue_json, render_queue_row, render_request_rows, request_json
+from ...views.entities import (
+    age_text,
+    queue_json,
+    render_queue_row,
+    render_request_rows,
+    request_json,
+)
 from ...views.trail import history_json
 from .connect import NatsOptions, connect
 from .pauses import Pause, read_pauses
@@ -336,17 +342,6 @@ def _with_queue_verbs(
     return sorted([*records, *mine], key=lambda r: (r.first_at_ms, r.at_ms))
 
 
-def _age(at_ms: int, now_ms: int) -> str:
-    if not at_ms:
-        return "age unknown"
-    seconds = max(0, (now_ms - at_ms) // 1000)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
-
-
 def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
     """Stored queues whose names a new queue could not have (created before the name
     rule): shown escaped, since such a name may print like another."""
@@ -395,7 +390,7 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
     for paused in doc.get("pauses", []):
         who = f" by {paused['by']}" if paused["by"] else ""
         why = f": {paused['reason']}" if paused["reason"] else ""
-        age = _age(paused["at_ms"], now_ms)
+        age = age_text(paused["at_ms"], now_ms)
         lines.append(f"paused: {paused['pattern']} for {age}{who}{why}")
     lines.append("queues:")
     details = doc.get("queue_details", {})
@@ -404,12 +399,14 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         detail = details.get(q["name"])
         if detail is None:
             continue
-        since = [f"{h['id']} for {_age(h['admitted_at_ms'], now_ms)}" for h in detail["holders"]]
+        since = [
+            f"{h['id']} for {age_text(h['admitted_at_ms'], now_ms)}" for h in detail["holders"]
+        ]
         if since:
             lines.append(f"    holding: {', '.join(since)}")
         oldest = detail["oldest_waiting"]
         if oldest is not None:
-            age = _age(oldest["ingested_at_ms"], now_ms)
+            age = age_text(oldest["ingested_at_ms"], now_ms)
             lines.append(f"    waiting: {detail['waiting']}, oldest {oldest['uri']} for {age}")
         if detail["parameters"]:
             values = ", ".join(f"{k}={v}" for k, v in sorted(detail["parameters"].items()))
