@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from nats_server import JsEnv
 from test_service_support import FAST, Running, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
 from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
 
 PARKED = dataclasses.replace(FAST, fetch_timeout_s=120.0, discover_interval_s=120.0)
@@ -65,6 +67,31 @@ async def test_a_new_queue_gets_a_consumer_from_its_first_publish(
         request_id = await run.ingest("tools/new", "A")
         await run.wait_state(request_id, "processing", timeout=SOON_S)
         assert "tools/new" in run.service.consumers
+
+
+async def test_a_forged_publish_for_a_queue_never_ingested_starts_no_consumer(
+    js_env: JsEnv,
+) -> None:
+    """A publish on a queue's subject wakes the service, but a queue ingest never made a
+    row for gets no consumer (a flood of forged subjects must not use up the stream's
+    consumers): its messages are dead-lettered as orphans at once, not a discovery
+    round later."""
+    topology = js_env.topology
+    async with running_service(js_env.server, topology, CONFIG, options=PARKED) as run:
+        await _parked(run, QUEUE)
+        ghost = "ghost/queue"
+        work = encode_work(WorkMessage(queue=ghost, request_id=f"request/{ghost}/1"))
+        await js_env.js.publish(
+            topology.process_subject(ghost), work, stream=topology.process_stream
+        )
+
+        async def swept() -> bool:
+            return run.events.count("orphan") == 1
+
+        await wait_for(swept, "the forged message dead-lettered as an orphan", SOON_S)
+        assert ghost not in run.service.consumers
+        listed = await existing_consumers(js_env.js, topology.process_stream)
+        assert topology.process_consumer_name(ghost) not in listed
 
 
 async def test_parked_requests_are_renewed_after_a_broker_restart(tmp_path) -> None:

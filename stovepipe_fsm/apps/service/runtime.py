@@ -79,6 +79,7 @@ from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
+from ...domain.errors import NotFound
 from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
 from ...pipeline.dlq import DeadLetterReconciler
 from ...pipeline.ingest import Ingest
@@ -567,7 +568,7 @@ class Service:
         if consumer is not None:
             consumer.nudge()
         elif queue not in self._opening and queue not in self.refused:
-            self._spawn_once(f"add:{queue}", self._add_quietly(queue))
+            self._spawn_once(f"add:{queue}", self._add_if_ingested(queue))
 
     async def _on_leader(self, msg: Any) -> None:
         """``$JS.EVENT.ADVISORY.{STREAM,CONSUMER}.LEADER_ELECTED.<stream>[.<consumer>]``:
@@ -602,6 +603,22 @@ class Service:
             await self.add_queue(queue)
         except Exception as exc:  # discovery retries it
             log.warning("consumer not started: %s: %s", type(exc).__name__, exc)
+
+    async def _add_if_ingested(self, queue: str) -> None:
+        """A publish for a queue not served yet: start its consumer if ingest made its row
+        (ingest writes the row before it publishes); else the subject is an orphan, and a
+        discovery round now dead-letters it. A flood of forged subjects therefore costs a
+        row read each and one discovery at a time, never a consumer each."""
+        assert self.pipeline is not None and self.pipeline.ports is not None
+        try:
+            await self.pipeline.ports.queues.get(queue)
+        except NotFound:
+            self._spawn_once("discover-now", self._discover_quietly())
+            return
+        except Exception as exc:  # discovery retries it
+            log.warning("consumer not started: %s: %s", type(exc).__name__, exc)
+            return
+        await self._add_quietly(queue)
 
     async def _discover_quietly(self) -> None:
         try:
