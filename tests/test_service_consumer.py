@@ -220,12 +220,15 @@ async def test_a_queue_past_the_consumer_limit_is_refused_clearly(js_env) -> Non
             js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
         ) as run:
             service = run.service
-            assert sorted(service.consumers) == ["a/one", "a/two"]
-            assert list(service.refused) == ["a/three"]
-            why = service.refused["a/three"]
+            # Consumers open concurrently: which two win the stream's two is not fixed.
+            assert len(service.consumers) == 2 and len(service.refused) == 1
+            assert sorted([*service.consumers, *service.refused]) == sorted(queues)
+            [left_out] = service.refused
+            served = sorted(service.consumers)
+            why = service.refused[left_out]
             assert "maximum consumers limit reached" in why and "max_consumers" in why
             assert await service.discover() == []  # not retried every round
-            rid = await run.ingest("a/one", "A")  # the served queues keep working
+            rid = await run.ingest(served[0], "A")  # the served queues keep working
             await run.wait_state(rid, "processing")
     finally:
         await delete_topology(js_env.js, topology)

@@ -32,12 +32,15 @@ CONFIG = "defaults: {gate_wait_delay_ms: 100}\n"
 ONE_SLOT = "    minimum: 1\n    default: 1\n"
 TWO_SLOTS = "    minimum: 1\n    default: 2\n"
 CANCELLED = (
+    "  withdraw: withdraw         # an operator's cancel ends a waiting head (optional role)\n",
     "  cancelled: {trigger: cancel}\n",
-    "  - name: cancelled\n    terminal: true\n    description: build cancelled\n",
+    "  - name: cancelled\n    terminal: true\n"
+    "    description: build cancelled, or a waiting head withdrawn by an operator\n",
     "  - trigger: cancel\n    source: processing\n    dest: cancelled\n"
     "    description: record - build cancelled\n",
+    "  - trigger: withdraw\n    source: accepted\n    dest: cancelled\n"
+    "    description: an operator cancels a head still waiting (never a running one)\n",
 )
-
 
 def policy_copy(root: Path) -> Path:
     policy = copy_policy(root)
