@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..domain.entities import Request
-from ..domain.errors import NotFound, StovepipeError
+from ..domain.errors import IllegalOperation, NotFound, StovepipeError
 from ..domain.ids import parse_request_id
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
@@ -165,11 +165,25 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
     if kind == "redeliver":
         world.redeliver(request_id)
         return [f"duplicate process message for {request_id}"]
+    if kind == "cancel":
+        return [_cancelled(world, request_id)]
     if kind == "dead_letter":
         ended = world.dead_letter(request_id)
         state = ended.state if ended else "missing"
         return [f"{request_id} {state}; {_queue_summary(world, step.queue)}"]
     raise ValueError(f"unknown step {kind!r}")
+
+
+def _cancelled(world: World, request_id: str) -> str:
+    """The log row of a cancel: the head it ended, or why the verb refused (an operator
+    sees the refusal and the pipeline goes on, so the timeline does too)."""
+    try:
+        result = world.cancel(request_id)
+    except IllegalOperation as exc:
+        return f"{request_id} cancel refused: {exc}"
+    if not result.cancelled:
+        return f"{request_id} already {result.request.state} (cancel repeated)"
+    return f"{request_id} {result.request.state}; {_queue_summary(world, result.request.queue)}"
 
 
 def _request_id(world: World, step: TimelineStep) -> str:

@@ -39,7 +39,7 @@ MAX_TIMELINE_BYTES = 512 * 1024 * 1024
 
 @dataclass(frozen=True)
 class TimelineStep:
-    """One step: ``kind`` is the step's key (deliver, ingest, complete, expect, ...)."""
+    """One step: ``kind`` is the step's key (deliver, ingest, complete, cancel, expect, ...)."""
 
     kind: str
     location: Location

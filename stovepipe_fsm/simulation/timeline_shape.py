@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 
 from ..spec.schema import load_schema
 
-_TARGET_KINDS = frozenset({"ingest", "redeliver", "dead_letter", "resume"})
+_TARGET_KINDS = frozenset({"ingest", "redeliver", "dead_letter", "resume", "cancel"})
 _BARE = frozenset({"deliver", "run"})
 _CRASH_POINTS = frozenset(
     {"after_claim_slot", "after_mark_processing", "after_announce", "after_publish_build"}

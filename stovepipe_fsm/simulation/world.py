@@ -53,6 +53,7 @@ from ..domain.entities import Request
 from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, settle
+from ..pipeline import verbs
 from ..pipeline.ingest import IngestResult
 from ..pipeline.wiring import Ports, build_stages
 from ..ports.config import ConfigStore
@@ -365,6 +366,21 @@ class World:
     def complete(self, request_id: str, outcome: str) -> Request:
         return run_sync(self.recorder.complete(request_id, outcome))
 
+    def cancel(self, request_id: str) -> verbs.CancelResult:
+        """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
+        world's stores (``IllegalOperation`` when it refuses, as the command does)."""
+        return run_sync(
+            verbs.cancel(
+                verb_policy(self.machines),
+                self.requests,
+                self.queues,
+                self.trail,
+                self.clock,
+                request_id,
+                by="timeline",
+            )
+        )
+
     def dead_letter(self, request_id: str) -> Request | None:
         return run_sync(self.reconciler.reconcile(request_id))
 
@@ -373,3 +389,17 @@ class World:
 
     def request_for(self, queue: str, uri: str) -> str | None:
         return run_sync(self.uri_index.get(queue, uri))
+
+
+def verb_policy(machines: ProcessMachines) -> verbs.VerbPolicy:
+    """The operator verbs' view of ``machines``, as the service records it for them: the
+    withdraw role's destination only when it has a single one."""
+    roles = machines.roles
+    withdrawn = roles.withdrawn_states
+    return verbs.VerbPolicy(
+        hash="",
+        initial=roles.initial,
+        terminal=frozenset(machines.request.terminal),
+        withdraw=roles.withdraw,
+        withdrawn=next(iter(withdrawn)) if len(withdrawn) == 1 else "",
+    )

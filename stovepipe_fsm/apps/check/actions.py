@@ -24,6 +24,11 @@ Enabled actions, for the one checked queue:
   ``paused`` parameter, pause the queue when its head is due (a ``config`` step), and
   once paused resume it - free, as whether the queue is paused is part of the state,
   but never fair: a paused queue may stay paused, and its holds are no wedge;
+- when the policy declares the ``withdraw`` role, an operator's ``cancel`` of any head
+  not yet ended (``--max-cancels``): the verb ends a waiting one and refuses a running one,
+  so what is explored is every moment the operator may run it, the race with an
+  admission included (the cancel lands before or after the admission's write); a
+  refused cancel changes nothing and is no edge;
 - overlapping deliveries (``--max-overlaps``, off by default): stall the head's delivery
   in hand after one of the bounds' stall points (bounded, kept only when the delivery got
   there); resuming a stalled delivery is fair (a delivery in hand eventually continues).
@@ -43,6 +48,7 @@ from ...simulation.world import CRASH_POINTS, World
 from .invariants import Rules
 from .model import (
     ADVANCE,
+    CANCEL,
     COMPLETE,
     CRASH,
     DEAD_LETTER,
@@ -171,6 +177,10 @@ def enabled(
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(Action(DEAD_LETTER, (step("dead_letter", q, uri=request.uri),)))
+    if rules.withdrawable and budget.cancels < bounds.max_cancels:
+        for request in obs.requests_of(q):
+            if request.state not in rules.terminal_states:
+                actions.append(Action(CANCEL, (step("cancel", q, uri=request.uri),)))
     if rules.pausable:
         if q in obs.paused:
             actions.append(Action(UNPAUSE, (step("config", q, values=((PAUSED, False),)),)))
@@ -189,12 +199,15 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     its stall point, is a plain delivery under another name; it is dropped so every
     explored fault happens where its label says.
 
+    A cancel the verb refused (a running head) wrote nothing: no edge either.
+
     ``in_place`` applies it to ``world`` itself, for the last action taken from a world
     nothing needs afterwards (the search forks every other one): ``world`` is changed
     whether or not the edge is real.
     """
     twin = world if in_place else world.clone()
     asked, stalled = twin.graph.calls, len(twin.in_hand)
+    rows = twin.requests.snapshot() if action.kind == CANCEL else ()
     for item in action.steps:
         try:
             apply_step(twin, item)
@@ -205,5 +218,7 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     if action.kind in (OUTAGE, OUTAGE_PERSISTS) and twin.graph.calls == asked:
         return None
     if action.kind == STALL and len(twin.in_hand) == stalled:
+        return None
+    if action.kind == CANCEL and twin.requests.snapshot() == rows:
         return None
     return twin

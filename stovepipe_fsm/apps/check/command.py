@@ -31,6 +31,7 @@ from .variants import Variant
 
 DEFAULT_MAX_CONCURRENT = (1, 2)
 OVERLAPS_BY_DEFAULT = False
+DEFAULT_MAX_CANCELS = 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,6 +80,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument(
         "--max-dead-letters", type=_count, default=1, help="dead-letter reconciles per path"
+    )
+    p.add_argument(
+        "--max-cancels",
+        type=_count,
+        default=DEFAULT_MAX_CANCELS,
+        help="operator cancels per path, of a head not yet ended, when the policy declares "
+        f"the withdraw role (default {DEFAULT_MAX_CANCELS})",
     )
     p.add_argument(
         "--max-outages",
@@ -210,6 +218,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         max_overlaps=args.max_overlaps if args.overlaps else 0,
         stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
         pauses=args.pauses,
+        max_cancels=args.max_cancels,
     )
     values = sorted(set(args.max_concurrent))
     jobs = [
@@ -226,7 +235,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for k in values
     ]
     pausable = PAUSED in machines.parameters
-    shown = describe_bounds(bounds, pausable=pausable)
+    withdrawable = bool(machines.roles.withdrawn_states)
+    shown = describe_bounds(bounds, pausable=pausable, withdrawable=withdrawable)
     print(f"check: {shown}; max_concurrent {' '.join(map(str, values))}")
     print(describe_proof(proof))
     started = time.perf_counter()
@@ -264,7 +274,7 @@ def describe_proof(proof: Proof) -> str:
     return f"proves: {', '.join(proof.names)}"
 
 
-def describe_bounds(bounds: Bounds, *, pausable: bool = False) -> str:
+def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: bool = False) -> str:
     heads = " ".join(bounds.ingest_order())
     overlaps = (
         f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
@@ -273,6 +283,8 @@ def describe_bounds(bounds: Bounds, *, pausable: bool = False) -> str:
     )
     if pausable and bounds.pauses:
         overlaps += ", pause and resume"
+    if withdrawable and bounds.max_cancels:
+        overlaps += f", {bounds.max_cancels} operator cancel(s)"
     return (
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "

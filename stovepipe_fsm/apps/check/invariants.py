@@ -62,6 +62,13 @@ class Rules:
     max_baseline_lag: int = 0  # the checked queue's bound (0: none)
     max_validation_ms: int = 0  # the checked queue's slot lease (0: none)
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
+    #: Where the ``withdraw`` role leads (an operator's cancel); empty: the policy has none.
+    withdrawn_states: frozenset[str] = frozenset()
+
+    @property
+    def withdrawable(self) -> bool:
+        """Whether an operator can cancel a waiting head under this policy."""
+        return bool(self.withdrawn_states)
 
     @classmethod
     def for_machines(
@@ -91,6 +98,7 @@ class Rules:
             max_baseline_lag=max_baseline_lag,
             max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
+            withdrawn_states=roles.withdrawn_states,
         )
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -237,6 +245,35 @@ def _superseded_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
             yield f"{_label(request)} was published to build"
         if obs.hook_ids(request.id):
             yield f"{_label(request)} was announced as started"
+
+
+def _withdrawn(request: Request, rules: Rules) -> bool:
+    """Whether ``request`` was ended by an operator's cancel: in a state the withdraw role
+    leads to, never admitted (a build outcome may lead to the same state, admitted)."""
+    return request.state in rules.withdrawn_states and request.build_strategy == NO_STRATEGY
+
+
+def _withdrawn_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
+    for request in obs.requests:
+        if not _withdrawn(request, rules):
+            continue
+        if request.id in obs.builds:
+            yield f"{_label(request)} was withdrawn and published to build"
+        if obs.hook_ids(request.id):
+            yield f"{_label(request)} was withdrawn and announced as started"
+
+
+def _withdraws_only_waiting(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    """A cancel ends only a head still in the initial state: one that ends withdrawn from
+    any other state overwrote the admission it raced with."""
+    if not rules.withdrawable:
+        return
+    for after in post.requests:
+        before = pre.by_id.get(after.id)
+        if before is None or before.state == after.state or not _withdrawn(after, rules):
+            continue
+        if before.state != rules.initial_state:
+            yield f"{_label(after)} was withdrawn while {before.state}"
 
 
 def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
@@ -511,6 +548,11 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         _superseded_never_started,
     ),
     Invariant(
+        "withdrawn_never_started",
+        "a request an operator's cancel withdrew was never built nor announced",
+        _withdrawn_never_started,
+    ),
+    Invariant(
         "persist_before_publish",
         "a build or start event is only published for a request whose admission "
         "(processing, strategy and base) is persisted",
@@ -540,6 +582,11 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
 )
 
 EDGE_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "withdraws_only_waiting",
+        "an operator's cancel withdraws only a head still waiting for admission",
+        _withdraws_only_waiting,
+    ),
     Invariant(
         "strategy_immutable",
         "strategy and base never change once set",
@@ -604,7 +651,12 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "one_event_per_admission": ("one_event_per_admission",),
     "admits_latest": ("admits_latest",),
     "newest_not_superseded": ("newest_not_superseded",),
-    "superseded_never_started": ("superseded_never_started",),
+    # A withdrawn head, like a superseded one, ended before any admission.
+    "superseded_never_started": (
+        "superseded_never_started",
+        "withdrawn_never_started",
+        "withdraws_only_waiting",
+    ),
     "max_concurrent": ("max_concurrent",),
     "keeps_newest_n": ("keeps_newest_n",),
     "base_is_last_green": ("base_is_last_green",),

@@ -31,7 +31,7 @@ REWRITE_HEAD = "R"
 # Kinds of action. The fair ones are what the environment is assumed to keep doing
 # forever (the liveness premise); the others are what it *may* do, a bounded number of
 # times: new heads, crashes, duplicates, dead-letters, outages (an outage going on over
-# a failed head's next deliveries is bounded by max_attempts instead). An operator
+# a failed head's next deliveries is bounded by max_attempts instead), operator cancels. An operator
 # pausing the queue and resuming it is free (whether the queue is paused is part of the
 # state, so pause and resume only ever lead to finitely many states) but never fair: a
 # paused queue may stay paused for ever.
@@ -49,6 +49,7 @@ STALL = "stall"
 RESUME = "resume"
 PAUSE = "pause"
 UNPAUSE = "unpause"
+CANCEL = "cancel"
 FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE, RESUME})
 
 
@@ -67,6 +68,7 @@ class Bounds:
     max_overlaps: int = 0
     stall_points: tuple[str, ...] = STALL_POINTS
     pauses: bool = True  # explored only when the policy declares the ``paused`` parameter
+    max_cancels: int = 0  # explored only when the policy declares the ``withdraw`` role
 
     def __post_init__(self) -> None:
         if self.heads < 1:
@@ -82,6 +84,7 @@ class Bounds:
             "max_dead_letters",
             "max_outages",
             "max_overlaps",
+            "max_cancels",
         )
         for name in names:
             if getattr(self, name) < 0:
@@ -117,6 +120,7 @@ class Budget:
     dead_letters: int = 0
     outages: int = 0
     overlaps: int = 0
+    cancels: int = 0
 
     def spend(self, kind: str) -> Budget:
         """The budget after one action of ``kind`` (fair actions are free)."""
@@ -139,6 +143,7 @@ _SPENDS = {
     DEAD_LETTER: "dead_letters",
     OUTAGE: "outages",
     STALL: "overlaps",
+    CANCEL: "cancels",
 }
 
 

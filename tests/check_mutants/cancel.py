@@ -1,0 +1,47 @@
+"""A mutation of the operator's ``cancel`` the model checker must catch.
+
+The verb ends a waiting head by compare-and-set on the row it read, so a cancel racing
+an admission has one winner. :func:`blind_cancel` drops that: it writes the head as it
+read it while waiting, withdrawn, over whatever the row holds now - the write of a
+cancel that read the row before an admission and wrote after it, without the CAS that
+would have refused it. The checker's cancel lands before or after an admission's write,
+so the lost race is one of its interleavings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stovepipe_fsm.domain.entities import NO_STRATEGY, Queue
+from stovepipe_fsm.domain.errors import IllegalOperation
+from stovepipe_fsm.pipeline.verbs import CancelResult, VerbPolicy
+from stovepipe_fsm.ports.clock import Clock
+from stovepipe_fsm.ports.stores import QueueStore, RequestStore
+from stovepipe_fsm.ports.trail import DecisionTrail
+from stovepipe_fsm.process.lifecycle import update_queue
+
+
+async def blind_cancel(
+    policy: VerbPolicy,
+    requests: RequestStore,
+    queues: QueueStore,
+    trail: DecisionTrail | None,
+    clock: Clock,
+    request_id: str,
+    *,
+    by: str = "",
+) -> CancelResult:
+    """``cancel`` without its compare-and-set: the waiting row is written back, withdrawn,
+    whatever the admission wrote since (the stored version is only read to overwrite it)."""
+    current = await requests.get(request_id)
+    if current.state in policy.terminal:
+        raise IllegalOperation(f"request {request_id} already ended as {current.state}")
+    waiting = replace(current, build_strategy=NO_STRATEGY, base_uri="", admitted_at_ms=0)
+    ended = replace(waiting, state=policy.withdrawn, ended_at_ms=clock.now_ms())
+    await requests.update(ended, current.version, current.version + 1)
+
+    def give_back(queue: Queue) -> Queue:
+        return queue.without_holder(request_id)
+
+    await update_queue(queues, current.queue, give_back)
+    return CancelResult(ended.with_version(current.version + 1), cancelled=True)
