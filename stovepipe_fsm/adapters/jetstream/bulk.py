@@ -1,55 +1,109 @@
 """Reading a whole bucket (or a key range of it) in one pass.
 
 A listing of keys followed by one ``get`` per key costs a round trip per row: ``status``
-of 10,000 queues and their requests took minutes that way. A watch of the latest values
-streams every row through one ordered consumer instead, and the broker marks when the
-rows present at the start are all delivered, which is where the read stops.
+of 10,000 queues and their requests took minutes that way. One short-lived pull consumer
+delivering the last message per key streams every row instead, a batch per round trip,
+and each message says how many are still pending, which is where the read stops.
+
+A pull consumer, not the client's key watch: the watch is pushed, and when the server
+has pushed every row before the watch checks its pending count, it reports "nothing
+there" and the rows arrive after the read has ended (an empty ``status`` now and then).
+A pull consumer delivers nothing until asked, so its pending count at creation is exact;
+an empty read costs two requests (create, delete).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import datetime
+import uuid
+from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
-from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
+from nats.js import JetStreamContext, api
 
 from .errors import translated
 
-#: How long a bulk read waits for its next row before giving up.
+#: How long a bulk read waits for its next batch before giving up.
 BULK_READ_TIMEOUT_S = 10.0
+#: Rows asked for per round trip.
+BULK_READ_BATCH = 512
+#: The server removes the reader's consumer after this long unused (if a crash left it).
+READER_INACTIVE_S = 60.0
+
+_REMOVED = {"DEL", "PURGE"}
 
 
-async def latest_values(
-    kv: KeyValue, keys: str = ">", *, timeout_s: float = BULK_READ_TIMEOUT_S
-) -> list[tuple[str, bytes]]:
-    """Every ``(key, value)`` matching ``keys`` with a non-empty value, deleted ones left
-    out; ``TimeoutError`` when the broker stalls for ``timeout_s`` between two rows."""
-    watcher: Any = await kv.watch(keys, ignore_deletes=True)
-    values: list[tuple[str, bytes]] = []
-    try:
-        while (entry := await watcher.updates(timeout=timeout_s)) is not None:
-            if entry.value:
-                values.append((entry.key, entry.value))
-    finally:
-        with contextlib.suppress(Exception):
-            await watcher.stop()
-    return values
+@dataclass(frozen=True)
+class BucketRow:
+    """One key's latest value, with the revision and the time the server stored it."""
+
+    key: str
+    value: bytes
+    revision: int
+    stored: datetime.datetime
 
 
 async def kv_snapshot(
     js: JetStreamContext, bucket: str, keys: str = ">", *, timeout: float = BULK_READ_TIMEOUT_S
 ) -> list[tuple[str, bytes]]:
-    """:func:`latest_values` of ``bucket`` by name (the status page): empty when the
-    bucket does not exist yet, and a stall says which bucket it was."""
+    """``(key, value)`` of every key of ``bucket`` matching ``keys`` that holds a value
+    (:func:`kv_rows` without revision and time)."""
+    return [(row.key, row.value) for row in await kv_rows(js, bucket, keys, timeout=timeout)]
+
+
+async def kv_rows(
+    js: JetStreamContext, bucket: str, keys: str = ">", *, timeout: float = BULK_READ_TIMEOUT_S
+) -> list[BucketRow]:
+    """Every key of ``bucket`` matching ``keys`` that holds a value, in stream order:
+    deleted, purged and empty ones left out; empty when the bucket does not exist;
+    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``."""
+    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    name = f"bulk-{uuid.uuid4().hex}"
+    config = api.ConsumerConfig(
+        name=name,
+        filter_subject=prefix + keys,
+        deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=api.AckPolicy.NONE,
+        inactive_threshold=READER_INACTIVE_S,
+        mem_storage=True,
+    )
     with translated(f"read {bucket}"):
         try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
+            created = await js.add_consumer(stream, config)
+        except nats.js.errors.NotFoundError:  # no such bucket (yet)
             return []
         try:
-            return await latest_values(kv, keys, timeout_s=timeout)
-        except nats.errors.TimeoutError:
-            raise TimeoutError(f"{bucket}: no value within {timeout:g}s while reading it") from None
+            if not created.num_pending:
+                return []
+            return await _read_all(js, stream, name, prefix, bucket, timeout)
+        finally:
+            with contextlib.suppress(Exception):  # else the server removes it later
+                await js.delete_consumer(stream, name)
+
+
+async def _read_all(
+    js: JetStreamContext, stream: str, name: str, prefix: str, bucket: str, timeout: float
+) -> list[BucketRow]:
+    sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+    values: list[BucketRow] = []
+    try:
+        while True:
+            try:
+                batch = await sub.fetch(BULK_READ_BATCH, timeout=timeout)
+            except nats.errors.TimeoutError:
+                raise TimeoutError(
+                    f"{bucket}: no value within {timeout:g}s while reading it"
+                ) from None
+            for msg in batch:
+                removed = (msg.headers or {}).get("KV-Operation") in _REMOVED
+                if msg.data and not removed:
+                    meta = msg.metadata
+                    key = msg.subject[len(prefix) :]
+                    values.append(BucketRow(key, msg.data, meta.sequence.stream, meta.timestamp))
+                if msg.metadata.num_pending == 0:
+                    return values
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()

@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable
-from .bulk import latest_values
+from .bulk import kv_snapshot
 from .errors import translated
 from .names import encode_queue_token
 from .topology import Topology
@@ -120,15 +120,9 @@ def stored_parameters(parameters: dict[str, object]) -> dict[str, object]:
 async def read_queue_parameters(
     js: JetStreamContext, topology: Topology
 ) -> dict[str, dict[str, object]]:
-    """Every queue's effective parameters the service wrote (queue -> name -> value)."""
-    out: dict[str, dict[str, object]] = {}
-    with translated(f"read {topology.service_bucket}"):
-        try:
-            kv = await js.key_value(topology.service_bucket)
-        except nats.js.errors.BucketNotFoundError:
-            return out
-        # One pass over the queue keys' latest values (not a listing, then a get per key).
-        pairs = await latest_values(kv, QUEUE_KEY_PREFIX + ">")
+    """Every queue's effective parameters the service wrote (queue -> name -> value):
+    one pass over the queue keys' latest values, not a listing and then a get per key."""
+    pairs = await kv_snapshot(js, topology.service_bucket, QUEUE_KEY_PREFIX + ">")
     return queue_parameters(pairs)
 
 

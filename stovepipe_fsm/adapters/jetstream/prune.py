@@ -30,12 +30,11 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable
+from .bulk import BucketRow, kv_rows
 from .codec import decode_queue, decode_request, decode_uri_entry
 from .errors import is_wrong_last_sequence, translated
 from .names import uri_key
 from .topology import Topology
-
-_KV_OPERATION = "KV-Operation"
 
 
 @dataclass
@@ -63,14 +62,6 @@ class PruneReport:
         }
 
 
-@dataclass(frozen=True)
-class _Row:
-    key: str
-    data: bytes
-    revision: int
-    stored: datetime.datetime
-
-
 async def prune_terminal_requests(
     js: JetStreamContext,
     topology: Topology,
@@ -93,7 +84,7 @@ async def prune_terminal_requests(
     report = PruneReport()
     for row in await _rows(js, topology.requests_bucket):
         try:
-            request = decode_request(row.data)
+            request = decode_request(row.value)
         except NonRetryable:
             report.undecodable.append(row.key)
             continue
@@ -116,7 +107,7 @@ async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
     ids: set[str] = set()
     for row in await _rows(js, topology.queues_bucket):
         try:
-            queue = decode_queue(row.data)
+            queue = decode_queue(row.value)
         except NonRetryable:
             continue
         ids.update((queue.latest_request_id, queue.last_green_request_id, *queue.slot_holders))
@@ -124,30 +115,13 @@ async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
     return ids
 
 
-async def _rows(js: JetStreamContext, bucket: str) -> list[_Row]:
-    """Every live entry of ``bucket`` with the time the server stored it."""
-    stream = f"KV_{bucket}"
-    with translated(f"list {bucket}"):
-        kv = await js.key_value(bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        rows = []
-        for key in keys:
-            try:
-                msg = await js.get_msg(stream, subject=f"$KV.{bucket}.{key}")
-            except nats.js.errors.NotFoundError:
-                continue  # deleted between the listing and the read
-            operation = (msg.headers or {}).get(_KV_OPERATION)
-            if operation or not msg.data or msg.seq is None or msg.time is None:
-                continue  # a delete or purge marker
-            rows.append(_Row(key, msg.data, msg.seq, msg.time))
-        return rows
+async def _rows(js: JetStreamContext, bucket: str) -> list[BucketRow]:
+    """Every live entry of ``bucket`` with the time the server stored it, in one pass."""
+    return await kv_rows(js, bucket)
 
 
 async def _remove(
-    uris: KeyValue, requests: KeyValue, request_id: str, key: str, row: _Row
+    uris: KeyValue, requests: KeyValue, request_id: str, key: str, row: BucketRow
 ) -> bool:
     """Delete the request's uri entry (if it names the request), then the request; ``False``
     when the request changed since it was read."""

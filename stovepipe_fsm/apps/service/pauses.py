@@ -18,11 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology
-from ...adapters.jetstream.bulk import latest_values
+from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import encode_name_token
 from ...config.globs import glob_match, is_pattern
@@ -97,14 +96,10 @@ async def resume(js: JetStreamContext, topology: Topology, pattern: str) -> bool
 async def read_pauses(js: JetStreamContext, topology: Topology) -> list[Pause]:
     """Every pause in force, by pattern (none when the bucket does not exist yet)."""
     with translated(f"read pauses in {topology.service_bucket}"):
-        try:
-            kv = await js.key_value(topology.service_bucket)
-        except nats.js.errors.BucketNotFoundError:
-            return []
         # Only the pause keys, in one pass: the bucket also holds a row per queue, which
         # a listing of every key would stream through here on every policy check.
         pauses = []
-        for _, value in await latest_values(kv, PAUSE_KEY_PREFIX + ">"):
+        for _, value in await kv_snapshot(js, topology.service_bucket, PAUSE_KEY_PREFIX + ">"):
             try:
                 data = json.loads(value)
                 pauses.append(
