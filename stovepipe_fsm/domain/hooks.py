@@ -12,6 +12,7 @@ shipped machine) when its validation ends, so a consumer pairs each start with o
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,22 @@ VALIDATION_ENDED = VALIDATION_EVENT_PREFIX + "ended"
 SOURCE = "stovepipe"
 ENVELOPE_VERSION = 1
 _NAMESPACE = uuid.UUID("6f1c7d3e-5b0a-4d8e-9a51-2f3c4b5d6e7f")
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+
+
+def name_based_id(name: str) -> str:
+    """``str(uuid.uuid5(namespace, name))`` for the events' namespace, made directly.
+
+    Every admission and every end announces an event, so a long replay mints hundreds of
+    thousands of ids; building a ``UUID`` object for each only to print it cost as much
+    as the hash. Same RFC 4122 version-5 id, byte for byte (tested against ``uuid5``).
+    """
+    sha1 = hashlib.sha1(_NAMESPACE_BYTES + name.encode(), usedforsecurity=False)
+    digest = bytearray(sha1.digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    text = digest.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 @dataclass(frozen=True)
@@ -59,7 +76,7 @@ class HookEvent:
 
 def admission_event_id(request_id: str, admitted_version: int) -> str:
     """Stable id of the start event of one admission."""
-    return str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_STARTED}|{request_id}|{admitted_version}"))
+    return name_based_id(f"{VALIDATION_STARTED}|{request_id}|{admitted_version}")
 
 
 def started_event(queue: str, request_id: str, admitted_version: int, now_ms: int) -> HookEvent:
@@ -84,7 +101,7 @@ def ended_event(
     The outcome's name is not part of the id: renaming an outcome renames the event type
     and nothing else."""
     return HookEvent(
-        id=str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_ENDED}|{request_id}|{ended_version}")),
+        id=name_based_id(f"{VALIDATION_ENDED}|{request_id}|{ended_version}"),
         type=ended_event_type(outcome),
         timestamp_ms=now_ms,
         payload={"queue": queue, "request_id": request_id},
@@ -93,7 +110,7 @@ def ended_event(
 
 def lease_expired_event_id(request_id: str, expires_at_ms: int) -> str:
     """Stable id of the expiry of one lease: a reclaim repeated after a crash dedupes."""
-    return str(uuid.uuid5(_NAMESPACE, f"{VALIDATION_LEASE_EXPIRED}|{request_id}|{expires_at_ms}"))
+    return name_based_id(f"{VALIDATION_LEASE_EXPIRED}|{request_id}|{expires_at_ms}")
 
 
 def lease_expired_event(queue: str, request_id: str, expires_at_ms: int, now_ms: int) -> HookEvent:

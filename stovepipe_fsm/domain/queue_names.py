@@ -25,6 +25,7 @@ Two levels:
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 
 MAX_QUEUE_NAME_LENGTH = 200
 FORBIDDEN_CHARACTERS = frozenset("*>")
@@ -48,6 +49,13 @@ def validate_stored_queue_name(name: object) -> str:
     """
     if not isinstance(name, str):
         raise InvalidQueueName(f"queue name must be a string, got {type(name).__name__}")
+    return _stored_form(name)
+
+
+# A service or a replay meets the same few queue names on every head: each valid name is
+# checked character by character once (an invalid one raises, and is never cached).
+@lru_cache(maxsize=8192)
+def _stored_form(name: str) -> str:
     if not name:
         raise InvalidQueueName("queue name must not be empty")
     if len(name) > MAX_QUEUE_NAME_LENGTH:
@@ -74,7 +82,11 @@ def validate_stored_queue_name(name: object) -> str:
 def validate_queue_name(name: object) -> str:
     """Return ``name`` if it is a valid *new* queue name (see the module docstring), else
     raise :class:`InvalidQueueName` saying what is wrong and where."""
-    text = validate_stored_queue_name(name)
+    return _new_form(validate_stored_queue_name(name))
+
+
+@lru_cache(maxsize=8192)
+def _new_form(text: str) -> str:
     composed = unicodedata.normalize("NFC", text)
     if composed != text:
         raise InvalidQueueName(

@@ -52,10 +52,10 @@ import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ..domain.entities import Queue, Request
+from ..domain.entities import Queue, Request, evolve
 from ..domain.errors import AlreadyExists, NotFound, VersionMismatch
 from ..domain.ids import compare_request_id, format_request_id
 from ..domain.queue_names import validate_queue_name
@@ -397,7 +397,7 @@ class Ingest:
             latest = current.latest_request_id
             if latest and compare_request_id(queue, request_id, latest) <= 0:
                 return current
-            return replace(current, latest_request_id=request_id)
+            return evolve(current, latest_request_id=request_id)
 
         if row is None:
             if await self._create_queue(Queue(name=queue, latest_request_id=request_id)):

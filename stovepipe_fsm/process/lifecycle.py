@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from ..domain.entities import Queue, Request
+from ..domain.entities import Queue, Request, evolve
 from ..domain.errors import NotFound, Retryable, VersionMismatch
 from ..domain.ids import compare_request_id
 from ..ports.clock import Clock
@@ -47,7 +46,7 @@ def advance_last_green(request: Request) -> QueueChange:
         current = queue.last_green_request_id
         if current and compare_request_id(queue.name, request.id, current) <= 0:
             return queue
-        return replace(queue, last_green_uri=request.uri, last_green_request_id=request.id)
+        return evolve(queue, last_green_uri=request.uri, last_green_request_id=request.id)
 
     return change
 
@@ -189,7 +188,7 @@ class RequestLifecycle:
         else:
             step = self.plan(request, trigger)
         admitted_at, ended_at = self._times(request, step)
-        updated = replace(
+        updated = evolve(
             request, state=step.dest, admitted_at_ms=admitted_at, ended_at_ms=ended_at, **changes
         )
         new_version = request.version + 1

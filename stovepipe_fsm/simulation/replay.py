@@ -120,23 +120,32 @@ def _check(sim: Simulation, expectation: Expectation) -> list[str]:
     return rows
 
 
-def apply_step(world: World, step: TimelineStep) -> list[str]:
+def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[str]:
+    """Run one acting step on ``world``; its log rows, or ``[]`` when ``rows`` is off.
+
+    A replay that keeps no log (``whatif``, ``check``) turns ``rows`` off: describing a
+    delivery reads the request again and formats a sentence, a few percent of a long
+    replay.
+    """
     kind = step.kind
+    say = explain if rows else _unsaid
     if kind == "ingest":
         result = world.ingest(step.queue, step.uri)
+        if not rows:
+            return []
         verb = "created" if result.created else "existing"
         sent = "published" if result.published else "not published"
         return [f"{result.request_id} ({verb}, {sent})"]
     if kind == "deliver":
         report = world.deliver_next()
-        return [explain(world, report)] if report else ["nothing due"]
+        return [say(world, report)] if report else ["nothing due"]
     if kind == "run":
         out = []
         for _ in range(MAX_DELIVERIES_PER_RUN):
             report = world.deliver_next()
             if report is None:
                 break
-            out.append(explain(world, report))
+            out.append(say(world, report))
         else:
             raise ValueError(f"run did not settle after {MAX_DELIVERIES_PER_RUN} deliveries")
         return out or ["nothing due"]
@@ -145,7 +154,7 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
         return [f"clock at {world.clock.now_ms()} ms"]
     if kind == "stall":
         report = world.stall(step.value)
-        return [explain(world, report)] if report else ["nothing due"]
+        return [say(world, report)] if report else ["nothing due"]
     if kind == "crash":
         world.armed_crash = step.value
         return [f"next delivery reaching {step.value} dies there"]
@@ -159,9 +168,11 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
     request_id = _request_id(world, step)
     if kind == "complete":
         request = world.complete(request_id, step.outcome)
+        if not rows:
+            return []
         return [f"{request.id} {request.state}; {_queue_summary(world, request.queue)}"]
     if kind == "resume":
-        return [explain(world, world.resume(request_id))]
+        return [say(world, world.resume(request_id))]
     if kind == "redeliver":
         world.redeliver(request_id)
         return [f"duplicate process message for {request_id}"]
@@ -172,6 +183,10 @@ def apply_step(world: World, step: TimelineStep) -> list[str]:
         state = ended.state if ended else "missing"
         return [f"{request_id} {state}; {_queue_summary(world, step.queue)}"]
     raise ValueError(f"unknown step {kind!r}")
+
+
+def _unsaid(world: World, report: DeliveryReport) -> str:
+    return ""
 
 
 def _cancelled(world: World, request_id: str) -> str:

@@ -113,7 +113,7 @@ def replay_timed(timeline: Timeline, machines: ProcessMachines, config: ConfigSt
             if step.kind == "complete":
                 _complete(run, step, number, waiting)
             else:
-                apply_step(world, step)
+                apply_step(world, step, rows=False)
             written = log.drain()
             _stamp(run, written)
             if waiting and written:

@@ -49,7 +49,7 @@ from ..adapters.memory import (
     MemoryUriIndex,
 )
 from ..adapters.memory.trail import MemoryTrail
-from ..domain.entities import Request
+from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, settle
@@ -248,7 +248,7 @@ class World:
         if self.holds > holds:
             self.hold_log.append(Hold(message.request_id, message.queue, reason))
         report = self._settle(message, Attempt.finished(decision.outcome), before, detail)
-        return dataclasses.replace(report, hold_reason=reason) if reason else report
+        return evolve(report, hold_reason=reason) if reason else report
 
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
         """What the runtime does with a delivery that raised: a crash, or a failure."""

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Generic, Self, TypeVar
 
-from ...domain.entities import Queue, Request
+from ...domain.entities import Queue, Request, evolve
 from ...domain.errors import AlreadyExists, NotFound, VersionMismatch
 
 E = TypeVar("E", Request, Queue)
@@ -81,7 +81,7 @@ class _VersionedStore(Generic[E]):
                 f"{self._kind} {key!r}: stored version is {stored.version}, "
                 f"update expected {old_version}"
             )
-        self._items[key] = dataclasses.replace(value, version=new_version)
+        self._items[key] = evolve(value, version=new_version)
 
     def snapshot(self) -> tuple[E, ...]:
         """Every stored value, sorted by key (hashable: the values are frozen)."""
