@@ -62,12 +62,13 @@ def figures_by_queue(run: TimedRun) -> dict[str, Figures]:
     holds: dict[str, int] = {}
     for hold in world.hold_log:
         holds[hold.queue] = holds.get(hold.queue, 0) + 1
-    queues = sorted({r.queue for r in requests} | set(holds))
+    by_queue: dict[str, list[Request]] = {queue: [] for queue in holds}
+    for request in requests:
+        by_queue.setdefault(request.queue, []).append(request)
     out = {
-        q: _figures([r for r in requests if r.queue == q], run, green, holds.get(q, 0))
-        for q in queues
+        q: _figures(by_queue[q], run, green, holds.get(q, 0)) for q in sorted(by_queue)
     }
-    out[TOTAL] = _figures(list(requests), run, green, sum(holds.values()))
+    out[TOTAL] = _figures(requests, run, green, sum(holds.values()))
     return out
 
 
@@ -143,19 +144,18 @@ def differences(run: RunSummary, vs: RunSummary) -> list[Difference]:
     """Heads whose final state differs, by queue and ingest order. A head is the same
     head under both policies when it is the same commit of the same queue."""
     mine, theirs = run.final, vs.final
-    out = []
-    for key in sorted(mine.keys() | theirs.keys(), key=lambda k: _order(k, mine, theirs)):
+    found: list[tuple[tuple[str, int, str], Difference]] = []
+    for key in mine.keys() | theirs.keys():
         a, b = mine.get(key), theirs.get(key)
         state_a = a[0] if a else "-"
         state_b = b[0] if b else "-"
         if state_a != state_b:
             rid = (a or b)[1]  # type: ignore[index]
-            out.append(Difference(key[0], key[1], rid, state_a, state_b))
-    return out
+            order = (key[0], parse_request_id(rid).counter, key[1])
+            found.append((order, Difference(key[0], key[1], rid, state_a, state_b)))
+    found.sort(key=_first)
+    return [difference for _, difference in found]
 
 
-def _order(
-    key: tuple[str, str], *runs: dict[tuple[str, str], tuple[str, str]]
-) -> tuple[str, int, str]:
-    request_id = next(run[key][1] for run in runs if key in run)
-    return (key[0], parse_request_id(request_id).counter, key[1])
+def _first(pair: tuple[tuple[str, int, str], Difference]) -> tuple[str, int, str]:
+    return pair[0]
