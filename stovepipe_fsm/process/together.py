@@ -44,6 +44,11 @@ class stepwise:  # a context manager, named like the function it replaces
         _STEPWISE.reset(self._token)
 
 
+def is_stepwise() -> bool:
+    """Whether :func:`together` groups run one step after the other here."""
+    return _STEPWISE.get()
+
+
 @overload
 async def together(a: Awaitable[A], b: Awaitable[B], /) -> tuple[A, B]: ...
 

@@ -19,6 +19,7 @@ from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
+from ..process.together import stepwise
 from ..spec.errors import SpecError, SpecIssue
 from ..spec.parameters import as_json
 from ..views.entities import queue_json, render_requests_and_queues, request_json
@@ -82,19 +83,26 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
     if issues:
         raise SpecError(issues)
     sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
+    with stepwise():  # once for the whole run, not once per step
+        _run(sim, timeline)
+    return sim
+
+
+def _run(sim: Simulation, timeline: Timeline) -> None:
+    clock = sim.world.clock
     for number, step in enumerate(timeline.steps, start=1):
         if step.expect is not None:
             rows = _check(sim, step.expect)
-            sim.rows += [LogRow(number, sim.world.clock.now_ms(), step.describe(), r) for r in rows]
+            said = step.describe()
+            sim.rows += [LogRow(number, clock.now_ms(), said, r) for r in rows]
             continue
         try:
             results = apply_step(sim.world, step)
         except (StovepipeError, ValueError) as exc:
             message = f"step {number} ({step.describe()}): {exc}"
             raise SpecError([SpecIssue(step.location, message)]) from None
-        for result in results or ["-"]:
-            sim.rows.append(LogRow(number, sim.world.clock.now_ms(), step.describe(), result))
-    return sim
+        said, now = step.describe(), clock.now_ms()
+        sim.rows += [LogRow(number, now, said, result) for result in results or ["-"]]
 
 
 def input_issues(timeline: Timeline, machines: ProcessMachines) -> list[SpecIssue]:

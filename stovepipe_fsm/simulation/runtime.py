@@ -22,7 +22,7 @@ from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
 from ..domain.entities import QueueConfig
 from ..domain.hooks import HookEvent
 from ..ports.config import ConfigStore
-from ..process.together import stepwise
+from ..process.together import is_stepwise, stepwise
 
 T = TypeVar("T")
 
@@ -30,8 +30,11 @@ T = TypeVar("T")
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that never suspends (in-memory adapters) to completion."""
     try:
-        with stepwise():
+        if is_stepwise():  # a replay enters it once for all its steps
             coro.send(None)
+        else:
+            with stepwise():
+                coro.send(None)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     coro.close()
@@ -88,6 +91,15 @@ class SimBroker:
 
     def due(self, now_ms: int) -> list[Message]:
         return [m for m in self.heads() if m.due_ms <= now_ms]
+
+    def first_due(self, now_ms: int) -> Message | None:
+        """The first of :meth:`due` (the earliest published), without sorting them all."""
+        first: Message | None = None
+        for waiting in self._by_queue.values():
+            head = waiting[0]
+            if head.due_ms <= now_ms and (first is None or head.seq < first.seq):
+                first = head
+        return first
 
     def next_due_ms(self) -> int | None:
         times = [waiting[0].due_ms for waiting in self._by_queue.values()]

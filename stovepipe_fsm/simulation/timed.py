@@ -28,6 +28,7 @@ from ..domain.entities import Request
 from ..domain.errors import StovepipeError
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
+from ..process.together import stepwise
 from ..spec.errors import SpecError, SpecIssue
 from .replay import apply_step, build_world, input_issues
 from .runtime import ResolvedOnceConfigStore, run_sync
@@ -101,11 +102,18 @@ def replay_timed(timeline: Timeline, machines: ProcessMachines, config: ConfigSt
     issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
-    world = timed_world(timeline, machines, config)
+    run = TimedRun(timed_world(timeline, machines, config))
+    waiting: dict[str, tuple[TimelineStep, int]] = {}  # request id -> its complete step
+    with stepwise():  # once for the whole run, not once per step
+        _run(run, timeline, waiting)
+    run.completes_waiting = len(waiting)
+    return run
+
+
+def _run(run: TimedRun, timeline: Timeline, waiting: dict[str, tuple[TimelineStep, int]]) -> None:
+    world = run.world
     log = world.requests
     assert isinstance(log, WriteLog)
-    run = TimedRun(world)
-    waiting: dict[str, tuple[TimelineStep, int]] = {}  # request id -> its complete step
     for number, step in enumerate(timeline.steps, start=1):
         if step.expect is not None:
             continue
@@ -121,8 +129,6 @@ def replay_timed(timeline: Timeline, machines: ProcessMachines, config: ConfigSt
         except (StovepipeError, ValueError) as exc:
             message = f"step {number} ({step.describe()}): {exc}"
             raise SpecError([SpecIssue(step.location, message)]) from None
-    run.completes_waiting = len(waiting)
-    return run
 
 
 def _stamp(run: TimedRun, written: list[Request]) -> None:

@@ -356,8 +356,8 @@ class World:
             raise Crash(point)
 
     def deliver_next(self) -> DeliveryReport | None:
-        due = self.broker.due(self.clock.now_ms())
-        return self.deliver(due[0]) if due else None
+        first = self.broker.first_due(self.clock.now_ms())
+        return self.deliver(first) if first is not None else None
 
     def redeliver(self, request_id: str) -> None:
         """A duplicate of the request's process message (at-least-once delivery)."""
