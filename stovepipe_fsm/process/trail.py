@@ -128,6 +128,8 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
         holds = HELD_LOG.should_log(request.id, reason)
         if holds:
             log.info("held: %s (%d hold(s) since the last line)", reason, holds, extra=extra)
+        if isinstance(services.trail, DiscardedTrail):
+            return  # as note() would, without joining the holders and parameters first
         await note(
             services,
             HELD,

@@ -24,7 +24,7 @@ from ..spec.errors import SpecError, SpecIssue
 from ..spec.parameters import as_json
 from ..views.entities import queue_json, render_requests_and_queues, request_json
 from .expectations import Expectation, Result, evaluate, state_issues
-from .runtime import OverrideConfigStore, run_sync
+from .runtime import OverrideConfigStore, ResolvedOnceConfigStore, run_sync
 from .timeline import Timeline, TimelineStep, config_issues, has_expectations
 from .world import DeliveryReport, World
 
@@ -78,11 +78,15 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
     timeline sets against the machines' declarations, before anything runs: a state the
     machine does not declare, or an unknown parameter, is bad input, not a failed
     expectation.
+
+    ``config`` is a loaded policy, fixed for the run: each queue's config is resolved
+    once (``config`` steps still apply above it).
     """
     issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
     sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
+    sim.world.config.base = ResolvedOnceConfigStore(sim.world.config.base)
     with stepwise():  # once for the whole run, not once per step
         _run(sim, timeline)
     return sim
