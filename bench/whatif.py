@@ -8,7 +8,12 @@ seed gives the same timeline, byte for byte. Two shapes (:data:`SHAPES`): ``stea
 waiting per queue). For each, the bench writes the timeline as YAML and as JSON lines,
 times loading each (``--located`` adds the located YAML path, the previous loader), then
 the replay under each of the two policies, and the whole of what ``whatif`` does on the
-JSON-lines file; ``--simulate`` adds ``simulate --json``. Last, a history of
+JSON-lines file. Then the commands themselves, as a user runs them, each in its own
+process: ``stovepipe-fsm whatif`` on the JSON-lines file (its two replays side by side
+on two cores) and ``stovepipe-fsm simulate --json`` on it without its outcomes (they were
+drawn for no policy in particular), wall clock and the CPU seconds of every process the
+command ran (``--skip-commands`` leaves them out); ``--simulate`` also times simulate
+in this process. Last, a history of
 ``--commits`` commits is loaded listed oldest-first and newest-first. Each figure is
 shown in wall-clock seconds and in the process's CPU seconds: on a machine shared with
 other work the CPU figure is the one that compares between runs.
@@ -24,6 +29,8 @@ import io
 import json
 import pstats
 import random
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -199,6 +206,8 @@ def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:
             f"{clock}; with the load: {clock.wall + lines_clock.wall:.1f} s "
             f"(cpu {clock.cpu + lines_clock.cpu:.1f} s); {size / 1e6:.1f} MB of JSON"
         )
+    if not args.skip_commands:
+        bench_commands(args, doc, lines_path)
     total_wall, total_cpu = lines_clock.wall + replays_wall, lines_clock.cpu + replays_cpu
     print(
         f"both replays: {replays_wall:.1f} s (cpu {replays_cpu:.1f} s); "
@@ -209,6 +218,57 @@ def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
         print(out.getvalue())
+
+
+def bench_commands(args: argparse.Namespace, doc: dict[str, Any], lines_path: Path) -> None:
+    """``whatif`` and ``simulate --json`` run as commands, end to end (load, replay,
+    comparison or document, output to /dev/null)."""
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from stovepipe_fsm.apps.cli import main; sys.exit(main())",
+    ]
+    whatif = [
+        *command,
+        "whatif",
+        str(lines_path),
+        "--machines",
+        args.machines,
+        "--config",
+        args.config,
+        "--vs-machines",
+        args.vs_machines,
+        "--vs-config",
+        args.vs_config,
+    ]
+    run_command("whatif (command, end to end)", whatif)
+    acting = [step for step in doc["steps"] if not (isinstance(step, dict) and "complete" in step)]
+    without = lines_path.with_name(f"{lines_path.stem}-without-outcomes.jsonl")
+    write_lines({**doc, "steps": acting}, without)
+    simulate_json = [
+        *command,
+        "simulate",
+        str(without),
+        "--json",
+        "--machines",
+        args.machines,
+        "--config",
+        args.config,
+    ]
+    run_command(f"simulate --json (command, end to end, {len(acting)} steps)", simulate_json)
+
+
+def run_command(label: str, argv: list[str]) -> None:
+    """Run ``argv`` with its output discarded; print its wall clock and the CPU seconds of
+    every process it ran (a forked replay included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    status = "ok" if done.returncode == 0 else f"exit {done.returncode}: {done.stderr[-300:]}"
+    print(f"{label}: {wall:.1f} s (cpu {cpu:.1f} s in all its processes); {status}")
 
 
 def bench_history(commits: int, tmp: Path) -> None:
@@ -252,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         "--simulate", action="store_true", help="also time simulate --json under the policy"
     )
     parser.add_argument("--profile", action="store_true", help="print the cProfile top 25")
+    parser.add_argument(
+        "--skip-commands", action="store_true", help="do not run whatif and simulate as commands"
+    )
     args = parser.parse_args(argv)
     print(f"python {sys.version.split()[0]}; libyaml: {yaml.__with_libyaml__}")
     shapes = list(SHAPES) if args.shape == "both" else [args.shape]
