@@ -118,8 +118,11 @@ async def running_service(
     *,
     provider: Any = None,
     options: ServiceOptions = FAST,
+    warmed: bool = True,
     **connect_options: Any,
 ) -> AsyncIterator[Running]:
+    """A started service; with ``warmed``, once every queue has its consumer too (start
+    itself waits only for the queues that can have work)."""
     nc = await connect(server, **connect_options)
     events = Events()
     service = Service(
@@ -133,6 +136,8 @@ async def running_service(
     )
     try:
         await asyncio.wait_for(service.start(), WAIT_S)
+        if warmed and options.warm_up:
+            await asyncio.wait_for(service.warmed(), WAIT_S)
         yield Running(service, events, nc)
     finally:
         try:

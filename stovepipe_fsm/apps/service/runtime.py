@@ -7,7 +7,11 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
 - one :class:`ProcessConsumer` per queue: every queue ``config.configured_queues()``
   names, plus every queue ingest creates later (a new queue gets its consumer without a
   restart). An idle consumer is parked on one long pull request (consumer.py), so idle
-  queues cost next to nothing; consumers are opened many at a time on start;
+  queues cost next to nothing. Start waits only for the queues that can have work: the
+  consumers that exist already (listed, then bound with no request each) and the queues
+  with messages waiting; the consumers still missing (a first start, new configured
+  queues) are created behind it, many at a time (:meth:`Service.warmed`), and a publish
+  to one of those queues creates its consumer at once;
 - one plain subscription on the process subjects (:meth:`Service._on_publish`): a
   publish for a queue without a consumer starts one at once, and a publish that a parked
   request should have answered but did not renews that request. A second one on the
@@ -113,6 +117,9 @@ class ServiceOptions:
     discover_interval_s: float = 30.0
     #: How many consumers are created or bound at once on start and discovery.
     open_concurrency: int = 64
+    #: Create the consumers of queues without work behind start (``False``: only when a
+    #: queue's first message is published, or discovery finds one waiting).
+    warm_up: bool = True
     #: How long a stop waits for in-hand messages before handing them back.
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
@@ -295,6 +302,9 @@ class Service:
         #: The one subscription every queue's pull requests are answered on.
         self._inbox: SharedInbox | None = None
         self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
+        #: Set once every queue known on start (and at each discovery since) has its
+        #: consumer, or was refused one.
+        self._warmed = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._dead_letters: DeadLetterConsumer | None = None
@@ -363,7 +373,14 @@ class Service:
         # the ones that changed are written).
         self._listed = await existing_consumers(self.js, self.topology.process_stream)
         self._recorded = await self._read_recorded_parameters()
-        await self.add_queues(self.config.configured_queues())
+        # Waits only for the consumers that exist and the queues with work waiting; the
+        # rest are created behind start (a first start on 10,000 queues would otherwise
+        # wait minutes for the broker to create consumers of queues with nothing to do).
+        known = await known_queues(self.js, self.topology)
+        name = self.topology.process_consumer_name
+        await self.add_queues(
+            q for q in (*self.config.configured_queues(), *known) if name(q) in self._listed
+        )
         await self.discover()
         self._listed = {}  # a later queue asks the broker: the listing may be stale by then
         self._spawn("discover", self._discover_loop())
@@ -374,7 +391,11 @@ class Service:
         if self.reloader is not None:
             self._spawn("policy", self._policy_loop())
         self.started = True
-        log.info("service started with %d queue consumer(s)", len(self.consumers))
+        log.info(
+            "service started with %d queue consumer(s)%s",
+            len(self.consumers),
+            "" if self._warmed.is_set() else "; creating the others behind it",
+        )
 
     async def add_queue(self, queue: str) -> bool:
         """Start the queue's consumer unless it runs already; ``True`` if started now.
@@ -440,21 +461,68 @@ class Service:
         return True
 
     async def discover(self) -> list[str]:
-        """Start consumers for queues that appeared in the queues bucket, and dead-letter
-        the messages of process subjects that no queue row stands for (:mod:`.orphans`)."""
+        """Start the consumers of queues with messages waiting, dead-letter the messages of
+        process subjects that no queue row stands for (:mod:`.orphans`), and have every
+        other queue of the queues bucket and the config get its consumer behind it
+        (:meth:`warmed`). Returns the queues started now, for waiting messages."""
         assert self.pipeline is not None, "start() first"
         # Subjects first: a queue row always exists before its first message, so a
         # subject seen here whose queue has no row in the listing below is an orphan.
         subjects = await process_subjects(self.js, self.topology)
         known = await known_queues(self.js, self.topology)
-        started = await self.add_queues(known)
+        rows = set(known)
+        waiting = [q for q in self._queues_of(subjects) if q in rows]
+        started = await self.add_queues(waiting)
         served = {*known, *self.consumers}
         orphans = orphan_subjects(self.topology, subjects, served)
         if orphans:
             await dead_letter_orphans(
                 self.js, self.topology, self.pipeline.terminations, orphans, self._observe
             )
+        rest = [
+            q
+            for q in dict.fromkeys((*self.config.configured_queues(), *known))
+            if q not in self.consumers and q not in self.refused
+        ]
+        if not rest:
+            self._warmed.set()
+        elif self.options.warm_up:
+            self._warmed.clear()
+            self._spawn_once("warm-up", self._warm_up(rest))
         return started
+
+    def _queues_of(self, subjects: Iterable[str]) -> list[str]:
+        """The queues of process subjects (orphan subjects, which decode to none, left out)."""
+        out = []
+        for subject in subjects:
+            try:
+                out.append(self.topology.queue_of_process_subject(subject))
+            except ValueError:
+                continue
+        return out
+
+    async def _warm_up(self, queues: list[str]) -> None:
+        """Create the consumers of ``queues`` (queues without work when they were listed),
+        ``open_concurrency`` at a time, so that their first head finds one ready."""
+        began = time.monotonic()
+        try:
+            started = await self.add_queues(queues)
+        except Exception as exc:  # the next discovery round tries again
+            log.warning("consumers not created: %s: %s", type(exc).__name__, exc)
+            return
+        if started:
+            log.info(
+                "created %d consumer(s) of queues without work in %.1f s",
+                len(started),
+                time.monotonic() - began,
+            )
+        if all(q in self.consumers or q in self.refused for q in queues):
+            self._warmed.set()
+
+    async def warmed(self) -> None:
+        """Wait until every queue known at the last discovery has a consumer (or was
+        refused one): start returns before the consumers of queues without work exist."""
+        await self._warmed.wait()
 
     async def stop(self) -> None:
         """Let runners settle the message in hand, then hand back whatever is left."""

@@ -1,0 +1,108 @@
+"""Start waits only for the queues that can have work; the other consumers come behind it.
+
+A first start on thousands of configured queues would otherwise wait for the broker to
+create a consumer for every queue with nothing to do. Here start binds the consumers that
+exist, opens the queues with messages waiting, and returns; the missing consumers are
+created behind it (``warm_up``), and a queue's first publish creates its consumer at once
+either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from nats_server import connect
+from test_service_support import FAST, machines, memory_provider, running_service, wait_for
+
+from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
+from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
+from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.runtime import open_pipeline
+
+COLD = dataclasses.replace(FAST, warm_up=False)
+DEFAULTS = {"max_concurrent": 1, "gate_wait_delay_ms": 100, "max_attempts": 5}
+QUEUES = {f"team/q{n:03d}": {} for n in range(120)}
+CONFIG = {"defaults": DEFAULTS, "queues": QUEUES}
+
+
+async def _listed(run_js: object, topology: Topology) -> set[str]:
+    return set(await existing_consumers(run_js, topology.process_stream))  # type: ignore[arg-type]
+
+
+async def test_start_creates_no_consumer_for_queues_without_work(nats_server: NatsServer) -> None:
+    topology = Topology.isolated("start-cold")
+    async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
+        assert run.service.consumers == {}
+        assert await _listed(run.service.js, topology) == set()
+        assert run.service.ready  # nothing the service knows of waits for a consumer
+        # A queue's first head creates its consumer (the publish subscription) at once.
+        request_id = await run.ingest("team/q042", "A")
+        await run.wait_state(request_id, "processing", timeout=8.0)
+        assert list(run.service.consumers) == ["team/q042"]
+        assert await _listed(run.service.js, topology) == {
+            topology.process_consumer_name("team/q042")
+        }
+
+
+async def test_a_head_waiting_before_start_is_served_by_start_itself(
+    nats_server: NatsServer,
+) -> None:
+    topology = Topology.isolated("start-waiting")
+    # Ingest with no service running: the head waits in the stream with no consumer.
+    nc = await connect(nats_server)
+    try:
+        pipeline = await open_pipeline(
+            nc.jetstream(),
+            topology,
+            machines(),
+            StaticConfigStore(CONFIG),
+            source_control=memory_provider()[1],
+        )
+        request_id = (await pipeline.ingest.ingest("team/q007", "A")).request_id
+    finally:
+        await nc.close()
+    async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
+        # start() returned with that queue's consumer open, and only that one.
+        assert list(run.service.consumers) == ["team/q007"]
+        await run.wait_state(request_id, "processing", timeout=8.0)
+        assert await _listed(run.service.js, topology) == {
+            topology.process_consumer_name("team/q007")
+        }
+
+
+async def test_the_missing_consumers_are_created_behind_start(nats_server: NatsServer) -> None:
+    topology = Topology.isolated("start-warm")
+    async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
+        await asyncio.wait_for(run.service.warmed(), 60.0)
+        assert set(run.service.consumers) == set(QUEUES)
+        names = {topology.process_consumer_name(q) for q in QUEUES}
+        assert await _listed(run.service.js, topology) == names
+        assert run.service.ready
+    # A restart finds them all and binds them before it returns.
+    async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
+        assert set(run.service.consumers) == set(QUEUES)
+        await asyncio.wait_for(run.service.warmed(), 1.0)
+
+
+async def test_a_queue_ingest_created_while_no_service_ran_gets_its_consumer_behind_start(
+    nats_server: NatsServer,
+) -> None:
+    topology = Topology.isolated("start-known")
+    async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
+        request_id = await run.ingest("tools/new", "A")  # not configured: ingest made it
+        await run.wait_state(request_id, "processing", timeout=8.0)
+        await run.pipeline.record.complete(request_id, "succeeded")
+        await run.wait_state(request_id, "succeeded", timeout=8.0)
+        js = run.service.js
+        await js.delete_consumer(
+            topology.process_stream, topology.process_consumer_name("tools/new")
+        )
+    async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
+        assert "tools/new" not in run.service.consumers  # no work: not waited for
+
+        async def served() -> bool:
+            return "tools/new" in run.service.consumers
+
+        await wait_for(served, "the queue's consumer created behind start", 30.0)
+        await asyncio.wait_for(run.service.warmed(), 60.0)
