@@ -19,6 +19,7 @@ from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.runtime import open_pipeline
+from stovepipe_fsm.domain.entities import Queue
 
 COLD = dataclasses.replace(FAST, warm_up=False)
 DEFAULTS = {"max_concurrent": 1, "gate_wait_delay_ms": 100, "max_attempts": 5}
@@ -85,24 +86,26 @@ async def test_the_missing_consumers_are_created_behind_start(nats_server: NatsS
         await asyncio.wait_for(run.service.warmed(), 1.0)
 
 
-async def test_a_queue_ingest_created_while_no_service_ran_gets_its_consumer_behind_start(
+async def test_a_queue_row_without_work_gets_its_consumer_behind_start(
     nats_server: NatsServer,
 ) -> None:
     topology = Topology.isolated("start-known")
-    async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
-        request_id = await run.ingest("tools/new", "A")  # not configured: ingest made it
-        await run.wait_state(request_id, "processing", timeout=8.0)
-        await run.pipeline.record.complete(request_id, "succeeded")
-        await run.wait_state(request_id, "succeeded", timeout=8.0)
-        js = run.service.js
-        await js.delete_consumer(
-            topology.process_stream, topology.process_consumer_name("tools/new")
+    nc = await connect(nats_server)
+    try:  # a queue ingest made (not configured), with nothing waiting and no consumer
+        pipeline = await open_pipeline(
+            nc.jetstream(), topology, machines(), StaticConfigStore(CONFIG)
         )
+        await pipeline.lifecycle.queues.create(Queue(name="tools/new"))
+    finally:
+        await nc.close()
+    async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
+        assert "tools/new" not in run.service.consumers  # no work: start does not wait
+        assert await _listed(run.service.js, topology) == set()
     async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
-        assert "tools/new" not in run.service.consumers  # no work: not waited for
 
         async def served() -> bool:
             return "tools/new" in run.service.consumers
 
         await wait_for(served, "the queue's consumer created behind start", 30.0)
         await asyncio.wait_for(run.service.warmed(), 60.0)
+        assert set(run.service.consumers) == {"tools/new", *QUEUES}
