@@ -118,8 +118,11 @@ class ServiceOptions:
     #: How many consumers are created or bound at once on start and discovery.
     open_concurrency: int = 64
     #: Create the consumers of queues without work behind start (``False``: only when a
-    #: queue's first message is published, or discovery finds one waiting).
+    #: queue's first message is published, or discovery finds one waiting) ...
     warm_up: bool = True
+    #: ... this many at a time: few, so that the broker, which creates consumers one after
+    #: the other, still answers the heartbeat and the queues with work meanwhile.
+    warm_up_concurrency: int = 8
     #: How long a stop waits for in-hand messages before handing them back.
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
@@ -418,10 +421,12 @@ class Service:
         finally:
             self._opening.discard(queue)
 
-    async def add_queues(self, queues: Iterable[str]) -> list[str]:
+    async def add_queues(
+        self, queues: Iterable[str], *, concurrency: int | None = None
+    ) -> list[str]:
         """:meth:`add_queue` for each of ``queues``, ``open_concurrency`` at a time (one at
         a time, 10,000 queues take tens of seconds of round trips); those started now."""
-        gate = asyncio.Semaphore(self.options.open_concurrency)
+        gate = asyncio.Semaphore(concurrency or self.options.open_concurrency)
 
         async def add(queue: str) -> bool:
             async with gate:
@@ -503,10 +508,12 @@ class Service:
 
     async def _warm_up(self, queues: list[str]) -> None:
         """Create the consumers of ``queues`` (queues without work when they were listed),
-        ``open_concurrency`` at a time, so that their first head finds one ready."""
+        ``warm_up_concurrency`` at a time, so that their first head finds one ready."""
         began = time.monotonic()
         try:
-            started = await self.add_queues(queues)
+            started = await self.add_queues(
+                queues, concurrency=self.options.warm_up_concurrency
+            )
         except Exception as exc:  # the next discovery round tries again
             log.warning("consumers not created: %s: %s", type(exc).__name__, exc)
             return
