@@ -591,7 +591,9 @@ class Service:
         return problems
 
     def readiness_problems(self) -> list[str]:
-        """Why not every queue has a running consumer (or the service is unhealthy)."""
+        """Why the service is not ready: unhealthy, or a queue was refused a consumer.
+        (Consumers still being created behind start do not count: a head for such a queue
+        creates its consumer at once.)"""
         problems = self.health_problems()
         for queue, why in sorted(self.refused.items()):
             problems.append(f"queue {queue!r} has no consumer: {why}")
@@ -599,7 +601,7 @@ class Service:
 
     @property
     def ready(self) -> bool:
-        """Healthy, and every queue the service knows has a consumer running."""
+        """Healthy, and no queue the service knows was refused a consumer."""
         return not self.readiness_problems()
 
     # -- internals --------------------------------------------------------------------
