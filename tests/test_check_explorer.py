@@ -156,6 +156,37 @@ def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(
     )
 
 
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"heads": 2, "rewrite": False},
+        {"heads": 1, "max_overlaps": 1, "max_cancels": 1},
+    ],
+)
+def test_performing_each_action_once_per_observation_explores_the_same_graph(
+    machines: ProcessMachines, bounds: dict[str, int]
+) -> None:
+    setup = setup_for(machines, 2, **bounds)
+    shared, alone = Explorer(setup), Explorer(setup, reuse_outcomes=False)
+    shared_result, alone_result = shared.run(), alone.run()
+    assert shared_result.ok and alone_result.ok
+    assert (shared_result.states, shared_result.transitions, shared_result.depth) == (
+        alone_result.states,
+        alone_result.transitions,
+        alone_result.depth,
+    )
+    assert shared.observations == alone.observations
+    assert (shared.parent, shared.via, shared.fair_into, shared.stall_into) == (
+        alone.parent,
+        alone.via,
+        alone.fair_into,
+        alone.stall_into,
+    )
+    # states that differ only in their budget had their actions performed once
+    assert len(set(shared.observations)) < shared_result.states
+    assert shared.attempts < alone.attempts
+
+
 def test_max_states_stops_the_search_as_incomplete(machines: ProcessMachines) -> None:
     result = Explorer(setup_for(machines), max_states=40).run()
     assert not result.complete

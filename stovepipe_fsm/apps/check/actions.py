@@ -210,7 +210,7 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     rows = twin.requests.snapshot() if action.kind == CANCEL else ()
     for item in action.steps:
         try:
-            apply_step(twin, item)
+            apply_step(twin, item, rows=False)
         except (StovepipeError, ValueError) as exc:
             raise StepFailed(f"{item.describe()}: {type(exc).__name__}: {exc}") from exc
     if action.kind == CRASH and twin.armed_crash:

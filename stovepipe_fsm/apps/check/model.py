@@ -154,6 +154,13 @@ class Action:
     kind: str
     steps: tuple[TimelineStep, ...]
 
+    def __post_init__(self) -> None:
+        # Hashed once, here: an action is a key of the search's known outcomes.
+        object.__setattr__(self, "_hash", hash((self.kind, self.steps)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return,attr-defined]
+
     @property
     def fair(self) -> bool:
         return self.kind in FAIR_KINDS

@@ -92,6 +92,27 @@ class Observation:
     paused: frozenset[str] = frozenset()
     lease_expired: frozenset[str] = frozenset()  # requests whose slot lease was reclaimed
 
+    def __post_init__(self) -> None:
+        # Hashed once, here: the search looks each observation up several times (its
+        # state, its actions' known outcomes, its live world).
+        fields = (
+            self.requests,
+            self.queues,
+            self.pending,
+            self.builds,
+            self.hooks,
+            self.dead_lettered,
+            self.source_control_up,
+            self.armed_crash,
+            self.in_hand,
+            self.paused,
+            self.lease_expired,
+        )
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return,attr-defined]
+
     @cached_property
     def by_id(self) -> dict[str, Request]:
         return {r.id: r for r in self.requests}
