@@ -33,14 +33,14 @@ from functools import cache, cached_property
 from typing import Any, Generic, TypeVar
 
 from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
-from ...adapters.memory.publisher import BUILD, HOOK
+from ...adapters.memory.publisher import BUILD, HOOK, Published
 from ...domain.entities import Queue, QueueConfig, Request
 from ...domain.errors import NotFound
 from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.gate import PAUSED
-from ...simulation.runtime import run_sync
+from ...simulation.runtime import Message, ResolvedOnceConfigStore, run_sync
 from ...simulation.world import InHand, World
 from ...spec.compiler import Step
 
@@ -187,32 +187,77 @@ _unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: replace(row, ve
 
 def observe(world: World) -> Observation:
     now = world.clock.now_ms()
-    records = world.published.records
+    rows = world.queues.snapshot()
+    messages = world.broker.messages
+    builds, hooks, lease_expired = _published(world.published.records)
     return Observation(
         # Times grow with the clock and would split equivalent states, like versions.
         requests=tuple(map(_stripped_request, world.requests.snapshot())),
-        queues=tuple(_relative(row, now) for row in world.queues.snapshot()),
+        queues=tuple(_relative(row, now) for row in rows),
         pending=tuple(
-            Pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
-            for m in world.broker.messages
+            _pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
+            for m in messages
         ),
-        builds=frozenset(r.request_id for r in records if r.kind == BUILD),
-        hooks=frozenset(
-            (r.request_id, r.dedup_id)
-            for r in records
-            if r.kind == HOOK and r.event_type == VALIDATION_STARTED
-        ),
-        dead_lettered=frozenset(rid for rid, _ in world.dead_letters),
+        builds=builds,
+        hooks=hooks,
+        dead_lettered=frozenset(rid for rid, _ in world.dead_letters)
+        if world.dead_letters
+        else _NONE,
         source_control_up=world.graph.available,
         armed_crash=world.armed_crash,
-        in_hand=tuple(_in_hand(world, held) for held in world.in_hand),
-        paused=_paused(world),
-        lease_expired=frozenset(
-            r.request_id
-            for r in records
-            if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
-        ),
+        in_hand=tuple(_in_hand(world, held) for held in world.in_hand) if world.in_hand else (),
+        paused=_paused(world, rows, messages),
+        lease_expired=lease_expired,
     )
+
+
+_NONE: frozenset[str] = frozenset()
+# A pending message's view is one of a few values: each is built once.
+_pending = cache(Pending)
+PublishedSets = tuple[frozenset[str], frozenset[tuple[str, str]], frozenset[str]]
+
+
+class _PublishedSets:
+    """What an observation reads of the publish records (build request ids, start hooks,
+    reclaimed leases), computed once per record list.
+
+    A fork copies its parent's records and a step appends a few, so most lists an
+    observation meets were met before: a list is looked up by its length and its last
+    record object, and the hit confirmed by comparing the lists (element identity first,
+    so a few pointer comparisons). The memo is emptied when it grows past ``limit``.
+    """
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[int, int], tuple[tuple[Published, ...], PublishedSets]] = {}
+
+    def __call__(self, records: tuple[Published, ...]) -> PublishedSets:
+        if not records:
+            return _NONE, frozenset(), _NONE
+        key = (len(records), id(records[-1]))
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] == records:
+            return hit[1]
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        sets = (
+            frozenset(r.request_id for r in records if r.kind == BUILD),
+            frozenset(
+                (r.request_id, r.dedup_id)
+                for r in records
+                if r.kind == HOOK and r.event_type == VALIDATION_STARTED
+            ),
+            frozenset(
+                r.request_id
+                for r in records
+                if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
+            ),
+        )
+        self._seen[key] = (records, sets)
+        return sets
+
+
+_published = _PublishedSets()
 
 
 def _relative(row: Queue, now: int) -> Queue:
@@ -224,7 +269,7 @@ def _relative(row: Queue, now: int) -> Queue:
     return replace(row, version=0, leases=leases)
 
 
-def _paused(world: World) -> frozenset[str]:
+def _paused(world: World, rows: tuple[Queue, ...], messages: list[Message]) -> frozenset[str]:
     """The queues with work or a row whose resolved ``paused`` parameter is set.
 
     A ``config`` step's value, when one set ``paused``, is what the queue resolves (steps
@@ -232,25 +277,42 @@ def _paused(world: World) -> frozenset[str]:
     fixed for the run, so the merged config is not rebuilt per queue per state.
     """
     changes = world.config.changes
-    queues = {row.name for row in world.queues.snapshot()}
-    queues |= {m.queue for m in world.broker.messages} | set(changes)
+    base = world.config.base
+    queues = {row.name for row in rows}
+    queues.update(m.queue for m in messages)
+    queues.update(changes)
     paused: list[str] = []
     for queue in queues:
         changed = changes.get(queue)
         if changed is not None and PAUSED in changed:
             value = changed[PAUSED]
         else:
-            value = _base_paused(world.config.base, queue)
+            value = _base_paused(base, queue)
         if value:
             paused.append(queue)
-    return frozenset(paused)
+    return frozenset(paused) if paused else _NONE
 
 
 def _base_paused(base: ConfigStore, queue: str) -> Any:
-    for key, value in base.get(queue).parameters:
-        if key == PAUSED:
-            return value
-    return None
+    """The base's ``paused`` for ``queue``; asked once per queue of a base that resolves
+    each queue once (a check's: it answers the same for the whole run)."""
+    key = (id(base), queue)
+    hit = _BASE_PAUSED.get(key)
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    value = None
+    for name, given in base.get(queue).parameters:
+        if name == PAUSED:
+            value = given
+    if not isinstance(base, ResolvedOnceConfigStore):
+        return value
+    if len(_BASE_PAUSED) >= 1_000:
+        _BASE_PAUSED.clear()
+    _BASE_PAUSED[key] = (base, value)
+    return value
+
+
+_BASE_PAUSED: dict[tuple[int, str], tuple[ConfigStore, Any]] = {}
 
 
 def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> int | None:
