@@ -28,13 +28,13 @@ shift of the clock, so the search expands each observation once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Any, Generic, TypeVar
 
 from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
 from ...adapters.memory.publisher import BUILD, HOOK, Published
-from ...domain.entities import Queue, QueueConfig, Request
+from ...domain.entities import Queue, QueueConfig, Request, evolve
 from ...domain.errors import NotFound
 from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
@@ -182,7 +182,7 @@ class _ByIdentity(Generic[T]):
 
 
 _stripped_request: _ByIdentity[Request] = _ByIdentity(Request.without_times)
-_unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: replace(row, version=0))
+_unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: evolve(row, version=0))
 
 
 def observe(world: World) -> Observation:
@@ -266,7 +266,7 @@ def _relative(row: Queue, now: int) -> Queue:
     if not row.leases:  # nothing relative to the clock: the same row, state after state
         return _unversioned_queue(row)
     leases = tuple((holder, max(0, expires - now)) for holder, expires in row.leases)
-    return replace(row, version=0, leases=leases)
+    return evolve(row, version=0, leases=leases)
 
 
 def _paused(world: World, rows: tuple[Queue, ...], messages: list[Message]) -> frozenset[str]:
@@ -339,9 +339,9 @@ def _in_hand(world: World, held: InHand) -> InHandView:
         flow_state=cursor.state,
         pending_actions=cursor.pending_names,
         message_pending=world.broker.find(held.message.seq) is not None,
-        request=replace(request, version=0) if request else None,
+        request=evolve(request, version=0) if request else None,
         request_fresh=request_fresh,
-        queue_row=replace(row, version=0) if row else None,
+        queue_row=evolve(row, version=0) if row else None,
         queue_fresh=queue_fresh,
         config=ctx.config,
         build_strategy=ctx.build_strategy,
