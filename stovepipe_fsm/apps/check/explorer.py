@@ -217,7 +217,8 @@ class _Outcome:
 
 class _Worlds:
     """One live world per observation of the unexpanded states, with how many of them
-    stand on it: states that differ only in their budget share one world."""
+    stand on it: states that differ only in their budget share one world (when the
+    explorer shares outcomes, ``Explorer.share_outcomes``)."""
 
     def __init__(self) -> None:
         self._held: dict[Observation, tuple[World, int]] = {}
@@ -243,18 +244,6 @@ class _Worlds:
             return world, True
         self._held[obs] = (world, users - 1)
         return world, False
-
-
-def _needs_world(
-    outcome: _Outcome,
-    spent: Budget,
-    index: dict[tuple[Observation, Budget], int],
-    worlds: _Worlds,
-) -> bool:
-    """A known outcome must still be performed when it leads to a new state and no live
-    world stands for its observation: the new state needs one to be expanded."""
-    post = outcome.post
-    return post is not None and (post, spent) not in index and post not in worlds
 
 
 @contextmanager
@@ -284,8 +273,13 @@ class Explorer:
         self.setup = setup
         self.prune_faults = prune_faults
         self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
-        # Each action is performed once per observation, whatever the budget beside it.
-        self.reuse_outcomes = reuse_outcomes
+        # Each action is performed once per observation, whatever the budget beside it
+        # (off: every state keeps its own world and performs its own actions). Not with
+        # overlaps: a stalled delivery's view keeps the absolute times of the rows it
+        # loaded, so which world first reaches a state decides how the stalled states
+        # after it are told apart; each state keeps its own world, and the graph is the
+        # one explored without sharing.
+        self.share_outcomes = reuse_outcomes and not setup.bounds.max_overlaps
         self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
         self.rules = setup.rules()
         self.max_states = max_states
@@ -333,13 +327,12 @@ class Explorer:
         if violation:
             return Counterexample(violation, ()), True
         checked = {root_obs}  # observations whose state invariants held
-        frontier = deque([(0, root_obs, Budget())])
         worlds = _Worlds()
-        worlds.hold(root_obs, root)
+        frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
         next_report = started + PROGRESS_EVERY_S
         while frontier:
-            sid, obs, budget = frontier.popleft()
-            world, alone = worlds.take(obs)
+            sid, obs, budget, own = frontier.popleft()
+            world, alone = (own, True) if own is not None else worlds.take(obs)
             effect: DeliveryEffect | None = None
             actions = enabled(obs, budget, bounds, rules)
             calls_before = world.graph.calls
@@ -347,9 +340,9 @@ class Explorer:
                 if not self._taken(effect, action):
                     continue
                 spent = budget.spend(action.kind)
-                outcome = self._outcomes.get((obs, action)) if self.reuse_outcomes else None
+                outcome = self._outcomes.get((obs, action)) if self.share_outcomes else None
                 twin: World | None = None
-                if outcome is None or _needs_world(outcome, spent, index, worlds):
+                if outcome is None or self._needs_world(outcome, spent, index, worlds):
                     self.attempts += 1
                     # The world is needed by no one after the last action that still has
                     # to be performed on it: that one runs on the world itself.
@@ -368,7 +361,7 @@ class Explorer:
                         return Counterexample(failed, self.trace(sid, action)), True
                     if outcome is None:
                         outcome = _Outcome.of(obs, twin, calls_before, action)
-                        if self.reuse_outcomes:
+                        if self.share_outcomes:
                             self._outcomes[(obs, action)] = outcome
                         if outcome.post is not None:
                             violation = check_edge(obs, outcome.post, rules)
@@ -390,8 +383,7 @@ class Explorer:
                         checked.add(post)
                     if len(self.parent) >= self.max_states:
                         return None, False
-                    worlds.hold(post, twin)
-                    frontier.append((dst, post, spent))
+                    frontier.append((dst, post, spent, self._own(post, twin, worlds)))
                 if action.fair:
                     self.fair_into[dst].append(sid)
                     if self.stall_into is not None and action.kind != COMPLETE:
@@ -415,8 +407,32 @@ class Explorer:
         (Both only become known during an expansion, never unknown again.)"""
         if not self._taken(effect, action):
             return False
-        outcome = self._outcomes.get((obs, action)) if self.reuse_outcomes else None
-        return outcome is None or _needs_world(outcome, budget.spend(action.kind), index, worlds)
+        outcome = self._outcomes.get((obs, action)) if self.share_outcomes else None
+        spent = budget.spend(action.kind)
+        return outcome is None or self._needs_world(outcome, spent, index, worlds)
+
+    def _own(self, obs: Observation, world: World | None, worlds: _Worlds) -> World | None:
+        """The world a new state of ``obs`` keeps for itself; ``None`` when it stands on
+        the shared world of its observation (``world`` is held for it if it is the first)."""
+        if self.share_outcomes:
+            worlds.hold(obs, world)
+            return None
+        assert world is not None, "a state of its own comes with its world"
+        return world
+
+    def _needs_world(
+        self,
+        outcome: _Outcome,
+        spent: Budget,
+        index: dict[tuple[Observation, Budget], int],
+        worlds: _Worlds,
+    ) -> bool:
+        """A known outcome must still be performed when it leads to a new state that no
+        live world stands for: the new state needs one to be expanded."""
+        post = outcome.post
+        if post is None or (post, spent) in index:
+            return False
+        return not self.share_outcomes or post not in worlds
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
         """Whether the search performs ``action`` after a delivery that did ``effect``."""
