@@ -3,11 +3,17 @@
 Theory of operation
 -------------------
 A state is an :class:`Observation` of a world plus the :class:`Budget` its path spent.
-The search keeps one live :class:`World` per frontier state; expanding a state forks
+The search keeps a live :class:`World` for the frontier states; expanding a state forks
 that world once per enabled action and performs the action on the fork with the real
 controller. A successor whose (observation, budget) was seen before is not expanded
 again, but its edge still counts: transition invariants are checked on every edge, and
 every *fair* edge is remembered backwards for the progress pass.
+
+What an action does depends on the world, not on the budget beside it: states that
+differ only in their budget share one world, and each action is performed once per
+observation; its outcome (the observation it leads to, what a delivery did) is kept
+and reused by every other state with that observation. Not with overlaps
+(:attr:`Explorer.share_outcomes`), where every state keeps its own world.
 
 Breadth-first order makes the first violation found a shortest one: state invariants
 are checked when a state is first reached (its BFS depth is minimal), edge invariants
