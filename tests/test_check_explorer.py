@@ -8,9 +8,26 @@ from pathlib import Path
 import pytest
 
 from stovepipe_fsm.apps.check import explorer as explorer_module
-from stovepipe_fsm.apps.check.actions import enabled, perform
+from stovepipe_fsm.apps.check.actions import (
+    crash_action,
+    enabled,
+    failed_delivery,
+    one_step,
+    perform,
+)
 from stovepipe_fsm.apps.check.explorer import Explorer, Setup, can_finish
-from stovepipe_fsm.apps.check.model import Bounds, Budget
+from stovepipe_fsm.apps.check.model import (
+    ADVANCE,
+    COMPLETE,
+    DELIVER,
+    INGEST,
+    OUTAGE,
+    REDELIVER,
+    STALL,
+    Action,
+    Bounds,
+    Budget,
+)
 from stovepipe_fsm.apps.check.observe import observe
 from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.options import load_policy_store
@@ -154,6 +171,75 @@ def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(
         forked.via,
         forked.fair_into,
     )
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"heads": 2, "rewrite": False},
+        {"heads": 1, "max_cancels": 1},
+    ],
+)
+def test_performing_each_action_once_per_observation_explores_the_same_graph(
+    machines: ProcessMachines, bounds: dict[str, int]
+) -> None:
+    setup = setup_for(machines, 2, **bounds)
+    shared, alone = Explorer(setup), Explorer(setup, reuse_outcomes=False)
+    shared_result, alone_result = shared.run(), alone.run()
+    assert shared_result.ok and alone_result.ok
+    assert (shared_result.states, shared_result.transitions, shared_result.depth) == (
+        alone_result.states,
+        alone_result.transitions,
+        alone_result.depth,
+    )
+    assert shared.observations == alone.observations
+    assert (shared.parent, shared.via, shared.fair_into, shared.stall_into) == (
+        alone.parent,
+        alone.via,
+        alone.fair_into,
+        alone.stall_into,
+    )
+    # states that differ only in their budget had their actions performed once
+    assert len(set(shared.observations)) < shared_result.states
+    assert shared.attempts < alone.attempts
+
+
+def test_with_overlaps_each_state_keeps_its_own_world(machines: ProcessMachines) -> None:
+    setup = setup_for(machines, heads=2, rewrite=False, max_overlaps=1)
+    start = (
+        one_step(INGEST, "ingest", Q, uri="A1"),
+        one_step(DELIVER, "deliver", Q),
+        one_step(COMPLETE, "complete", Q, uri="A1", outcome="succeeded"),
+        one_step(INGEST, "ingest", Q, uri="A2"),
+    )
+    # A2 admitted at once (its delivery crashes after publishing the build), or a second
+    # later (its delivery fails during an outage, its duplicate is delivered after).
+    early = run_actions(setup, (*start, crash_action(Q, "after_publish_build")))
+    late = run_actions(
+        setup,
+        (
+            *start,
+            failed_delivery(OUTAGE, Q),
+            one_step(ADVANCE, "advance_ms", Q, amount=1000),
+            one_step(REDELIVER, "redeliver", Q, uri="A2"),
+            one_step(DELIVER, "deliver", Q),
+        ),
+    )
+    assert observe(early) == observe(late)
+    # a delivery stalled in hand shows the request it loaded, with its times
+    stall = one_step(STALL, "stall", Q, value="after_announce")
+    assert observe(run_actions(setup, (stall,), early)) != observe(
+        run_actions(setup, (stall,), late)
+    )
+    assert not Explorer(setup).share_outcomes
+    assert Explorer(setup_for(machines, heads=2, rewrite=False)).share_outcomes
+
+
+def run_actions(setup: Setup, actions: tuple[Action, ...], world: World | None = None) -> World:
+    world = world.clone() if world is not None else setup.new_world()
+    for action in actions:
+        assert perform(world, action, in_place=True) is not None, action.describe()
+    return world
 
 
 def test_max_states_stops_the_search_as_incomplete(machines: ProcessMachines) -> None:

@@ -12,7 +12,6 @@ Because in-memory adapters never suspend, every coroutine completes in one
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -122,7 +121,15 @@ class SimBroker:
         return self._by_seq.get(seq)
 
     def clone(self) -> SimBroker:
-        return SimBroker([dataclasses.replace(m) for m in self._by_seq.values()], self.next_seq)
+        return SimBroker([_copied(m) for m in self._by_seq.values()], self.next_seq)
+
+
+def _copied(message: Message) -> Message:
+    """An independent copy of ``message`` (a plain record: its attributes are all of it),
+    several times cheaper than ``dataclasses.replace``; ``check`` forks many worlds."""
+    twin = object.__new__(Message)
+    twin.__dict__ = message.__dict__.copy()
+    return twin
 
 
 def _seq(message: Message) -> int:

@@ -54,11 +54,13 @@ from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, settle
 from ..pipeline import verbs
-from ..pipeline.ingest import IngestResult
-from ..pipeline.wiring import Ports, build_stages
+from ..pipeline.dlq import DeadLetterReconciler
+from ..pipeline.ingest import Ingest, IngestResult
+from ..pipeline.record import Record
+from ..pipeline.wiring import Stages, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
-from ..process.controller import Decision, PausedDelivery
+from ..process.controller import Decision, PausedDelivery, ProcessController
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
 from ..process.trail import hold_reason
@@ -72,6 +74,7 @@ from .runtime import (
     StepConfigStore,
     run_sync,
 )
+from .switched import SwitchedPorts
 
 CRASH_POINTS = (
     "after_claim_slot",
@@ -132,7 +135,7 @@ class InHand:
         delivery = SimDelivery(twin, message)
         delivery.outcome = self.delivery.outcome
         ctx = dataclasses.replace(
-            self.paused.ctx, services=twin.controller.services, delivery=delivery
+            self.paused.ctx, services=twin._stages.services, delivery=delivery
         )
         return dataclasses.replace(
             self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
@@ -174,27 +177,25 @@ class World:
         self._wire()
 
     def _wire(self) -> None:
-        """The stages on this world's ports, through the one factory the service uses."""
+        """The stages on this world's ports, through the one factory the service uses.
+
+        They are built on :class:`~.switched.SwitchedPorts`, shared with every fork of
+        this world, and bound to this world's stores before each use. A world that
+        replaced one of its stores calls this again to run on it.
+        """
+        self.source_control = SingleSourceControl(self.graph)
         self.publisher = SimPublisher(self.broker, self.clock, self.published)
-        ports = Ports(
-            requests=self.requests,
-            queues=self.queues,
-            uri_index=self.uri_index,
-            counter=self.counter,
-            config=self.config,
-            source_control=SingleSourceControl(self.graph),
-            publisher=self.publisher,
-            clock=self.clock,
-            trail=self.trail,
+        self._switch = SwitchedPorts(keep_trail=self.trail is not None)
+        self._stages = build_stages(
+            self.machines, self._switch.ports(), lifecycle_factory=self.lifecycle_factory
         )
-        stages = build_stages(self.machines, ports, lifecycle_factory=self.lifecycle_factory)
-        self.lifecycle = stages.lifecycle
-        self.controller = stages.controller
-        self.ingester = stages.ingest
-        self.recorder = stages.record
-        self.reconciler = stages.reconciler
 
     def clone(self) -> World:
+        """An independent world in the same state, running the same (shared) stages.
+
+        Only what a step can change is copied: the stores' rows, the topic's messages,
+        the records, the clock and the logs; the stages and the machines are shared.
+        """
         twin = object.__new__(World)
         twin.machines = self.machines
         twin.config = self.config.clone()
@@ -212,14 +213,44 @@ class World:
         twin.holds = self.holds
         twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
-        twin._wire()
+        twin.source_control = SingleSourceControl(twin.graph)
+        twin.publisher = SimPublisher(twin.broker, twin.clock, twin.published)
+        twin._switch = self._switch
+        twin._stages = self._stages
         twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
         return twin
+
+    # --- the stages, bound to this world -----------------------------------------
+
+    def _bound(self) -> Stages:
+        """The stages, running on this world's stores until another world binds them."""
+        self._switch.bind(self)
+        return self._stages
+
+    @property
+    def controller(self) -> ProcessController:
+        return self._bound().controller
+
+    @property
+    def ingester(self) -> Ingest:
+        return self._bound().ingest
+
+    @property
+    def recorder(self) -> Record:
+        return self._bound().record
+
+    @property
+    def reconciler(self) -> DeadLetterReconciler:
+        return self._bound().reconciler
+
+    @property
+    def lifecycle(self) -> RequestLifecycle:
+        return self._bound().lifecycle
 
     # --- steps -------------------------------------------------------------------
 
     def ingest(self, queue: str, uri: str) -> IngestResult:
-        return run_sync(self.ingester.ingest(queue, uri))
+        return run_sync(self._bound().ingest.ingest(queue, uri))
 
     def deliver(self, message: Message) -> DeliveryReport:
         """Deliver ``message`` once through the real controller."""
@@ -231,7 +262,7 @@ class World:
         before = self._state_of(message.request_id)
         holds = self.holds
         try:
-            decision = run_sync(self.controller.decide(delivery, probe=probe))
+            decision = run_sync(self._bound().controller.decide(delivery, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, before)
         return self._finished(message, decision, before, holds)
@@ -296,7 +327,8 @@ class World:
         self.dead_letters.append((message.request_id, reason))
         if parse_request_id(message.request_id).queue == message.queue:
             failures = message.failures
-            run_sync(self.reconciler.reconcile(message.request_id, error=reason, attempts=failures))
+            reconcile = self._bound().reconciler.reconcile
+            run_sync(reconcile(message.request_id, error=reason, attempts=failures))
 
     def stall(self, point: str) -> DeliveryReport | None:
         """Deliver the due head and stop that delivery after ``point``, still in hand.
@@ -318,7 +350,8 @@ class World:
         holds = self.holds
         action = point.removeprefix("after_")
         try:
-            result = run_sync(self.controller.begin(delivery, pause_after=action, probe=probe))
+            begun = self._bound().controller.begin(delivery, pause_after=action, probe=probe)
+            result = run_sync(begun)
         except Exception as exc:
             return self._failed(message, exc, before)
         if isinstance(result, Decision):
@@ -337,7 +370,7 @@ class World:
         settled = "" if self.broker.find(message.seq) else "message already settled"
         holds = self.holds
         try:
-            result = run_sync(self.controller.resume(held.paused, probe=probe))
+            result = run_sync(self._bound().controller.resume(held.paused, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, held.state_before)
         assert isinstance(result, Decision), "a resumed delivery runs to the end"
@@ -364,7 +397,7 @@ class World:
         self.broker.publish(parse_request_id(request_id).queue, request_id, self.clock.now_ms())
 
     def complete(self, request_id: str, outcome: str) -> Request:
-        return run_sync(self.recorder.complete(request_id, outcome))
+        return run_sync(self._bound().record.complete(request_id, outcome))
 
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
@@ -382,7 +415,7 @@ class World:
         )
 
     def dead_letter(self, request_id: str) -> Request | None:
-        return run_sync(self.reconciler.reconcile(request_id))
+        return run_sync(self._bound().reconciler.reconcile(request_id))
 
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)

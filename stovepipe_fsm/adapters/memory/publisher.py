@@ -139,9 +139,9 @@ class MemoryPublisher:
 
     def clone(self) -> MemoryPublisher:
         """An independent copy of the records and of the pending injected failures."""
-        twin = MemoryPublisher()
-        twin._records = list(self._records)
-        twin._failures = Counter(self._failures)
+        twin = object.__new__(MemoryPublisher)
+        twin._records = self._records.copy()
+        twin._failures = self._failures.copy() if self._failures else Counter()
         return twin
 
     def copy(self) -> MemoryPublisher:

@@ -171,8 +171,8 @@ class MemorySourceControl:
 
     def clone(self) -> MemorySourceControl:
         """An independent copy: the graph and the availability switch are forked."""
-        twin = MemorySourceControl()
-        twin._parents = dict(self._parents)
+        twin = object.__new__(MemorySourceControl)  # nothing to check: a copy of a valid graph
+        twin._parents = self._parents.copy()
         twin._changes = self._changes
         twin._available = self._available
         twin.calls = self.calls

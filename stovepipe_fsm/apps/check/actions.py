@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from ...domain.errors import StovepipeError
 from ...process.gate import PAUSED
@@ -72,6 +73,26 @@ from .observe import Observation
 # A step is a frozen value and the search builds the same few thousand again and again
 # (every state's actions): each distinct one is built once.
 step = cache(new_step)
+
+
+@cache
+def one_step(kind: str, step_kind: str, queue: str, **fields: Any) -> Action:
+    """An action of one timeline step. Like the steps, the search needs the same few
+    actions again and again: each is built (and hashed) once per run."""
+    return Action(kind, (step(step_kind, queue, **fields),))
+
+
+@cache
+def crash_action(queue: str, point: str) -> Action:
+    """Arm a crash at ``point``, then deliver."""
+    return Action(CRASH, (step("crash", queue, value=point), step("deliver", queue)))
+
+
+@cache
+def failed_delivery(kind: str, queue: str) -> Action:
+    """A delivery while source control is down."""
+    down = step("source_control", queue, value="down")
+    return Action(kind, (down, step("deliver", queue), step("source_control", queue, value="up")))
 
 
 class StepFailed(Exception):
@@ -129,65 +150,62 @@ def enabled(
     pending = obs.pending_in(q)
     head_due = bool(pending) and pending[0].due_in_ms == 0
     if head_due:
-        actions.append(Action(DELIVER, (step("deliver", q),)))
+        actions.append(one_step(DELIVER, "deliver", q))
     elif pending:
         wait = pending[0].due_in_ms
-        actions.append(Action(ADVANCE, (step("advance_ms", q, amount=wait),)))
+        actions.append(one_step(ADVANCE, "advance_ms", q, amount=wait))
     for request in obs.requests_of(q):
         if request.state in rules.admitted_states and request.id in obs.builds:
             for outcome in rules.outcomes:
-                complete = step("complete", q, uri=request.uri, outcome=outcome)
-                actions.append(Action(COMPLETE, (complete,)))
+                complete = one_step(COMPLETE, "complete", q, uri=request.uri, outcome=outcome)
+                actions.append(complete)
     if not obs.source_control_up:
-        actions.append(Action(RESTORE, (step("source_control", q, value="up"),)))
+        actions.append(one_step(RESTORE, "source_control", q, value="up"))
     resumable: list[str] = []
     for held in obs.in_hand:
         if held.queue == q and held.request_id not in resumable:
             resumable.append(held.request_id)
             uri = obs.by_id[held.request_id].uri
-            actions.append(Action(RESUME, (step("resume", q, uri=uri),)))
+            actions.append(one_step(RESUME, "resume", q, uri=uri))
     if fair_only:
         return actions
 
     heads = bounds.ingest_order()
     if budget.heads < len(heads):
-        actions.append(Action(INGEST, (step("ingest", q, uri=heads[budget.heads]),)))
+        actions.append(one_step(INGEST, "ingest", q, uri=heads[budget.heads]))
     if head_due and budget.crashes < bounds.max_crashes:
         for point in CRASH_POINTS:
-            arm = step("crash", q, value=point)
-            actions.append(Action(CRASH, (arm, step("deliver", q))))
+            actions.append(crash_action(q, point))
     if head_due and budget.overlaps < bounds.max_overlaps:
         for point in bounds.stall_points:
-            actions.append(Action(STALL, (step("stall", q, value=point),)))
+            actions.append(one_step(STALL, "stall", q, value=point))
     if head_due:
-        down, up = step("source_control", q, value="down"), step("source_control", q, value="up")
-        failed_delivery = (down, step("deliver", q), up)
         if pending[0].failures and budget.outages:
             # The head failed during this path's outage, which may still be going on:
             # free, as its failures are bounded by max_attempts, at which the settle
             # policy dead-letters it.
-            actions.append(Action(OUTAGE_PERSISTS, failed_delivery))
+            actions.append(failed_delivery(OUTAGE_PERSISTS, q))
         elif budget.outages < bounds.max_outages:
-            actions.append(Action(OUTAGE, failed_delivery))
+            actions.append(failed_delivery(OUTAGE, q))
     if budget.duplicates < bounds.max_duplicates:
         for request in obs.requests_of(q):
             if request.state == rules.initial_state:
-                actions.append(Action(REDELIVER, (step("redeliver", q, uri=request.uri),)))
+                actions.append(one_step(REDELIVER, "redeliver", q, uri=request.uri))
     if budget.dead_letters < bounds.max_dead_letters:
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
-                actions.append(Action(DEAD_LETTER, (step("dead_letter", q, uri=request.uri),)))
+                actions.append(one_step(DEAD_LETTER, "dead_letter", q, uri=request.uri))
     if rules.withdrawable and budget.cancels < bounds.max_cancels:
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
-                actions.append(Action(CANCEL, (step("cancel", q, uri=request.uri),)))
+                actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))
     if rules.pausable:
         if q in obs.paused:
-            actions.append(Action(UNPAUSE, (step("config", q, values=((PAUSED, False),)),)))
+            actions.append(one_step(UNPAUSE, "config", q, values=((PAUSED, False),)))
         elif head_due and bounds.pauses:
             # Only a delivery reads the pause, and pausing commutes with every other
             # step: pausing right before a due delivery reaches every paused future.
-            actions.append(Action(PAUSE, (step("config", q, values=((PAUSED, True),)),)))
+            actions.append(one_step(PAUSE, "config", q, values=((PAUSED, True),)))
     return actions
 
 
@@ -210,7 +228,7 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     rows = twin.requests.snapshot() if action.kind == CANCEL else ()
     for item in action.steps:
         try:
-            apply_step(twin, item)
+            apply_step(twin, item, rows=False)
         except (StovepipeError, ValueError) as exc:
             raise StepFailed(f"{item.describe()}: {type(exc).__name__}: {exc}") from exc
     if action.kind == CRASH and twin.armed_crash:

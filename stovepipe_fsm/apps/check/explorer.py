@@ -3,11 +3,17 @@
 Theory of operation
 -------------------
 A state is an :class:`Observation` of a world plus the :class:`Budget` its path spent.
-The search keeps one live :class:`World` per frontier state; expanding a state forks
+The search keeps a live :class:`World` for the frontier states; expanding a state forks
 that world once per enabled action and performs the action on the fork with the real
 controller. A successor whose (observation, budget) was seen before is not expanded
 again, but its edge still counts: transition invariants are checked on every edge, and
 every *fair* edge is remembered backwards for the progress pass.
+
+What an action does depends on the world, not on the budget beside it: states that
+differ only in their budget share one world, and each action is performed once per
+observation; its outcome (the observation it leads to, what a delivery did) is kept
+and reused by every other state with that observation. Not with overlaps
+(:attr:`Explorer.share_outcomes`), where every state keeps its own world.
 
 Breadth-first order makes the first violation found a shortest one: state invariants
 are checked when a state is first reached (its BFS depth is minimal), edge invariants
@@ -27,6 +33,7 @@ with its shortest path.
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import time
@@ -40,6 +47,7 @@ from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.services import DeclaredDefaults
+from ...process.together import stepwise
 from ...simulation.runtime import OverrideConfigStore, ResolvedOnceConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
@@ -62,6 +70,8 @@ from .variants import Variant
 DEFAULT_MAX_STATES = 500_000
 PROGRESS_EVERY_S = 2.0
 CLOSURE_LIMIT = 100_000
+# Collector thresholds during a search (allocations before a young collection, ...).
+RARE_COLLECTIONS = (100_000, 20, 100)
 STEP_FAILED = Violation(
     "steps_apply",
     "every environment step applies (ingest, record and reconcile do not raise)",
@@ -190,6 +200,71 @@ def quiet_logs() -> Iterator[None]:
         logger.setLevel(previous)
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """What one action does from one observation: the observation it leads to (``None``
+    when it is no real edge), and for a delivery what it did (which faults are worth
+    trying after it)."""
+
+    post: Observation | None
+    effect: DeliveryEffect | None = None
+
+    @classmethod
+    def of(
+        cls, obs: Observation, twin: World | None, calls_before: int, action: Action
+    ) -> _Outcome:
+        if twin is None:
+            return cls(None)
+        post = observe(twin)
+        if action.kind != DELIVER:
+            return cls(post)
+        return cls(post, DeliveryEffect.of(obs, post, calls_before, twin))
+
+
+class _Worlds:
+    """One live world per observation of the unexpanded states, with how many of them
+    stand on it: states that differ only in their budget share one world (when the
+    explorer shares outcomes, ``Explorer.share_outcomes``)."""
+
+    def __init__(self) -> None:
+        self._held: dict[Observation, tuple[World, int]] = {}
+
+    def __contains__(self, obs: Observation) -> bool:
+        return obs in self._held
+
+    def hold(self, obs: Observation, world: World | None) -> None:
+        """One more state stands on ``obs``: on its held world, else on ``world``."""
+        held = self._held.get(obs)
+        if held is not None:
+            self._held[obs] = (held[0], held[1] + 1)
+        else:
+            assert world is not None, "a new observation comes with its world"
+            self._held[obs] = (world, 1)
+
+    def take(self, obs: Observation) -> tuple[World, bool]:
+        """The world of ``obs`` for one state's expansion, and whether that state was the
+        last to stand on it (then no one else will read it: it may be changed)."""
+        world, users = self._held[obs]
+        if users == 1:
+            del self._held[obs]
+            return world, True
+        self._held[obs] = (world, users - 1)
+        return world, False
+
+
+@contextmanager
+def rare_collections() -> Iterator[None]:
+    """Collect cycles rarely while exploring: the search keeps every state's observation
+    and creates few cycles (a crash's traceback), so the collector's default pace spends
+    a quarter of the search re-scanning objects that live to the end."""
+    previous = gc.get_threshold()
+    gc.set_threshold(*RARE_COLLECTIONS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+
+
 class Explorer:
     def __init__(
         self,
@@ -199,10 +274,19 @@ class Explorer:
         progress: Progress | None = None,
         prune_faults: bool = True,
         reuse_worlds: bool = True,
+        reuse_outcomes: bool = True,
     ) -> None:
         self.setup = setup
         self.prune_faults = prune_faults
         self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
+        # Each action is performed once per observation, whatever the budget beside it
+        # (off: every state keeps its own world and performs its own actions). Not with
+        # overlaps: a stalled delivery's view keeps the absolute times of the rows it
+        # loaded, so which world first reaches a state decides how the stalled states
+        # after it are told apart; each state keeps its own world, and the graph is the
+        # one explored without sharing.
+        self.share_outcomes = reuse_outcomes and not setup.bounds.max_overlaps
+        self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
         self.rules = setup.rules()
         self.max_states = max_states
         self.progress = progress
@@ -222,7 +306,7 @@ class Explorer:
 
     def run(self) -> Result:
         started, cpu = time.perf_counter(), time.process_time()
-        with quiet_logs():
+        with quiet_logs(), rare_collections(), stepwise():
             counterexample, complete = self._search(started)
             if counterexample is None and complete and self.rules.proof.progress:
                 counterexample = self._progress_pass()
@@ -248,46 +332,64 @@ class Explorer:
         violation = check_state(root_obs, rules)
         if violation:
             return Counterexample(violation, ()), True
-        frontier = deque([(0, root, root_obs, Budget())])
+        checked = {root_obs}  # observations whose state invariants held
+        worlds = _Worlds()
+        frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
         next_report = started + PROGRESS_EVERY_S
         while frontier:
-            sid, world, obs, budget = frontier.popleft()
+            sid, obs, budget, own = frontier.popleft()
+            world, alone = (own, True) if own is not None else worlds.take(obs)
             effect: DeliveryEffect | None = None
             actions = enabled(obs, budget, bounds, rules)
             calls_before = world.graph.calls
             for i, action in enumerate(actions):
                 if not self._taken(effect, action):
                     continue
-                self.attempts += 1
-                # The frontier's world is needed by no one after its last action: that
-                # one runs on the world itself, every other one on a fork.
-                last = self.reuse_worlds and not any(
-                    self._taken(effect, later) for later in actions[i + 1 :]
-                )
-                try:
-                    twin = perform(world, action, in_place=last)
-                except StepFailed as exc:
-                    failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
-                    return Counterexample(failed, self.trace(sid, action)), True
-                if twin is None:
+                spent = budget.spend(action.kind)
+                outcome = self._outcomes.get((obs, action)) if self.share_outcomes else None
+                twin: World | None = None
+                if outcome is None or self._needs_world(outcome, spent, index, worlds):
+                    self.attempts += 1
+                    # The world is needed by no one after the last action that still has
+                    # to be performed on it: that one runs on the world itself.
+                    last = (
+                        self.reuse_worlds
+                        and alone
+                        and not any(
+                            self._performs(obs, budget, later, effect, index, worlds)
+                            for later in actions[i + 1 :]
+                        )
+                    )
+                    try:
+                        twin = perform(world, action, in_place=last)
+                    except StepFailed as exc:
+                        failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
+                        return Counterexample(failed, self.trace(sid, action)), True
+                    if outcome is None:
+                        outcome = _Outcome.of(obs, twin, calls_before, action)
+                        if self.share_outcomes:
+                            self._outcomes[(obs, action)] = outcome
+                        if outcome.post is not None:
+                            violation = check_edge(obs, outcome.post, rules)
+                            if violation:
+                                return Counterexample(violation, self.trace(sid, action)), True
+                post = outcome.post
+                if post is None:
                     continue
                 self.transitions += 1
-                post = observe(twin)
                 if action.kind == DELIVER:
-                    effect = DeliveryEffect.of(obs, post, calls_before, twin)
-                violation = check_edge(obs, post, rules)
-                if violation:
-                    return Counterexample(violation, self.trace(sid, action)), True
-                spent = budget.spend(action.kind)
+                    effect = outcome.effect
                 dst = index.get((post, spent))
                 if dst is None:
                     dst = self._add(index, post, spent, sid, action)
-                    violation = check_state(post, rules)
-                    if violation:
-                        return Counterexample(violation, self.trace(dst)), True
+                    if post not in checked:
+                        violation = check_state(post, rules)
+                        if violation:
+                            return Counterexample(violation, self.trace(dst)), True
+                        checked.add(post)
                     if len(self.parent) >= self.max_states:
                         return None, False
-                    frontier.append((dst, twin, post, spent))
+                    frontier.append((dst, post, spent, self._own(post, twin, worlds)))
                 if action.fair:
                     self.fair_into[dst].append(sid)
                     if self.stall_into is not None and action.kind != COMPLETE:
@@ -296,6 +398,47 @@ class Explorer:
                 next_report = time.perf_counter() + PROGRESS_EVERY_S
                 self.progress(self._status(started, len(frontier), self.depth[sid]))
         return None, True
+
+    def _performs(
+        self,
+        obs: Observation,
+        budget: Budget,
+        action: Action,
+        effect: DeliveryEffect | None,
+        index: dict[tuple[Observation, Budget], int],
+        worlds: _Worlds,
+    ) -> bool:
+        """Whether expanding ``obs`` will still perform ``action`` on its world: it is
+        taken, and its outcome is not known or leads to a new state no world stands for.
+        (Both only become known during an expansion, never unknown again.)"""
+        if not self._taken(effect, action):
+            return False
+        outcome = self._outcomes.get((obs, action)) if self.share_outcomes else None
+        spent = budget.spend(action.kind)
+        return outcome is None or self._needs_world(outcome, spent, index, worlds)
+
+    def _own(self, obs: Observation, world: World | None, worlds: _Worlds) -> World | None:
+        """The world a new state of ``obs`` keeps for itself; ``None`` when it stands on
+        the shared world of its observation (``world`` is held for it if it is the first)."""
+        if self.share_outcomes:
+            worlds.hold(obs, world)
+            return None
+        assert world is not None, "a state of its own comes with its world"
+        return world
+
+    def _needs_world(
+        self,
+        outcome: _Outcome,
+        spent: Budget,
+        index: dict[tuple[Observation, Budget], int],
+        worlds: _Worlds,
+    ) -> bool:
+        """A known outcome must still be performed when it leads to a new state that no
+        live world stands for: the new state needs one to be expanded."""
+        post = outcome.post
+        if post is None or (post, spent) in index:
+            return False
+        return not self.share_outcomes or post not in worlds
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
         """Whether the search performs ``action`` after a delivery that did ``effect``."""

@@ -16,7 +16,7 @@ failure counts no larger than ``max_attempts``), keeps the state space finite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -95,7 +95,7 @@ class Bounds:
 
     def ingest_order(self) -> tuple[str, ...]:
         """The heads in the order the poller reports them: the trunk, then the rewrite."""
-        return (*self.linear_heads(), REWRITE_HEAD) if self.rewrite else self.linear_heads()
+        return _ingest_order(self.heads, self.rewrite)
 
     def history(self) -> dict[str, list[str]]:
         """A linear trunk A1..AN, plus R branching off A1 (a force-push target).
@@ -110,6 +110,13 @@ class Bounds:
         return graph
 
 
+@cache
+def _ingest_order(heads: int, rewrite: bool) -> tuple[str, ...]:
+    """A1..AN, then R (asked for every explored state: built once)."""
+    linear = tuple(f"A{i}" for i in range(1, heads + 1))
+    return (*linear, REWRITE_HEAD) if rewrite else linear
+
+
 @dataclass(frozen=True)
 class Budget:
     """What one path has spent of its bounded actions (part of the state hash)."""
@@ -121,6 +128,13 @@ class Budget:
     outages: int = 0
     overlaps: int = 0
     cancels: int = 0
+
+    def __post_init__(self) -> None:
+        # Hashed once, here: a budget is half of every state's key (a handful per run).
+        object.__setattr__(self, "_hash", hash(astuple(self)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return,attr-defined]
 
     def spend(self, kind: str) -> Budget:
         """The budget after one action of ``kind`` (fair actions are free)."""
@@ -153,6 +167,13 @@ class Action:
 
     kind: str
     steps: tuple[TimelineStep, ...]
+
+    def __post_init__(self) -> None:
+        # Hashed once, here: an action is a key of the search's known outcomes.
+        object.__setattr__(self, "_hash", hash((self.kind, self.steps)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return,attr-defined]
 
     @property
     def fair(self) -> bool:

@@ -28,19 +28,19 @@ shift of the clock, so the search expands each observation once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Any, Generic, TypeVar
 
 from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
-from ...adapters.memory.publisher import BUILD, HOOK
-from ...domain.entities import Queue, QueueConfig, Request
+from ...adapters.memory.publisher import BUILD, HOOK, Published
+from ...domain.entities import Queue, QueueConfig, Request, evolve
 from ...domain.errors import NotFound
 from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
 from ...ports.config import ConfigStore
 from ...process.gate import PAUSED
-from ...simulation.runtime import run_sync
+from ...simulation.runtime import Message, ResolvedOnceConfigStore, run_sync
 from ...simulation.world import InHand, World
 from ...spec.compiler import Step
 
@@ -91,6 +91,27 @@ class Observation:
     in_hand: tuple[InHandView, ...] = ()
     paused: frozenset[str] = frozenset()
     lease_expired: frozenset[str] = frozenset()  # requests whose slot lease was reclaimed
+
+    def __post_init__(self) -> None:
+        # Hashed once, here: the search looks each observation up several times (its
+        # state, its actions' known outcomes, its live world).
+        fields = (
+            self.requests,
+            self.queues,
+            self.pending,
+            self.builds,
+            self.hooks,
+            self.dead_lettered,
+            self.source_control_up,
+            self.armed_crash,
+            self.in_hand,
+            self.paused,
+            self.lease_expired,
+        )
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return,attr-defined]
 
     @cached_property
     def by_id(self) -> dict[str, Request]:
@@ -161,37 +182,82 @@ class _ByIdentity(Generic[T]):
 
 
 _stripped_request: _ByIdentity[Request] = _ByIdentity(Request.without_times)
-_unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: replace(row, version=0))
+_unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: evolve(row, version=0))
 
 
 def observe(world: World) -> Observation:
     now = world.clock.now_ms()
-    records = world.published.records
+    rows = world.queues.snapshot()
+    messages = world.broker.messages
+    builds, hooks, lease_expired = _published(world.published.records)
     return Observation(
         # Times grow with the clock and would split equivalent states, like versions.
         requests=tuple(map(_stripped_request, world.requests.snapshot())),
-        queues=tuple(_relative(row, now) for row in world.queues.snapshot()),
+        queues=tuple(_relative(row, now) for row in rows),
         pending=tuple(
-            Pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
-            for m in world.broker.messages
+            _pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
+            for m in messages
         ),
-        builds=frozenset(r.request_id for r in records if r.kind == BUILD),
-        hooks=frozenset(
-            (r.request_id, r.dedup_id)
-            for r in records
-            if r.kind == HOOK and r.event_type == VALIDATION_STARTED
-        ),
-        dead_lettered=frozenset(rid for rid, _ in world.dead_letters),
+        builds=builds,
+        hooks=hooks,
+        dead_lettered=frozenset(rid for rid, _ in world.dead_letters)
+        if world.dead_letters
+        else _NONE,
         source_control_up=world.graph.available,
         armed_crash=world.armed_crash,
-        in_hand=tuple(_in_hand(world, held) for held in world.in_hand),
-        paused=_paused(world),
-        lease_expired=frozenset(
-            r.request_id
-            for r in records
-            if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
-        ),
+        in_hand=tuple(_in_hand(world, held) for held in world.in_hand) if world.in_hand else (),
+        paused=_paused(world, rows, messages),
+        lease_expired=lease_expired,
     )
+
+
+_NONE: frozenset[str] = frozenset()
+# A pending message's view is one of a few values: each is built once.
+_pending = cache(Pending)
+PublishedSets = tuple[frozenset[str], frozenset[tuple[str, str]], frozenset[str]]
+
+
+class _PublishedSets:
+    """What an observation reads of the publish records (build request ids, start hooks,
+    reclaimed leases), computed once per record list.
+
+    A fork copies its parent's records and a step appends a few, so most lists an
+    observation meets were met before: a list is looked up by its length and its last
+    record object, and the hit confirmed by comparing the lists (element identity first,
+    so a few pointer comparisons). The memo is emptied when it grows past ``limit``.
+    """
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[int, int], tuple[tuple[Published, ...], PublishedSets]] = {}
+
+    def __call__(self, records: tuple[Published, ...]) -> PublishedSets:
+        if not records:
+            return _NONE, frozenset(), _NONE
+        key = (len(records), id(records[-1]))
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] == records:
+            return hit[1]
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        sets = (
+            frozenset(r.request_id for r in records if r.kind == BUILD),
+            frozenset(
+                (r.request_id, r.dedup_id)
+                for r in records
+                if r.kind == HOOK and r.event_type == VALIDATION_STARTED
+            ),
+            frozenset(
+                r.request_id
+                for r in records
+                if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
+            ),
+        )
+        self._seen[key] = (records, sets)
+        return sets
+
+
+_published = _PublishedSets()
 
 
 def _relative(row: Queue, now: int) -> Queue:
@@ -200,10 +266,10 @@ def _relative(row: Queue, now: int) -> Queue:
     if not row.leases:  # nothing relative to the clock: the same row, state after state
         return _unversioned_queue(row)
     leases = tuple((holder, max(0, expires - now)) for holder, expires in row.leases)
-    return replace(row, version=0, leases=leases)
+    return evolve(row, version=0, leases=leases)
 
 
-def _paused(world: World) -> frozenset[str]:
+def _paused(world: World, rows: tuple[Queue, ...], messages: list[Message]) -> frozenset[str]:
     """The queues with work or a row whose resolved ``paused`` parameter is set.
 
     A ``config`` step's value, when one set ``paused``, is what the queue resolves (steps
@@ -211,25 +277,42 @@ def _paused(world: World) -> frozenset[str]:
     fixed for the run, so the merged config is not rebuilt per queue per state.
     """
     changes = world.config.changes
-    queues = {row.name for row in world.queues.snapshot()}
-    queues |= {m.queue for m in world.broker.messages} | set(changes)
+    base = world.config.base
+    queues = {row.name for row in rows}
+    queues.update(m.queue for m in messages)
+    queues.update(changes)
     paused: list[str] = []
     for queue in queues:
         changed = changes.get(queue)
         if changed is not None and PAUSED in changed:
             value = changed[PAUSED]
         else:
-            value = _base_paused(world.config.base, queue)
+            value = _base_paused(base, queue)
         if value:
             paused.append(queue)
-    return frozenset(paused)
+    return frozenset(paused) if paused else _NONE
 
 
 def _base_paused(base: ConfigStore, queue: str) -> Any:
-    for key, value in base.get(queue).parameters:
-        if key == PAUSED:
-            return value
-    return None
+    """The base's ``paused`` for ``queue``; asked once per queue of a base that resolves
+    each queue once (a check's: it answers the same for the whole run)."""
+    key = (id(base), queue)
+    hit = _BASE_PAUSED.get(key)
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    value = None
+    for name, given in base.get(queue).parameters:
+        if name == PAUSED:
+            value = given
+    if not isinstance(base, ResolvedOnceConfigStore):
+        return value
+    if len(_BASE_PAUSED) >= 1_000:
+        _BASE_PAUSED.clear()
+    _BASE_PAUSED[key] = (base, value)
+    return value
+
+
+_BASE_PAUSED: dict[tuple[int, str], tuple[ConfigStore, Any]] = {}
 
 
 def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> int | None:
@@ -256,9 +339,9 @@ def _in_hand(world: World, held: InHand) -> InHandView:
         flow_state=cursor.state,
         pending_actions=cursor.pending_names,
         message_pending=world.broker.find(held.message.seq) is not None,
-        request=replace(request, version=0) if request else None,
+        request=evolve(request, version=0) if request else None,
         request_fresh=request_fresh,
-        queue_row=replace(row, version=0) if row else None,
+        queue_row=evolve(row, version=0) if row else None,
         queue_fresh=queue_fresh,
         config=ctx.config,
         build_strategy=ctx.build_strategy,
