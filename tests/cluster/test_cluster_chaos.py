@@ -144,8 +144,14 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
             await asyncio.sleep(0.1)
 
     async def build_farm() -> None:
-        """Report admitted builds green, and check the limits on every look."""
+        """Report admitted builds green, and check the limits on every look.
+
+        Like a reporter on the outcomes stream (redelivered until recorded), a report
+        is repeated until ``complete`` returns: one cut short after the request's write
+        and before the queue row's leaves the request ended but still a slot holder,
+        and only the repeat (or the queue's next gate check) frees that slot."""
         nonlocal samples
+        unconfirmed: set[str] = set()
         while not stop_builds.is_set():
             try:
                 doc = await status_document(operator.jetstream(), topology)
@@ -162,9 +168,11 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
                 ]
                 if q["in_flight_count"] > limit or len(processing) > limit:
                     over_limit.append(f"{q['name']}: {q['in_flight_count']} {processing}")
-                for request_id in processing:
-                    with contextlib.suppress(StovepipeError, TimeoutError):
-                        await pipeline.record.complete(request_id, green)
+                unconfirmed.update(processing)
+            for request_id in sorted(unconfirmed):
+                with contextlib.suppress(StovepipeError, TimeoutError):
+                    await pipeline.record.complete(request_id, green)
+                    unconfirmed.discard(request_id)
             await asyncio.sleep(0.3)
 
     async def slot_watch() -> None:
@@ -216,11 +224,16 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
             stop_ingest.set()
             await asyncio.wait_for(tasks[0], 90)
             ingest_stopped_at = time.monotonic()
-            doc = await wait_for(
-                lambda: _all_settled(operator, topology, ingested),
-                "every head settled",
-                timeout=120,
-            )
+            try:
+                doc = await wait_for(
+                    lambda: _all_settled(operator, topology, ingested),
+                    "every head settled",
+                    timeout=120,
+                )
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}\n{await _unsettled(operator, topology, ingested)}"
+                ) from None
         finally:
             stop_ingest.set()
             stop_builds.set()
@@ -300,6 +313,43 @@ async def _all_settled(nc: Client, topology: Topology, ingested: list[str]) -> d
     if any(q["in_flight_count"] for q in doc["queues"]):
         return None
     return doc
+
+
+async def _unsettled(nc: Client, topology: Topology, ingested: list[str]) -> str:
+    """What a failed wait left behind: the heads not settled, the queue rows, and what
+    each process consumer still holds (for a report, never for a verdict)."""
+    js = nc.jetstream(timeout=5.0)
+    lines: list[str] = []
+    try:
+        doc = await status_document(js, topology)
+    except Exception as exc:
+        return f"status unreadable: {type(exc).__name__}: {exc}"
+    machines = _machines()
+    done = {machines.roles.green_outcome.name, *machines.roles.superseded_states}
+    seen = {r["id"] for r in doc["requests"]}
+    lines.append(f"ingested but no row: {sorted(set(ingested) - seen)}")
+    lines += [
+        f"unsettled {r['id']}: {r['state']}" for r in doc["requests"] if r["state"] not in done
+    ]
+    lines += [
+        f"queue {q['name']}: in flight {q['in_flight_count']}, latest {q['latest_request_id']}"
+        for q in doc["queues"]
+    ]
+    state = {r["id"]: r["state"] for r in doc["requests"]}
+    holders = {q: [f"{h} ({state.get(h)})" for h in hs] for q, hs in doc["slot_holders"].items()}
+    lines.append(f"slot holders: {holders}")
+    try:
+        info = await js.stream_info(topology.process_stream)
+        lines.append(f"process stream: {info.state.messages} message(s)")
+        for consumer in await js.consumers_info(topology.process_stream):
+            lines.append(
+                f"consumer {consumer.name}: pending {consumer.num_pending}, ack pending "
+                f"{consumer.num_ack_pending}, redelivered {consumer.num_redelivered}, "
+                f"waiting pulls {consumer.num_waiting}"
+            )
+    except Exception as exc:
+        lines.append(f"process stream unreadable: {type(exc).__name__}: {exc}")
+    return "\n".join(lines)
 
 
 def _validated_latest(doc: dict, queue: dict, green: str) -> bool:
