@@ -43,6 +43,7 @@ from stovepipe_fsm.adapters.memory import MemorySourceControl
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.simulation.collector import settled_heap
 from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timed import replay_timed
 from stovepipe_fsm.simulation.timeline import Timeline, load_timeline, located_timeline
@@ -152,6 +153,11 @@ def located_load(path: Path) -> Timeline:
     return located_timeline(parse_yaml(text, str(path), max_values=len(text) + 100_000))
 
 
+#: The collector paces a replay is timed at: the interpreter's default, and the settled
+#: heap of simulate and whatif (simulation/collector.py); ``both`` prints their ratio.
+COLLECTOR_PACES = {"both": ("default", "settled"), "default": ("default",), "settled": ("settled",)}
+
+
 def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:
     doc = generate(args.heads, args.queues, seed=args.seed, **SHAPES[shape])  # type: ignore[arg-type]
     yaml_path, lines_path = tmp / f"{shape}.yaml", tmp / f"{shape}.jsonl"
@@ -182,13 +188,22 @@ def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:
     ):
         machines = load_process_machines(machines_dir)
         config = StaticConfigStore(load_queue_config(config_path, parameters=machines.parameters))
-        with Clock() as clock, profiler or contextlib.nullcontext():
-            run = replay_timed(timeline, machines, config)
+        cpu_by_pace: dict[str, float] = {}
+        for pace in COLLECTOR_PACES[args.collector]:
+            # "settled": what simulate and whatif do (simulation/collector.py)
+            pacing = settled_heap() if pace == "settled" else contextlib.nullcontext()
+            with pacing, Clock() as clock, profiler or contextlib.nullcontext():
+                run = replay_timed(timeline, machines, config)
+            cpu_by_pace[pace] = clock.cpu
+            print(
+                f"replay {label} ({machines_dir}), {pace} collector: {clock}, "
+                f"{args.heads / clock.cpu:,.0f} heads/cpu-s; "
+                f"{len(run.world.published.builds())} builds, {run.world.holds} holds"
+            )
         replays_wall, replays_cpu = replays_wall + clock.wall, replays_cpu + clock.cpu
-        print(
-            f"replay {label} ({machines_dir}): {clock}, {args.heads / clock.cpu:,.0f} "
-            f"heads/cpu-s; {len(run.world.published.builds())} builds, {run.world.holds} holds"
-        )
+        if len(cpu_by_pace) == 2:
+            ratio = cpu_by_pace["default"] / cpu_by_pace["settled"]
+            print(f"  default / settled collector (cpu): {ratio:.2f}x")
     if args.simulate:
         machines = load_process_machines(args.machines)
         config = StaticConfigStore(load_queue_config(args.config, parameters=machines.parameters))
@@ -197,7 +212,7 @@ def bench_shape(args: argparse.Namespace, shape: str, tmp: Path) -> None:
         # every queue's first build running to the end while newer heads coalesce.
         acting = [s for s in timeline.steps if s.kind != "complete"]
         without = dataclasses.replace(timeline, steps=tuple(acting))
-        with Clock() as clock:
+        with settled_heap(), Clock() as clock:
             sim = simulate(without, machines, config)
             size = len(json.dumps(result_json(sim.world, sim), indent=2))
         print(
@@ -312,6 +327,12 @@ def main(argv: list[str] | None = None) -> int:
         "--simulate", action="store_true", help="also time simulate --json under the policy"
     )
     parser.add_argument("--profile", action="store_true", help="print the cProfile top 25")
+    parser.add_argument(
+        "--collector",
+        choices=list(COLLECTOR_PACES),
+        default="both",
+        help="replay at the collector's default pace, the settled heap the commands use, or both",
+    )
     parser.add_argument(
         "--skip-commands", action="store_true", help="do not run whatif and simulate as commands"
     )

@@ -33,7 +33,6 @@ with its shortest path.
 
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 import time
@@ -48,6 +47,7 @@ from ...process.catalog import ProcessMachines
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.services import DeclaredDefaults
 from ...process.together import stepwise
+from ...simulation.collector import rare_collections
 from ...simulation.runtime import OverrideConfigStore, ResolvedOnceConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
@@ -70,8 +70,6 @@ from .variants import Variant
 DEFAULT_MAX_STATES = 500_000
 PROGRESS_EVERY_S = 2.0
 CLOSURE_LIMIT = 100_000
-# Collector thresholds during a search (allocations before a young collection, ...).
-RARE_COLLECTIONS = (100_000, 20, 100)
 STEP_FAILED = Violation(
     "steps_apply",
     "every environment step applies (ingest, record and reconcile do not raise)",
@@ -250,19 +248,6 @@ class _Worlds:
             return world, True
         self._held[obs] = (world, users - 1)
         return world, False
-
-
-@contextmanager
-def rare_collections() -> Iterator[None]:
-    """Collect cycles rarely while exploring: the search keeps every state's observation
-    and creates few cycles (a crash's traceback), so the collector's default pace spends
-    a quarter of the search re-scanning objects that live to the end."""
-    previous = gc.get_threshold()
-    gc.set_threshold(*RARE_COLLECTIONS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*previous)
 
 
 class Explorer:

@@ -12,6 +12,7 @@ import argparse
 import json
 
 from ...process.catalog import load_process_machines
+from ...simulation.collector import settled_heap
 from ...simulation.replay import render_table, result_json, simulate
 from ...simulation.timeline import load_timeline
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
@@ -29,9 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_simulate(args: argparse.Namespace) -> int:
     timeline = load_timeline(args.timeline)
     machines = load_process_machines(args.machines)
-    sim = simulate(timeline, machines, load_policy_store(args.config, machines.parameters))
-    if args.json:
-        print(json.dumps(result_json(sim.world, sim), indent=2))
-    else:
-        print(render_table(sim))
+    config = load_policy_store(args.config, machines.parameters)
+    with settled_heap():
+        sim = simulate(timeline, machines, config)
+        if args.json:
+            print(json.dumps(result_json(sim.world, sim), indent=2))
+        else:
+            print(render_table(sim))
     return EXIT_OK

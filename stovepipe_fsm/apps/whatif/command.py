@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from ...process.catalog import load_process_machines
+from ...simulation.collector import settled_heap
 from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
@@ -40,12 +41,13 @@ def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int
     timeline = load_timeline(args.timeline)
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
-    run, vs = replay_both(
-        lambda: _replay(timeline, args.machines, args.config),
-        lambda: _replay(timeline, args.vs_machines, args.vs_config),
-        parallel=parallel,
-    )
-    doc = whatif_json(args, run, vs)
+    with settled_heap():  # frozen before the fork: the child does not copy the timeline
+        run, vs = replay_both(
+            lambda: _replay(timeline, args.machines, args.config),
+            lambda: _replay(timeline, args.vs_machines, args.vs_config),
+            parallel=parallel,
+        )
+        doc = whatif_json(args, run, vs)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
     return EXIT_OK
 
