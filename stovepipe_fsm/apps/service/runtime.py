@@ -379,12 +379,13 @@ class Service:
         # Waits only for the consumers that exist and the queues with work waiting; the
         # rest are created behind start (a first start on 10,000 queues would otherwise
         # wait minutes for the broker to create consumers of queues with nothing to do).
-        known = await known_queues(self.js, self.topology)
+        # One listing of each serves the binding and the first discovery round.
+        subjects, known = await self._listings()
         name = self.topology.process_consumer_name
         await self.add_queues(
             q for q in (*self.config.configured_queues(), *known) if name(q) in self._listed
         )
-        await self.discover()
+        await self._discover_from(subjects, known)
         self._listed = {}  # a later queue asks the broker: the listing may be stale by then
         self._spawn("discover", self._discover_loop())
         self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
@@ -470,11 +471,18 @@ class Service:
         process subjects that no queue row stands for (:mod:`.orphans`), and have every
         other queue of the queues bucket and the config get its consumer behind it
         (:meth:`warmed`). Returns the queues started now, for waiting messages."""
-        assert self.pipeline is not None, "start() first"
-        # Subjects first: a queue row always exists before its first message, so a
-        # subject seen here whose queue has no row in the listing below is an orphan.
+        return await self._discover_from(*await self._listings())
+
+    async def _listings(self) -> tuple[dict[str, int], list[str]]:
+        """The process stream's subjects, then the queues bucket's rows, in that order:
+        a queue row always exists before its first message, so a subject whose queue has
+        no row in the listing read after it is an orphan."""
         subjects = await process_subjects(self.js, self.topology)
-        known = await known_queues(self.js, self.topology)
+        return subjects, await known_queues(self.js, self.topology)
+
+    async def _discover_from(self, subjects: dict[str, int], known: list[str]) -> list[str]:
+        """:meth:`discover` on listings read by :meth:`_listings`."""
+        assert self.pipeline is not None, "start() first"
         rows = set(known)
         waiting = [q for q in self._queues_of(subjects) if q in rows]
         started = await self.add_queues(waiting)
