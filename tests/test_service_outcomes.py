@@ -16,6 +16,7 @@ import pytest
 from nats_server import connect
 from test_service_support import WAIT_S, machines, running_service, stream_messages, wait_for
 
+from stovepipe_fsm.adapters.jetstream import open_kv_stores
 from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter
 from stovepipe_fsm.adapters.jetstream.outcomes import (
     MAX_OUTCOME_BYTES,
@@ -33,6 +34,7 @@ from stovepipe_fsm.apps.service.operators import (
     complete,
     operator_ingest,
 )
+from stovepipe_fsm.domain.entities import evolve
 from stovepipe_fsm.domain.errors import NonRetryable
 
 QUEUE = "team/app"
@@ -87,8 +89,18 @@ async def test_an_outcome_published_while_no_service_runs_is_recorded_when_one_s
     assert again["duplicate"] is True  # the stream stored it once
     async with running_service(js_env.server, js_env.topology, CONFIG) as running:
         await running.wait_state(request_id, "succeeded")
-        queue = await running.queue(QUEUE)
-        assert (queue.slot_holders, queue.last_green_uri) == ((), "A")
+
+        async def recorded_whole() -> bool:
+            # The request row is written first, then the queue row.
+            queue = await running.queue(QUEUE)
+            return (queue.slot_holders, queue.last_green_uri) == ((), "A")
+
+        await wait_for(recorded_whole, "the slot freed and last green A")
+
+        async def acknowledged() -> bool:
+            return running.events.count("recorded", request_id) >= 1
+
+        await wait_for(acknowledged, "the outcome acknowledged")
         assert running.events.count("recorded", request_id) == 1
 
 
@@ -105,6 +117,30 @@ async def test_complete_waits_for_the_record_and_refuses_an_undeclared_outcome(
         assert answer["request"]["state"] == "failed"
         queue = await running.queue(QUEUE)
         assert (queue.slot_holders, queue.last_green_uri) == ((), "")
+
+
+async def test_complete_waits_until_the_record_has_freed_the_slot(js_env) -> None:
+    """A record writes the request row, then the queue row: ``--wait`` answers only once
+    both are written, so a caller that reads the queue next sees the slot free."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        request_id = await running.ingest(QUEUE, "A")
+        await running.wait_state(request_id, "processing")
+    # No service now. The request row says failed, the queue row still lists the holder:
+    # what a record cut short between its two writes leaves behind.
+    stores = await open_kv_stores(js_env.js, js_env.topology)
+    request = await stores.requests.get(request_id)
+    await stores.requests.update(
+        evolve(request, state="failed"), request.version, request.version + 1
+    )
+    assert request_id in (await stores.queues.get(QUEUE)).slot_holders
+    with pytest.raises(NotRecorded, match=r"was not recorded within 0\.6s \(request is failed\)"):
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "failed", 0.6)
+    # A service finishes the record from the stored outcome message.
+    async with running_service(js_env.server, js_env.topology, CONFIG):
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "A", "failed", WAIT_S)
+        assert answer["duplicate"] is True
+        assert answer["request"]["state"] == "failed"
+        assert request_id not in (await stores.queues.get(QUEUE)).slot_holders
 
 
 async def test_a_conflicting_second_outcome_is_dead_lettered_and_never_applied(js_env) -> None:

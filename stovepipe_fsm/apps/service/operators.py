@@ -31,6 +31,7 @@ from ...adapters.jetstream.policy_record import (
     read_queue_parameters,
 )
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.stores import KvStores
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.bounded_text import clip
@@ -54,7 +55,7 @@ from ...views.trail import history_json
 from .connect import NatsOptions, connect
 from .pauses import Pause, read_pauses
 
-#: How often ``complete --wait`` looks at the request row.
+#: How often ``complete --wait`` looks at the request and queue rows.
 WAIT_POLL_S = 0.2
 
 
@@ -152,7 +153,7 @@ async def complete(
         }
         if wait_s > 0:
             assert record is not None
-            request = await _wait_for_outcome(stores.requests, request_id, outcome, record, wait_s)
+            request = await _wait_for_outcome(stores, request_id, outcome, record, wait_s)
             answer["request"] = request_json(request)
         return answer
     finally:
@@ -160,20 +161,25 @@ async def complete(
 
 
 async def _wait_for_outcome(
-    requests: RequestStore, request_id: str, outcome: str, record: PolicyRecord, wait_s: float
+    stores: KvStores, request_id: str, outcome: str, record: PolicyRecord, wait_s: float
 ) -> Request:
+    """The request once its record is whole: the request row ended with ``outcome`` and
+    the queue row no longer lists it as a slot holder (recording writes the request row
+    first, then frees the slot and applies the end in one queue write)."""
     mine = set(record.outcomes[outcome])
     others = {state for name, states in record.outcomes.items() for state in states} - mine
     deadline = time.monotonic() + wait_s
     while True:
-        request = await requests.get(request_id)
-        if request.state in mine:
-            return request
+        request = await stores.requests.get(request_id)
         if request.state in others:
             raise NonRetryable(
                 f"request {request_id!r} ended {request.state}; the outcome {outcome} was "
                 "refused (see the record dead letters)"
             )
+        if request.state in mine:
+            queue = await stores.queues.get(request.queue)
+            if request_id not in queue.slot_holders:
+                return request
         if time.monotonic() >= deadline:
             raise NotRecorded(
                 f"outcome {outcome} of {request_id!r} is stored but was not recorded within "
