@@ -143,3 +143,28 @@ async def js_env(nats_server: NatsServer) -> AsyncIterator[JsEnv]:
                 await asyncio.wait_for(delete_topology(js, topology), timeout=CLEANUP_TIMEOUT_S)
         finally:
             await close(nc)
+
+
+def account_limited_config(directory: Path, max_consumers: int) -> Path:
+    """A server config whose one account, used by every unauthenticated client, may hold
+    at most ``max_consumers`` JetStream consumers over all its streams."""
+    path = directory / "account-limited.conf"
+    path.write_text(
+        "accounts {\n"
+        "  LIMITED {\n"
+        f"    jetstream {{ max_consumers: {max_consumers} }}\n"
+        '    users [ { user: "limited" } ]\n'
+        "  }\n"
+        "}\n"
+        'no_auth_user: "limited"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@contextlib.contextmanager
+def account_limited_server(directory: Path, max_consumers: int) -> Iterator[NatsServer]:
+    """A broker of its own whose account caps consumers at ``max_consumers``."""
+    config = account_limited_config(directory, max_consumers)
+    with NatsServer(directory / "store", extra_args=("-c", str(config))) as server:
+        yield server

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import nats.js.errors
 import pytest
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats_server import JsEnv, delete_topology, unique_tag
+from nats_server import (
+    JsEnv,
+    account_limited_server,
+    close,
+    connect,
+    delete_topology,
+    unique_tag,
+)
 
 from stovepipe_fsm.adapters.jetstream import Topology, ensure_topology
 
@@ -223,7 +232,7 @@ async def _add_consumers(js: JetStreamContext, stream: str, subjects: list[str])
 
 async def test_consumers_beyond_max_consumers_are_refused(js_env: JsEnv) -> None:
     """(f) A stream's max_consumers caps the number of queues one process stream serves."""
-    topology = Topology.isolated(unique_tag(), max_queues=3)
+    topology = Topology.isolated(unique_tag(), initial_queue_limit=3)
     await ensure_topology(js_env.js, topology)
     try:
         subjects = [topology.process_subject(f"q{n}") for n in range(5)]
@@ -235,7 +244,7 @@ async def test_consumers_beyond_max_consumers_are_refused(js_env: JsEnv) -> None
 async def test_server_default_caps_consumers_per_stream_at_1000(js_env: JsEnv) -> None:
     """(f) nats-server 2.15 caps a stream that leaves max_consumers unset (-1) at 1000,
     although the account limit reports unlimited; an explicit max_consumers lifts it,
-    which is why the topology sets one (``Topology.max_queues``)."""
+    which is why the topology sets one (``Topology.initial_queue_limit``)."""
     js = js_env.js
     assert (await js.account_info()).limits.max_consumers == -1
     tag = unique_tag().upper()
@@ -251,6 +260,35 @@ async def test_server_default_caps_consumers_per_stream_at_1000(js_env: JsEnv) -
     finally:
         for stream in (unset, explicit):
             await js.delete_stream(stream)
+
+
+async def test_a_streams_consumer_limit_is_raised_in_place_up_to_the_accounts(
+    tmp_path: Path,
+) -> None:
+    """(f'') A stream's max_consumers can be raised by a stream update, with its
+    consumers and messages kept; the account's JetStream max_consumers applies to each
+    stream (two streams hold that many each) and an update above it is refused (10026).
+    """
+    with account_limited_server(tmp_path, max_consumers=4) as server:
+        nc = await connect(server)
+        try:
+            js = nc.jetstream()
+            assert (await js.account_info()).limits.max_consumers == 4
+            await js.add_stream(name="FULL", subjects=["full.*"], max_consumers=2)
+            await js.publish("full.0", b"kept")
+            assert await _add_consumers(js, "FULL", [f"full.{n}" for n in range(4)]) == 2
+            config = (await js.stream_info("FULL")).config
+            raised = await js.update_stream(replace(config, max_consumers=4))
+            assert (raised.config.max_consumers, raised.state.consumer_count) == (4, 2)
+            assert raised.state.messages == 1
+            with pytest.raises(nats.js.errors.BadRequestError) as caught:
+                await js.update_stream(replace(config, max_consumers=5))
+            assert caught.value.err_code == 10026
+            # The account's limit is per stream: another stream holds four more.
+            await js.add_stream(name="OTHER", subjects=["other.*"])
+            assert await _add_consumers(js, "OTHER", [f"other.{n}" for n in range(6)]) == 4
+        finally:
+            await close(nc)
 
 
 async def test_a_stale_ack_of_an_earlier_delivery_settles_the_message(js_env: JsEnv) -> None:

@@ -84,7 +84,7 @@ async def test_first_ensure_creates_everything_with_dedup_window(js_env: JsEnv) 
             assert config.duplicate_window == 120.0
         process = (await js_env.js.stream_info(topology.process_stream)).config
         assert process.retention == api.RetentionPolicy.WORK_QUEUE
-        assert process.max_consumers == topology.max_queues
+        assert process.max_consumers == topology.initial_queue_limit
         kv = (await js_env.js.stream_info(f"KV_{topology.requests_bucket}")).config
         assert (kv.max_msgs_per_subject, kv.allow_direct) == (1, False)
     finally:

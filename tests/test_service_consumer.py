@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
 import nats.js.errors
-from nats_server import delete_topology, unique_tag
+import pytest
+from nats.aio.client import Client
+from nats_server import account_limited_server, delete_topology, unique_tag
 from test_service_support import (
     memory_provider,
     running_service,
@@ -11,7 +18,7 @@ from test_service_support import (
     wait_for,
 )
 
-from stovepipe_fsm.adapters.jetstream import Topology
+from stovepipe_fsm.adapters.jetstream import Topology, ensure_topology
 from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
 from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter, publish_dead_letter
 from stovepipe_fsm.adapters.jetstream.terminations import TerminationMark
@@ -212,23 +219,67 @@ async def test_a_retried_message_that_succeeds_leaves_no_failure_record(js_env) 
         await wait_for(ledger_empty, "the failure record forgotten")
 
 
-async def test_a_queue_past_the_consumer_limit_is_refused_clearly(js_env) -> None:
-    topology = Topology.isolated(unique_tag(), max_queues=2)
+async def raw_stream_config(nc: Client, stream: str) -> dict[str, Any]:
+    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5.0)
+    config: dict[str, Any] = json.loads(reply.data)["config"]
+    config.pop("created", None)
+    return config
+
+
+async def test_a_queue_past_the_streams_consumer_limit_has_the_limit_raised(
+    js_env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One consumer per queue: the stream's limit would cap the queues served, so the
+    service raises it (keeping every other setting) instead of refusing the queue."""
+    topology = Topology.isolated(unique_tag(), initial_queue_limit=2)
     queues = {"a/one": {}, "a/two": {}, "a/three": {}}
     try:
-        async with running_service(
-            js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
-        ) as run:
-            service = run.service
-            # Consumers open concurrently: which two win the stream's two is not fixed.
-            assert len(service.consumers) == 2 and len(service.refused) == 1
-            assert sorted([*service.consumers, *service.refused]) == sorted(queues)
-            [left_out] = service.refused
-            served = sorted(service.consumers)
-            why = service.refused[left_out]
-            assert "maximum consumers limit reached" in why and "max_consumers" in why
-            assert await service.discover() == []  # not retried every round
-            rid = await run.ingest(served[0], "A")  # the served queues keep working
-            await run.wait_state(rid, "processing")
+        await ensure_topology(js_env.js, topology)
+        before = await raw_stream_config(js_env.nc, topology.process_stream)
+        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+            async with running_service(
+                js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
+            ) as run:
+                assert sorted(run.service.consumers) == sorted(queues)
+                assert run.service.refused == {}
+                after = await raw_stream_config(js_env.nc, topology.process_stream)
+                # Refused at 2 consumers: doubled, and at least 1,000 above the count.
+                # Every other field as the server reported it, known to the client or not.
+                assert after == {**before, "max_consumers": 1002}
+                for queue in queues:
+                    rid = await run.ingest(queue, "A")
+                    await run.wait_state(rid, "processing")
+        raised = [r.getMessage() for r in caplog.records if "limit raised" in r.getMessage()]
+        assert raised == [
+            f"stream {topology.process_stream} consumer limit raised from 2 to 1002 "
+            "(2 consumers, one per queue)"
+        ]
     finally:
         await delete_topology(js_env.js, topology)
+
+
+async def test_a_queue_past_the_accounts_consumer_limit_is_refused_clearly(
+    tmp_path: Path,
+) -> None:
+    """The account's JetStream consumer limit counts every stream's consumers, so no
+    raise of the stream's limit lifts it: queues past it are refused with a sentence
+    that names it, and the queues that have a consumer keep working."""
+    queues = {f"a/q{n}": {} for n in range(6)}
+    with account_limited_server(tmp_path, max_consumers=5) as server:
+        topology = Topology.isolated(unique_tag(), initial_queue_limit=2)
+        config = {"defaults": {"max_attempts": 3}, "queues": queues}
+        async with running_service(server, topology, config) as run:
+            service = run.service
+            assert service.consumers and service.refused
+            assert sorted([*service.consumers, *service.refused]) == sorted(queues)
+            for why in service.refused.values():
+                assert "maximum consumers limit reached" in why
+                assert "caps each stream at the account's JetStream consumer limit (5)" in why
+            info = await run.nc.jetstream().stream_info(topology.process_stream)
+            # Raised as far as the account lets it, not to the wanted 1,000 more.
+            assert info.config.max_consumers <= 5
+            assert info.state.consumer_count == len(service.consumers)
+            assert await service.discover() == []  # not retried every round
+            served = sorted(service.consumers)[0]
+            rid = await run.ingest(served, "A")  # the served queues keep working
+            await run.wait_state(rid, "processing")

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from nats_server import JsEnv, delete_topology, unique_tag
+from nats_server import account_limited_server, unique_tag
 from test_service_support import FAST, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
@@ -78,13 +78,13 @@ async def test_a_hung_broker_turns_healthz_unhealthy_within_seconds(tmp_path: Pa
                 await http.close()
 
 
-async def test_readyz_names_a_queue_without_a_consumer(js_env: JsEnv) -> None:
-    topology = Topology.isolated(unique_tag(), max_queues=1)
+async def test_readyz_names_a_queue_without_a_consumer(tmp_path: Path) -> None:
     queues = {"a/one": {}, "a/two": {}}
-    try:
-        async with running_service(
-            js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
-        ) as run:
+    # The account lets each stream hold one consumer: one queue is left without one.
+    with account_limited_server(tmp_path, max_consumers=1) as server:
+        topology = Topology.isolated(unique_tag())
+        config = {"defaults": {"max_attempts": 3}, "queues": queues}
+        async with running_service(server, topology, config) as run:
             http = await HttpEndpoint(run.service, free_port()).start()
             try:
                 assert await get(http.port, "/healthz") == (200, "ok\n")
@@ -95,5 +95,3 @@ async def test_readyz_names_a_queue_without_a_consumer(js_env: JsEnv) -> None:
                 assert body.startswith(f"not ready\n- queue '{left_out}' has no consumer: ")
             finally:
                 await http.close()
-    finally:
-        await delete_topology(js_env.js, topology)

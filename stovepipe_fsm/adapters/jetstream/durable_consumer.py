@@ -14,6 +14,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
+from .consumer_limit import LimitRaise, raise_consumer_limit
 from .errors import MAX_CONSUMERS_CODE, translated
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -23,7 +24,12 @@ EDITABLE = ("ack_wait", "max_ack_pending", "max_deliver")
 
 
 class ConsumerLimitReached(NonRetryable):
-    """The process stream holds as many consumers (queues) as it may."""
+    """The process stream holds as many consumers (queues) as the account lets it."""
+
+
+#: Creates tried for one consumer, each after a raise of the stream's limit (replicas
+#: creating other queues' consumers at once may take the room a raise made).
+CREATE_ATTEMPTS = 3
 
 
 async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api.ConsumerConfig]:
@@ -66,23 +72,48 @@ async def ensure_pull_consumer(
                 await js.add_consumer(stream, config=config)
                 log.info("consumer %s/%s updated: %s", stream, name, "; ".join(changed))
             return
+        for _ in range(CREATE_ATTEMPTS):
+            if await _create(js, stream, name, config):
+                return
+            raised = await raise_consumer_limit(js, stream)
+            if not raised.room:
+                raise ConsumerLimitReached(_refusal(raised, name)) from None
+        raise ConsumerLimitReached(
+            f"stream {stream} refuses consumer {name}: maximum consumers limit reached "
+            f"{CREATE_ATTEMPTS} times, each after its limit was raised"
+        )
+
+
+async def _create(
+    js: JetStreamContext, stream: str, name: str, config: api.ConsumerConfig
+) -> bool:
+    """Create the consumer: False when the stream or the account is full."""
+    try:
+        await js.add_consumer(stream, config=config)
+    except nats.js.errors.APIError as exc:
+        # Another replica created it first (with our config): fine. Anything else
+        # shows up in this re-read.
         try:
-            await js.add_consumer(stream, config=config)
-        except nats.js.errors.APIError as exc:
-            # Another replica created it first (with our config): fine. Anything else
-            # shows up in this re-read.
-            try:
-                await js.consumer_info(stream, name)
-            except nats.js.errors.NotFoundError:
-                if exc.err_code == MAX_CONSUMERS_CODE:
-                    raise ConsumerLimitReached(
-                        f"stream {stream} refuses consumer {name}: maximum consumers limit "
-                        "reached (one consumer per queue). Raise the stream's max_consumers "
-                        "(Topology.max_queues) and the server's account limits, or shard "
-                        "queues over several process streams; see docs/jetstream.md"
-                    ) from None
-                raise
-            return
+            await js.consumer_info(stream, name)
+        except nats.js.errors.NotFoundError:
+            if exc.err_code == MAX_CONSUMERS_CODE:
+                return False
+            raise
+    return True
+
+
+def _refusal(found: LimitRaise, name: str) -> str:
+    account = (
+        f"the account's JetStream consumer limit ({found.account_limit})"
+        if found.account_limit > 0
+        else "the account's JetStream limits"
+    )
+    return (
+        f"stream {found.stream} refuses consumer {name}: maximum consumers limit reached "
+        f"({found.consumers} consumers, one per queue; stream limit {found.after}). "
+        f"The broker caps each stream at {account}: raise it (nats account info); "
+        "see docs/jetstream.md"
+    )
 
 
 def differing_settings(have: api.ConsumerConfig, want: api.ConsumerConfig) -> list[str]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
@@ -62,6 +62,17 @@ class StreamSpec:
     #: Whether a differing ``max_age`` is a mismatch: only where the service's own
     #: retention setting chose it (dead letters); elsewhere an operator's edit stands.
     owns_max_age: bool = False
+
+    def within_account(self, account_max_consumers: int) -> StreamSpec:
+        """This spec with its consumer limit at most the account's, which the broker
+        applies to each stream and refuses a stream config above."""
+        if (
+            self.max_consumers is None
+            or account_max_consumers <= 0
+            or self.max_consumers <= account_max_consumers
+        ):
+            return self
+        return replace(self, max_consumers=account_max_consumers)
 
     def to_config(self) -> api.StreamConfig:
         return api.StreamConfig(
@@ -163,9 +174,10 @@ class Topology:
     message_max_age_s: float = 7 * DAY_S
     #: Age after which dead-letter records are discarded; ``None`` keeps them for ever.
     dead_letter_max_age_s: float | None = None
-    #: One process consumer per queue: this is the cap on queues. Set explicitly because
-    #: nats-server 2.15 caps streams that leave it unset at 1000 consumers.
-    max_queues: int = 10_000
+    #: The process stream's consumer limit (one consumer per queue) when it is created.
+    #: Set explicitly because nats-server caps streams that leave it unset at 1000
+    #: consumers; the service raises it when a new queue reaches it (consumer_limit.py).
+    initial_queue_limit: int = 10_000
     kv_history: int = 1
     #: How long the decision trail keeps a record (30 days), and its size bound (none).
     trail_max_age_s: float = 30 * DAY_S
@@ -182,8 +194,8 @@ class Topology:
         for name in (*self.stream_names(), *self.bucket_names()):
             if not _SIMPLE_NAME_RE.match(name):
                 raise ValueError(f"stream/bucket name {name!r} must match [A-Za-z0-9_-]+")
-        if self.max_queues < 1 or self.replicas < 1 or not 1 <= self.kv_history <= 64:
-            raise ValueError("max_queues and replicas must be >= 1, kv_history in 1..64")
+        if self.initial_queue_limit < 1 or self.replicas < 1 or not 1 <= self.kv_history <= 64:
+            raise ValueError("initial_queue_limit and replicas must be >= 1, kv_history in 1..64")
         if self.request_layout not in (1, 2):
             raise ValueError(f"request layout must be 1 or 2, got {self.request_layout}")
         if self.dead_letter_max_age_s is not None and self.dead_letter_max_age_s <= 0:
@@ -337,7 +349,7 @@ class Topology:
                 self.process_stream,
                 self.process_filter(),
                 api.RetentionPolicy.WORK_QUEUE,
-                max_consumers=self.max_queues,
+                max_consumers=self.initial_queue_limit,
             ),
             spec(self.build_stream, f"{self.prefix}.build.*", limits, self.message_max_age_s),
             spec(self.hooks_stream, f"{self.prefix}.hooks.>", limits, self.message_max_age_s),
@@ -395,8 +407,10 @@ async def ensure_topology(js: JetStreamContext, topology: Topology) -> TopologyR
     """
     created_streams: list[str] = []
     existing_streams: list[str] = []
+    with translated("read the account's JetStream limits"):
+        account_limit = (await js.account_info()).limits.max_consumers
     for spec in topology.stream_specs():
-        created = await _ensure_stream(js, spec)
+        created = await _ensure_stream(js, spec.within_account(account_limit))
         (created_streams if created else existing_streams).append(spec.name)
     created_buckets: list[str] = []
     existing_buckets: list[str] = []
