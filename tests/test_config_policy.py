@@ -189,3 +189,29 @@ def test_hand_built_policy_refuses_a_tie() -> None:
 def test_hand_built_policy_refuses_a_repeated_exact_name() -> None:
     with pytest.raises(SpecError, match="listed twice"):
         QueuePolicy(entries=(PolicyEntry("a/b"), PolicyEntry("a/b")))
+
+
+def test_a_resolved_config_is_kept_per_queue_and_the_memo_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Resolving is done once per queue name; the answers are those of a fresh policy,
+    a bad name is still refused, and the memo starts over at its bound."""
+    import stovepipe_fsm.config.policy as policy_module
+
+    def policy() -> QueuePolicy:
+        return QueuePolicy(
+            defaults=Settings(max_attempts=2),
+            entries=(PolicyEntry("team/*", Settings(max_attempts=3)),),
+        )
+
+    memo = policy()
+    first = memo.resolve("team/app")
+    assert memo.resolve("team/app") is first
+    assert first == policy().resolve("team/app") and first.max_attempts == 3
+    assert memo.resolve("other/app").max_attempts == 2
+    with pytest.raises(InvalidQueueName):
+        memo.resolve("bad name")
+    monkeypatch.setattr(policy_module, "MAX_RESOLVED_QUEUES", 2)
+    memo.resolve("third/app")  # the memo held two names: it starts over with this one
+    assert memo.resolve("team/app") is not first
+    assert memo.resolve("team/app") == first

@@ -29,6 +29,8 @@ from ..spec.errors import Location, SpecError, SpecIssue
 from .globs import common_match, glob_match, is_pattern, specificity
 
 SETTING_NAMES = RUNTIME_KEYS
+#: How many queue names a policy keeps resolved configs for before it starts over.
+MAX_RESOLVED_QUEUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,9 @@ class QueuePolicy:
     parameter_defaults: tuple[tuple[str, Any], ...] = ()
     _exact: dict[str, PolicyEntry] = field(init=False, repr=False, compare=False)
     _patterns: tuple[PolicyEntry, ...] = field(init=False, repr=False, compare=False)
+    #: Resolved configs by queue name: a policy never changes (a reload makes a new one)
+    #: and the service resolves a queue's config on every delivery.
+    _resolved: dict[str, QueueConfig] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         exact: dict[str, PolicyEntry] = {}
@@ -115,6 +120,7 @@ class QueuePolicy:
         patterns = sorted((e for e in self.entries if e.is_pattern), key=lambda e: -e.specificity)
         object.__setattr__(self, "_exact", exact)
         object.__setattr__(self, "_patterns", tuple(patterns))
+        object.__setattr__(self, "_resolved", {})
 
     def winning_entry(self, queue: str) -> PolicyEntry | None:
         """The entry whose fields apply to ``queue``, or None when only defaults apply."""
@@ -130,9 +136,16 @@ class QueuePolicy:
         no queue can have, so a typo at a call site fails loudly instead of quietly
         getting the defaults.
         """
+        resolved = self._resolved.get(queue)
+        if resolved is not None:
+            return resolved
         config = self.defaults.apply(QueueConfig(parameters=self.parameter_defaults))
         entry = self.winning_entry(queue)
-        return entry.settings.apply(config) if entry is not None else config
+        resolved = entry.settings.apply(config) if entry is not None else config
+        if len(self._resolved) >= MAX_RESOLVED_QUEUES:
+            self._resolved.clear()
+        self._resolved[queue] = resolved
+        return resolved
 
     def configured_queues(self) -> tuple[str, ...]:
         """Exact queue names with an entry, in file order (patterns excluded)."""
