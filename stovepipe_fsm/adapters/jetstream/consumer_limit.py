@@ -71,11 +71,15 @@ async def _api(js: JetStreamContext, verb: str, stream: str, body: bytes = b"") 
 
 
 async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
-    """Raise ``stream``'s consumer limit when it is full, up to the account's limit.
+    """Raise ``stream``'s consumer limit after a create was refused for it, up to the
+    account's limit.
 
-    Safe from several replicas at once: each writes a limit above the count it read, so
-    a race leaves the stream with room (a stale smaller raise is raised again by the
-    next refused create)."""
+    The consumer count the stream reports can lag the one the broker checks a create
+    against (on a cluster, creations still being placed count there and not here), so
+    the refused limit is taken to be the stream's own unless another replica has raised
+    it well past the count already. Safe from several replicas at once: each writes a
+    limit above what it read, and racing raises of one refusal write the same value.
+    """
     with translated(f"raise the consumer limit of stream {stream}"):
         info = await _api(js, "INFO", stream)
         if "error" in info:
@@ -85,11 +89,12 @@ async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
         before = int(config.get("max_consumers", -1))
         account_limit = (await js.account_info()).limits.max_consumers
         found = LimitRaise(stream, consumers, before, before, account_limit)
-        if found.room:
-            return found  # another replica raised it, or the account's limit is the one
-        after = wanted_limit(consumers, before, account_limit)
-        if after <= consumers:
-            return found
+        if before > 0 and before - consumers >= MIN_GROWTH // 2:
+            return found  # raised already; the refusal came before that
+        cap = before if before > 0 else SERVER_DEFAULT_MAX_CONSUMERS
+        after = wanted_limit(max(consumers, cap), before, account_limit)
+        if after <= before:
+            return found  # the account's limit binds
         config["max_consumers"] = after
         answer = await _api(js, "UPDATE", stream, json.dumps(config).encode())
         error = answer.get("error")

@@ -8,6 +8,7 @@ should run with the same settings: the last one to start wins.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import nats.js.errors
@@ -29,7 +30,9 @@ class ConsumerLimitReached(NonRetryable):
 
 #: Creates tried for one consumer, each after a raise of the stream's limit (replicas
 #: creating other queues' consumers at once may take the room a raise made).
-CREATE_ATTEMPTS = 3
+CREATE_ATTEMPTS = 5
+#: The pause before the n-th try is n times this.
+CREATE_PAUSE_S = 0.1
 
 
 async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api.ConsumerConfig]:
@@ -72,16 +75,15 @@ async def ensure_pull_consumer(
                 await js.add_consumer(stream, config=config)
                 log.info("consumer %s/%s updated: %s", stream, name, "; ".join(changed))
             return
-        for _ in range(CREATE_ATTEMPTS):
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
             if await _create(js, stream, name, config):
                 return
             raised = await raise_consumer_limit(js, stream)
-            if not raised.room:
+            if not raised.room or attempt == CREATE_ATTEMPTS:
                 raise ConsumerLimitReached(_refusal(raised, name)) from None
-        raise ConsumerLimitReached(
-            f"stream {stream} refuses consumer {name}: maximum consumers limit reached "
-            f"{CREATE_ATTEMPTS} times, each after its limit was raised"
-        )
+            # Creations and a raise in flight elsewhere settle before the next try.
+            await asyncio.sleep(CREATE_PAUSE_S * attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def _create(
