@@ -89,7 +89,7 @@ async def render_metrics(service: Service) -> str:
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
     lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
     family(
-        "stovepipe_queues_refused", "gauge", "Queues left unserved: the stream's consumer limit."
+        "stovepipe_queues_refused", "gauge", "Queues left unserved: the account's consumer limit."
     )
     lines.append(f"stovepipe_queues_refused {len(service.refused)}")
     if service.policy_hash:
