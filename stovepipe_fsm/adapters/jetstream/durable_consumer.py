@@ -79,8 +79,14 @@ async def ensure_pull_consumer(
             if await _create(js, stream, name, config):
                 return
             raised = await raise_consumer_limit(js, stream)
-            if not raised.room or attempt == CREATE_ATTEMPTS:
+            if not raised.room:
                 raise ConsumerLimitReached(_refusal(raised, name)) from None
+            if attempt == CREATE_ATTEMPTS:
+                raise ConsumerLimitReached(
+                    f"stream {stream} refused consumer {name} {attempt} times for its "
+                    f"consumer limit although it had room ({raised.consumers} consumers, "
+                    f"limit {raised.after}): other creations took it each time"
+                ) from None
             # Creations and a raise in flight elsewhere settle before the next try.
             await asyncio.sleep(CREATE_PAUSE_S * attempt)
         raise AssertionError("unreachable: the last attempt returns or raises")
