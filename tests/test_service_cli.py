@@ -95,6 +95,10 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
         assert 'stovepipe_queue_backlog{queue="team/app"} 1' in metrics
         assert 'stovepipe_queue_oldest_waiting_seconds{queue="team/app"} ' in metrics
         assert "stovepipe_dead_letters_total 0" in metrics
+        # One consumer (team/app) under the stream's limit; no account limit here.
+        assert "stovepipe_process_consumers 1\n" in metrics
+        assert "stovepipe_process_consumer_limit 10000\n" in metrics
+        assert "stovepipe_account_consumer_limit -1\n" in metrics
         # A admitted and B held at least once: two or more decisions, all under +Inf.
         count = int(metrics.split("stovepipe_decision_latency_ms_count ")[1].split()[0])
         assert count >= 2

@@ -92,9 +92,7 @@ async def ensure_pull_consumer(
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def _create(
-    js: JetStreamContext, stream: str, name: str, config: api.ConsumerConfig
-) -> bool:
+async def _create(js: JetStreamContext, stream: str, name: str, config: api.ConsumerConfig) -> bool:
     """Create the consumer: False when the stream or the account is full."""
     try:
         await js.add_consumer(stream, config=config)

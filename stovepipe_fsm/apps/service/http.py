@@ -135,7 +135,28 @@ async def render_metrics(service: Service) -> str:
             lines.append(f'stovepipe_queue_max_concurrent{{queue="{_label(name)}"}} {slots}')
     family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
     lines += await _in_flight_lines(service)
-    backlog, oldest = await _backlog_lines(service)
+    backlog, oldest, stream = await _backlog_lines(service)
+    if stream is not None:
+        consumers, limit = stream
+        family(
+            "stovepipe_process_consumers",
+            "gauge",
+            "Consumers of the process stream, one per queue, over every replica.",
+        )
+        lines.append(f"stovepipe_process_consumers {consumers}")
+        family(
+            "stovepipe_process_consumer_limit",
+            "gauge",
+            "The process stream's consumer limit (-1: unset); the service raises it when reached.",
+        )
+        lines.append(f"stovepipe_process_consumer_limit {limit}")
+    family(
+        "stovepipe_account_consumer_limit",
+        "gauge",
+        "The account's JetStream consumer limit, which the broker applies to each stream "
+        "(-1: none); queues past it are refused.",
+    )
+    lines += await _account_lines(service)
     family(
         "stovepipe_queue_backlog",
         "gauge",
@@ -151,9 +172,20 @@ async def render_metrics(service: Service) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def _backlog_lines(service: Service) -> tuple[list[str], list[str]]:
+async def _account_lines(service: Service) -> list[str]:
+    try:
+        account = await asyncio.wait_for(service.js.account_info(), IN_FLIGHT_READ_TIMEOUT_S)
+    except Exception:  # a scrape must not fail because the broker is slow
+        return []
+    return [f"stovepipe_account_consumer_limit {account.limits.max_consumers}"]
+
+
+async def _backlog_lines(
+    service: Service,
+) -> tuple[list[str], list[str], tuple[int, int] | None]:
     """Per queue with messages: how many wait, and since when the oldest (one stream
-    info for all queues, then one read per queue that has a backlog)."""
+    info for all queues, then one read per queue that has a backlog); and from the same
+    stream info, the stream's consumers and consumer limit."""
     topology, js = service.topology, service.js
     try:
         info = await asyncio.wait_for(
@@ -161,7 +193,8 @@ async def _backlog_lines(service: Service) -> tuple[list[str], list[str]]:
             IN_FLIGHT_READ_TIMEOUT_S,
         )
     except Exception:  # a scrape must not fail because the broker is slow
-        return [], []
+        return [], [], None
+    stream = (info.state.consumer_count, info.config.max_consumers or -1)
     backlog, oldest = [], []
     now = time.time()
     for subject, count in sorted((info.state.subjects or {}).items()):
@@ -183,7 +216,7 @@ async def _backlog_lines(service: Service) -> tuple[list[str], list[str]]:
             oldest.append(
                 f'stovepipe_queue_oldest_waiting_seconds{{queue="{_label(queue)}"}} {age:.3f}'
             )
-    return backlog, oldest
+    return backlog, oldest, stream
 
 
 def _stored_at(message: Any) -> float | None:
