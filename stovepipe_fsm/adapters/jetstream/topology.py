@@ -407,10 +407,8 @@ async def ensure_topology(js: JetStreamContext, topology: Topology) -> TopologyR
     """
     created_streams: list[str] = []
     existing_streams: list[str] = []
-    with translated("read the account's JetStream limits"):
-        account_limit = (await js.account_info()).limits.max_consumers
     for spec in topology.stream_specs():
-        created = await _ensure_stream(js, spec.within_account(account_limit))
+        created = await _ensure_stream(js, spec)
         (created_streams if created else existing_streams).append(spec.name)
     created_buckets: list[str] = []
     existing_buckets: list[str] = []
@@ -430,6 +428,10 @@ async def _ensure_stream(js: JetStreamContext, spec: StreamSpec) -> bool:
         try:
             info = await js.stream_info(spec.name)
         except nats.js.errors.NotFoundError:
+            if spec.max_consumers is not None:
+                # Only when creating: a user that may read streams but not the account
+                # (ingest, complete) never asks.
+                spec = spec.within_account((await js.account_info()).limits.max_consumers)
             try:
                 await js.add_stream(spec.to_config())
                 return True
