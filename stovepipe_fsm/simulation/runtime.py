@@ -215,11 +215,12 @@ class OverrideConfigStore:
 class ResolvedOnceConfigStore:
     """A config store that resolves each queue once, for a base that never changes.
 
-    Resolving a queue's config (pattern match, parameter defaults, overrides) costs more
-    than a whole supersede decision; a replay of a long timeline asks it on every
-    delivery. Only for a base whose answers are fixed for the life of the run (a loaded
-    policy file, with a timeline's fixed overrides); ``config:`` steps are applied above
-    it by :class:`StepConfigStore`, so they still take effect.
+    A loaded policy keeps each queue's resolved config itself (``QueuePolicy``), but the
+    stores above it still validate the name and apply a run's fixed overrides on every
+    call, and a replay of a long timeline asks on every delivery. Only for a base whose
+    answers are fixed for the life of the run (a loaded policy file, with a timeline's
+    fixed overrides); ``config:`` steps are applied above it by :class:`StepConfigStore`,
+    so they still take effect.
     """
 
     def __init__(self, base: ConfigStore) -> None:

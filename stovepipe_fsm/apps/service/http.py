@@ -135,7 +135,7 @@ async def render_metrics(service: Service) -> str:
             lines.append(f'stovepipe_queue_max_concurrent{{queue="{_label(name)}"}} {slots}')
     family("stovepipe_queue_in_flight", "gauge", "Requests holding a build slot, per queue.")
     lines += await _in_flight_lines(service)
-    backlog, oldest, stream = await _backlog_lines(service)
+    backlog, oldest, stream = await _process_stream_lines(service)
     if stream is not None:
         consumers, limit = stream
         family(
@@ -180,7 +180,7 @@ async def _account_lines(service: Service) -> list[str]:
     return [f"stovepipe_account_consumer_limit {account.limits.max_consumers}"]
 
 
-async def _backlog_lines(
+async def _process_stream_lines(
     service: Service,
 ) -> tuple[list[str], list[str], tuple[int, int] | None]:
     """Per queue with messages: how many wait, and since when the oldest (one stream
