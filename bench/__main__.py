@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import statistics
 import sys
 import time
@@ -50,7 +51,14 @@ from stovepipe_fsm.adapters.memory import (
     MemorySourceControlProvider,
     MemoryUriIndex,
 )
-from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, QueueConfig, Request
+from stovepipe_fsm.domain.entities import (
+    FULL,
+    INCREMENTAL_SINCE_GREEN,
+    Queue,
+    QueueConfig,
+    Request,
+    evolve,
+)
 from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
 from stovepipe_fsm.domain.hooks import started_event
 from stovepipe_fsm.domain.ids import compare_request_id
@@ -58,6 +66,7 @@ from stovepipe_fsm.pipeline import wiring
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
+from stovepipe_fsm.process.trail import HELD_LOG
 from stovepipe_fsm.simulation.runtime import run_sync
 from stovepipe_fsm.spec import compiler
 
@@ -66,6 +75,7 @@ GREEN, HEAD = "G", "H"
 ACCEPTED = "accepted"
 TERMINAL = frozenset({"superseded", "succeeded", "failed", "cancelled"})
 TARGET_RATIO = 1.3
+DECISIONS_LOG = logging.getLogger("stovepipe_fsm.decisions")
 
 
 class FixedConfig:
@@ -97,7 +107,17 @@ def make_ports() -> Ports:
     return Ports(
         requests=MemoryRequestStore(),
         queues=MemoryQueueStore(),
-        config=FixedConfig(QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=1000)),
+        config=FixedConfig(
+            # Every parameter queue_gate.yaml declares, as the shipped wiring completes it.
+            QueueConfig.of(
+                max_concurrent=1,
+                gate_wait_delay_ms=1000,
+                paused=False,
+                max_baseline_lag=0,
+                max_validation_ms=0,
+                full_build_paths=[],
+            )
+        ),
         source_control=MemorySourceControlProvider(default=graph),
         publisher=MemoryPublisher(),
         clock=ManualClock(0),
@@ -109,7 +129,15 @@ def make_ports() -> Ports:
 
 
 class ReferenceController:
-    """The process algorithm without the machine layer, for comparison only."""
+    """The process algorithm without the machine layer, for comparison only.
+
+    It does every check the shipped flow does on these paths, in the same order: the
+    pause, the lease and ended-holder reclaims, coalescing, the stamp check, the gate
+    (slots, a running rewrite, the baseline lag), the ancestry and full-build-path
+    check, the claim with its lease and serial mark, the admit and end times, and the
+    decision's log line and trail note (the bench's trail keeps nothing, as the
+    shipped one's ``DiscardedTrail`` does).
+    """
 
     def __init__(self, ports: Ports) -> None:
         self.p = ports
@@ -125,6 +153,7 @@ class ReferenceController:
         p = self.p
         try:
             request = await p.requests.get(delivery.request_id)
+            queue_read: Queue | None = await p.queues.get(delivery.queue)
         except NotFound:
             raise NonRetryable(f"request {delivery.request_id!r} not found") from None
         if request.queue != delivery.queue:
@@ -138,63 +167,108 @@ class ReferenceController:
             await delivery.ack()
             return "acked"
         while True:
-            try:
-                queue = await p.queues.get(request.queue)
-            except NotFound:
-                raise NonRetryable(f"queue row {request.queue!r} not found") from None
+            if queue_read is None:
+                try:
+                    queue_read = await p.queues.get(request.queue)
+                except NotFound:
+                    raise NonRetryable(f"queue row {request.queue!r} not found") from None
+            queue, queue_read = queue_read, None
             config = p.config.get(queue.name)
-            others = sum(1 for h in queue.slot_holders if h != request.id)
-            if others >= config.param("max_concurrent"):
+            now = p.clock.now_ms()
+            if any(h != request.id for h in queue.expired_holders(now)):
+                raise NotImplementedError("the bench's queues hold no leases")
+            if self._gate_closed(queue, request, config, now):
                 queue = await self._release_stale_holders(queue, request.id)
             latest = queue.latest_request_id
+            if config.param("paused"):
+                return await self._hold(delivery, request, config)
             if latest and compare_request_id(request.queue, request.id, latest) < 0:
-                superseded = replace(request, state="superseded", superseded_by=latest)
+                superseded = evolve(
+                    request, state="superseded", superseded_by=latest, ended_at_ms=now
+                )
                 await p.requests.update(superseded, request.version, request.version + 1)
-                await self._release(superseded.with_version(request.version + 1))
+                if queue.holds(request.id):
+                    await self._release(superseded.with_version(request.version + 1))
                 p.metrics.count("supersedes", request.queue)
+                self._note(request, "superseded by %s", latest)
                 await delivery.ack()
                 return "acked"
             if not latest or compare_request_id(request.queue, request.id, latest) > 0:
-                await delivery.hold(config.param("gate_wait_delay_ms"))
-                p.metrics.count("holds", request.queue)
-                return "held"
-            others = sum(1 for h in queue.slot_holders if h != request.id)
-            if others >= config.param("max_concurrent"):
-                await delivery.hold(config.param("gate_wait_delay_ms"))
-                p.metrics.count("holds", request.queue)
-                return "held"
-            strategy, base = await self._derive(request, queue, delivery)
-            if not queue.holds(request.id):
-                claimed = queue.with_holder(request.id)
+                return await self._hold(delivery, request, config)
+            if self._gate_closed(queue, request, config, now):
+                return await self._hold(delivery, request, config)
+            lag = config.param("max_baseline_lag")
+            if lag > 0 and queue.last_green_request_id and self._others(queue, request):
+                raise NotImplementedError("the bench's queues set no baseline lag")
+            strategy, base, rewrite = await self._derive(request, queue, delivery, config)
+            if rewrite and self._others(queue, request):
+                return await self._hold(delivery, request, config)
+            lease_ms = dict(config.parameters).get("max_validation_ms", 0)
+            expires = p.clock.now_ms() + lease_ms if lease_ms > 0 else None
+            claimed = queue.with_holder(request.id, expires_at_ms=expires, serial=rewrite)
+            if claimed != queue:
                 try:
                     await p.queues.update(claimed, queue.version, queue.version + 1)
                 except VersionMismatch:
+                    queue_read = None
+                    request = await p.requests.get(request.id)
                     continue
-                queue = claimed.with_version(queue.version + 1)
-            admitted = replace(request, state="processing", build_strategy=strategy, base_uri=base)
+            admitted = evolve(
+                request,
+                state="processing",
+                build_strategy=strategy,
+                base_uri=base,
+                admitted_at_ms=p.clock.now_ms(),
+            )
             await p.requests.update(admitted, request.version, request.version + 1)
             request = admitted.with_version(request.version + 1)
             p.metrics.count(f"admits_{strategy}", request.queue)
             await self._announce(request)
             await p.publisher.publish_build(request.queue, request.id)
+            self._note(request, "admitted: %s build on %s", strategy, base or "no base")
             await delivery.ack()
             return "acked"
 
+    @staticmethod
+    def _others(queue: Queue, request: Request) -> int:
+        return sum(1 for h in queue.slot_holders if h != request.id)
+
+    def _gate_closed(self, queue: Queue, request: Request, config: QueueConfig, now: int) -> bool:
+        if self._others(queue, request) >= config.param("max_concurrent"):
+            return True
+        serial = queue.serial_holder
+        return bool(serial) and serial != request.id and not queue.is_expired(serial, now)
+
+    async def _hold(self, delivery: MemoryDelivery, request: Request, config: QueueConfig) -> str:
+        await delivery.hold(config.param("gate_wait_delay_ms"))
+        self.p.metrics.count("holds", request.queue)
+        return "held"
+
+    @staticmethod
+    def _note(request: Request, message: str, *args: object) -> None:
+        """The decision's log line and its trail note: the bench keeps no trail."""
+        HELD_LOG.forget(request.id)
+        DECISIONS_LOG.info(message, *args, extra={"queue": request.queue, "request_id": request.id})
+
     async def _derive(
-        self, request: Request, queue: Queue, delivery: MemoryDelivery
-    ) -> tuple[str, str]:
+        self, request: Request, queue: Queue, delivery: MemoryDelivery, config: QueueConfig
+    ) -> tuple[str, str, bool]:
         last_green = queue.last_green_uri
         if not last_green:
-            return FULL, ""
+            return FULL, "", False
         source_control = self.p.source_control.for_queue(request.queue)
         if source_control is None:
-            return FULL, ""
+            return FULL, "", False
         await delivery.in_progress()
         try:
             is_ancestor = await source_control.is_ancestor(last_green, request.uri)
         except NotFound:
-            return FULL, ""
-        return (INCREMENTAL_SINCE_GREEN, last_green) if is_ancestor else (FULL, "")
+            return FULL, "", True
+        if not is_ancestor:
+            return FULL, "", True
+        if dict(config.parameters).get("full_build_paths", ()):
+            raise NotImplementedError("the bench's queues list no full-build paths")
+        return INCREMENTAL_SINCE_GREEN, last_green, False
 
     async def _announce(self, request: Request) -> None:
         event = started_event(request.queue, request.id, request.version, self.p.clock.now_ms())
