@@ -27,6 +27,8 @@ class DeliveryContext:
     #: The queue row read beside R by ``load_request``, for ``load_queue`` to take.
     queue_read_with_request: Queue | None = None
     config: QueueConfig = DEFAULT_CONFIG
+    #: ``config``'s max_concurrent once a step has read it (0: not read yet).
+    slots: int = 0
     build_strategy: str = NO_STRATEGY
     base_uri: str = ""
     slot_conflict: bool = False

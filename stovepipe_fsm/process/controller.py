@@ -77,10 +77,9 @@ class ProcessController:
         """:meth:`handle`, answering the flow transition that settled the delivery too."""
         ctx = DeliveryContext(self.services, delivery, delivery.request_id)
         started = time.perf_counter()
-        flow = self.machines.queue_gate
-        cursor = await flow.advance(ctx, flow.start(), probe=probe)
+        via = await self.machines.queue_gate.settle(ctx, probe=probe)
         self._observe(ctx, started)
-        return Decision(ctx.outcome, cursor.via)
+        return Decision(ctx.outcome, via)
 
     def _observe(self, ctx: DeliveryContext, started: float) -> None:
         metrics = self.services.metrics

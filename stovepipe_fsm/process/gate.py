@@ -189,6 +189,7 @@ async def load_queue(ctx: DeliveryContext) -> None:
     except NotFound:
         raise NonRetryable(f"queue row {ctx.req.queue!r} not found") from None
     ctx.config = services.config.get(ctx.queue.name)
+    ctx.slots = 0
     ctx.slot_conflict = False
 
 
@@ -238,7 +239,11 @@ async def count_newer_heads(ctx: DeliveryContext) -> None:
 
 
 def _max_concurrent(ctx: DeliveryContext) -> int:
-    return int(ctx.config.param(MAX_CONCURRENT))
+    """The queue's max_concurrent, read from its config once per loaded config."""
+    slots = ctx.slots
+    if not slots:
+        slots = ctx.slots = int(ctx.config.param(MAX_CONCURRENT))
+    return slots
 
 
 def _declared(ctx: DeliveryContext, name: str, absent: object) -> Any:
@@ -255,7 +260,10 @@ async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
     dropped. The request itself is not failed: its late outcome is still recorded, and
     its own release finds nothing to free.
     """
-    queue, now = ctx.q, ctx.services.clock.now_ms()
+    queue = ctx.q
+    if not queue.leases:
+        return  # only a holder claimed under a lease can expire
+    now = ctx.services.clock.now_ms()
     expired = tuple(h for h in queue.expired_holders(now) if h != ctx.req.id)
     if not expired:
         return
@@ -303,8 +311,7 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     request, last_green = ctx.req, ctx.q.last_green_uri
     ctx.build_strategy, ctx.base_uri, ctx.rewrite = FULL, "", False
     source_control = ctx.services.source_control.for_queue(request.queue)
-    slots = int(_declared(ctx, MAX_CONCURRENT, 1))
-    if source_control is None and slots > 1:
+    if source_control is None and (slots := int(_declared(ctx, MAX_CONCURRENT, 1))) > 1:
         ctx.services.warnings.warning(
             f"speculative-no-repository:{request.queue}",
             "queue %s has max_concurrent %d but no repository configured; every admit is "

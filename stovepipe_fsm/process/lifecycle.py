@@ -85,6 +85,13 @@ class RequestLifecycle:
         self.queues = queues
         #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
         self.clock = clock
+        # Per state, whether ending there is the green outcome's end (end_change asks it
+        # on every terminal write).
+        self._green_end = {
+            state: outcome is not None and outcome.green
+            for state in machine.spec.state_names
+            for outcome in (roles.outcome_of_state(state),)
+        }
 
     def new_request(self, request_id: str, queue: str, uri: str) -> Request:
         """A freshly ingested head, in the machine's initial state (not yet stored)."""
@@ -107,8 +114,7 @@ class RequestLifecycle:
         changes nothing else. Record applies it with the release, and so does whoever
         finishes a release record did not get to.
         """
-        outcome = self.roles.outcome_of_state(request.state)
-        return advance_last_green(request) if outcome is not None and outcome.green else None
+        return advance_last_green(request) if self._green_end.get(request.state) else None
 
     def is_admitted(self, request: Request) -> bool:
         """In a state the admit trigger leads to."""
@@ -206,6 +212,12 @@ class RequestLifecycle:
         """``queue`` is given and settling ``request`` on it would change nothing."""
         if queue is None:
             return False
+        if (
+            queue_change is None
+            and self.machine.is_terminal(request.state)
+            and not self._green_end.get(request.state)
+        ):
+            return not queue.holds(request.id)  # the whole change: drop the holder
         return self._settle_change(request, queue_change)(queue) == queue
 
     def _times(self, request: Request, step: Step) -> tuple[int, int]:

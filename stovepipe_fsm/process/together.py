@@ -50,15 +50,16 @@ def is_stepwise() -> bool:
 
 
 @overload
-async def together(a: Awaitable[A], b: Awaitable[B], /) -> tuple[A, B]: ...
+def together(a: Awaitable[A], b: Awaitable[B], /) -> Awaitable[tuple[A, B]]: ...
 
 
 @overload
-async def together(a: Awaitable[A], b: Awaitable[B], c: Awaitable[C], /) -> tuple[A, B, C]: ...
+def together(a: Awaitable[A], b: Awaitable[B], c: Awaitable[C], /) -> Awaitable[tuple[A, B, C]]: ...
 
 
-async def together(*steps: Awaitable[Any]) -> tuple[Any, ...]:
-    return await all_of(steps)
+def together(*steps: Awaitable[Any]) -> Awaitable[tuple[Any, ...]]:
+    # A plain function handing back all_of's coroutine: awaiting it costs no extra frame.
+    return all_of(steps)
 
 
 async def all_of(steps: Any) -> tuple[Any, ...]:

@@ -96,6 +96,26 @@ _Picked = tuple[Step, tuple[ActionCall, ...]]
 _Row = tuple[tuple[tuple[str, Callable[[Any], Any], bool], ...], _Picked]
 
 
+def _walk(candidates: tuple[_Row, ...], ctx: Any) -> _Picked | None:
+    """The candidate ``Event._trigger`` would pick: the first, in the machine's order,
+    whose conditions all hold, each condition asked at most once (``None``: none does).
+
+    Both deciding paths use it: :meth:`_Compiled._decide` for a fire, and the flow
+    driver's loop, which reaches the candidates of each open state without a lookup.
+    """
+    answers: dict[str, bool] = {}
+    for guards, picked in candidates:
+        for name, fn, target in guards:
+            answer = answers.get(name)
+            if answer is None:
+                answer = answers[name] = bool(fn(ctx))
+            if answer != target:
+                break
+        else:
+            return picked
+    return None
+
+
 class _NamedState(State):
     """A state whose name is a plain string (``State.name`` first checks for an Enum)."""
 
@@ -379,17 +399,13 @@ class _Compiled:
             raise IllegalTransition(
                 f"{self.spec.name}: trigger {trigger!r} is not allowed from state {state!r}"
             )
-        answers: dict[str, bool] = {}
-        for guards, picked in candidates:
-            for name, fn, target in guards:
-                answer = answers.get(name)
-                if answer is None:
-                    answer = answers[name] = bool(fn(ctx))
-                if answer != target:
-                    break
-            else:
-                return picked
-        raise IllegalTransition(
+        picked = _walk(candidates, ctx)
+        if picked is None:
+            raise self._unmet(trigger, state)
+        return picked
+
+    def _unmet(self, trigger: str, state: str) -> IllegalTransition:
+        return IllegalTransition(
             f"{self.spec.name}: no transition for trigger {trigger!r} from state "
             f"{state!r} had its conditions met"
         )
@@ -474,9 +490,10 @@ class CompiledFlow(_Compiled):
             triggers = {t.trigger for t in spec.outgoing(state)}
             if len(triggers) == 1:
                 self.trigger_for[state] = triggers.pop()
-        # The way out of each open state, resolved once: run() skips fire()'s checks.
-        self._way_out: dict[str, tuple[str, Event]] = {
-            state: (trigger, self._events[trigger])
+        # The way out of each open state, resolved once: run() skips fire()'s checks,
+        # and deciding by the table goes straight to that state's candidates.
+        self._way_out: dict[str, tuple[str, Event, tuple[_Row, ...]]] = {
+            state: (trigger, self._events[trigger], self._table[trigger][state])
             for state, trigger in self.trigger_for.items()
             if state not in self.terminal
         }
@@ -490,6 +507,10 @@ class CompiledFlow(_Compiled):
     ) -> str:
         """Drive ``ctx`` from the initial state to a terminal one; return that state."""
         return (await self._drive(ctx, self._initial, (), 0, None, "", probe))[0]
+
+    async def settle(self, ctx: Any, *, probe: Probe | None = None) -> Step | None:
+        """:meth:`run`, answering the step into the terminal state (``None``: none taken)."""
+        return (await self._drive(ctx, self._initial, (), 0, None, "", probe))[3]
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -539,6 +560,9 @@ class CompiledFlow(_Compiled):
         comparison per action.
         """
         terminal, way_out, decide = self.terminal, self._way_out, self._decide
+        # Deciding by the table (as shipped) walks the state's candidates right here;
+        # any other decider (firing the machine, to compare) is called per step.
+        by_table = getattr(decide, "__func__", None) is _Compiled._decide
         max_steps = self.max_steps
         # A context with a ``via`` attribute is told the transition whose actions run.
         tell = hasattr(ctx, "via")
@@ -569,7 +593,13 @@ class CompiledFlow(_Compiled):
                 raise IllegalTransition(
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )
-            via, calls = decide(leave[1], state, leave[0], ctx)
+            if by_table:
+                picked = _walk(leave[2], ctx)
+                if picked is None:
+                    raise self._unmet(leave[0], state)
+                via, calls = picked
+            else:
+                via, calls = decide(leave[1], state, leave[0], ctx)
             if tell:
                 ctx.via = via
             steps += 1
