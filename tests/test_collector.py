@@ -43,3 +43,19 @@ def test_cycles_made_inside_a_settled_heap_are_still_collected() -> None:
         a.other, b.other = b, a
         del a, b
         assert gc.collect() >= 2
+
+
+def test_settled_heap_leaves_a_programs_own_frozen_objects_frozen() -> None:
+    """An embedding program that froze its heap keeps it frozen after a run."""
+    kept = [[n] for n in range(1_000)]  # tracked containers, so the freeze counts them
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(kept)
+        with settled_heap():
+            assert gc.get_freeze_count() == frozen
+            assert gc.get_threshold() == RARE_COLLECTIONS
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0

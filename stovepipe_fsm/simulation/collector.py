@@ -35,13 +35,21 @@ def rare_collections() -> Iterator[None]:
 def settled_heap() -> Iterator[None]:
     """:func:`rare_collections`, with every object alive on entry frozen (``gc.freeze``)
     for the block: what was loaded before a run is neither scanned during it nor, in a
-    process forked inside the block, copied by a scan. Unfrozen on exit."""
-    gc.freeze()
+    process forked inside the block, copied by a scan. Unfrozen on exit.
+
+    A program that froze objects itself keeps them frozen: the collector can only unfreeze
+    everything at once, so then nothing is frozen or unfrozen here (the block still
+    collects rarely).
+    """
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
     try:
         with rare_collections():
             yield
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 __all__ = ["RARE_COLLECTIONS", "rare_collections", "settled_heap"]
