@@ -180,6 +180,10 @@ async def _idle(run) -> bool:  # type: ignore[no-untyped-def]
     return (await run.queue(Q)).slot_holders == ()
 
 
+async def _pauses_in_force(run) -> bool:  # type: ignore[no-untyped-def]
+    return bool(run.service.config.pauses)
+
+
 async def test_pause_resume_and_dlq_prune_are_one_trail_record_each(js_env) -> None:
     where = broker(js_env)
     async with running_service(js_env.server, js_env.topology, CONFIG) as run:
@@ -189,6 +193,9 @@ async def test_pause_resume_and_dlq_prune_are_one_trail_record_each(js_env) -> N
         for _ in range(2):  # a repeated pause is the same pause, and the same record
             done = await run_cli("pause", "monorepo/*", "--reason", "incident 7", *where)
             assert done.returncode == 0, done.stderr
+        # The service reads pauses once a second: C comes once the pause is in force, so
+        # nothing is superseded before the resume (B stays open through both records).
+        await wait_for(lambda: _pauses_in_force(run), "the pause taken up by the service")
         c = await run.ingest(Q, "C")  # ingested while paused: its history shows the pause
         for _ in range(2):
             done = await run_cli("resume", "monorepo/*", *where)
