@@ -255,6 +255,73 @@ async def test_the_heartbeat_stops_once_the_delivery_is_settled() -> None:
     assert calls[-1] == "hold"
 
 
+
+class _TimedDelivery:
+    """Records what a heartbeat sends; each in-progress signal takes ``signal_s``."""
+
+    queue, request_id, stream_seq = "q", "request/q/1", 1
+
+    def __init__(self, signal_s: float = 0.0) -> None:
+        self.signal_s = signal_s
+        self.calls: list[str] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def ack(self) -> None:
+        self.calls.append("ack")
+
+    async def hold(self, delay_ms: int) -> None:
+        self.calls.append("hold")
+
+    async def in_progress(self) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.signal_s)
+            self.calls.append("progress")
+        finally:
+            self.in_flight -= 1
+
+
+class _AcksAfter:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def handle(self, delivery: Any) -> str:
+        await asyncio.sleep(self.seconds)
+        await delivery.ack()
+        return "acked"
+
+
+async def test_a_delivery_settled_within_the_first_period_sends_no_signal() -> None:
+    delivery = _TimedDelivery()
+    assert await KeptAlive(_AcksAfter(0.0), 0.2).handle(delivery) == "acked"
+    await asyncio.sleep(0.15)  # past the first period (0.05 s)
+    assert delivery.calls == ["ack"]
+
+
+async def test_a_slow_signal_is_never_overlapped_by_the_next() -> None:
+    """The next period starts once a signal is sent: a broker slower than the period
+    never has two signals of one delivery in flight."""
+    delivery = _TimedDelivery(signal_s=0.12)
+    assert await KeptAlive(_AcksAfter(0.6), 0.2).handle(delivery) == "acked"
+    assert delivery.most_in_flight == 1
+    assert delivery.calls.count("progress") >= 2
+    assert delivery.calls[-1] == "ack"
+
+
+async def test_a_cancelled_handler_stops_its_heartbeat() -> None:
+    delivery = _TimedDelivery()
+    step = asyncio.ensure_future(KeptAlive(_AcksAfter(10.0), 0.2).handle(delivery))
+    await asyncio.sleep(0.12)  # two periods: two signals
+    step.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await step
+    sent = delivery.calls.count("progress")
+    assert sent >= 1
+    await asyncio.sleep(0.15)
+    assert delivery.calls.count("progress") == sent
+
 # -- prune --------------------------------------------------------------------------------
 
 CONFIG = {"defaults": {"max_concurrent": 1, "gate_wait_delay_ms": 100}, "queues": {"q": {}}}

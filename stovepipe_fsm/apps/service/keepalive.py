@@ -71,26 +71,60 @@ class KeptAlive:
 
     async def handle(self, delivery: Delivery) -> str:
         settling = _Settling(delivery)
-        beat = asyncio.ensure_future(self._beat(settling))
+        beat = _Heartbeat(settling, self.period_s)
         try:
             return await self._handler.handle(settling)
         finally:
             # Not awaited: a cancellation of this handler must reach its caller. The
             # beat never sends once ``settling`` is set, and its send is queued without
             # yielding, so nothing it sends can follow the settle.
-            beat.cancel()
+            beat.stop()
 
-    async def _beat(self, delivery: _Settling) -> None:
-        while True:
-            await asyncio.sleep(self.period_s)
-            if _settling(delivery):
+
+class _Heartbeat:
+    """An in-progress signal every ``period_s`` while a delivery is handled.
+
+    A timer, not a task: nearly every delivery settles well within the first period, and
+    then the heartbeat cost one timer armed and cancelled. Only a period that runs out
+    starts a task, which sends the signal and arms the next period once it is sent, so
+    a slow broker never has two signals of one delivery in flight.
+    """
+
+    def __init__(self, delivery: _Settling, period_s: float) -> None:
+        self._delivery = delivery
+        self._period_s = period_s
+        self._loop = asyncio.get_running_loop()
+        self._stopped = False
+        self._sending: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(period_s, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopped and not _settling(self._delivery):
+            self._sending = self._loop.create_task(self._send())
+
+    async def _send(self) -> None:
+        try:
+            # Read again in the step that queues the signal: the handler may have begun
+            # settling between the timer and this step.
+            if _settling(self._delivery):
                 return
-            try:
-                await delivery.in_progress()
-            except Exception as exc:  # the broker may be failing over; the next beat retries
-                log.debug("in-progress signal not sent: %s: %s", type(exc).__name__, exc)
+            await self._delivery.in_progress()
+        except Exception as exc:  # the broker may be failing over; the next beat retries
+            log.debug("in-progress signal not sent: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._sending = None
+            if not self._stopped:
+                self._timer = self._loop.call_later(self._period_s, self._due)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sending is not None:
+            self._sending.cancel()
 
 
 def _settling(delivery: _Settling) -> bool:
-    """Read afresh after every pause (the handler sets it while the beat sleeps)."""
+    """Read afresh at every beat (the handler sets it while the beat waits)."""
     return delivery.settling
