@@ -102,14 +102,19 @@ def _load(
     expected = readable[schema]
     if body.get("kind") != kind:
         raise NonRetryable(f"expected a {kind} value, got kind {body.get('kind')!r}")
-    fields = {k: v for k, v in body.items() if k not in ("schema", "kind")}
-    missing = sorted(expected - fields.keys())
-    if missing:
-        raise NonRetryable(f"{kind} value is missing field(s) {', '.join(missing)}")
-    unknown = sorted(fields.keys() - expected - optional)
-    if unknown:
-        raise NonRetryable(f"{kind} value has unknown field(s) {', '.join(unknown)}")
-    return {**fields, "schema": schema} if layouts else fields
+    fields = body  # parsed just now: nobody else holds it
+    del fields["schema"], fields["kind"]
+    keys = fields.keys()
+    if keys != expected:  # the usual value has exactly the expected fields
+        missing = sorted(expected - keys)
+        if missing:
+            raise NonRetryable(f"{kind} value is missing field(s) {', '.join(missing)}")
+        unknown = sorted(keys - expected - optional)
+        if unknown:
+            raise NonRetryable(f"{kind} value has unknown field(s) {', '.join(unknown)}")
+    if layouts:
+        fields["schema"] = schema
+    return fields
 
 
 def _str(kind: str, fields: dict[str, Any], name: str) -> str:

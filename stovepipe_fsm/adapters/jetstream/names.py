@@ -41,6 +41,8 @@ class InvalidToken(ValueError):
 
 
 def _encode(text: str, safe: frozenset[str]) -> str:
+    if safe.issuperset(text):
+        return text  # nothing to escape: most names (every key is encoded per read)
     parts: list[str] = []
     for char in text:
         if char in safe:
