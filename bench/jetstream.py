@@ -68,11 +68,13 @@ from stovepipe_fsm.adapters.jetstream.codec import (
     encode_uri_entry,
     encode_work,
 )
-from stovepipe_fsm.adapters.jetstream.consumer import ProcessConsumer
+from stovepipe_fsm.adapters.jetstream.consumer import DEFAULT_ACK_WAIT_S, ProcessConsumer
 from stovepipe_fsm.adapters.jetstream.names import queue_key, request_key, uri_key
 from stovepipe_fsm.adapters.jetstream.publisher import MSG_ID_HEADER
+from stovepipe_fsm.adapters.jetstream.shared_inbox import SharedInbox
 from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceControlProvider
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.keepalive import KeptAlive
 from stovepipe_fsm.apps.service.runtime import Pipeline, Service, ServiceOptions, open_pipeline
 from stovepipe_fsm.domain.entities import Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import Retryable, VersionMismatch
@@ -184,6 +186,8 @@ class Rig:
     load_nc: Client = field(init=False)
     load: Pipeline = field(init=False)
     source_control: MemorySourceControlProvider = field(init=False)
+    #: The service's one wildcard inbox its consumers fetch through.
+    inbox: SharedInbox = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -192,6 +196,8 @@ class Rig:
         self.service_nc = await nats.connect(self.url, max_reconnect_attempts=1)
         self.load_nc = await nats.connect(self.url, max_reconnect_attempts=1)
         self.source_control = linear_history()
+        self.inbox = SharedInbox(self.service_nc)
+        await self.inbox.open()
         self.load = await open_pipeline(
             self.load_nc.jetstream(),
             self.topology,
@@ -204,6 +210,8 @@ class Rig:
         self.stop.set()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5.0)
+        with contextlib.suppress(Exception):
+            await self.inbox.close()
         for nc in (self.service_nc, self.load_nc):
             with contextlib.suppress(Exception):
                 await nc.close()
@@ -474,7 +482,9 @@ async def ours_supersede(rig: Rig, counter: OpCounter, n: int, offset: int) -> R
 
 
 async def _consumer(rig: Rig, queue: str) -> ProcessConsumer:
-    """The service's consumer for ``queue``, on the service connection, driven by hand."""
+    """The service's consumer for ``queue``, on the service connection, driven by hand:
+    built as the service builds it (fetching through the shared inbox, its deliveries'
+    ack deadlines kept ahead by the heartbeat)."""
     js = rig.service_nc.jetstream()
     pipeline = await open_pipeline(
         js, rig.topology, rig.machines, bench_config(), source_control=rig.source_control
@@ -483,7 +493,8 @@ async def _consumer(rig: Rig, queue: str) -> ProcessConsumer:
         js,
         rig.topology,
         queue,
-        handler=pipeline.controller,
+        handler=KeptAlive(pipeline.controller, DEFAULT_ACK_WAIT_S),
+        inbox=rig.inbox,
         config=bench_config(),
         ledger=pipeline.ledger,
         terminations=pipeline.terminations,
