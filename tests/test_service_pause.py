@@ -3,10 +3,12 @@ broker across a restart, idempotent, refused for a policy that cannot pause."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 
 from test_service_cli import ROOT, cli, tag  # noqa: F401
-from test_service_support import running_service, wait_for
+from test_service_support import FAST, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from stovepipe_fsm.apps.service.connect import NatsOptions
@@ -72,3 +74,30 @@ async def test_pause_is_refused_when_the_policy_in_force_cannot_pause(js_env) ->
     assert bad.returncode == 2, bad.stderr
     ok = cli("resume", QUEUE, "--nats", js_env.server.url, "--topology-tag", tag_)
     assert ok.returncode == 0 and json.loads(ok.stdout) == {"resumed": QUEUE, "was_paused": False}
+
+
+async def test_a_pause_and_a_resume_are_taken_up_as_they_are_written(js_env) -> None:
+    """The service learns of a pause key's write from the bucket's subject, not only at
+    its periodic read (set here to a minute, so only the announcement can explain it)."""
+    js, topology = js_env.js, js_env.topology
+    slow_reads = dataclasses.replace(FAST, policy_check_interval_s=60.0)
+    async with running_service(js_env.server, topology, CONFIG, options=slow_reads) as run:
+        began = time.monotonic()
+        await pause(js, topology, "team/*", reason="incident 43")
+
+        async def paused() -> bool:
+            return run.service.config.paused(QUEUE)
+
+        await wait_for(paused, "the pause taken up from its write", timeout=5)
+        assert time.monotonic() - began < 5
+        a = await run.ingest(QUEUE, "A")
+        await wait_for(lambda: _held(run, a), "A held while paused")
+        assert await run.state(a) == "accepted"
+
+        assert await resume(js, topology, "team/*")
+
+        async def resumed() -> bool:
+            return not run.service.config.paused(QUEUE)
+
+        await wait_for(resumed, "the resume taken up from its write", timeout=5)
+        await run.wait_state(a, "processing")

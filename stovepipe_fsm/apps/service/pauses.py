@@ -62,6 +62,12 @@ def _key(pattern: str) -> str:
     return PAUSE_KEY_PREFIX + encode_name_token(pattern)
 
 
+def pause_write_subjects(topology: Topology) -> str:
+    """The subjects a write of any pause key goes by (a put, a delete): a plain
+    subscription to them learns of a ``pause``/``resume`` as it happens."""
+    return f"$KV.{topology.service_bucket}.{PAUSE_KEY_PREFIX}>"
+
+
 async def _bucket(js: JetStreamContext, topology: Topology) -> Any:
     with translated(f"open {topology.service_bucket}"):
         return await js.key_value(topology.service_bucket)

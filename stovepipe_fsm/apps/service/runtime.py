@@ -17,7 +17,9 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
   request should have answered but did not renews that request. A second one on the
   broker's leader-election advisories renews every parked request when a stream or
   consumer leader changes, and so does a reconnect (the heartbeat sees it): pull
-  requests live only in the broker's memory;
+  requests live only in the broker's memory. A third on the service bucket's pause keys
+  takes a ``pause`` or ``resume`` up as it is written (the pauses are also read once a
+  second);
 - one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
 - one :class:`OutcomeConsumer` that records build outcomes from the outcome stream with
   the policy in force (``complete`` and build farms only publish them);
@@ -98,10 +100,14 @@ from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
 from .keepalive import KeptAlive
 from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
-from .pauses import PausableConfig, read_pauses
+from .pauses import PausableConfig, pause_write_subjects, read_pauses
 from .policy import PolicyReloader
 
 log = logging.getLogger("stovepipe_fsm.service")
+
+#: After a pause write is announced, the pauses are read at once and, while the read
+#: finds nothing new (the write not stored yet), again after these pauses.
+PAUSE_WRITE_RETRIES_S = (0.0, 0.05, 0.2, 0.5)
 
 
 @dataclass(frozen=True)
@@ -297,6 +303,11 @@ class Service:
         self._chores: dict[str, asyncio.Task[None]] = {}
         self._subscriptions: list[Any] = []
         self._reconnects = 0
+        #: Pause keys written since start, as the service bucket's subjects announced them,
+        #: and one refresh at a time (a refresh that read before a write never lands after
+        #: one that read after it).
+        self._pause_writes = 0
+        self._pauses_read = asyncio.Lock()
         #: Consumers listed on start, by durable name (taken as their queues open).
         self._listed: dict[str, ConsumerConfig] = {}
         #: The parameters in the service bucket, by queue, as last read or written.
@@ -643,6 +654,9 @@ class Service:
         self._subscriptions.append(
             await self.nc.subscribe("$JS.EVENT.ADVISORY.*.LEADER_ELECTED.>", cb=self._on_leader)
         )
+        self._subscriptions.append(
+            await self.nc.subscribe(pause_write_subjects(self.topology), cb=self._on_pause_write)
+        )
 
     async def _on_publish(self, msg: Any) -> None:
         try:
@@ -794,13 +808,40 @@ class Service:
 
     async def refresh_pauses(self) -> bool:
         """Take up the operator pauses in the broker now; True when they changed."""
-        pauses = tuple(await read_pauses(self.js, self.topology))
-        if pauses == self.config.pauses:
-            return False
-        self.config.pauses = pauses
-        log.info("operator pauses in force: %s", [p.pattern for p in pauses] or "none")
-        await self._record_all_parameters()
-        return True
+        async with self._pauses_read:
+            pauses = tuple(await read_pauses(self.js, self.topology))
+            if pauses == self.config.pauses:
+                return False
+            self.config.pauses = pauses
+            log.info("operator pauses in force: %s", [p.pattern for p in pauses] or "none")
+            await self._record_all_parameters()
+            return True
+
+    async def _on_pause_write(self, msg: Any) -> None:
+        """A ``pause``/``resume`` wrote a pause key: take the pauses up now rather than
+        at the next once-a-second read, which stays as the backstop."""
+        self._pause_writes += 1
+        self._spawn_once("pauses-now", self._take_up_pause_writes())
+
+    async def _take_up_pause_writes(self) -> None:
+        """Read the pauses until every announced write has been looked for.
+
+        The announcement can reach this subscription before the bucket's stream has
+        stored the write (on a cluster, before the stream's leader commits it), so a read
+        that finds nothing new is tried again a little later, a few times; the
+        once-a-second read catches anything later still.
+        """
+        seen = -1
+        while seen != self._pause_writes and not self._stop.is_set():
+            seen = self._pause_writes
+            for pause_s in PAUSE_WRITE_RETRIES_S:
+                await asyncio.sleep(pause_s)
+                try:
+                    if await self.refresh_pauses():
+                        break
+                except Exception as exc:  # the backstop read tries again
+                    log.warning("pause check failed: %s: %s", type(exc).__name__, exc)
+                    return
 
     async def _pause_loop(self) -> None:
         await self._every(self.options.policy_check_interval_s, self.refresh_pauses, "pause")
