@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import nats.js.errors
 import pytest
 from nats.aio.client import Client
-from nats_server import account_limited_server, delete_topology, unique_tag
+from nats_server import (
+    account_limited_config,
+    account_limited_server,
+    delete_topology,
+    unique_tag,
+)
 from test_service_support import (
+    FAST,
     memory_provider,
     running_service,
     stream_messages,
@@ -261,9 +271,9 @@ async def test_a_queue_past_the_streams_consumer_limit_has_the_limit_raised(
 async def test_a_queue_past_the_accounts_consumer_limit_is_refused_clearly(
     tmp_path: Path,
 ) -> None:
-    """The account's JetStream consumer limit counts every stream's consumers, so no
-    raise of the stream's limit lifts it: queues past it are refused with a sentence
-    that names it, and the queues that have a consumer keep working."""
+    """The account's JetStream consumer limit caps each stream, so no raise of the
+    stream's own limit lifts it: queues past it are refused with a sentence that names
+    it, and the queues that have a consumer keep working."""
     queues = {f"a/q{n}": {} for n in range(6)}
     with account_limited_server(tmp_path, max_consumers=5) as server:
         topology = Topology.isolated(unique_tag(), initial_queue_limit=2)
@@ -282,4 +292,36 @@ async def test_a_queue_past_the_accounts_consumer_limit_is_refused_clearly(
             assert await service.discover() == []  # not retried every round
             served = sorted(service.consumers)[0]
             rid = await run.ingest(served, "A")  # the served queues keep working
+            await run.wait_state(rid, "processing")
+
+
+async def test_refused_queues_are_served_once_the_accounts_limit_is_raised(
+    tmp_path: Path,
+) -> None:
+    """An operator raises the account's limit (a config reload of the broker): the
+    refused queue gets its consumer at the next retry, without a restart."""
+    queues = {f"b/q{n}": {} for n in range(4)}
+    with account_limited_server(tmp_path, max_consumers=3) as server:
+        topology = Topology.isolated(unique_tag())
+        config = {"defaults": {"max_attempts": 3}, "queues": queues}
+        options = dataclasses.replace(FAST, refused_retry_s=0.3)
+        async with running_service(server, topology, config, options=options) as run:
+            service = run.service
+            assert len(service.consumers) == 3 and len(service.refused) == 1
+            (refused,) = service.refused
+            await asyncio.sleep(0.6)  # retry rounds pass: no room, nothing tried
+            assert refused in service.refused and refused not in service.consumers
+
+            account_limited_config(tmp_path, 10)
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGHUP)  # nats-server reloads its config
+
+            async def served() -> bool:
+                return refused in service.consumers
+
+            await wait_for(served, "the refused queue served after the raise", timeout=10)
+            assert service.refused == {} and service.ready
+            info = await run.nc.jetstream().stream_info(topology.process_stream)
+            assert info.state.consumer_count == 4
+            rid = await run.ingest(refused, "A")
             await run.wait_state(rid, "processing")

@@ -110,3 +110,19 @@ async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
         consumers,
     )
     return LimitRaise(stream, consumers, before, after, account_limit)
+
+
+async def account_has_room(js: JetStreamContext, stream: str) -> bool:
+    """Whether the account's JetStream consumer limit, which the broker applies to each
+    stream, leaves ``stream`` room for one more consumer.
+
+    The stream's own limit is not asked: the service raises it itself when a create is
+    refused for it. On a cluster the count can lag (see :func:`raise_consumer_limit`), so
+    a ``True`` is a reason to try, not a promise.
+    """
+    with translated(f"read the account's consumer limit for stream {stream}"):
+        limit = (await js.account_info()).limits.max_consumers
+        if limit <= 0:
+            return True
+        info = await js.stream_info(stream)
+        return (info.state.consumer_count or 0) < limit

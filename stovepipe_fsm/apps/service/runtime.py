@@ -67,6 +67,7 @@ from ...adapters.jetstream.consumer import (
     Observer,
     ProcessConsumer,
 )
+from ...adapters.jetstream.consumer_limit import account_has_room
 from ...adapters.jetstream.dead_letter import DeadLetter
 from ...adapters.jetstream.durable_consumer import ConsumerLimitReached, existing_consumers
 from ...adapters.jetstream.errors import translated
@@ -133,6 +134,9 @@ class ServiceOptions:
     shutdown_timeout_s: float = 10.0
     #: How often the machines directory and the config file are checked for edits.
     policy_check_interval_s: float = 1.0
+    #: How often the queues refused a consumer (at the account's JetStream limit) are
+    #: tried again, when the process stream has room by then.
+    refused_retry_s: float = 60.0
     #: How often a JetStream round trip proves the broker answers (``/healthz``) ...
     heartbeat_interval_s: float = 1.0
     #: ... and how old the last successful one may be before the service is unhealthy.
@@ -316,6 +320,8 @@ class Service:
         #: The one subscription every queue's pull requests are answered on.
         self._inbox: SharedInbox | None = None
         self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
+        #: When the refused queues may next be tried again (``time.monotonic``).
+        self._refused_retry_at = 0.0
         #: Set once every queue known on start (and at each discovery since) has its
         #: consumer, or was refused one.
         self._warmed = asyncio.Event()
@@ -417,7 +423,8 @@ class Service:
 
         A queue the stream has no consumer left for is refused with one error line (and
         counted in ``refused``), not retried every discovery round; the other queues are
-        unaffected. Raising the limit needs a restart, which retries it.
+        unaffected. Refused queues are tried again every ``refused_retry_s`` once the
+        stream has room (:meth:`_retry_refused`), and at a restart.
         """
         if (
             queue in self.consumers
@@ -469,6 +476,9 @@ class Service:
             await consumer.open(self._listed.pop(consumer.durable, None))
         except ConsumerLimitReached as exc:
             self.refused[queue] = str(exc)
+            now = time.monotonic()
+            if self._refused_retry_at <= now:
+                self._refused_retry_at = now + self.options.refused_retry_s
             log.error("queue not served: %s", exc, extra={"queue": queue})
             return False
         self.consumers[queue] = consumer
@@ -494,6 +504,7 @@ class Service:
     async def _discover_from(self, subjects: dict[str, int], known: list[str]) -> list[str]:
         """:meth:`discover` on listings read by :meth:`_listings`."""
         assert self.pipeline is not None, "start() first"
+        await self._retry_refused()
         rows = set(known)
         waiting = [q for q in self._queues_of(subjects) if q in rows]
         started = await self.add_queues(waiting)
@@ -514,6 +525,22 @@ class Service:
             self._warmed.clear()
             self._spawn_once("warm-up", self._warm_up(rest))
         return started
+
+    async def _retry_refused(self) -> None:
+        """Try the refused queues again, at most every ``refused_retry_s`` and only when
+        the account's limit leaves the process stream room (an operator raised it, or
+        consumers were deleted): one account read per retry, not a create per queue.
+        A queue refused again waits for the next retry."""
+        if not self.refused or time.monotonic() < self._refused_retry_at:
+            return
+        self._refused_retry_at = time.monotonic() + self.options.refused_retry_s
+        if not await account_has_room(self.js, self.topology.process_stream):
+            return
+        queues = sorted(self.refused)
+        log.info("the process stream has room: retrying %d refused queue(s)", len(queues))
+        for queue in queues:
+            del self.refused[queue]
+        await self.add_queues(queues)
 
     def _queues_of(self, subjects: Iterable[str]) -> list[str]:
         """The queues of process subjects (orphan subjects, which decode to none, left out)."""
