@@ -534,7 +534,12 @@ class Service:
         if not self.refused or time.monotonic() < self._refused_retry_at:
             return
         self._refused_retry_at = time.monotonic() + self.options.refused_retry_s
-        if not await account_has_room(self.js, self.topology.process_stream):
+        try:
+            room = await account_has_room(self.js, self.topology.process_stream)
+        except Exception as exc:  # the discovery round goes on; the next retry reads again
+            log.warning("refused queues not retried: %s: %s", type(exc).__name__, exc)
+            return
+        if not room:
             return
         queues = sorted(self.refused)
         log.info("the process stream has room: retrying %d refused queue(s)", len(queues))
