@@ -23,6 +23,7 @@ from stovepipe_fsm.apps.check.model import (
     INGEST,
     OUTAGE,
     REDELIVER,
+    RESUME,
     STALL,
     Action,
     Bounds,
@@ -31,6 +32,7 @@ from stovepipe_fsm.apps.check.model import (
 from stovepipe_fsm.apps.check.observe import observe
 from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.domain.entities import Request
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 from stovepipe_fsm.simulation.world import World
 
@@ -178,12 +180,25 @@ def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(
     [
         {"heads": 2, "rewrite": False},
         {"heads": 1, "max_cancels": 1},
+        {"heads": 1, "rewrite": False, "max_overlaps": 1},
     ],
 )
 def test_performing_each_action_once_per_observation_explores_the_same_graph(
     machines: ProcessMachines, bounds: dict[str, int]
 ) -> None:
-    setup = setup_for(machines, 2, **bounds)
+    assert_sharing_explores_the_same_graph(setup_for(machines, 2, **bounds))
+
+
+def test_sharing_with_a_stall_after_a_timed_write_explores_the_same_graph(
+    machines: ProcessMachines,
+) -> None:
+    """Stalled after the announce, a delivery holds the request it admitted, with the
+    admit time of the world that first reached the state: sharing must not see it."""
+    setup = setup_for(machines, 1, heads=1, max_overlaps=1, stall_points=("after_announce",))
+    assert_sharing_explores_the_same_graph(setup)
+
+
+def assert_sharing_explores_the_same_graph(setup: Setup) -> None:
     shared, alone = Explorer(setup), Explorer(setup, reuse_outcomes=False)
     shared_result, alone_result = shared.run(), alone.run()
     assert shared_result.ok and alone_result.ok
@@ -204,7 +219,9 @@ def test_performing_each_action_once_per_observation_explores_the_same_graph(
     assert shared.attempts < alone.attempts
 
 
-def test_with_overlaps_each_state_keeps_its_own_world(machines: ProcessMachines) -> None:
+def test_a_stalled_delivery_is_observed_as_the_stores_are(machines: ProcessMachines) -> None:
+    """Without times: worlds the stores cannot tell apart stay one state with a delivery
+    in hand, through the rest of that delivery, so overlaps share outcomes too."""
     setup = setup_for(machines, heads=2, rewrite=False, max_overlaps=1)
     start = (
         one_step(INGEST, "ingest", Q, uri="A1"),
@@ -226,13 +243,25 @@ def test_with_overlaps_each_state_keeps_its_own_world(machines: ProcessMachines)
         ),
     )
     assert observe(early) == observe(late)
-    # a delivery stalled in hand shows the request it loaded, with its times
+    assert stored(early, "A2").admitted_at_ms != stored(late, "A2").admitted_at_ms
+    # the redelivery of A2 stalls after its announce: in hand, A2 as it was loaded
     stall = one_step(STALL, "stall", Q, value="after_announce")
-    assert observe(run_actions(setup, (stall,), early)) != observe(
-        run_actions(setup, (stall,), late)
+    early, late = run_actions(setup, (stall,), early), run_actions(setup, (stall,), late)
+    assert early.in_hand and late.in_hand
+    assert observe(early) == observe(late)
+    rest = (
+        one_step(RESUME, "resume", Q, uri="A2"),
+        one_step(COMPLETE, "complete", Q, uri="A2", outcome="succeeded"),
     )
-    assert not Explorer(setup).share_outcomes
-    assert Explorer(setup_for(machines, heads=2, rewrite=False)).share_outcomes
+    early, late = run_actions(setup, rest, early), run_actions(setup, rest, late)
+    assert not early.in_hand
+    assert observe(early) == observe(late)
+    assert Explorer(setup).share_outcomes
+
+
+def stored(world: World, uri: str) -> Request:
+    (request,) = (r for r in world.requests.snapshot() if r.uri == uri)
+    return request
 
 
 def run_actions(setup: Setup, actions: tuple[Action, ...], world: World | None = None) -> World:

@@ -12,8 +12,7 @@ every *fair* edge is remembered backwards for the progress pass.
 What an action does depends on the world, not on the budget beside it: states that
 differ only in their budget share one world, and each action is performed once per
 observation; its outcome (the observation it leads to, what a delivery did) is kept
-and reused by every other state with that observation. Not with overlaps
-(:attr:`Explorer.share_outcomes`), where every state keeps its own world.
+and reused by every other state with that observation (:attr:`Explorer.share_outcomes`).
 
 Breadth-first order makes the first violation found a shortest one: state invariants
 are checked when a state is first reached (its BFS depth is minimal), edge invariants
@@ -265,12 +264,11 @@ class Explorer:
         self.prune_faults = prune_faults
         self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
         # Each action is performed once per observation, whatever the budget beside it
-        # (off: every state keeps its own world and performs its own actions). Not with
-        # overlaps: a stalled delivery's view keeps the absolute times of the rows it
-        # loaded, so which world first reaches a state decides how the stalled states
-        # after it are told apart; each state keeps its own world, and the graph is the
-        # one explored without sharing.
-        self.share_outcomes = reuse_outcomes and not setup.bounds.max_overlaps
+        # (off: every state keeps its own world and performs its own actions). Sound
+        # because two worlds with one observation differ at most by a shift of the
+        # clock, stalled deliveries included (their views are observed as the stores
+        # are: without times, leases as time left).
+        self.share_outcomes = reuse_outcomes
         self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
         self.rules = setup.rules()
         self.max_states = max_states

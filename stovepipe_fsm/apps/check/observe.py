@@ -19,7 +19,9 @@ influence what the world does next, and nothing that cannot:
 - every delivery stalled in hand (:class:`InHandView`): where its flow stands, what it
   loaded, and whether what it loaded is still current. Absolute CAS versions are not
   observed, but whether a stalled delivery's request or queue row is stale is: that
-  alone decides whether its compare-and-set writes will succeed.
+  alone decides whether its compare-and-set writes will succeed. What it loaded is
+  seen as the stores are seen (a request without its times, a queue row's leases as
+  time left), so a stall does not tell apart worlds the stores do not.
 
 Two worlds with equal observations (and equal budgets) have the same futures up to a
 shift of the clock, so the search expands each observation once.
@@ -339,9 +341,9 @@ def _in_hand(world: World, held: InHand) -> InHandView:
         flow_state=cursor.state,
         pending_actions=cursor.pending_names,
         message_pending=world.broker.find(held.message.seq) is not None,
-        request=evolve(request, version=0) if request else None,
+        request=evolve(_stripped_request(request), version=0) if request else None,
         request_fresh=request_fresh,
-        queue_row=evolve(row, version=0) if row else None,
+        queue_row=_relative(row, world.clock.now_ms()) if row else None,
         queue_fresh=queue_fresh,
         config=ctx.config,
         build_strategy=ctx.build_strategy,
