@@ -695,7 +695,9 @@ class PathResult:
 async def decision_rates(
     url: str, machines: ProcessMachines, n: int, rounds: int
 ) -> list[PathResult]:
-    """Ours, floor and floor+runtime, interleaved round by round on each path."""
+    """Ours, floor, floor+runtime and minimal, interleaved round by round on each path;
+    every other round runs them in the reverse order, so that no variant always runs
+    first on a fresh server or last on a grown one."""
     rig = Rig(url, "rates", machines)
     await rig.open()
     await ensure_topology(rig.service_nc.jetstream(), rig.topology)
@@ -714,6 +716,8 @@ async def decision_rates(
                 (results[1], "floor+runtime", floor_supersede(rig, counter, n, offset + 1, True)),
                 (results[1], "minimal", floor_supersede(rig, counter, n, offset, False, True)),
             ]
+            if r % 2:
+                runs.reverse()
             for result, label, run in runs:
                 counter.counts.clear()
                 rate = await asyncio.wait_for(run, STEP_TIMEOUT_S)
