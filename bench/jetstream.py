@@ -25,6 +25,9 @@ gives every scenario its own :meth:`Topology.isolated` names on that server, and
    before the ancestry check and the attempts-ledger purge), to split "extra round trips"
    from "Python time". A third, **minimal**, does the fewest round trips that keep the
    same guarantees (request and queue row read side by side): the target's reference.
+   A fourth, **minimal+json**, is minimal plus the least any implementation does with
+   the bytes: it parses the rows it reads, makes the checks the decision rests on, and
+   serialises the rows and the start event it writes (stdlib ``json``, plain dicts).
    Broker operations are counted per decision for all of them.
 4. **ingest against a raw floor**: single-head ingest against a raw nats-py loop of the
    same minimal sequence, and the batch path (``Ingest.ingest_many``) against 32 such
@@ -49,7 +52,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -433,33 +436,63 @@ class Rate:
     decisions: int
     seconds: float
     ops: dict[str, float]
+    #: Processor time of the bench's own process in the timed spans (the broker runs in
+    #: another process): the Python side of a decision, apart from waiting on the broker.
+    cpu_seconds: float = 0.0
 
     @property
     def per_s(self) -> float:
         return self.decisions / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        """Processor microseconds per decision on the bench's side."""
+        return self.cpu_seconds / self.decisions * 1e6
+
+
+class Spans:
+    """Wall and processor time summed over timed spans, the setup between them left out."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+        self._wall = self._cpu = 0.0
+
+    def start(self) -> None:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def stop(self) -> float:
+        """End the span; its wall seconds."""
+        wall = time.perf_counter() - self._wall
+        self.seconds += wall
+        self.cpu_seconds += time.process_time() - self._cpu
+        return wall
+
+    def rate(self, label: str, decisions: int, ops: dict[str, float]) -> Rate:
+        return Rate(label, decisions, self.seconds, ops, self.cpu_seconds)
 
 
 async def ours_admit(rig: Rig, counter: OpCounter, n: int, offset: int) -> Rate:
     """``n`` admits through the shipped consumer step; ingest and green untimed."""
     queue = f"bench/admit{offset}"
     consumer = await _consumer(rig, queue)
-    spent = 0.0
+    spans = Spans()
     record = rig.load.record
     try:
         for i in range(n + 1):
             request_id = await rig.ingest(queue, sha(offset + i + 1))
             counter.enabled = i > 0  # the first admit has no last green: not the path
-            started = time.perf_counter()
+            if i > 0:
+                spans.start()
             settled = await consumer.poll_once()
-            elapsed = time.perf_counter() - started
+            if i > 0:
+                spans.stop()
             counter.enabled = False
             assert settled, "the head was not delivered"
-            if i > 0:
-                spent += elapsed
             await record.complete(request_id, "succeeded")
     finally:
         await consumer.close()
-    return Rate("ours", n, spent, counter.per(n))
+    return spans.rate("ours", n, counter.per(n))
 
 
 async def ours_supersede(rig: Rig, counter: OpCounter, n: int, offset: int) -> Rate:
@@ -468,17 +501,18 @@ async def ours_supersede(rig: Rig, counter: OpCounter, n: int, offset: int) -> R
     for i in range(n + 1):
         await rig.ingest(queue, sha(offset + i + 1))
     consumer = await _consumer(rig, queue)
+    spans = Spans()
     try:
         counter.enabled = True
-        started = time.perf_counter()
+        spans.start()
         for _ in range(n):
             assert await consumer.poll_once(), "a head was not delivered"
-        spent = time.perf_counter() - started
+        spans.stop()
         counter.enabled = False
         assert await consumer.poll_once()  # the newest head: admitted, not timed
     finally:
         await consumer.close()
-    return Rate("ours", n, spent, counter.per(n))
+    return spans.rate("ours", n, counter.per(n))
 
 
 async def _consumer(rig: Rig, queue: str) -> ProcessConsumer:
@@ -519,6 +553,7 @@ class Floor:
         self.topology = rig.topology
         self.qkey = queue_key(queue)
         row = Queue(queue, last_green_uri=sha(1), latest_request_id=format_request_id(queue, 1))
+        self.row = row
         self.queue_value = encode_queue(row)
         self.held_value = encode_queue(row.with_holder(format_request_id(queue, 1)))
 
@@ -556,10 +591,14 @@ class Floor:
         )
         return request_id
 
-    async def free_slot(self) -> None:
-        """Untimed: what a green leaves on the queue row, written as a conditional update."""
+    async def free_slot(self, latest: str = "") -> None:
+        """Untimed: what a green leaves on the queue row, written as a conditional update
+        (with ``latest``, the row stamps that request as the newest head)."""
+        value = self.queue_value
+        if latest:
+            value = encode_queue(replace(self.row, latest_request_id=latest))
         entry = await self.queues.get(self.qkey)
-        await self.queues.update(self.qkey, self.queue_value, last=entry.revision)
+        await self.queues.update(self.qkey, value, last=entry.revision)
 
     async def admit(self, request_id: str) -> None:
         qkey, rkey = self.qkey, request_key(request_id)
@@ -609,6 +648,57 @@ class Floor:
         await self._note(request_id, "admitted")
         await msg.ack()
 
+    async def admit_decoding(self, request_id: str) -> None:
+        """:meth:`admit_minimal` plus the codec work of a real decision: both rows
+        parsed, the admit checked on them (accepted, the newest head, a slot free), the
+        claimed queue row, the processing request and the start event serialised."""
+        qkey, rkey = self.qkey, request_key(request_id)
+        msg = (await self.sub.fetch(1, timeout=FETCH_TIMEOUT_S))[0]
+        work = json.loads(msg.data)
+        entry, held = await asyncio.gather(self.requests.get(rkey), self.queues.get(qkey))
+        request, queue = json.loads(entry.value or b""), json.loads(held.value or b"")
+        admissible = (
+            request["state"] == "accepted"
+            and queue["latest_request_id"] == work["request_id"]
+            and len(queue["slot_holders"]) < 1
+        )
+        assert admissible, "the floor's rows admit every head"
+        queue["slot_holders"] = [request_id]
+        queue["version"] += 1
+        await self.queues.update(qkey, _json_bytes(queue), last=held.revision)
+        request.update(
+            state="processing",
+            build_strategy="incremental",
+            base_uri=queue["last_green_uri"],
+            version=request["version"] + 1,
+        )
+        await self.requests.update(rkey, _json_bytes(request), last=entry.revision)
+        event = {
+            "id": f"started-{request_id}",
+            "type": "validation.repository.started",
+            "payload": {"queue": self.queue, "request_id": request_id},
+            "timestamp_ms": 0,
+        }
+        await self._start_and_build(request_id, _json_bytes(event), msg.data)
+        await self._note(request_id, "admitted")
+        await msg.ack()
+
+    async def supersede_decoding(self, request_id: str) -> None:
+        """:meth:`supersede_minimal` plus the codec work of a real decision: both rows
+        parsed, a newer head found on the queue row, the superseded request serialised."""
+        qkey, rkey = self.qkey, request_key(request_id)
+        msg = (await self.sub.fetch(1, timeout=FETCH_TIMEOUT_S))[0]
+        json.loads(msg.data)
+        entry, held = await asyncio.gather(self.requests.get(rkey), self.queues.get(qkey))
+        request, queue = json.loads(entry.value or b""), json.loads(held.value or b"")
+        latest = queue["latest_request_id"]
+        newer = int(latest.rpartition("/")[2]) > int(request_id.rpartition("/")[2])
+        assert newer and request["state"] == "accepted", "the floor's rows supersede"
+        request.update(state="superseded", superseded_by=latest, version=request["version"] + 1)
+        await self.requests.update(rkey, _json_bytes(request), last=entry.revision)
+        await self._note(request_id, "superseded")
+        await msg.ack()
+
     async def supersede_minimal(self, request_id: str) -> None:
         """The fewest round trips a supersede needs: request and queue row side by side,
         the request's conditional write, the trail note, ack."""
@@ -642,40 +732,58 @@ class Floor:
             await self.attempts.purge(f"process.{msg.metadata.sequence.stream}")
 
 
+def _json_bytes(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+MINIMAL, DECODING = "minimal", "minimal+json"
+
+
 async def floor_admit(
-    rig: Rig, counter: OpCounter, n: int, offset: int, extras: bool, minimal: bool = False
+    rig: Rig, counter: OpCounter, n: int, offset: int, extras: bool, minimal: str = ""
 ) -> Rate:
-    floor = Floor(rig, f"floor/admit{offset}{'m' if minimal else ''}", extras)
-    await floor.open(f"floor-admit-{offset}{'m' if minimal else ''}")
-    decide = floor.admit_minimal if minimal else floor.admit
-    spent = 0.0
+    tag = {"": "", MINIMAL: "m", DECODING: "j"}[minimal]
+    floor = Floor(rig, f"floor/admit{offset}{tag}", extras)
+    await floor.open(f"floor-admit-{offset}{tag}")
+    decide = {"": floor.admit, MINIMAL: floor.admit_minimal, DECODING: floor.admit_decoding}[
+        minimal
+    ]
+    spans = Spans()
     for i in range(1, n + 1):
         request_id = await floor.stage(i)
-        await floor.free_slot()
+        await floor.free_slot(latest=request_id if minimal == DECODING else "")
         counter.enabled = True
-        started = time.perf_counter()
+        spans.start()
         await decide(request_id)
-        spent += time.perf_counter() - started
+        spans.stop()
         counter.enabled = False
-    label = "minimal" if minimal else "floor+runtime" if extras else "floor"
-    return Rate(label, n, spent, counter.per(n))
+    label = minimal or ("floor+runtime" if extras else "floor")
+    return spans.rate(label, n, counter.per(n))
 
 
 async def floor_supersede(
-    rig: Rig, counter: OpCounter, n: int, offset: int, extras: bool, minimal: bool = False
+    rig: Rig, counter: OpCounter, n: int, offset: int, extras: bool, minimal: str = ""
 ) -> Rate:
-    floor = Floor(rig, f"floor/supersede{offset}{'m' if minimal else ''}", extras)
-    await floor.open(f"floor-supersede-{offset}{'m' if minimal else ''}")
-    decide = floor.supersede_minimal if minimal else floor.supersede
+    tag = {"": "", MINIMAL: "m", DECODING: "j"}[minimal]
+    floor = Floor(rig, f"floor/supersede{offset}{tag}", extras)
+    await floor.open(f"floor-supersede-{offset}{tag}")
+    decide = {
+        "": floor.supersede,
+        MINIMAL: floor.supersede_minimal,
+        DECODING: floor.supersede_decoding,
+    }[minimal]
     ids = [await floor.stage(i) for i in range(1, n + 1)]
+    if minimal == DECODING:
+        await floor.free_slot(latest=format_request_id(floor.queue, n + 1))
+    spans = Spans()
     counter.enabled = True
-    started = time.perf_counter()
+    spans.start()
     for request_id in ids:
         await decide(request_id)
-    spent = time.perf_counter() - started
+    spans.stop()
     counter.enabled = False
-    label = "minimal" if minimal else "floor+runtime" if extras else "floor"
-    return Rate(label, n, spent, counter.per(n))
+    label = minimal or ("floor+runtime" if extras else "floor")
+    return spans.rate(label, n, counter.per(n))
 
 
 @dataclass
@@ -710,11 +818,17 @@ async def decision_rates(
                 (results[0], "ours", ours_admit(rig, counter, n, offset)),
                 (results[0], "floor", floor_admit(rig, counter, n, offset, False)),
                 (results[0], "floor+runtime", floor_admit(rig, counter, n, offset + 1, True)),
-                (results[0], "minimal", floor_admit(rig, counter, n, offset, False, True)),
+                (results[0], MINIMAL, floor_admit(rig, counter, n, offset, False, MINIMAL)),
+                (results[0], DECODING, floor_admit(rig, counter, n, offset, False, DECODING)),
                 (results[1], "ours", ours_supersede(rig, counter, n, offset + n + 2)),
                 (results[1], "floor", floor_supersede(rig, counter, n, offset, False)),
                 (results[1], "floor+runtime", floor_supersede(rig, counter, n, offset + 1, True)),
-                (results[1], "minimal", floor_supersede(rig, counter, n, offset, False, True)),
+                (results[1], MINIMAL, floor_supersede(rig, counter, n, offset, False, MINIMAL)),
+                (
+                    results[1],
+                    DECODING,
+                    floor_supersede(rig, counter, n, offset, False, DECODING),
+                ),
             ]
             if r % 2:
                 runs.reverse()
@@ -966,23 +1080,29 @@ def report_decisions(paths: list[PathResult]) -> dict[str, Any]:
     print("\n3. decisions/s of one queue's consumer step against raw floors (best round)")
     print(
         f"   {'path':<10} {'ours/s':>8} {'min/s':>8} {'ours/min':>9} {'paired':>7} "
+        f"{'min+json/s':>11} {'ours/min+json':>14} {'paired':>7} "
         f"{'floor/s':>8} {'ours/floor':>11} {'fl+rt/s':>8} {'ours/fl+rt':>11}"
     )
     summary: dict[str, Any] = {}
     for p in paths:
         ours, floor, extra = p.best("ours"), p.best("floor"), p.best("floor+runtime")
-        minimal = p.best("minimal")
+        minimal, decoding = p.best(MINIMAL), p.best(DECODING)
         ratio = ours.per_s / minimal.per_s
         print(
             f"   {p.path:<10} {ours.per_s:>8,.0f} {minimal.per_s:>8,.0f} {ratio:>9.2f} "
-            f"{p.paired('minimal'):>7.2f} {floor.per_s:>8,.0f} {ours.per_s / floor.per_s:>11.2f} "
+            f"{p.paired(MINIMAL):>7.2f} {decoding.per_s:>11,.0f} "
+            f"{ours.per_s / decoding.per_s:>14.2f} {p.paired(DECODING):>7.2f} "
+            f"{floor.per_s:>8,.0f} {ours.per_s / floor.per_s:>11.2f} "
             f"{extra.per_s:>8,.0f} {ours.per_s / extra.per_s:>11.2f}"
         )
         summary[p.path] = {
             "ours_per_s": round(ours.per_s),
             "minimal_per_s": round(minimal.per_s),
             "ours_over_minimal": round(ratio, 3),
-            "ours_over_minimal_paired_median": round(p.paired("minimal"), 3),
+            "ours_over_minimal_paired_median": round(p.paired(MINIMAL), 3),
+            "minimal_json_per_s": round(decoding.per_s),
+            "ours_over_minimal_json": round(ours.per_s / decoding.per_s, 3),
+            "ours_over_minimal_json_paired_median": round(p.paired(DECODING), 3),
             "floor_per_s": round(floor.per_s),
             "floor_runtime_per_s": round(extra.per_s),
             "ours_over_floor": round(ours.per_s / floor.per_s, 3),
@@ -990,9 +1110,21 @@ def report_decisions(paths: list[PathResult]) -> dict[str, Any]:
             "ops_ours": ours.ops,
             "ops_minimal": minimal.ops,
         }
+    print(
+        "\n   processor time per decision on the bench's side (best round's; the broker "
+        "is another process):"
+    )
+    for p in paths:
+        for label in ("ours", MINIMAL, DECODING):
+            rate = p.best(label)
+            print(
+                f"   {p.path:<10} {label:<13} {rate.cpu_us:>6,.0f} µs CPU of "
+                f"{1e6 / rate.per_s:>6,.0f} µs wall"
+            )
+            summary[p.path][f"cpu_us_{label.replace('+', '_')}"] = round(rate.cpu_us)
     print("\n   broker operations per decision (counted on the connection):")
     for p in paths:
-        for label in ("ours", "minimal", "floor", "floor+runtime"):
+        for label in ("ours", MINIMAL, DECODING, "floor", "floor+runtime"):
             ops = ", ".join(f"{k} {v:g}" for k, v in p.best(label).ops.items())
             print(f"   {p.path:<10} {label:<14} {ops}")
     worst = min(s["ours_over_minimal"] for s in summary.values())
