@@ -408,10 +408,11 @@ async def latency(url: str, machines: ProcessMachines, samples: int) -> Latency:
     service = await rig.start_service([queue], lambda *args: None)
     assert service.pipeline is not None
     controller = service.pipeline.controller
-    controller.publisher = StampingPublisher(
-        controller.publisher,
+    stamping = StampingPublisher(
+        controller.services.publisher,
         lambda request_id: admitted.setdefault(request_id, time.perf_counter()),
     )
+    controller.services = replace(controller.services, publisher=stamping)
     await rig.start_builder(green.add)
     result = Latency([], [])
     try:
