@@ -462,12 +462,9 @@ class Spans:
     def start(self) -> None:
         self._wall, self._cpu = time.perf_counter(), time.process_time()
 
-    def stop(self) -> float:
-        """End the span; its wall seconds."""
-        wall = time.perf_counter() - self._wall
-        self.seconds += wall
+    def stop(self) -> None:
+        self.seconds += time.perf_counter() - self._wall
         self.cpu_seconds += time.process_time() - self._cpu
-        return wall
 
     def rate(self, label: str, decisions: int, ops: dict[str, float]) -> Rate:
         return Rate(label, decisions, self.seconds, ops, self.cpu_seconds)
@@ -689,11 +686,11 @@ class Floor:
         parsed, a newer head found on the queue row, the superseded request serialised."""
         qkey, rkey = self.qkey, request_key(request_id)
         msg = (await self.sub.fetch(1, timeout=FETCH_TIMEOUT_S))[0]
-        json.loads(msg.data)
+        work = json.loads(msg.data)
         entry, held = await asyncio.gather(self.requests.get(rkey), self.queues.get(qkey))
         request, queue = json.loads(entry.value or b""), json.loads(held.value or b"")
         latest = queue["latest_request_id"]
-        newer = int(latest.rpartition("/")[2]) > int(request_id.rpartition("/")[2])
+        newer = int(latest.rpartition("/")[2]) > int(work["request_id"].rpartition("/")[2])
         assert newer and request["state"] == "accepted", "the floor's rows supersede"
         request.update(state="superseded", superseded_by=latest, version=request["version"] + 1)
         await self.requests.update(rkey, _json_bytes(request), last=entry.revision)
@@ -738,12 +735,13 @@ def _json_bytes(value: dict[str, Any]) -> bytes:
 
 
 MINIMAL, DECODING = "minimal", "minimal+json"
+_TAGS = {"": "", MINIMAL: "m", DECODING: "j"}  # each variant's own queue and consumer
 
 
 async def floor_admit(
     rig: Rig, counter: OpCounter, n: int, offset: int, extras: bool, minimal: str = ""
 ) -> Rate:
-    tag = {"": "", MINIMAL: "m", DECODING: "j"}[minimal]
+    tag = _TAGS[minimal]
     floor = Floor(rig, f"floor/admit{offset}{tag}", extras)
     await floor.open(f"floor-admit-{offset}{tag}")
     decide = {"": floor.admit, MINIMAL: floor.admit_minimal, DECODING: floor.admit_decoding}[
@@ -765,7 +763,7 @@ async def floor_admit(
 async def floor_supersede(
     rig: Rig, counter: OpCounter, n: int, offset: int, extras: bool, minimal: str = ""
 ) -> Rate:
-    tag = {"": "", MINIMAL: "m", DECODING: "j"}[minimal]
+    tag = _TAGS[minimal]
     floor = Floor(rig, f"floor/supersede{offset}{tag}", extras)
     await floor.open(f"floor-supersede-{offset}{tag}")
     decide = {
@@ -804,9 +802,9 @@ class PathResult:
 async def decision_rates(
     url: str, machines: ProcessMachines, n: int, rounds: int
 ) -> list[PathResult]:
-    """Ours, floor, floor+runtime and minimal, interleaved round by round on each path;
-    every other round runs them in the reverse order, so that no variant always runs
-    first on a fresh server or last on a grown one."""
+    """Ours, floor, floor+runtime, minimal and minimal+json, interleaved round by round on
+    each path; every other round runs them in the reverse order, so that no variant
+    always runs first on a fresh server or last on a grown one."""
     rig = Rig(url, "rates", machines)
     await rig.open()
     await ensure_topology(rig.service_nc.jetstream(), rig.topology)
