@@ -162,6 +162,34 @@ def account_limited_config(directory: Path, max_consumers: int) -> Path:
     return path
 
 
+def subscribe_denied_config(directory: Path, subjects: list[str]) -> Path:
+    """A server config whose one user, used by every unauthenticated client, may do
+    anything but subscribe to ``subjects``."""
+    deny = ", ".join(f'"{subject}"' for subject in subjects)
+    path = directory / "subscribe-denied.conf"
+    path.write_text(
+        "accounts {\n"
+        "  RESTRICTED {\n"
+        "    jetstream: enabled\n"
+        '    users [ { user: "restricted", permissions: {\n'
+        f"      subscribe: {{ deny: [{deny}] }}\n"
+        "    } } ]\n"
+        "  }\n"
+        "}\n"
+        'no_auth_user: "restricted"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@contextlib.contextmanager
+def subscribe_denied_server(directory: Path, subjects: list[str]) -> Iterator[NatsServer]:
+    """A broker of its own whose one user may not subscribe to ``subjects``."""
+    config = subscribe_denied_config(directory, subjects)
+    with NatsServer(directory / "store", extra_args=("-c", str(config))) as server:
+        yield server
+
+
 @contextlib.contextmanager
 def account_limited_server(directory: Path, max_consumers: int) -> Iterator[NatsServer]:
     """A broker of its own whose account caps consumers at ``max_consumers``."""

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
+from pathlib import Path
 
+import pytest
+from nats_server import subscribe_denied_server, unique_tag
 from test_service_cli import ROOT, cli, tag  # noqa: F401
 from test_service_support import FAST, running_service, wait_for
 
+from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.jetstream.policy_record import PolicyRecord, write_policy_record
 from stovepipe_fsm.apps.service.connect import NatsOptions
+from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import explain_document, status_document
 from stovepipe_fsm.apps.service.pauses import pause, read_pauses, resume
 
@@ -82,6 +88,7 @@ async def test_a_pause_and_a_resume_are_taken_up_as_they_are_written(js_env) -> 
     js, topology = js_env.js, js_env.topology
     slow_reads = dataclasses.replace(FAST, policy_check_interval_s=60.0)
     async with running_service(js_env.server, topology, CONFIG, options=slow_reads) as run:
+        assert run.service.refused_subscriptions == {}
         began = time.monotonic()
         await pause(js, topology, "team/*", reason="incident 43")
 
@@ -101,3 +108,37 @@ async def test_a_pause_and_a_resume_are_taken_up_as_they_are_written(js_env) -> 
 
         await wait_for(resumed, "the resume taken up from its write", timeout=5)
         await run.wait_state(a, "processing")
+
+
+async def test_a_user_not_allowed_the_pause_subjects_still_gets_every_pause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker refuses the pause-write subscription to a user without the right. The
+    service says so (a warning naming the subject and the remedy, ``/metrics``), drops
+    it, and takes pauses up at its once-a-second read."""
+    caplog.set_level(logging.WARNING, logger="stovepipe_fsm.service")
+    with subscribe_denied_server(tmp_path, ["$KV.*.pause.>"]) as server:
+        topology = Topology.isolated(unique_tag())
+        async with running_service(server, topology, CONFIG) as run:
+            service = run.service
+            assert list(service.refused_subscriptions) == ["pause"]
+            assert "permissions violation" in service.refused_subscriptions["pause"]
+            warned = [r.getMessage() for r in caplog.records if "not allowed" in r.getMessage()]
+            assert len(warned) == 1
+            assert f"$KV.{topology.service_bucket}.pause.>" in warned[0]
+            assert "taken up at the once-a-second read" in warned[0]
+            metrics = await render_metrics(service)
+            assert 'stovepipe_subscription_refused{subscription="pause"} 1' in metrics
+            assert 'stovepipe_subscription_refused{subscription="publish"} 0' in metrics
+
+            js = run.nc.jetstream()
+            await pause(js, topology, "team/*", reason="incident 44")
+
+            async def paused() -> bool:
+                return service.config.paused(QUEUE)
+
+            await wait_for(paused, "the pause taken up at the periodic read", timeout=5)
+            a = await run.ingest(QUEUE, "A")
+            await wait_for(lambda: _held(run, a), "A held while paused")
+            assert await resume(js, topology, "team/*")
+            await run.wait_state(a, "processing")

@@ -92,6 +92,15 @@ async def render_metrics(service: Service) -> str:
         "stovepipe_queues_refused", "gauge", "Queues left unserved: the account's consumer limit."
     )
     lines.append(f"stovepipe_queues_refused {len(service.refused)}")
+    family(
+        "stovepipe_subscription_refused",
+        "gauge",
+        "1 where the broker refused this replica a plain subscription (publish wakes, "
+        "leader advisories, pause writes): it runs on the slower backstop.",
+    )
+    for wake in service.wakes():
+        refused = int(wake.name in service.refused_subscriptions)
+        lines.append(f'stovepipe_subscription_refused{{subscription="{wake.name}"}} {refused}')
     if service.policy_hash:
         family("stovepipe_policy_info", "gauge", "The policy in force: 1, labelled by its hash.")
         lines.append(f'stovepipe_policy_info{{hash="{_label(service.policy_hash)}"}} 1')

@@ -19,7 +19,8 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
   consumer leader changes, and so does a reconnect (the heartbeat sees it): pull
   requests live only in the broker's memory. A third on the service bucket's pause keys
   takes a ``pause`` or ``resume`` up as it is written (the pauses are also read once a
-  second);
+  second). A user not allowed one of the three is refused it by the broker: the service
+  logs that, shows it in ``/metrics``, and goes on with the backstop (:mod:`.subscriptions`);
 - one :class:`DeadLetterConsumer` that fails dead-lettered requests closed;
 - one :class:`OutcomeConsumer` that records build outcomes from the outcome stream with
   the policy in force (``complete`` and build farms only publish them);
@@ -103,6 +104,7 @@ from .keepalive import KeptAlive
 from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
 from .pauses import PausableConfig, pause_write_subjects, read_pauses
 from .policy import PolicyReloader
+from .subscriptions import Wake, subscribe_if_allowed
 
 log = logging.getLogger("stovepipe_fsm.service")
 
@@ -306,6 +308,8 @@ class Service:
         #: from the long-running ones in ``_tasks`` whose end the health check reports.
         self._chores: dict[str, asyncio.Task[None]] = {}
         self._subscriptions: list[Any] = []
+        #: Plain subscriptions the broker refused (by name, ``wakes``): why.
+        self.refused_subscriptions: dict[str, str] = {}
         self._reconnects = 0
         #: Pause keys written since start, as the service bucket's subjects announced them,
         #: and one refresh at a time (a refresh that read before a write never lands after
@@ -678,17 +682,46 @@ class Service:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
 
+    def wakes(self) -> tuple[Wake, ...]:
+        """The plain subscriptions (see the module docstring), each with its backstop."""
+        return (
+            Wake(
+                "publish",
+                self.topology.process_filter(),
+                self._on_publish,
+                "a new head is found at its queue's next pull request, and a new queue at "
+                "the next discovery round",
+            ),
+            Wake(
+                "leader",
+                "$JS.EVENT.ADVISORY.*.LEADER_ELECTED.>",
+                self._on_leader,
+                "after a leader change, parked pull requests are renewed as they expire",
+            ),
+            Wake(
+                "pause",
+                pause_write_subjects(self.topology),
+                self._on_pause_write,
+                "a pause or resume is taken up at the once-a-second read",
+            ),
+        )
+
     async def _subscribe_wakes(self) -> None:
-        """The publish and leader-election subscriptions (see the module docstring)."""
-        self._subscriptions.append(
-            await self.nc.subscribe(self.topology.process_filter(), cb=self._on_publish)
-        )
-        self._subscriptions.append(
-            await self.nc.subscribe("$JS.EVENT.ADVISORY.*.LEADER_ELECTED.>", cb=self._on_leader)
-        )
-        self._subscriptions.append(
-            await self.nc.subscribe(pause_write_subjects(self.topology), cb=self._on_pause_write)
-        )
+        """Each plain subscription the service's user may make; a refused one is logged
+        with what the service does without it, and shown in ``refused_subscriptions``."""
+        for wake in self.wakes():
+            subscription, refusal = await subscribe_if_allowed(self.nc, wake)
+            if subscription is not None:
+                self._subscriptions.append(subscription)
+                continue
+            self.refused_subscriptions[wake.name] = refusal
+            log.warning(
+                "not allowed to subscribe to %s (%s): %s instead; allow this service's "
+                "user to subscribe there",
+                wake.subject,
+                refusal,
+                wake.without,
+            )
 
     async def _on_publish(self, msg: Any) -> None:
         try:
