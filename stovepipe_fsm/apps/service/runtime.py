@@ -689,8 +689,8 @@ class Service:
                 "publish",
                 self.topology.process_filter(),
                 self._on_publish,
-                "a new head is found at its queue's next pull request, and a new queue at "
-                "the next discovery round",
+                "a new queue gets its consumer at the next discovery round, and a parked "
+                "pull request the broker dropped is renewed as it expires",
             ),
             Wake(
                 "leader",
