@@ -795,8 +795,12 @@ class PathResult:
 
     def paired(self, label: str) -> float:
         """Median over rounds of ours/label, rounds run back to back."""
+        return statistics.median(self.per_round(label))
+
+    def per_round(self, label: str) -> list[float]:
+        """ours/label of each round: their spread says what one ratio is worth."""
         pairs = zip(self.rounds["ours"], self.rounds[label], strict=True)
-        return statistics.median(o.per_s / f.per_s for o, f in pairs)
+        return [o.per_s / f.per_s for o, f in pairs]
 
 
 async def decision_rates(
@@ -1109,6 +1113,18 @@ def report_decisions(paths: list[PathResult]) -> dict[str, Any]:
             "ops_ours": ours.ops,
             "ops_minimal": minimal.ops,
         }
+    print("\n   ours over each floor, round by round (lowest - highest, median):")
+    for p in paths:
+        spreads = []
+        for label in (MINIMAL, DECODING):
+            ratios = p.per_round(label)
+            spreads.append(
+                f"/{label} {min(ratios):.2f} - {max(ratios):.2f} ({statistics.median(ratios):.2f})"
+            )
+            summary[p.path][f"ours_over_{label.replace('+', '_')}_per_round"] = [
+                round(r, 3) for r in ratios
+            ]
+        print(f"   {p.path:<10} " + "   ".join(spreads))
     print(
         "\n   processor time per decision on the bench's side (best round's; the broker "
         "is another process):"

@@ -32,5 +32,9 @@ def test_every_part_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> None
         assert decisions["ops_ours"] == decisions["ops_minimal"]
         for label in ("ours", "minimal", "minimal_json"):
             assert decisions[f"cpu_us_{label}"] > 0
+        for label in ("minimal", "minimal_json"):
+            ratios = decisions[f"ours_over_{label}_per_round"]
+            assert len(ratios) == 2  # one per round
+            assert min(ratios) <= decisions[f"ours_over_{label}_paired_median"] <= max(ratios)
     assert summary["ingest"]
     assert "processor time per decision" in out
