@@ -1,0 +1,50 @@
+"""Every bench runs to the end on small figures and prints what it measures.
+
+The benches are run by hand, so a change to the stage could break one unnoticed; these
+runs are short (the figures themselves mean nothing at this size and are not checked,
+only that each part ran and reported). bench.speculative and bench.jetstream have
+tests of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from bench import __main__ as machine_bench
+from bench import queues as queues_bench
+from bench import status_page as status_page_bench
+
+
+def test_the_machine_layer_bench_compares_both_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    assert machine_bench.main(["-n", "200", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    for path in ("admit", "supersede"):
+        row = re.search(rf"^{path}\s+[\d,]+\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, re.M)
+        assert row is not None, out
+        assert float(row.group(1)) > 0
+    assert "machine/reference cost: worst" in out
+
+
+def test_the_status_page_bench_times_each_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["bench.status_page", "--queues", "10", "--requests-per-queue", "2", "--rounds", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    status_page_bench.main()
+    out = capsys.readouterr().out
+    for part in ("read:", "status read:", "render:"):
+        assert re.search(rf"{part} best\s+[\d.]+ ms", out), out
+    assert "status read / page read" in out
+
+
+def test_the_queues_bench_measures_a_small_service(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--sizes", "10", "--window", "1", "--samples", "5", "--json"]
+    assert queues_bench.main(argv) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out[out.index("\n[") + 1 :])
+    assert rows and all(row["admits"] == 5 for row in rows)
+    assert all(row["kib_per_queue"] > 0 and row["admit_p99_ms"] > 0 for row in rows)
