@@ -17,6 +17,7 @@ import pytest
 from bench import __main__ as machine_bench
 from bench import queues as queues_bench
 from bench import status_page as status_page_bench
+from bench import whatif as whatif_bench
 
 
 def test_the_machine_layer_bench_compares_both_paths(capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,3 +49,19 @@ def test_the_queues_bench_measures_a_small_service(capsys: pytest.CaptureFixture
     rows = json.loads(out[out.index("\n[") + 1 :])
     assert rows and all(row["admits"] == 5 for row in rows)
     assert all(row["kib_per_queue"] > 0 and row["admit_p99_ms"] > 0 for row in rows)
+
+
+def test_the_whatif_bench_loads_replays_and_runs_both_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--heads", "400", "--queues", "2", "--commits", "200", "--skip-yaml"]
+    assert whatif_bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^\[(steady|piled)\] 400 heads over 2 queues", out, re.M) == [
+        "steady",
+        "piled",
+    ]
+    commands = re.findall(r"^(whatif|simulate --json) \(command, end to end.*; (.*)$", out, re.M)
+    assert len(commands) == 4, out
+    assert all(status == "ok" for _, status in commands), commands
+    assert out.count("both replays:") == 2
