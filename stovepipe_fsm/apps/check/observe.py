@@ -207,7 +207,9 @@ def observe(world: World) -> Observation:
         else _NONE,
         source_control_up=world.graph.available,
         armed_crash=world.armed_crash,
-        in_hand=tuple(_in_hand(world, held) for held in world.in_hand) if world.in_hand else (),
+        in_hand=tuple(_in_hand(world, held, now) for held in world.in_hand)
+        if world.in_hand
+        else (),
         paused=_paused(world, rows, messages),
         lease_expired=lease_expired,
     )
@@ -327,7 +329,7 @@ def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> 
         return None
 
 
-def _in_hand(world: World, held: InHand) -> InHandView:
+def _in_hand(world: World, held: InHand, now: int) -> InHandView:
     ctx, cursor = held.paused.ctx, held.paused.cursor
     request, row = ctx.request, ctx.queue
     request_fresh = request is not None and (
@@ -343,7 +345,7 @@ def _in_hand(world: World, held: InHand) -> InHandView:
         message_pending=world.broker.find(held.message.seq) is not None,
         request=evolve(_stripped_request(request), version=0) if request else None,
         request_fresh=request_fresh,
-        queue_row=_relative(row, world.clock.now_ms()) if row else None,
+        queue_row=_relative(row, now) if row else None,
         queue_fresh=queue_fresh,
         config=ctx.config,
         build_strategy=ctx.build_strategy,
