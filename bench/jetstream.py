@@ -536,6 +536,11 @@ async def _consumer(rig: Rig, queue: str) -> ProcessConsumer:
     return consumer
 
 
+def _json_bytes(value: dict[str, Any]) -> bytes:
+    """Compact JSON with sorted keys, as the stage writes its values."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
 class Floor:
     """The broker operations of one decision, with nothing else around them.
 
@@ -709,7 +714,7 @@ class Floor:
 
     async def _note(self, request_id: str, kind: str) -> None:
         record = TrailRecord(kind, self.queue, request_id, 1, detail=detail(by="x" * 40))
-        payload = json.dumps(record.as_json(), sort_keys=True, separators=(",", ":")).encode()
+        payload = _json_bytes(record.as_json())
         await self.js.publish(
             self.topology.trail_subject(request_id, kind),
             payload,
@@ -728,10 +733,6 @@ class Floor:
         await msg.ack()
         if self.extras:
             await self.attempts.purge(f"process.{msg.metadata.sequence.stream}")
-
-
-def _json_bytes(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 MINIMAL, DECODING = "minimal", "minimal+json"
@@ -917,7 +918,7 @@ class IngestFloor:
 
     async def _note(self, queue: str, request_id: str, uri: str) -> None:
         record = TrailRecord(INGESTED, queue, request_id, 1, detail=detail(uri=uri))
-        payload = json.dumps(record.as_json(), sort_keys=True, separators=(",", ":")).encode()
+        payload = _json_bytes(record.as_json())
         await self.js.publish(
             self.topology.trail_subject(request_id, INGESTED),
             payload,
