@@ -145,54 +145,50 @@ async def js_env(nats_server: NatsServer) -> AsyncIterator[JsEnv]:
             await close(nc)
 
 
-def account_limited_config(directory: Path, max_consumers: int) -> Path:
-    """A server config whose one account, used by every unauthenticated client, may hold
-    at most ``max_consumers`` JetStream consumers over all its streams."""
-    path = directory / "account-limited.conf"
+def one_account_config(directory: Path, name: str, account: str, user: str) -> Path:
+    """A server config, written to ``directory/name``, whose one account (``account``:
+    the body of its block) has one user, used by every unauthenticated client (``user``:
+    that user's entry, named "only")."""
+    path = directory / name
     path.write_text(
-        "accounts {\n"
-        "  LIMITED {\n"
-        f"    jetstream {{ max_consumers: {max_consumers} }}\n"
-        '    users [ { user: "limited" } ]\n'
-        "  }\n"
-        "}\n"
-        'no_auth_user: "limited"\n',
+        f"accounts {{\n  ONLY {{\n{account}    users [ {user} ]\n  }}\n}}\n"
+        'no_auth_user: "only"\n',
         encoding="utf-8",
     )
     return path
+
+
+def account_limited_config(directory: Path, max_consumers: int) -> Path:
+    """A server config whose one account, used by every unauthenticated client, may hold
+    at most ``max_consumers`` JetStream consumers over all its streams."""
+    account = f"    jetstream {{ max_consumers: {max_consumers} }}\n"
+    return one_account_config(directory, "account-limited.conf", account, '{ user: "only" }')
 
 
 def subscribe_denied_config(directory: Path, subjects: list[str]) -> Path:
     """A server config whose one user, used by every unauthenticated client, may do
     anything but subscribe to ``subjects``."""
     deny = ", ".join(f'"{subject}"' for subject in subjects)
-    path = directory / "subscribe-denied.conf"
-    path.write_text(
-        "accounts {\n"
-        "  RESTRICTED {\n"
-        "    jetstream: enabled\n"
-        '    users [ { user: "restricted", permissions: {\n'
-        f"      subscribe: {{ deny: [{deny}] }}\n"
-        "    } } ]\n"
-        "  }\n"
-        "}\n"
-        'no_auth_user: "restricted"\n',
-        encoding="utf-8",
-    )
-    return path
+    user = f'{{ user: "only", permissions: {{ subscribe: {{ deny: [{deny}] }} }} }}'
+    return one_account_config(directory, "subscribe-denied.conf", "    jetstream: enabled\n", user)
 
 
 @contextlib.contextmanager
-def subscribe_denied_server(directory: Path, subjects: list[str]) -> Iterator[NatsServer]:
+def configured_server(directory: Path, config: Path) -> Iterator[NatsServer]:
+    """A broker of its own, started on ``config``, its store under ``directory``."""
+    with NatsServer(directory / "store", extra_args=("-c", str(config))) as server:
+        yield server
+
+
+def subscribe_denied_server(
+    directory: Path, subjects: list[str]
+) -> contextlib.AbstractContextManager[NatsServer]:
     """A broker of its own whose one user may not subscribe to ``subjects``."""
-    config = subscribe_denied_config(directory, subjects)
-    with NatsServer(directory / "store", extra_args=("-c", str(config))) as server:
-        yield server
+    return configured_server(directory, subscribe_denied_config(directory, subjects))
 
 
-@contextlib.contextmanager
-def account_limited_server(directory: Path, max_consumers: int) -> Iterator[NatsServer]:
+def account_limited_server(
+    directory: Path, max_consumers: int
+) -> contextlib.AbstractContextManager[NatsServer]:
     """A broker of its own whose account caps consumers at ``max_consumers``."""
-    config = account_limited_config(directory, max_consumers)
-    with NatsServer(directory / "store", extra_args=("-c", str(config))) as server:
-        yield server
+    return configured_server(directory, account_limited_config(directory, max_consumers))
