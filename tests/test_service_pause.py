@@ -3,14 +3,22 @@ broker across a restart, idempotent, refused for a policy that cannot pause."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
+import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
-from nats_server import subscribe_denied_server, unique_tag
+from nats_server import (
+    configured_server,
+    subscribe_denied_config,
+    subscribe_denied_server,
+    unique_tag,
+)
 from test_service_cli import ROOT, cli, tag  # noqa: F401
 from test_service_support import FAST, running_service, wait_for
 
@@ -142,3 +150,59 @@ async def test_a_user_not_allowed_the_pause_subjects_still_gets_every_pause(
             await wait_for(lambda: _held(run, a), "A held while paused")
             assert await resume(js, topology, "team/*")
             await run.wait_state(a, "processing")
+
+
+async def test_a_subscription_a_broker_reload_takes_away_is_reported_and_taken_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker config reload takes the pause-write right away: the broker removes the
+    subscription and says so on the connection only. The service reports it as at start,
+    once, however many retries are refused; given the right back by another reload, it
+    subscribes again at the next retry, and a pause wakes it at once again.
+
+    The once-a-second pause read is made a minute here, so that only the subscription
+    can take the last pause up within the wait."""
+    caplog.set_level(logging.INFO, logger="stovepipe_fsm.service")
+    allowed = subscribe_denied_config(tmp_path, ["nothing.at.all"])
+    pauses = "$KV.*.pause.>"
+    options = dataclasses.replace(FAST, refused_retry_s=0.2, policy_check_interval_s=60.0)
+    with configured_server(tmp_path, allowed) as server:
+        assert server.pid is not None
+        topology = Topology.isolated(unique_tag())
+        async with running_service(server, topology, CONFIG, options=options) as run:
+            service = run.service
+            assert service.refused_subscriptions == {}
+
+            subscribe_denied_config(tmp_path, [pauses])
+            os.kill(server.pid, signal.SIGHUP)  # nats-server reloads its config
+
+            async def refused() -> bool:
+                return "pause" in service.refused_subscriptions
+
+            await wait_for(refused, "the removed subscription reported", timeout=10)
+            assert list(service.refused_subscriptions) == ["pause"]
+            metrics = await render_metrics(service)
+            assert 'stovepipe_subscription_refused{subscription="pause"} 1' in metrics
+            await asyncio.sleep(1.0)  # five retries or so, each refused again
+            assert list(service.refused_subscriptions) == ["pause"]
+            said = [r.getMessage() for r in caplog.records if "pause.>" in r.getMessage()]
+            assert len(said) == 1, said  # neither the retries nor the client repeat it
+            assert said[0].startswith("not allowed to subscribe to")
+
+            allowed = subscribe_denied_config(tmp_path, ["nothing.at.all"])
+            os.kill(server.pid, signal.SIGHUP)
+
+            async def allowed_again() -> bool:
+                return service.refused_subscriptions == {}
+
+            await wait_for(allowed_again, "the subscription made again", timeout=10)
+            metrics = await render_metrics(service)
+            assert 'stovepipe_subscription_refused{subscription="pause"} 0' in metrics
+            assert any("now allowed to subscribe" in r.getMessage() for r in caplog.records)
+
+            await pause(run.nc.jetstream(), topology, "team/*", reason="incident 45")
+
+            async def paused() -> bool:
+                return service.config.paused(QUEUE)
+
+            await wait_for(paused, "the pause taken up from its write", timeout=5)

@@ -19,6 +19,7 @@ from nats_server import connect
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceControlProvider
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.connect import ConnectionErrors
 from stovepipe_fsm.apps.service.runtime import Service, ServiceOptions
 from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.errors import NotFound
@@ -123,7 +124,9 @@ async def running_service(
 ) -> AsyncIterator[Running]:
     """A started service; with ``warmed``, once every queue has its consumer too (start
     itself waits only for the queues that can have work)."""
-    nc = await connect(server, **connect_options)
+    # Wired as the service command wires it: the connection's errors reach the service.
+    errors = ConnectionErrors()
+    nc = await connect(server, error_cb=errors.hear, **connect_options)
     events = Events()
     service = Service(
         nc,
@@ -133,6 +136,7 @@ async def running_service(
         source_control=provider if provider is not None else memory_provider()[1],
         options=options,
         observer=events,
+        connection_errors=errors,
     )
     try:
         await asyncio.wait_for(service.start(), WAIT_S)

@@ -507,7 +507,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
     from ...adapters.jetstream import NatsServer
-    from .connect import connect
+    from .connect import ConnectionErrors, connect
     from .http import HttpEndpoint
     from .policy import PolicyReloader
     from .runtime import Service, ServiceOptions
@@ -534,7 +534,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             url = server.url
             # Other commands need this URL (the port may have been picked at random).
             print(f"embedded nats-server: {url} (other commands: --nats {url})", flush=True)
-        nc = await connect(nats_options(args, service=True, url=url))
+        errors = ConnectionErrors()
+        nc = await connect(nats_options(args, service=True, url=url), errors)
         stack.push_async_callback(nc.drain)
         service = Service(
             nc,
@@ -542,6 +543,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
             reloader.machines,
             reloader.config,
             reloader=reloader,
+            connection_errors=errors,
             options=ServiceOptions(
                 ack_wait_s=ack_wait_of(args), prune_older_than_s=args.prune_older_than
             ),

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,14 +64,15 @@ class NatsOptions:
         """The seed URLs of ``url``; ``ValueError`` for an empty entry."""
         return seed_urls(self.url)
 
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self, errors: ConnectionErrors | None = None) -> dict[str, Any]:
+        """The client's connect arguments; ``errors`` hears the connection's errors."""
         options: dict[str, Any] = {
             "servers": self.servers,
             "connect_timeout": self.connect_timeout_s,
             "max_reconnect_attempts": self.max_reconnect_attempts or 1,
             "reconnect_time_wait": self.reconnect_wait_s,
             # One log line per event instead of the client's default traceback dumps.
-            "error_cb": _on_error,
+            "error_cb": errors.hear if errors is not None else _on_error,
             "disconnected_cb": _on_disconnected,
             "reconnected_cb": _on_reconnected,
         }
@@ -121,11 +123,48 @@ def seed_urls(text: str) -> list[str]:
     return urls
 
 
-async def connect(options: NatsOptions) -> Client:
-    """Connect, or raise ``ConnectionError`` within ``first_connect_timeout_s``."""
+#: Hears one error of the connection; True when it explains it (and said so itself).
+ErrorListener = Callable[[Exception], Awaitable[bool]]
+
+
+class ConnectionErrors:
+    """The connection's error callback, for the parts of a process that must react to
+    what the broker says outside any call of theirs.
+
+    The broker reports some refusals only on the connection: a subscription that a
+    config reload no longer allows is removed by the broker and announced as an error
+    line, which no subscribe call returns. Each error is offered to every listener, and
+    logged here unless one of them explains it, so that an error is said once.
+    """
+
+    def __init__(self) -> None:
+        self._listeners: list[ErrorListener] = []
+
+    def listen(self, listener: ErrorListener) -> None:
+        self._listeners.append(listener)
+
+    def forget(self, listener: ErrorListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def hear(self, exc: Exception) -> None:
+        """The callback given to the client (which takes only coroutine functions)."""
+        explained = False
+        for listener in tuple(self._listeners):
+            try:
+                explained = await listener(exc) or explained
+            except Exception:  # a listener's defect must not hide the error
+                log.exception("nats: error listener failed on %s", type(exc).__name__)
+        if not explained:
+            await _on_error(exc)
+
+
+async def connect(options: NatsOptions, errors: ConnectionErrors | None = None) -> Client:
+    """Connect, or raise ``ConnectionError`` within ``first_connect_timeout_s``;
+    ``errors`` hears the connection's errors (by default they are logged)."""
     try:
         return await asyncio.wait_for(
-            nats.connect(**options.kwargs()), options.first_connect_timeout_s
+            nats.connect(**options.kwargs(errors)), options.first_connect_timeout_s
         )
     except TimeoutError:
         raise ConnectionError(

@@ -100,11 +100,12 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from .connect import ConnectionErrors
 from .keepalive import KeptAlive
 from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
 from .pauses import PausableConfig, pause_write_subjects, read_pauses
 from .policy import PolicyReloader
-from .subscriptions import Wake, subscribe_if_allowed
+from .subscriptions import Wake, WakeSubscriptions
 
 log = logging.getLogger("stovepipe_fsm.service")
 
@@ -137,7 +138,8 @@ class ServiceOptions:
     #: How often the machines directory and the config file are checked for edits.
     policy_check_interval_s: float = 1.0
     #: How often the queues refused a consumer (at the account's JetStream limit) are
-    #: tried again, when the process stream has room by then.
+    #: tried again, when the process stream has room by then; and the plain
+    #: subscriptions the broker refused.
     refused_retry_s: float = 60.0
     #: How often a JetStream round trip proves the broker answers (``/healthz``) ...
     heartbeat_interval_s: float = 1.0
@@ -286,8 +288,12 @@ class Service:
         options: ServiceOptions | None = None,
         observer: Observer | None = None,
         reloader: PolicyReloader | None = None,
+        connection_errors: ConnectionErrors | None = None,
     ) -> None:
         self.nc = nc
+        #: The connection's error callback, where it is this process's: a subscription
+        #: the broker takes away later (a config reload) is then seen as it happens.
+        self.connection_errors = connection_errors
         self.js = nc.jetstream()
         self.topology = topology
         self.machines = machines
@@ -307,9 +313,7 @@ class Service:
         #: Short tasks (a queue seen in a publish, a discovery after a reconnect), apart
         #: from the long-running ones in ``_tasks`` whose end the health check reports.
         self._chores: dict[str, asyncio.Task[None]] = {}
-        self._subscriptions: list[Any] = []
-        #: Plain subscriptions the broker refused (by name, ``wakes``): why.
-        self.refused_subscriptions: dict[str, str] = {}
+        self._wakes = WakeSubscriptions(nc, self.wakes(), self.options.refused_retry_s)
         self._reconnects = 0
         #: Pause keys written since start, as the service bucket's subjects announced them,
         #: and one refresh at a time (a refresh that read before a write never lands after
@@ -389,7 +393,9 @@ class Service:
         await self.refresh_pauses()
         self._spawn("pauses", self._pause_loop())
         self._reconnects = self.nc.stats.get("reconnects", 0)
-        await self._subscribe_wakes()
+        if self.connection_errors is not None:
+            self.connection_errors.listen(self._wakes.on_error)
+        await self._wakes.subscribe()
         self._inbox = SharedInbox(self.nc)
         await self._inbox.open()
         # Two listings instead of two round trips per queue: the consumers that exist
@@ -509,6 +515,7 @@ class Service:
         """:meth:`discover` on listings read by :meth:`_listings`."""
         assert self.pipeline is not None, "start() first"
         await self._retry_refused()
+        await self._wakes.retry_refused()
         rows = set(known)
         waiting = [q for q in self._queues_of(subjects) if q in rows]
         started = await self.add_queues(waiting)
@@ -591,9 +598,9 @@ class Service:
         self._stop.set()
         for loop in self._loops():
             loop.wake()  # queue loops do not watch the stop event themselves
-        for sub in self._subscriptions:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        if self.connection_errors is not None:
+            self.connection_errors.forget(self._wakes.on_error)
+        await self._wakes.close()
         tasks = [*self._tasks.values(), *self._chores.values()]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.options.shutdown_timeout_s)
@@ -682,6 +689,11 @@ class Service:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
 
+    @property
+    def refused_subscriptions(self) -> dict[str, str]:
+        """The plain subscriptions the broker refused (by name, :meth:`wakes`): why."""
+        return self._wakes.refused
+
     def wakes(self) -> tuple[Wake, ...]:
         """The plain subscriptions (see the module docstring), each with its backstop."""
         return (
@@ -705,23 +717,6 @@ class Service:
                 "a pause or resume is taken up at the once-a-second read",
             ),
         )
-
-    async def _subscribe_wakes(self) -> None:
-        """Each plain subscription the service's user may make; a refused one is logged
-        with what the service does without it, and shown in ``refused_subscriptions``."""
-        for wake in self.wakes():
-            subscription, refusal = await subscribe_if_allowed(self.nc, wake)
-            if subscription is not None:
-                self._subscriptions.append(subscription)
-                continue
-            self.refused_subscriptions[wake.name] = refusal
-            log.warning(
-                "not allowed to subscribe to %s (%s): %s instead; allow this service's "
-                "user to subscribe there",
-                wake.subject,
-                refusal,
-                wake.without,
-            )
 
     async def _on_publish(self, msg: Any) -> None:
         try:
