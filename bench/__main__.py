@@ -15,7 +15,8 @@ machines (``spec/compiler.py``). ``--fired`` adds, to the same interleaved round
 shipped controller deciding by firing those machines instead (the path the table is
 derived from, on the compiler's lean classes), and ``--stock`` the same firing on
 machines compiled with the stock ``transitions`` classes: what the table and the lean
-classes each save.
+classes each save. ``--straight`` adds the flow written out by hand over the same named
+steps (:mod:`bench.straight`): the most a driver generated from the table could save.
 
 The *admit* path is a latest head with a free slot and a last green that is its
 ancestor: load R, load Q, coalesce, gate, ancestry check, claim slot, mark processing,
@@ -69,6 +70,9 @@ from stovepipe_fsm.process.metrics import Metrics
 from stovepipe_fsm.process.trail import HELD_LOG
 from stovepipe_fsm.simulation.runtime import run_sync
 from stovepipe_fsm.spec import compiler
+
+from .calls import calls_per_decision
+from .straight import straight_handle
 
 Q = "monorepo/main"
 GREEN, HEAD = "G", "H"
@@ -341,6 +345,11 @@ def stock_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
         compiler._LEAN_CLASSES = lean
 
 
+def straight_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
+    """The shipped controller's services and named steps, without its driver."""
+    return straight_handle(machine_handle(ports, machines_dir))
+
+
 def reference_handle(ports: Ports, machines_dir: Path) -> Handle:
     return ReferenceController(ports).handle
 
@@ -439,6 +448,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time it firing machines compiled with the stock transitions classes",
     )
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="also count the Python function calls per decision of each implementation",
+    )
+    parser.add_argument(
+        "--straight",
+        action="store_true",
+        help="also time the flow written out by hand over the same steps (no driver)",
+    )
     args = parser.parse_args(argv)
     n, rounds = (2_000, 3) if args.quick else (args.n, args.rounds)
     machines_dir = Path(args.machines)
@@ -447,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         makers["fired"] = fired_machine_handle
     if args.stock:
         makers["stock"] = stock_machine_handle
+    if args.straight:
+        makers["straight"] = straight_machine_handle
     others = [label for label in ("fired", "stock") if label in makers]
     check_equivalent(machines_dir, makers)
 
@@ -455,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     header += f"{'ref us':>8} {'ratio':>6}"
     print(header)
     worst = 0.0
-    other_rows = []
+    other_rows, straight_rows = [], []
     for label, timer in (("admit", time_admits), ("supersede", time_supersedes)):
         rates = measure(timer, machines_dir, n, rounds, makers)
         machine, reference = rates["machine"], rates["reference"]
@@ -467,6 +488,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{label:<10} {best_m:>11,.0f} {best_r:>12,.0f} {1e6 / best_m:>11.1f} "
             f"{1e6 / best_r:>8.1f} {ratio:>5.2f}x   (median of paired rounds {paired:.2f}x)"
         )
+        if args.straight:
+            best_s = max(rates["straight"])
+            paired_s = statistics.median(
+                r / s for s, r in zip(rates["straight"], reference, strict=True)
+            )
+            straight_rows.append(
+                f"{label:<10} {1e6 / best_s:>12.1f} {1e6 / best_r:>8.1f} "
+                f"{best_r / best_s:>5.2f}x   (median of paired rounds {paired_s:.2f}x); "
+                f"the driver: {1e6 / best_m - 1e6 / best_s:.1f} us, "
+                f"{(best_s - best_m) / best_s:.0%} of the machine path"
+            )
         for other in others:
             best_s = max(rates[other])
             paired_s = statistics.median(m / s for m, s in zip(machine, rates[other], strict=True))
@@ -485,7 +517,26 @@ def main(argv: list[str] | None = None) -> int:
         )
         for row in other_rows:
             print(row)
+    if straight_rows:
+        print("the flow written out over the same steps (the most a generated driver saves):")
+        print(f"{'path':<10} {'straight us':>12} {'ref us':>8} {'ratio':>6}")
+        for row in straight_rows:
+            print(row)
+    if args.calls:
+        print_calls(machines_dir, min(n, 2_000), makers)
     return 0
+
+
+def print_calls(machines_dir: Path, n: int, makers: dict[str, Maker]) -> None:
+    """Python function calls per decision, each implementation against the reference."""
+    labels = [label for label in makers if label != "reference"]
+    print(f"python function calls per decision (cProfile, {n} decisions, setup subtracted):")
+    print(f"{'path':<10} {'reference':>10} " + " ".join(f"{label:>16}" for label in labels))
+    for path, timer in (("admit", time_admits), ("supersede", time_supersedes)):
+        counts = calls_per_decision(make_ports, makers, machines_dir, timer, n)
+        reference = counts["reference"]
+        cells = [f"{counts[label]:>6.0f} ({counts[label] / reference:.2f}x)" for label in labels]
+        print(f"{path:<10} {reference:>10.0f} " + " ".join(f"{cell:>16}" for cell in cells))
 
 
 if __name__ == "__main__":

@@ -21,12 +21,22 @@ from bench import whatif as whatif_bench
 
 
 def test_the_machine_layer_bench_compares_both_paths(capsys: pytest.CaptureFixture[str]) -> None:
-    assert machine_bench.main(["-n", "200", "--rounds", "2"]) == 0
+    argv = ["-n", "200", "--rounds", "2", "--fired", "--stock", "--straight", "--calls"]
+    assert machine_bench.main(argv) == 0
     out = capsys.readouterr().out
     for path in ("admit", "supersede"):
         row = re.search(rf"^{path}\s+[\d,]+\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, re.M)
         assert row is not None, out
         assert float(row.group(1)) > 0
+        for other in ("fired", "stock"):
+            assert re.search(rf"^{path}\s+{other}\s+[\d.]+\s+[\d.]+", out, re.M), out
+        straight = re.search(rf"^{path}\s+[\d.]+\s+[\d.]+\s+[\d.]+x .*the driver: ", out, re.M)
+        assert straight is not None, out
+        calls = re.search(rf"^{path}\s+(\d+)((?:\s+\d+ \([\d.]+x\)){{4}})$", out, re.M)
+        assert calls is not None, out
+        machine, fired, stock, straight_calls = map(int, re.findall(r"(\d+) \(", calls[2]))
+        # The driver's own calls: none written out, more when firing, most when stock.
+        assert straight_calls < machine < fired < stock, calls[0]
     assert "machine/reference cost: worst" in out
 
 

@@ -1,0 +1,131 @@
+"""The most a driver generated from ``queue_gate`` could save: the flow written out.
+
+``straight_handle`` runs the shipped flow's registered actions and conditions in one
+hand-written function, the way a driver generated from the decision table would run
+them: no step loop, no table walk, each condition asked once, the transition that runs
+told to the context as the driver tells it. It keeps everything else of the machine
+path: the ``DeliveryContext``, each named step as its own call or coroutine, the request
+lifecycle planning every write, the controller's metrics. It has no step budget: the
+in-memory stores of the bench never lose a claim twice.
+
+It is written against ``machines/queue_gate.yaml`` as shipped; the bench checks, before
+timing, that it leaves the same stores as the controller on both paths, so a flow edited
+out from under it stops the bench instead of timing something else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from stovepipe_fsm.adapters.memory import MemoryDelivery
+from stovepipe_fsm.process import gate
+from stovepipe_fsm.process.context import DeliveryContext
+from stovepipe_fsm.process.controller import ProcessController
+from stovepipe_fsm.spec.compiler import Step
+
+Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
+
+
+def _steps(controller: ProcessController) -> dict[tuple[str, str], Step]:
+    """Each transition of the flow, by its trigger and its first condition ("": none)."""
+    flow = controller.machines.queue_gate
+    steps: dict[tuple[str, str], Step] = {}
+    for by_state in flow._table.values():
+        for candidates in by_state.values():
+            for _, (step, _calls) in candidates:
+                spec = step.transition
+                assert spec is not None, "a compiled step knows its declaration"
+                first = spec.conditions[0].name if spec.conditions else ""
+                steps[(step.trigger, first)] = step
+    return steps
+
+
+def straight_handle(machine_handle: Handle) -> Handle:
+    """The shipped controller's services, driven by the flow written out by hand."""
+    controller = machine_handle.__self__  # type: ignore[attr-defined]
+    assert isinstance(controller, ProcessController)
+    steps = _steps(controller)
+    services, metrics = controller.services, controller.services.metrics
+    terminal = steps[("dispatch", "request_is_terminal")]
+    reannounced = steps[("dispatch", "request_is_processing")]
+    republished = steps[("republish", "")]
+    accepted = steps[("dispatch", "")]
+    paused = steps[("coalesce", "paused")]
+    superseded = steps[("coalesce", "outside_newest_n")]
+    unstamped = steps[("coalesce", "latest_not_stamped")]
+    latest = steps[("coalesce", "")]
+    gate_closed = steps[("gate", "gate_closed")]
+    lagging = steps[("gate", "baseline_lag_exceeded")]
+    derived = steps[("gate", "")]
+    drain = steps[("claim", "rewrite_waits_for_drain")]
+    claimed = steps[("claim", "")]
+    lost, admitted = steps[("admit", "slot_conflict")], steps[("admit", "")]
+
+    async def held(ctx: DeliveryContext, via: Step) -> str:
+        ctx.via = via
+        await gate.hold(ctx)
+        return "held"
+
+    async def run(ctx: DeliveryContext) -> str:
+        await gate.load_request(ctx)
+        while True:
+            if gate.request_is_terminal(ctx):
+                ctx.via = terminal
+                await gate.release_slot(ctx)
+                await gate.ack(ctx)
+                return "acked"
+            if gate.request_is_processing(ctx):
+                ctx.via = reannounced
+                await gate.announce(ctx)
+                ctx.via = republished
+                await gate.publish_build(ctx)
+                await gate.ack(ctx)
+                return "acked"
+            ctx.via = accepted
+            await gate.load_queue(ctx)
+            await gate.reclaim_expired_leases(ctx)
+            await gate.reclaim_ended_holders(ctx)
+            await gate.count_newer_heads(ctx)
+            if gate.paused(ctx):
+                return await held(ctx, paused)
+            if gate.outside_newest_n(ctx):
+                ctx.via = superseded
+                await gate.supersede(ctx)
+                await gate.ack(ctx)
+                return "acked"
+            if gate.latest_not_stamped(ctx):
+                return await held(ctx, unstamped)
+            ctx.via = latest
+            if gate.gate_closed(ctx):
+                return await held(ctx, gate_closed)
+            if gate.baseline_lag_exceeded(ctx):
+                return await held(ctx, lagging)
+            ctx.via = derived
+            await gate.derive_strategy(ctx)
+            if gate.rewrite_waits_for_drain(ctx):
+                return await held(ctx, drain)
+            ctx.via = claimed
+            await gate.claim_slot(ctx)
+            if gate.slot_conflict(ctx):
+                ctx.via = lost
+                await gate.load_request(ctx)
+                continue
+            ctx.via = admitted
+            await gate.mark_processing(ctx)
+            await gate.release_lost_claim(ctx)
+            await gate.announce(ctx)
+            await gate.publish_build(ctx)
+            await gate.ack(ctx)
+            return "acked"
+
+    async def handle(delivery: MemoryDelivery) -> str:
+        ctx = DeliveryContext(services, delivery, delivery.request_id)
+        started = time.perf_counter()
+        await run(ctx)
+        metrics.observe_latency((time.perf_counter() - started) * 1000.0)
+        metrics.count(f"deliveries_{ctx.outcome}", delivery.queue)
+        return ctx.outcome
+
+    return handle
