@@ -23,6 +23,9 @@ A compiled machine decides by a table read from its own ``transitions`` machine 
 candidates of each trigger and source, their conditions and what each one records);
 every comparison here runs twice, once deciding by that table (what the driver uses) and
 once by firing the compiled ``transitions`` machine itself, and both must match stock.
+Whole flows run a third way: ``run`` as shipped takes the table written out as one
+generated coroutine function (``spec/flow_codegen.py``), and the loop driver it replaces
+there is run too, so the generated driver, the loop and firing all must match stock.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ C = TypeVar("C", bound=_Compiled)
 # How a compiled machine decides: by its table (as shipped), or by firing its machine.
 TABLE, MACHINE = "table", "machine"
 PATHS = (TABLE, MACHINE)
+# How a flow's run is driven besides: by the table through the loop driver, not the
+# generated function (the table path, as shipped, runs the generated one).
+LOOP = "loop"
+FLOW_PATHS = (TABLE, LOOP, MACHINE)
 
 
 @dataclass
@@ -227,6 +234,8 @@ def deciding_by(compiled: C, path: str) -> C:
     machine: every fire and every flow step goes through ``_decide``."""
     if path == MACHINE:
         compiled._decide = compiled._decide_by_machine  # type: ignore[method-assign]
+    if path == LOOP and isinstance(compiled, CompiledFlow):
+        compiled._generated = None
     return compiled
 
 
@@ -488,8 +497,10 @@ def flow_runs_alike(
         return Ctx(bits=tuple(bits), offsets=dict(zip(conditions, offsets, strict=False)))
 
     stock = stock_drive(spec, registry, fresh(), max_steps)
-    for path in PATHS:
+    for path in FLOW_PATHS:
         flow = deciding_by(CompiledFlow(spec, registry, max_steps=max_steps), path)
+        # As shipped, run takes the generated driver; the other paths take the loop.
+        assert (flow._generated is not None and flow._by_table()) == (path == TABLE)
         assert drive(flow, fresh(), "") == stock, path
         assert drive(flow, fresh(), pause) == stock, path
 

@@ -53,6 +53,7 @@ from transitions import Event, Machine, MachineError, State, Transition
 from transitions.core import Condition, EventData
 
 from ..domain.errors import Retryable, StovepipeError
+from .flow_codegen import Settle, generate
 from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
 from .registry import Registry
 from .roles import leads_to
@@ -484,7 +485,7 @@ class CompiledFlow(_Compiled):
         if spec.kind != FLOW:
             raise ValueError(f"{spec.name} is a {spec.kind} machine, not a flow")
         super().__init__(spec, registry)
-        self.max_steps = max_steps
+        self._max_steps = max_steps
         self.trigger_for: dict[str, str] = {}
         for state in spec.state_names:
             triggers = {t.trigger for t in spec.outgoing(state)}
@@ -498,6 +499,24 @@ class CompiledFlow(_Compiled):
             if state not in self.terminal
         }
         self._initial = spec.initial.name
+        # The table written out as one coroutine function (:mod:`.flow_codegen`): what
+        # run and settle take when deciding by the table. ``advance``, which can stop
+        # after any action and start again from a cursor, keeps the loop.
+        self._generated: Settle[Step] | None = generate(
+            spec.state_names,
+            self._initial,
+            self.terminal,
+            {state: (trigger, rows) for state, (trigger, _event, rows) in self._way_out.items()},
+            max_steps=max_steps,
+            unmet=self._unmet,
+            over_budget=self._over_budget,
+            no_way_out=self._no_way_out,
+        )
+
+    @property
+    def max_steps(self) -> int:
+        """Decisions a delivery may take (fixed: the generated driver is built with it)."""
+        return self._max_steps
 
     async def run(
         self,
@@ -506,11 +525,31 @@ class CompiledFlow(_Compiled):
         probe: Probe | None = None,
     ) -> str:
         """Drive ``ctx`` from the initial state to a terminal one; return that state."""
+        generated = self._generated
+        if generated is not None and self._by_table():
+            return (await generated(ctx, probe))[0]
         return (await self._drive(ctx, self._initial, (), 0, None, "", probe))[0]
 
     async def settle(self, ctx: Any, *, probe: Probe | None = None) -> Step | None:
         """:meth:`run`, answering the step into the terminal state (``None``: none taken)."""
+        generated = self._generated
+        if generated is not None and self._by_table():
+            return (await generated(ctx, probe))[1]
         return (await self._drive(ctx, self._initial, (), 0, None, "", probe))[3]
+
+    def _by_table(self) -> bool:
+        """Deciding by the table, as shipped (a comparison may make it fire the machine)."""
+        return getattr(self._decide, "__func__", None) is _Compiled._decide
+
+    def _over_budget(self, state: str) -> FlowDidNotSettle:
+        return FlowDidNotSettle(
+            f"{self.spec.name}: no terminal state after {self.max_steps} steps (last {state!r})"
+        )
+
+    def _no_way_out(self, state: str) -> IllegalTransition:
+        return IllegalTransition(
+            f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
+        )
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -562,7 +601,7 @@ class CompiledFlow(_Compiled):
         terminal, way_out, decide = self.terminal, self._way_out, self._decide
         # Deciding by the table (as shipped) walks the state's candidates right here;
         # any other decider (firing the machine, to compare) is called per step.
-        by_table = getattr(decide, "__func__", None) is _Compiled._decide
+        by_table = self._by_table()
         max_steps = self.max_steps
         # A context with a ``via`` attribute is told the transition whose actions run.
         tell = hasattr(ctx, "via")
@@ -584,15 +623,10 @@ class CompiledFlow(_Compiled):
             if state in terminal:
                 return state, None, steps, via
             if steps >= max_steps:
-                raise FlowDidNotSettle(
-                    f"{self.spec.name}: no terminal state after {max_steps} steps "
-                    f"(last {state!r})"
-                )
+                raise self._over_budget(state)
             leave = way_out.get(state)
             if leave is None:  # only reachable with lint off (dead end, several triggers)
-                raise IllegalTransition(
-                    f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
-                )
+                raise self._no_way_out(state)
             if by_table:
                 picked = _walk(leave[2], ctx)
                 if picked is None:
