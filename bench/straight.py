@@ -1,12 +1,12 @@
-"""The most a driver generated from ``queue_gate`` could save: the flow written out.
+"""The least any driver of the ``queue_gate`` steps could cost: the flow written out.
 
 ``straight_handle`` runs the shipped flow's registered actions and conditions in one
-hand-written function, the way a driver generated from the decision table would run
-them: no step loop, no table walk, each condition asked once, the transition that runs
-told to the context as the driver tells it. It keeps everything else of the machine
+hand-written function, with nothing a driver needs around them: no step loop, no table
+walk, no step budget or probe checks, each condition asked once, the transition that
+runs told to the context as the driver tells it. It keeps everything else of the machine
 path: the ``DeliveryContext``, each named step as its own call or coroutine, the request
-lifecycle planning every write, the controller's metrics. It has no step budget: the
-in-memory stores of the bench never lose a claim twice.
+lifecycle planning every write, the controller's metrics. (Without a step budget it
+relies on the in-memory stores of the bench never losing a claim twice.)
 
 It is written against ``machines/queue_gate.yaml`` as shipped; the bench checks, before
 timing, that it leaves the same stores as the controller on both paths, so a flow edited
