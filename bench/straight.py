@@ -26,6 +26,7 @@ from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.spec.compiler import Step
 
 Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
+Action = Callable[[DeliveryContext], Coroutine[Any, Any, None]]
 
 
 def _steps(controller: ProcessController) -> dict[tuple[str, str], Step]:
@@ -42,40 +43,66 @@ def _steps(controller: ProcessController) -> dict[tuple[str, str], Step]:
     return steps
 
 
+#: The flow's transitions by trigger and first condition, in the order unpacked below.
+_TRANSITIONS = (
+    ("dispatch", "request_is_terminal"),
+    ("dispatch", "request_is_processing"),
+    ("republish", ""),
+    ("dispatch", ""),
+    ("coalesce", "paused"),
+    ("coalesce", "outside_newest_n"),
+    ("coalesce", "latest_not_stamped"),
+    ("coalesce", ""),
+    ("gate", "gate_closed"),
+    ("gate", "baseline_lag_exceeded"),
+    ("gate", ""),
+    ("claim", "rewrite_waits_for_drain"),
+    ("claim", ""),
+    ("admit", "slot_conflict"),
+    ("admit", ""),
+)
+
+
 def straight_handle(machine_handle: Handle) -> Handle:
     """The shipped controller's services, driven by the flow written out by hand."""
     controller = machine_handle.__self__  # type: ignore[attr-defined]
     assert isinstance(controller, ProcessController)
     steps = _steps(controller)
     services, metrics = controller.services, controller.services.metrics
-    terminal = steps[("dispatch", "request_is_terminal")]
-    reannounced = steps[("dispatch", "request_is_processing")]
-    republished = steps[("republish", "")]
-    accepted = steps[("dispatch", "")]
-    paused = steps[("coalesce", "paused")]
-    superseded = steps[("coalesce", "outside_newest_n")]
-    unstamped = steps[("coalesce", "latest_not_stamped")]
-    latest = steps[("coalesce", "")]
-    gate_closed = steps[("gate", "gate_closed")]
-    lagging = steps[("gate", "baseline_lag_exceeded")]
-    derived = steps[("gate", "")]
-    drain = steps[("claim", "rewrite_waits_for_drain")]
-    claimed = steps[("claim", "")]
-    lost, admitted = steps[("admit", "slot_conflict")], steps[("admit", "")]
+    (
+        terminal,
+        reannounced,
+        republished,
+        accepted,
+        paused,
+        superseded,
+        unstamped,
+        latest,
+        gate_closed,
+        lagging,
+        derived,
+        drain,
+        claimed,
+        lost,
+        admitted,
+    ) = (steps[key] for key in _TRANSITIONS)
 
     async def held(ctx: DeliveryContext, via: Step) -> str:
         ctx.via = via
         await gate.hold(ctx)
         return "held"
 
+    async def acked(ctx: DeliveryContext, via: Step, action: Action) -> str:
+        ctx.via = via
+        await action(ctx)
+        await gate.ack(ctx)
+        return "acked"
+
     async def run(ctx: DeliveryContext) -> str:
         await gate.load_request(ctx)
         while True:
             if gate.request_is_terminal(ctx):
-                ctx.via = terminal
-                await gate.release_slot(ctx)
-                await gate.ack(ctx)
-                return "acked"
+                return await acked(ctx, terminal, gate.release_slot)
             if gate.request_is_processing(ctx):
                 ctx.via = reannounced
                 await gate.announce(ctx)
@@ -91,10 +118,7 @@ def straight_handle(machine_handle: Handle) -> Handle:
             if gate.paused(ctx):
                 return await held(ctx, paused)
             if gate.outside_newest_n(ctx):
-                ctx.via = superseded
-                await gate.supersede(ctx)
-                await gate.ack(ctx)
-                return "acked"
+                return await acked(ctx, superseded, gate.supersede)
             if gate.latest_not_stamped(ctx):
                 return await held(ctx, unstamped)
             ctx.via = latest
