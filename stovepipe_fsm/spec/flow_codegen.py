@@ -15,8 +15,10 @@ targets, the actions and their order all come from the rows. The differential te
 driver and through a stock ``transitions.Machine``, and require the same ends, states
 and actions of all three.
 
-Only names the generator makes appear in the source (``s3``, ``c0``, ``f2``, ``v5``);
-the spec's identifiers, the callables and the steps are passed in as values.
+Only names the generator makes appear in the source as code (``c0``, ``f2``, ``v5``,
+``a1``); the spec's identifiers appear only as string literals (``repr``), and the
+callables and steps are passed in as values, so no name in a policy can change what the
+source does.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def generate(
         for state in order:
             if state in terminal:
                 continue
-            src.emit(2, f"{keyword} state == {number[state]}:  # {state}")
+            src.emit(2, f"{keyword} state == {number[state]}:  # {state!r}")
             keyword = "elif"
             _open_state(src, state, way_out.get(state), max_steps, number, terminal)
         src.emit(2, "else:")
