@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -36,23 +37,27 @@ def test_hostile_names_stay_string_literals() -> None:
     still runs the one transition, and reports the names as they were given."""
     step = FakeStep(dest="end")
     calls = ((HOSTILE, lambda ctx: ctx.log.append("ran"), False),)
-    guard = ((HOSTILE, lambda ctx: True, True),)
     errors: list[tuple[str, str]] = []
 
     def unmet(trigger: str, state: str) -> Exception:
         errors.append((trigger, state))
         return RuntimeError("unmet")
 
-    settle = generate(
-        [HOSTILE, "end"],
-        HOSTILE,
-        frozenset({"end"}),
-        {HOSTILE: (HOSTILE, ((guard, (step, calls)),))},
-        max_steps=4,
-        unmet=unmet,
-        over_budget=lambda state: RuntimeError(state),
-        no_way_out=lambda state: RuntimeError(state),
-    )
+    def driver(answer: bool) -> Any:
+        """One transition out of HOSTILE, guarded by a condition answering ``answer``."""
+        guard = ((HOSTILE, lambda ctx: answer, True),)
+        return generate(
+            [HOSTILE, "end"],
+            HOSTILE,
+            frozenset({"end"}),
+            {HOSTILE: (HOSTILE, ((guard, (step, calls)),))},
+            max_steps=4,
+            unmet=unmet,
+            over_budget=lambda state: RuntimeError(state),
+            no_way_out=lambda state: RuntimeError(state),
+        )
+
+    settle = driver(True)
     probed: list[str] = []
     ctx = Ctx()
     assert run(settle(ctx, probed.append)) == ("end", step)
@@ -60,17 +65,6 @@ def test_hostile_names_stay_string_literals() -> None:
     source = settle.source  # type: ignore[attr-defined]
     assert "import os" not in source.replace(repr(HOSTILE), "")
 
-    refusing = ((HOSTILE, lambda ctx: False, True),)
-    settle = generate(
-        [HOSTILE, "end"],
-        HOSTILE,
-        frozenset({"end"}),
-        {HOSTILE: (HOSTILE, ((refusing, (step, calls)),))},
-        max_steps=4,
-        unmet=unmet,
-        over_budget=lambda state: RuntimeError(state),
-        no_way_out=lambda state: RuntimeError(state),
-    )
     with pytest.raises(RuntimeError, match="unmet"):
-        run(settle(Ctx(), None))
+        run(driver(False)(Ctx(), None))
     assert errors == [(HOSTILE, HOSTILE)]
