@@ -107,8 +107,15 @@ def _predicate(name: str) -> Callable[[Ctx], bool]:
     return predicate
 
 
+#: More actions than any flow here runs within its step budget: a driver that loses
+#: count of its steps fails here instead of looping for ever.
+RUNAWAY = 10_000
+
+
 def _logger(name: str) -> Callable[[Ctx], None]:
     def action(ctx: Ctx) -> None:
+        if len(ctx.log) >= RUNAWAY:
+            raise AssertionError(f"{RUNAWAY} actions run: the driver ignores its step budget")
         ctx.log.append(name)
 
     return action
