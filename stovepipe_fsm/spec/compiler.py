@@ -38,8 +38,10 @@ Two shapes:
   ``initial`` to a terminal state, firing the single trigger that leaves each state.
   ``advance(ctx, cursor, pause_after=...)`` does the same from a :class:`FlowCursor`
   and can stop right after a named action, so a delivery can be held half-done while
-  other deliveries run (``check`` explores overlapping deliveries that way). Both are
-  one driver loop.
+  other deliveries run (``check`` explores overlapping deliveries that way). ``advance``
+  walks the table in a driver loop; ``run`` takes the same table written out as one
+  generated coroutine function (:mod:`.flow_codegen`), which the differential tests
+  hold to the loop and to a stock machine.
 """
 
 from __future__ import annotations
@@ -53,12 +55,11 @@ from transitions import Event, Machine, MachineError, State, Transition
 from transitions.core import Condition, EventData
 
 from ..domain.errors import Retryable, StovepipeError
-from .flow_codegen import Settle, generate
+from .flow_codegen import Call, Row, Settle, generate
+from .flow_codegen import Probe as Probe  # re-exported: callers name it from here
 from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
 from .registry import Registry
 from .roles import leads_to
-
-Probe = Callable[[str], None]
 
 
 class IllegalTransition(StovepipeError):
@@ -89,12 +90,12 @@ class Step:
     transition: TransitionSpec | None = field(default=None, compare=False, repr=False)
 
 
-ActionCall = tuple[str, Callable[[Any], Any], bool]  # name, callable, is a coroutine fn
+ActionCall = Call  # name, callable, is a coroutine fn
 # What one transition decides: its step and resolved actions.
 _Picked = tuple[Step, tuple[ActionCall, ...]]
 # A candidate of the decision table: (condition name, predicate, answer it needs) in
 # the machine's order, and what the transition decides when all of them hold.
-_Row = tuple[tuple[tuple[str, Callable[[Any], Any], bool], ...], _Picked]
+_Row = Row[Step]
 
 
 def _walk(candidates: tuple[_Row, ...], ctx: Any) -> _Picked | None:
