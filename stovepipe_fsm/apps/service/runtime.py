@@ -313,7 +313,7 @@ class Service:
         #: Short tasks (a queue seen in a publish, a discovery after a reconnect), apart
         #: from the long-running ones in ``_tasks`` whose end the health check reports.
         self._chores: dict[str, asyncio.Task[None]] = {}
-        self._wakes = WakeSubscriptions(nc, self.wakes(), self.options.refused_retry_s)
+        self._wakes = WakeSubscriptions(nc, self._make_wakes(), self.options.refused_retry_s)
         self._reconnects = 0
         #: Pause keys written since start, as the service bucket's subjects announced them,
         #: and one refresh at a time (a refresh that read before a write never lands after
@@ -696,6 +696,9 @@ class Service:
 
     def wakes(self) -> tuple[Wake, ...]:
         """The plain subscriptions (see the module docstring), each with its backstop."""
+        return tuple(self._wakes.wakes.values())
+
+    def _make_wakes(self) -> tuple[Wake, ...]:
         return (
             Wake(
                 "publish",
