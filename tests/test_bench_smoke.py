@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,24 @@ def test_the_machine_layer_bench_compares_both_paths(capsys: pytest.CaptureFixtu
         assert counts["straight"] < counts["machine"] < counts["loop"] < counts["fired"], counts
         assert counts["fired"] < counts["stock"], counts
     assert "machine/reference cost: worst" in out
+
+
+def test_a_flow_written_out_of_step_with_the_yaml_stops_the_bench_saying_where(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bench/straight.py is the shipped flow by hand: edited YAML makes it diverge, and
+    the bench says which file to bring in line instead of timing something else."""
+    async def acks_only(delivery: Any) -> str:
+        await delivery.ack()
+        return "acked"
+
+    monkeypatch.setattr(machine_bench, "straight_machine_handle", lambda _p, _d: acks_only)
+    argv = ["-n", "20", "--rounds", "1", "--straight"]
+    with pytest.raises(SystemExit) as stopped:
+        machine_bench.main(argv)
+    message = str(stopped.value.code)
+    assert "straight diverges from the controller" in message, message
+    assert "bench/straight.py" in message and "machines/queue_gate.yaml" in message, message
 
 
 def test_the_status_page_bench_times_each_read(

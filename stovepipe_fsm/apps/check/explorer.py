@@ -259,8 +259,13 @@ class Explorer:
         prune_faults: bool = True,
         reuse_worlds: bool = True,
         reuse_outcomes: bool = True,
+        on_edge: Callable[[int, int], None] | None = None,
     ) -> None:
         self.setup = setup
+        #: Told every explored edge (source and destination state ids), for tools that
+        #: study the graph itself (``bench.check_split``); the search keeps only fair
+        #: edges, backwards.
+        self.on_edge = on_edge
         self.prune_faults = prune_faults
         self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
         # Each action is performed once per observation, whatever the budget beside it
@@ -319,6 +324,7 @@ class Explorer:
         worlds = _Worlds()
         frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
         next_report = started + PROGRESS_EVERY_S
+        on_edge = self.on_edge
         while frontier:
             sid, obs, budget, own = frontier.popleft()
             world, alone = (own, True) if own is not None else worlds.take(obs)
@@ -373,6 +379,8 @@ class Explorer:
                     if len(self.parent) >= self.max_states:
                         return None, False
                     frontier.append((dst, post, spent, self._own(post, twin, worlds)))
+                if on_edge is not None:
+                    on_edge(sid, dst)
                 if action.fair:
                     self.fair_into[dst].append(sid)
                     if self.stall_into is not None and action.kind != COMPLETE:
