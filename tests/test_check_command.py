@@ -16,7 +16,8 @@ from stovepipe_fsm.simulation.timeline import load_timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_LINE = re.compile(
-    r"^  max_concurrent=(\d+): (\S+(?: \S+)?) - (\d+) states, (\d+) transitions, depth (\d+), "
+    r"^  max_concurrent=(\d+): (\S+(?: \S+)?) - (\d+) states \((\d+) covered\), "
+    r"(\d+) transitions, depth (\d+), "
     r"[\d.]+ s, \d+ states/s, cpu [\d.]+ s$"
 )
 
@@ -38,7 +39,8 @@ def results(out: str) -> list[tuple[int, str, int, int, int]]:
     for line in out.splitlines():
         match = RESULT_LINE.match(line)
         if match:
-            k, verdict, states, transitions, depth = match.groups()
+            k, verdict, states, covered, transitions, depth = match.groups()
+            assert int(covered) < int(states), line
             rows.append((int(k), verdict, int(states), int(transitions), int(depth)))
     return rows
 
@@ -53,6 +55,9 @@ def test_shipped_policy_passes_with_the_default_bounds(
     rows = results(stdout)
     assert [(k, verdict) for k, verdict, *_ in rows] == [(1, "ok"), (2, "ok")]
     assert all(states > 10_000 and transitions > states for _, _, states, transitions, _ in rows)
+    # States a state of their observation covers are kept, not expanded.
+    covered = [int(n) for n in re.findall(r" states \((\d+) covered\)", stdout)]
+    assert len(covered) == 2 and all(n > 1_000 for n in covered), stdout
     assert re.search(
         r"^ok: every invariant holds - \d+ states, \d+ transitions in [\d.]+ s "
         r"\(\d+ states/s, cpu [\d.]+ s\)$",

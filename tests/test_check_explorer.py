@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import pytest
@@ -146,13 +147,103 @@ def test_small_space_is_explored_completely(machines: ProcessMachines) -> None:
 
 def test_pruning_no_op_faults_loses_no_state(machines: ProcessMachines) -> None:
     setup = setup_for(machines, 2, heads=2, rewrite=False)
-    pruned, full = Explorer(setup), Explorer(setup, prune_faults=False)
+    # Every state expanded, so that the states themselves compare.
+    pruned = Explorer(setup, prune_covered=False)
+    full = Explorer(setup, prune_faults=False, prune_covered=False)
     pruned_result, full_result = pruned.run(), full.run()
     assert pruned_result.ok and full_result.ok
     assert pruned_result.states == full_result.states
     assert pruned.attempts < full.attempts
     # a crash in a delivery that changed nothing only re-reaches a known state
     assert pruned_result.transitions < full_result.transitions
+    # Both prunings together: the same observations, the faults still performed less.
+    both, faults = Explorer(setup), Explorer(setup, prune_faults=False)
+    assert both.run().ok and faults.run().ok
+    assert set(both.observations) == set(faults.observations)
+    assert both.attempts < faults.attempts
+
+
+@pytest.mark.parametrize(
+    ("k", "bounds"),
+    [
+        (2, {"heads": 2, "rewrite": False}),
+        (1, {"heads": 1}),
+        (2, {"heads": 1, "rewrite": False, "max_overlaps": 1}),
+        (2, {"heads": 1, "max_cancels": 1}),
+    ],
+)
+def test_covered_states_are_not_expanded_and_nothing_is_lost(
+    machines: ProcessMachines, k: int, bounds: dict[str, int]
+) -> None:
+    """A state whose budget a state of its observation covers is kept, not expanded: the
+    same observations and the same edges between them are explored, each observation
+    first reached at the same depth (so counterexamples stay shortest)."""
+    setup = setup_for(machines, k, **bounds)
+    edges: dict[str, list[tuple[int, int]]] = {"pruned": [], "full": []}
+    pruned = Explorer(setup, on_edge=lambda s, d: edges["pruned"].append((s, d)))
+    full = Explorer(setup, prune_covered=False, on_edge=lambda s, d: edges["full"].append((s, d)))
+    pruned_result, full_result = pruned.run(), full.run()
+    assert pruned_result.ok and full_result.ok
+    assert pruned_result.covered > 0 and full_result.covered == 0
+    assert pruned_result.states < full_result.states
+    assert pruned_result.transitions < full_result.transitions
+
+    def between(explorer: Explorer, found: list[tuple[int, int]]) -> set[tuple[object, object]]:
+        return {(explorer.observations[s], explorer.observations[d]) for s, d in found}
+
+    def first_depths(explorer: Explorer) -> dict[object, int]:
+        depths: dict[object, int] = {}
+        for obs, depth in zip(explorer.observations, explorer.depth, strict=True):
+            depths.setdefault(obs, depth)
+        return depths
+
+    assert set(pruned.observations) == set(full.observations)
+    assert between(pruned, edges["pruned"]) == between(full, edges["full"])
+    assert first_depths(pruned) == first_depths(full)
+    # A covered state has edges in, none out.
+    sources = {s for s, _ in edges["pruned"]}
+    covered = [
+        sid
+        for sid in range(len(pruned.parent))
+        if sid not in sources and any(sid in into for into in pruned.fair_into)
+    ]
+    assert covered
+
+
+def test_a_wedge_is_found_as_shortest_with_covered_states_pruned(
+    machines: ProcessMachines,
+) -> None:
+    """The bare counter's wedge (a crash after the claim) is a progress counterexample:
+    found at the same depth, with the same invariant, whether covered states are
+    expanded or not."""
+    setup = setup_for(machines, 1, Variant(bare_counter=True), heads=2, max_dead_letters=0)
+    pruned, full = Explorer(setup).run(), Explorer(setup, prune_covered=False).run()
+    assert pruned.counterexample is not None and full.counterexample is not None
+    assert pruned.counterexample.violation.invariant == "progress"
+    assert full.counterexample.violation.invariant == "progress"
+    assert len(pruned.counterexample.trace) == len(full.counterexample.trace)
+
+
+def test_a_budget_covers_one_with_the_same_heads_and_no_less_spent() -> None:
+    spent = Budget(heads=2, crashes=1, outages=1)
+    assert spent.covers(spent)
+    assert Budget(heads=2).covers(spent)
+    assert not spent.covers(Budget(heads=2))
+    assert not Budget(heads=1).covers(spent)  # the next head ingested differs
+    assert not Budget(heads=3).covers(Budget(heads=2))
+    # Every other field counts: one more of it spent is covered, never covering.
+    for name in ("crashes", "duplicates", "dead_letters", "outages", "overlaps", "cancels"):
+        more = Budget(**{name: 1})
+        assert Budget().covers(more) and not more.covers(Budget()), name
+    assert {f.name for f in dataclass_fields(Budget)} == {
+        "heads",
+        "crashes",
+        "duplicates",
+        "dead_letters",
+        "outages",
+        "overlaps",
+        "cancels",
+    }
 
 
 def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(

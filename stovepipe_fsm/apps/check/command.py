@@ -308,8 +308,9 @@ def _result_line(result: Result) -> str:
     elif not result.complete:
         verdict = "INCOMPLETE"
     return (
-        f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states, "
-        f"{result.transitions} transitions, depth {result.depth}, {result.seconds:.1f} s, "
+        f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
+        f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
+        f"{result.seconds:.1f} s, "
         f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s"
     )
 

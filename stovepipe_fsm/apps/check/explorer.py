@@ -14,6 +14,15 @@ differ only in their budget share one world, and each action is performed once p
 observation; its outcome (the observation it leads to, what a delivery did) is kept
 and reused by every other state with that observation (:attr:`Explorer.share_outcomes`).
 
+A state whose budget is *covered* by that of a state already reached with the same
+observation (:meth:`~.model.Budget.covers`: the same heads ingested, no more of anything
+else spent) is kept as a state but not expanded (:attr:`Explorer.prune_covered`): every
+path from it is a path from the covering state, which reaches the same observations
+through the same edges, with no more spent. Breadth-first order found the covering state
+no deeper, so shortest counterexamples stay shortest. Fair actions neither spend budget
+nor depend on it, so whether fair behaviour finishes is a property of the observation:
+a covered state finishes when its cover does (the progress pass links them).
+
 Breadth-first order makes the first violation found a shortest one: state invariants
 are checked when a state is first reached (its BFS depth is minimal), edge invariants
 while expanding depth ``d``, before any state of depth ``d + 1`` is expanded.
@@ -162,6 +171,7 @@ class Result:
     complete: bool
     counterexample: Counterexample | None = None
     cpu_seconds: float = 0.0  # processor time of the exploring process
+    covered: int = 0  # states not expanded: a state of their observation covers them
 
     @property
     def ok(self) -> bool:
@@ -249,6 +259,23 @@ class _Worlds:
         return world, False
 
 
+class _Covers:
+    """The budgets each observation is expanded with, for :meth:`Budget.covers`."""
+
+    def __init__(self) -> None:
+        self._expanded: dict[Observation, list[tuple[Budget, int]]] = {}
+
+    def cover(self, obs: Observation, budget: Budget) -> int | None:
+        """A state of ``obs`` expanded (or to be) whose budget covers ``budget``."""
+        for held, sid in self._expanded.get(obs, ()):
+            if held.covers(budget):
+                return sid
+        return None
+
+    def add(self, obs: Observation, budget: Budget, sid: int) -> None:
+        self._expanded.setdefault(obs, []).append((budget, sid))
+
+
 class Explorer:
     def __init__(
         self,
@@ -259,9 +286,14 @@ class Explorer:
         prune_faults: bool = True,
         reuse_worlds: bool = True,
         reuse_outcomes: bool = True,
+        prune_covered: bool = True,
         on_edge: Callable[[int, int], None] | None = None,
     ) -> None:
         self.setup = setup
+        # A state whose budget a state of its observation covers is not expanded (off:
+        # every state is; the same observations and edges are explored either way).
+        self._covers: _Covers | None = _Covers() if prune_covered else None
+        self.covered = 0  # states kept but not expanded, their budget covered
         #: Told every explored edge (source and destination state ids), for tools that
         #: study the graph itself (``bench.check_split``); the search keeps only fair
         #: edges, backwards.
@@ -309,6 +341,7 @@ class Explorer:
             complete=complete,
             counterexample=counterexample,
             cpu_seconds=time.process_time() - cpu,
+            covered=self.covered,
         )
 
     def _search(self, started: float) -> tuple[Counterexample | None, bool]:
@@ -321,6 +354,9 @@ class Explorer:
         if violation:
             return Counterexample(violation, ()), True
         checked = {root_obs}  # observations whose state invariants held
+        covers = self._covers
+        if covers is not None:
+            covers.add(root_obs, Budget(), 0)
         worlds = _Worlds()
         frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
         next_report = started + PROGRESS_EVERY_S
@@ -378,7 +414,13 @@ class Explorer:
                         checked.add(post)
                     if len(self.parent) >= self.max_states:
                         return None, False
-                    frontier.append((dst, post, spent, self._own(post, twin, worlds)))
+                    cover = covers.cover(post, spent) if covers is not None else None
+                    if cover is None:
+                        if covers is not None:
+                            covers.add(post, spent, dst)
+                        frontier.append((dst, post, spent, self._own(post, twin, worlds)))
+                    else:
+                        self._link_covered(dst, cover)
                 if on_edge is not None:
                     on_edge(sid, dst)
                 if action.fair:
@@ -429,7 +471,17 @@ class Explorer:
         post = outcome.post
         if post is None or (post, spent) in index:
             return False
+        if self._covers is not None and self._covers.cover(post, spent) is not None:
+            return False  # a covered state is not expanded: it needs no world
         return not self.share_outcomes or post not in worlds
+
+    def _link_covered(self, sid: int, cover: int) -> None:
+        """``sid`` is not expanded: it finishes when ``cover``, of its observation, does
+        (fair behaviour neither spends nor depends on the budget)."""
+        self.covered += 1
+        self.fair_into[cover].append(sid)
+        if self.stall_into is not None:
+            self.stall_into[cover].append(sid)
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
         """Whether the search performs ``action`` after a delivery that did ``effect``."""

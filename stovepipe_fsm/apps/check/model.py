@@ -136,6 +136,25 @@ class Budget:
     def __hash__(self) -> int:
         return self._hash  # type: ignore[no-any-return,attr-defined]
 
+    def covers(self, other: Budget) -> bool:
+        """Whether a path with this budget can take every action one with ``other`` can,
+        and reach each state with no more spent: the same heads ingested (the next head
+        is the one after them) and no more of any other bounded action.
+
+        One action is free only once something is spent: a head that failed during the
+        path's outage may fail again (``outage_persists``). With the outage not spent the
+        same steps are an outage of their own, which spends it and reaches the same state.
+        """
+        return (
+            self.heads == other.heads
+            and self.crashes <= other.crashes
+            and self.duplicates <= other.duplicates
+            and self.dead_letters <= other.dead_letters
+            and self.outages <= other.outages
+            and self.overlaps <= other.overlaps
+            and self.cancels <= other.cancels
+        )
+
     def spend(self, kind: str) -> Budget:
         """The budget after one action of ``kind`` (fair actions are free)."""
         name = _SPENDS.get(kind)
