@@ -43,6 +43,7 @@ from stovepipe_fsm.domain import (
     format_request_id,
     started_event,
 )
+from stovepipe_fsm.domain.entities import evolve
 
 T = TypeVar("T")
 QUEUE = "monorepo/main"
@@ -75,6 +76,26 @@ async def test_request_snapshot_is_sorted_by_key_and_hashable() -> None:
     assert hash(snapshot) == hash(store.snapshot())
     assert len(store) == 3
     assert rid(2) in store
+
+
+async def test_snapshot_stays_in_key_order_whatever_order_keys_arrive_in() -> None:
+    """Ids past 9 sort before 2 as text; a store built from rows, a create past the last
+    key, one below it, an update and a fork all keep the snapshot in key order."""
+    ids = [rid(n) for n in (2, 10, 1, 11, 3)]
+    store = MemoryRequestStore([Request(id=ids[0], queue=QUEUE, uri="u", state="accepted")])
+    for request_id in ids[1:]:
+        await store.create(Request(id=request_id, queue=QUEUE, uri="u", state="accepted"))
+        assert [r.id for r in store.snapshot()] == sorted(r.id for r in store.snapshot())
+    built = MemoryRequestStore(reversed(store.snapshot()))
+    assert built.snapshot() == store.snapshot()
+    first = store.snapshot()[0]
+    await store.update(evolve(first, state="processing"), first.version, first.version + 1)
+    fork = store.clone()
+    await fork.create(Request(id=rid(12), queue=QUEUE, uri="u", state="accepted"))
+    for each in (store, fork):
+        assert [r.id for r in each.snapshot()] == sorted(r.id for r in each.snapshot())
+    assert [r.id for r in fork.snapshot()] == sorted([*ids, rid(12)])
+    assert store.snapshot()[0].state == "processing"
 
 
 async def test_request_store_clone_is_independent_both_ways() -> None:

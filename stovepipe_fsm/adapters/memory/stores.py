@@ -37,9 +37,12 @@ class _VersionedStore(Generic[E]):
     _kind: str
 
     def __init__(self, entities: Iterable[E] = ()) -> None:
+        # Kept in key order, so that a snapshot (taken for every state ``check`` reaches)
+        # need not sort: only a create of a key below the last one re-sorts.
         self._items: dict[str, E] = {}
         for entity in entities:
             self._items[self._key(entity)] = self._freeze(entity)
+        self._items = dict(sorted(self._items.items()))
 
     def _key(self, entity: E) -> str:
         raise NotImplementedError
@@ -60,9 +63,13 @@ class _VersionedStore(Generic[E]):
     async def create(self, entity: E) -> None:
         value = self._freeze(entity)
         key = self._key(value)
-        if key in self._items:
+        items = self._items
+        if key in items:
             raise AlreadyExists(f"{self._kind} {key!r} already exists")
-        self._items[key] = value
+        in_order = not items or next(reversed(items)) < key
+        items[key] = value
+        if not in_order:
+            self._items = dict(sorted(items.items()))
 
     async def get(self, key: str) -> E:
         try:
@@ -85,7 +92,7 @@ class _VersionedStore(Generic[E]):
 
     def snapshot(self) -> tuple[E, ...]:
         """Every stored value, sorted by key (hashable: the values are frozen)."""
-        return tuple(self._items[key] for key in sorted(self._items))
+        return tuple(self._items.values())
 
     def all(self) -> tuple[E, ...]:
         """Alias of :meth:`snapshot`."""
