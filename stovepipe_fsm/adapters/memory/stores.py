@@ -43,6 +43,9 @@ class _VersionedStore(Generic[E]):
         for entity in entities:
             self._items[self._key(entity)] = self._freeze(entity)
         self._items = dict(sorted(self._items.items()))
+        #: The last snapshot, until the next write: a fork that writes nothing hands out
+        #: the very tuple its parent did.
+        self._snapshot: tuple[E, ...] | None = None
 
     def _key(self, entity: E) -> str:
         raise NotImplementedError
@@ -68,6 +71,7 @@ class _VersionedStore(Generic[E]):
             raise AlreadyExists(f"{self._kind} {key!r} already exists")
         in_order = not items or next(reversed(items)) < key
         items[key] = value
+        self._snapshot = None
         if not in_order:
             self._items = dict(sorted(items.items()))
 
@@ -89,10 +93,13 @@ class _VersionedStore(Generic[E]):
                 f"update expected {old_version}"
             )
         self._items[key] = evolve(value, version=new_version)
+        self._snapshot = None
 
     def snapshot(self) -> tuple[E, ...]:
         """Every stored value, sorted by key (hashable: the values are frozen)."""
-        return tuple(self._items.values())
+        if self._snapshot is None:
+            self._snapshot = tuple(self._items.values())
+        return self._snapshot
 
     def all(self) -> tuple[E, ...]:
         """Alias of :meth:`snapshot`."""
@@ -108,6 +115,7 @@ class _VersionedStore(Generic[E]):
         """An independent store holding the same values (values are immutable)."""
         twin = object.__new__(type(self))
         twin._items = dict(self._items)
+        twin._snapshot = self._snapshot
         return twin
 
     def copy(self) -> Self:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
@@ -64,6 +65,16 @@ class Rules:
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
     #: Where the ``withdraw`` role leads (an operator's cancel); empty: the policy has none.
     withdrawn_states: frozenset[str] = frozenset()
+
+    @cached_property
+    def state_checks(self) -> tuple[Invariant, ...]:
+        """The state invariants the proof declares that apply to this run's counting."""
+        return tuple(i for i in self.proof.state if _applies(i, self))
+
+    @cached_property
+    def edge_checks(self) -> tuple[Invariant, ...]:
+        """The transition invariants the proof declares that apply to this run."""
+        return tuple(i for i in self.proof.edge if _applies(i, self))
 
     @property
     def withdrawable(self) -> bool:
@@ -739,9 +750,7 @@ def _applies(invariant: Invariant, rules: Rules) -> bool:
 
 def check_state(obs: Observation, rules: Rules) -> Violation | None:
     """The first state invariant the policy declares that ``obs`` breaks, if any."""
-    for invariant in rules.proof.state:
-        if not _applies(invariant, rules):
-            continue
+    for invariant in rules.state_checks:
         for detail in invariant.check(obs, rules):
             return Violation(invariant.name, invariant.summary, detail)
     return None
@@ -749,9 +758,7 @@ def check_state(obs: Observation, rules: Rules) -> Violation | None:
 
 def check_edge(pre: Observation, post: Observation, rules: Rules) -> Violation | None:
     """The first transition invariant the policy declares that ``pre`` -> ``post`` breaks."""
-    for invariant in rules.proof.edge:
-        if not _applies(invariant, rules):
-            continue
+    for invariant in rules.edge_checks:
         for detail in invariant.check(pre, post, rules):
             return Violation(invariant.name, invariant.summary, detail)
     return None

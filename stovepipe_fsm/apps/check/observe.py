@@ -187,15 +187,60 @@ _stripped_request: _ByIdentity[Request] = _ByIdentity(Request.without_times)
 _unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: evolve(row, version=0))
 
 
+class _Rows(tuple[Any, ...]):
+    """Rows as an observation holds them: a tuple that hashes its rows once.
+
+    It equals, and hashes like, the plain tuple of the same rows; an observation's rows
+    are hashed for each state that stands on it, and most share their parent's rows.
+    """
+
+    def __hash__(self) -> int:
+        known: int | None = self.__dict__.get("hash")
+        if known is None:
+            known = self.__dict__["hash"] = tuple.__hash__(self)
+        return known
+
+
+class _RowsOf(Generic[T]):
+    """The rows an observation holds for each snapshot a store hands out, computed once
+    per snapshot object: a store hands out the same tuple until its next write, and a
+    fork starts with its parent's. ``strip`` returns ``None`` for a snapshot whose view
+    depends on the clock (it is then built each time). The memo is emptied past
+    ``limit``; each snapshot is kept alive with its rows, so an identity names one."""
+
+    def __init__(self, strip: Callable[[tuple[T, ...]], _Rows | None], limit: int = 100_000):
+        self.strip = strip
+        self.limit = limit
+        self._seen: dict[int, tuple[tuple[T, ...], _Rows | None]] = {}
+
+    def __call__(self, snapshot: tuple[T, ...]) -> _Rows | None:
+        hit = self._seen.get(id(snapshot))
+        if hit is not None and hit[0] is snapshot:
+            return hit[1]
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        rows = self.strip(snapshot)
+        self._seen[id(snapshot)] = (snapshot, rows)
+        return rows
+
+
+# Times grow with the clock and would split equivalent states, like versions.
+_request_rows: _RowsOf[Request] = _RowsOf(lambda rows: _Rows(map(_stripped_request, rows)))
+# A lease is seen as the time left: rows with leases are built for each observation.
+_lease_free_queue_rows: _RowsOf[Queue] = _RowsOf(
+    lambda rows: None if any(row.leases for row in rows) else _Rows(map(_unversioned_queue, rows))
+)
+
+
 def observe(world: World) -> Observation:
     now = world.clock.now_ms()
     rows = world.queues.snapshot()
     messages = world.broker.messages
     builds, hooks, lease_expired = _published(world.published.records)
+    queues = _lease_free_queue_rows(rows)
     return Observation(
-        # Times grow with the clock and would split equivalent states, like versions.
-        requests=tuple(map(_stripped_request, world.requests.snapshot())),
-        queues=tuple(_relative(row, now) for row in rows),
+        requests=_request_rows(world.requests.snapshot()) or (),
+        queues=queues if queues is not None else tuple(_relative(row, now) for row in rows),
         pending=tuple(
             _pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
             for m in messages
