@@ -46,7 +46,8 @@ from ...simulation.runtime import Message, ResolvedOnceConfigStore, run_sync
 from ...simulation.world import InHand, World
 from ...spec.compiler import Step
 
-T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -157,34 +158,36 @@ def counter_of(request_id: str) -> int:
     return parse_request_id(request_id).counter
 
 
-class _ByIdentity(Generic[T]):
-    """``strip`` of each stored row, computed once per row object.
+class _ByIdentity(Generic[K, V]):
+    """``strip`` of each object, computed once per object.
 
     A fork of a world shares its parent's rows (they are frozen) and a step replaces only
     the few it writes, so nearly every row an observation meets was met before:
     remembering the stripped copy per stored object spares a dataclass ``replace`` per
-    row per state. The original is kept alive with its copy, so an identity never names
+    row per state. Likewise a store hands out one snapshot tuple until its next write,
+    and a fork starts with its parent's, so the rows an observation holds are built once
+    per snapshot. The original is kept alive with its result, so an identity never names
     two objects; the memo is emptied when it grows past ``limit``.
     """
 
-    def __init__(self, strip: Callable[[T], T], limit: int = 200_000) -> None:
+    def __init__(self, strip: Callable[[K], V], limit: int = 200_000) -> None:
         self.strip = strip
         self.limit = limit
-        self._seen: dict[int, tuple[T, T]] = {}
+        self._seen: dict[int, tuple[K, V]] = {}
 
-    def __call__(self, row: T) -> T:
-        hit = self._seen.get(id(row))
-        if hit is not None and hit[0] is row:
+    def __call__(self, key: K) -> V:
+        hit = self._seen.get(id(key))
+        if hit is not None and hit[0] is key:
             return hit[1]
         if len(self._seen) >= self.limit:
             self._seen.clear()
-        stripped = self.strip(row)
-        self._seen[id(row)] = (row, stripped)
-        return stripped
+        result = self.strip(key)
+        self._seen[id(key)] = (key, result)
+        return result
 
 
-_stripped_request: _ByIdentity[Request] = _ByIdentity(Request.without_times)
-_unversioned_queue: _ByIdentity[Queue] = _ByIdentity(lambda row: evolve(row, version=0))
+_stripped_request: _ByIdentity[Request, Request] = _ByIdentity(Request.without_times)
+_unversioned_queue: _ByIdentity[Queue, Queue] = _ByIdentity(lambda row: evolve(row, version=0))
 
 
 class _Rows(tuple[Any, ...]):
@@ -201,34 +204,14 @@ class _Rows(tuple[Any, ...]):
         return known
 
 
-class _RowsOf(Generic[T]):
-    """The rows an observation holds for each snapshot a store hands out, computed once
-    per snapshot object: a store hands out the same tuple until its next write, and a
-    fork starts with its parent's. ``strip`` returns ``None`` for a snapshot whose view
-    depends on the clock (it is then built each time). The memo is emptied past
-    ``limit``; each snapshot is kept alive with its rows, so an identity names one."""
-
-    def __init__(self, strip: Callable[[tuple[T, ...]], _Rows | None], limit: int = 100_000):
-        self.strip = strip
-        self.limit = limit
-        self._seen: dict[int, tuple[tuple[T, ...], _Rows | None]] = {}
-
-    def __call__(self, snapshot: tuple[T, ...]) -> _Rows | None:
-        hit = self._seen.get(id(snapshot))
-        if hit is not None and hit[0] is snapshot:
-            return hit[1]
-        if len(self._seen) >= self.limit:
-            self._seen.clear()
-        rows = self.strip(snapshot)
-        self._seen[id(snapshot)] = (snapshot, rows)
-        return rows
-
-
 # Times grow with the clock and would split equivalent states, like versions.
-_request_rows: _RowsOf[Request] = _RowsOf(lambda rows: _Rows(map(_stripped_request, rows)))
+_request_rows: _ByIdentity[tuple[Request, ...], _Rows] = _ByIdentity(
+    lambda rows: _Rows(map(_stripped_request, rows)), limit=100_000
+)
 # A lease is seen as the time left: rows with leases are built for each observation.
-_lease_free_queue_rows: _RowsOf[Queue] = _RowsOf(
-    lambda rows: None if any(row.leases for row in rows) else _Rows(map(_unversioned_queue, rows))
+_lease_free_queue_rows: _ByIdentity[tuple[Queue, ...], _Rows | None] = _ByIdentity(
+    lambda rows: None if any(row.leases for row in rows) else _Rows(map(_unversioned_queue, rows)),
+    limit=100_000,
 )
 
 
@@ -239,7 +222,7 @@ def observe(world: World) -> Observation:
     builds, hooks, lease_expired = _published(world.published.records)
     queues = _lease_free_queue_rows(rows)
     return Observation(
-        requests=_request_rows(world.requests.snapshot()) or (),
+        requests=_request_rows(world.requests.snapshot()),
         queues=queues if queues is not None else tuple(_relative(row, now) for row in rows),
         pending=tuple(
             _pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
