@@ -16,7 +16,7 @@ and reused by every other state with that observation (:attr:`Explorer.share_out
 
 A state whose budget is *covered* by that of a state already reached with the same
 observation (:meth:`~.model.Budget.covers`: the same heads ingested, no more of anything
-else spent) is kept as a state but not expanded (:attr:`Explorer.prune_covered`): every
+else spent) is kept as a state but not expanded (``Explorer(prune_covered=...)``): every
 path from it is a path from the covering state, which reaches the same observations
 through the same edges, with no more spent. Breadth-first order found the covering state
 no deeper, so shortest counterexamples stay shortest. Fair actions neither spend budget
