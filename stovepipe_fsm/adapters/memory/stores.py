@@ -37,14 +37,12 @@ class _VersionedStore(Generic[E]):
     _kind: str
 
     def __init__(self, entities: Iterable[E] = ()) -> None:
-        # Kept in key order, so that a snapshot (taken for every state ``check`` reaches)
-        # need not sort: only a create of a key below the last one re-sorts.
         self._items: dict[str, E] = {}
         for entity in entities:
             self._items[self._key(entity)] = self._freeze(entity)
-        self._items = dict(sorted(self._items.items()))
-        #: The last snapshot, until the next write: a fork that writes nothing hands out
-        #: the very tuple its parent did.
+        #: The last snapshot, until the next write: ``check`` takes one for every state
+        #: it reaches, and a fork that writes nothing hands out the very tuple its
+        #: parent did.
         self._snapshot: tuple[E, ...] | None = None
 
     def _key(self, entity: E) -> str:
@@ -66,14 +64,10 @@ class _VersionedStore(Generic[E]):
     async def create(self, entity: E) -> None:
         value = self._freeze(entity)
         key = self._key(value)
-        items = self._items
-        if key in items:
+        if key in self._items:
             raise AlreadyExists(f"{self._kind} {key!r} already exists")
-        in_order = not items or next(reversed(items)) < key
-        items[key] = value
+        self._items[key] = value
         self._snapshot = None
-        if not in_order:
-            self._items = dict(sorted(items.items()))
 
     async def get(self, key: str) -> E:
         try:
@@ -98,7 +92,8 @@ class _VersionedStore(Generic[E]):
     def snapshot(self) -> tuple[E, ...]:
         """Every stored value, sorted by key (hashable: the values are frozen)."""
         if self._snapshot is None:
-            self._snapshot = tuple(self._items.values())
+            items = self._items
+            self._snapshot = tuple(items[key] for key in sorted(items))
         return self._snapshot
 
     def all(self) -> tuple[E, ...]:
