@@ -139,20 +139,15 @@ class Explored:
 
 def explore(job: Job, machines: ProcessMachines) -> Explored:
     """Run the exploration with every edge kept, then the splits of its graph."""
-    successors: list[list[int]] = []
-
-    def on_edge(src: int, dst: int) -> None:
-        while len(successors) <= max(src, dst):
-            successors.append([])
-        successors[src].append(dst)
-
-    explorer = Explorer(job.setup(machines), on_edge=on_edge)
+    found: list[tuple[int, int]] = []
+    explorer = Explorer(job.setup(machines), on_edge=lambda src, dst: found.append((src, dst)))
     result = explorer.run()
     if not result.ok:
         sys.exit(f"bench.check_split: the exploration did not pass: {result}")
-    while len(successors) < len(explorer.depth):
-        successors.append([])
-    edges = sum(len(s) for s in successors)
+    successors: list[list[int]] = [[] for _ in explorer.depth]
+    for src, dst in found:
+        successors[src].append(dst)
+    edges = len(found)
     splits = splits_by_depth(explorer.depth, successors)
     balanced = [
         balanced_split(explorer.depth, successors, split.depth)
