@@ -1,20 +1,19 @@
-"""bench.check_split: what splitting an exploration of ``check`` over two cores would buy.
+"""bench.check_split: where splitting an exploration of ``check`` over two cores pays.
 
-``check`` explores each ``max_concurrent`` value in its own process, so on two cores its
-wall time is that of the larger exploration. The one way to go below it is a second
-search path that shares one exploration between processes. The simplest one forks at a
-breadth-first level: one process explores every state down to depth ``d``, then each of
-two processes explores what half of the frontier at ``d`` reaches, each with its own
-record of what it has seen. Nothing is shared after the fork, so a state both halves
-reach is explored twice.
+``check --split`` (``stovepipe_fsm/apps/check/split.py``) forks an exploration into two
+processes: both inherit the search as it stands, the frontier is cut into runs of
+breadth-first order, and each process claims the next run when it is free. Nothing is
+shared after the fork, so a state both processes reach is explored by each.
 
 This bench runs the real exploration once, keeps every explored edge, and computes for
-each depth what such a split would have done: the states explored before the fork, what
-each half reaches (the states at depth ``d`` or above, already known when it forks,
-excepted), the total work against the exploration's own, and the share of its wall time
-left. It then estimates ``check``'s wall time on two cores with the largest exploration
-split at its best depth and the others run beside it, at each exploration's own measured
-seconds per state. It builds nothing and changes nothing; it exits 0.
+each depth what a fork there does: the frontier cut in half (the states explored before
+the fork, what each half reaches, the states at depth ``d`` or above, already known at
+the fork, excepted; the total work against the exploration's own; the share of its wall
+time left), the cut balanced for the best depths, and the frontier claimed in 4 to 32
+pieces by whichever process has explored less (:func:`claimed_split`, what ``check``
+does). It then estimates ``check``'s wall time on two cores with the largest
+exploration cut at its best depth and the others run beside it, at each exploration's
+own measured seconds per state. It changes nothing; it exits 0.
 
     .venv/bin/python -m bench.check_split                      # check's default bounds
     .venv/bin/python -m bench.check_split --heads 2 --max-concurrent 2
@@ -101,14 +100,46 @@ def _reach(
 ) -> int:
     """States one half explores: its starts and what they reach, the states known at the
     fork (depth <= ``depth``) excepted."""
-    seen = set(starts)
-    todo = deque(starts)
+    return _grow(starts, set(), depths, successors, depth)
+
+
+def claimed_split(
+    depths: Sequence[int], successors: Sequence[Sequence[int]], depth: int, chunks: int
+) -> Split:
+    """What two processes claiming the frontier at ``depth`` in ``chunks`` pieces do: the
+    frontier cut into that many runs of breadth-first order; whichever process has
+    explored fewer states claims the next piece, and explores what it reaches that this
+    process has not seen yet (the states known at the fork excepted)."""
+    frontier = frontier_at(depths, depth)
+    size = len(frontier)
+    pieces = [frontier[i * size // chunks : (i + 1) * size // chunks] for i in range(chunks)]
+    seen: tuple[set[int], set[int]] = (set(), set())
+    explored = [0, 0]
+    for piece in pieces:
+        worker = 0 if explored[0] <= explored[1] else 1
+        explored[worker] += _grow(piece, seen[worker], depths, successors, depth)
+    before = sum(1 for d in depths if d < depth)
+    return Split(depth, before, (explored[0], explored[1]), len(depths), chunks)
+
+
+def _grow(
+    starts: Sequence[int],
+    seen: set[int],
+    depths: Sequence[int],
+    successors: Sequence[Sequence[int]],
+    depth: int,
+) -> int:
+    """Adds to ``seen`` what ``starts`` reach past ``depth`` (and ``starts``); how many."""
+    todo = deque(sid for sid in starts if sid not in seen)
+    added = len(todo)
+    seen.update(todo)
     while todo:
         for dst in successors[todo.popleft()]:
             if dst not in seen and depths[dst] > depth:
                 seen.add(dst)
                 todo.append(dst)
-    return len(seen)
+                added += 1
+    return added
 
 
 def splits_by_depth(depths: Sequence[int], successors: Sequence[Sequence[int]]) -> list[Split]:
@@ -122,6 +153,8 @@ def splits_by_depth(depths: Sequence[int], successors: Sequence[Sequence[int]]) 
 
 #: Depths (those of least wall share when cut in half) whose cut is then balanced.
 BALANCED = 3
+#: Pieces the frontier is cut into when two processes claim them (:func:`claimed_split`).
+CHUNKS = (4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -130,8 +163,10 @@ class Explored:
     seconds: float
     splits: list[Split]  # the frontier cut in half, at every depth worth a fork
     balanced: list[Split]  # the best depths, their cut balanced
+    claimed: list[Split]  # at every depth worth a fork, its frontier claimed in pieces
     states: int
     edges: int
+    at_depth: tuple[int, ...] = ()  # states at each depth
 
     def best(self) -> Split | None:
         return min((*self.splits, *self.balanced), key=lambda s: s.wall, default=None)
@@ -153,7 +188,24 @@ def explore(job: Job, machines: ProcessMachines) -> Explored:
         balanced_split(explorer.depth, successors, split.depth)
         for split in sorted(splits, key=lambda s: s.wall)[:BALANCED]
     ]
-    return Explored(job.max_concurrent, result.seconds, splits, balanced, result.states, edges)
+    claimed = [
+        claimed_split(explorer.depth, successors, split.depth, chunks)
+        for split in splits
+        for chunks in CHUNKS
+    ]
+    at_depth = [0] * (max(explorer.depth, default=0) + 1)
+    for d in explorer.depth:
+        at_depth[d] += 1
+    return Explored(
+        job.max_concurrent,
+        result.seconds,
+        splits,
+        balanced,
+        claimed,
+        result.states,
+        edges,
+        tuple(at_depth),
+    )
 
 
 def two_cores(runs: list[Explored]) -> tuple[float, float, float]:
@@ -210,6 +262,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"  balanced at depth {split.depth}: cut after {split.cut} frontier states, "
                 f"parts {split.halves[0]} | {split.halves[1]}, work {split.work:.2f}, "
                 f"wall share {split.wall:.2f}"
+            )
+        print(
+            "  claimed in pieces: fork at depth | frontier | pieces | part 1 | part 2 | wall share"
+        )
+        for split in run.claimed:
+            print(
+                f"  {split.depth:31d} | {run.at_depth[split.depth]:8d} | {split.cut:6d} | "
+                f"{split.halves[0]:6d} | "
+                f"{split.halves[1]:6d} | {split.wall:10.2f}"
             )
         best = run.best()
         if best is not None:
