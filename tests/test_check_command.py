@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULT_LINE = re.compile(
     r"^  max_concurrent=(\d+): (\S+(?: \S+)?) - (\d+) states \((\d+) covered\), "
     r"(\d+) transitions, depth (\d+), "
-    r"[\d.]+ s, \d+ states/s, cpu [\d.]+ s$"
+    r"[\d.]+ s, \d+ states/s, cpu [\d.]+ s"
+    r"(?:, split over 2 processes|, searched again unsplit for the shortest counterexample)?$"
 )
 
 

@@ -2,9 +2,12 @@
 
 One exploration per ``--max-concurrent`` value; with more than one value and more than
 one ``--jobs``, they run in parallel processes (each loads the machines itself: compiled
-machines hold callables and are not sent between processes). The report is printed in
-``max_concurrent`` order whatever finished first, and the counterexample written is the
-one of the smallest ``max_concurrent`` that has one, so a run is deterministic.
+machines hold callables and are not sent between processes). With more than one job,
+an exploration still running when a core is idle forks into two processes
+(``--split``, :mod:`.split`). The report is
+printed in ``max_concurrent`` order whatever finished first, and the counterexample
+written is the one of the smallest ``max_concurrent`` that has one, so a run is
+deterministic.
 """
 
 from __future__ import annotations
@@ -23,9 +26,18 @@ from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
 from ...simulation.world import STALL_POINTS
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
-from .explorer import DEFAULT_MAX_STATES, Explorer, Result, Setup, rate, stderr_progress
+from .explorer import (
+    DEFAULT_MAX_STATES,
+    SPLIT_FRONTIER,
+    Explorer,
+    Result,
+    Setup,
+    rate,
+    stderr_progress,
+)
 from .invariants import Proof
 from .model import Bounds
+from .split import Cores, PartKilled, can_fork
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
 from .variants import Variant
 
@@ -140,6 +152,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--jobs", type=_positive, default=os.cpu_count() or 1, help="parallel explorations"
     )
+    p.add_argument(
+        "--split",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with more than one job, split the largest exploration over two processes "
+        f"once its frontier holds {SPLIT_FRONTIER} states (default on)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument(
         "--no-lint",
@@ -187,6 +206,7 @@ class Job:
     variant: Variant = field(default_factory=Variant)
     max_states: int = DEFAULT_MAX_STATES
     progress: bool = True
+    split_at: int | None = None  # fork into two processes at a frontier this wide
 
     def setup(self, machines: ProcessMachines | None = None) -> Setup:
         loaded = machines or load_process_machines(self.machines, lint=self.lint)
@@ -194,9 +214,28 @@ class Job:
         return Setup(loaded, store, self.bounds, self.max_concurrent, self.variant)
 
 
+_cores: Cores | None = None  # this run's idle cores, in each process of the pool
+
+
+def _share(cores: Cores | None) -> None:
+    global _cores
+    _cores = cores
+
+
 def run_job(job: Job, machines: ProcessMachines | None = None) -> Result:
     progress = stderr_progress if job.progress else None
-    return Explorer(job.setup(machines), max_states=job.max_states, progress=progress).run()
+    explorer = Explorer(
+        job.setup(machines),
+        max_states=job.max_states,
+        progress=progress,
+        split_at=job.split_at,
+        cores=_cores,
+    )
+    try:
+        return explorer.run()
+    finally:
+        if _cores is not None:
+            _cores.give()  # this exploration's core is idle now
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -221,6 +260,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         max_cancels=args.max_cancels,
     )
     values = sorted(set(args.max_concurrent))
+    # An exploration forks once a core is idle (the others ended) and its frontier is wide.
+    split = args.split and args.jobs > 1 and can_fork()
+    cores = Cores(args.jobs - len(values)) if split else None
     jobs = [
         Job(
             args.machines,
@@ -231,6 +273,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             variant,
             args.max_states,
             not args.quiet,
+            SPLIT_FRONTIER if split else None,
         )
         for k in values
     ]
@@ -240,7 +283,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"check: {shown}; max_concurrent {' '.join(map(str, values))}")
     print(describe_proof(proof))
     started = time.perf_counter()
-    results = _run_all(jobs, machines, min(args.jobs, len(jobs)))
+    try:
+        results = _run_all(jobs, machines, min(args.jobs, len(jobs)), cores)
+    except PartKilled as exc:
+        print(
+            f"check: {exc}: nothing is proved (--no-split keeps each exploration in one "
+            "process, and needs less memory)",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
     elapsed = time.perf_counter() - started
     for result in results:
         print(_result_line(result))
@@ -293,11 +344,17 @@ def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: boo
     )
 
 
-def _run_all(jobs: list[Job], machines: ProcessMachines, workers: int) -> list[Result]:
+def _run_all(
+    jobs: list[Job], machines: ProcessMachines, workers: int, cores: Cores | None = None
+) -> list[Result]:
     if workers <= 1:
-        return [run_job(job, machines) for job in jobs]
+        _share(cores)
+        try:
+            return [run_job(job, machines) for job in jobs]
+        finally:
+            _share(None)
     context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    with context.Pool(workers) as pool:
+    with context.Pool(workers, initializer=_share, initargs=(cores,)) as pool:
         return pool.map(run_job, jobs, chunksize=1)
 
 
@@ -307,11 +364,16 @@ def _result_line(result: Result) -> str:
         verdict = f"VIOLATED {result.counterexample.violation.invariant}"
     elif not result.complete:
         verdict = "INCOMPLETE"
+    how = ""
+    if result.processes > 1:
+        how = ", split over 2 processes"
+    elif result.searched_again:
+        how = ", searched again unsplit for the shortest counterexample"
     return (
         f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
         f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
         f"{result.seconds:.1f} s, "
-        f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s"
+        f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
     )
 
 

@@ -47,7 +47,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...ports.config import ConfigStore
@@ -73,9 +73,13 @@ from .invariants import (
 )
 from .model import COMPLETE, DELIVER, Action, Bounds, Budget
 from .observe import Observation, observe
+from .split import PIECES, Cores, Fork, PartReport, cut, tails
 from .variants import Variant
 
 DEFAULT_MAX_STATES = 500_000
+#: The frontier at which ``check`` splits an exploration over two processes (see
+#: :mod:`.split`; bench.check_split measures where a fork pays).
+SPLIT_FRONTIER = 4_000
 PROGRESS_EVERY_S = 2.0
 CLOSURE_LIMIT = 100_000
 STEP_FAILED = Violation(
@@ -170,8 +174,10 @@ class Result:
     seconds: float
     complete: bool
     counterexample: Counterexample | None = None
-    cpu_seconds: float = 0.0  # processor time of the exploring process
+    cpu_seconds: float = 0.0  # processor time of the exploring process(es)
     covered: int = 0  # states not expanded: a state of their observation covers them
+    processes: int = 1  # 2 when the search was split (``Explorer(split_at=...)``)
+    searched_again: bool = False  # a split search found a violation: this is the unsplit one
 
     @property
     def ok(self) -> bool:
@@ -226,6 +232,10 @@ class _Outcome:
         if action.kind != DELIVER:
             return cls(post)
         return cls(post, DeliveryEffect.of(obs, post, calls_before, twin))
+
+
+_Entry = tuple[int, Observation, Budget, "World | None"]  # a state to expand, and its world
+_Frontier = deque[_Entry]
 
 
 class _Worlds:
@@ -288,8 +298,26 @@ class Explorer:
         reuse_outcomes: bool = True,
         prune_covered: bool = True,
         on_edge: Callable[[int, int], None] | None = None,
+        split_at: int | None = None,
+        pieces: int = PIECES,
+        cores: Cores | None = None,
     ) -> None:
+        if split_at is not None and on_edge is not None:
+            raise ValueError("a split search tells no edge hook: its edges are in two processes")
         self.setup = setup
+        self._prunes = (reuse_worlds, reuse_outcomes, prune_covered)  # for a search again
+        #: Fork into two processes once the frontier holds at least this many states
+        #: (and a core is idle, when ``cores`` are given; ``None``: never); see :mod:`.split`.
+        self.split_at = split_at
+        self.pieces = pieces
+        self._cores = cores  # when given, the fork waits for an idle one (else: no wait)
+        self._fork: Fork | None = None
+        self._pieces: list[list[_Entry]] = []  # the frontier at the fork, cut
+        self._known = 0  # states at the fork: ids below it mean the same in both processes
+        self._fair_lengths: list[int] = []  # fair_into's lengths at the fork
+        self._stall_lengths: list[int] = []
+        self._at_fork = (0, 0, 0)  # transitions, attempts, covered at the fork
+        self._part: PartReport | None = None  # the forked process's report, once joined
         # A state whose budget a state of its observation covers is not expanded (off:
         # every state is; the same observations and edges are explored either way).
         self._covers: _Covers | None = _Covers() if prune_covered else None
@@ -327,21 +355,57 @@ class Explorer:
     def run(self) -> Result:
         started, cpu = time.perf_counter(), time.process_time()
         with quiet_logs(), rare_collections(), stepwise():
-            counterexample, complete = self._search(started)
-            if counterexample is None and complete and self.rules.proof.progress:
+            try:
+                counterexample, complete = self._search(started)
+            except BaseException:
+                if self._fork is not None:
+                    if self._fork.in_child:
+                        self._fork.fail()
+                    self._fork.abandon()
+                raise
+            if self._fork is not None:
+                complete = self._join(counterexample, complete)
+            part = self._part
+            violated = counterexample is not None or (part is not None and part.violated)
+            if not violated and complete and self.rules.proof.progress:
                 counterexample = self._progress_pass()
-            if counterexample is None and complete and self.stall_into is not None:
+            leases = self.stall_into is not None
+            if counterexample is None and not violated and complete and leases:
                 counterexample = self._lease_pass()
+        if part is not None and (violated or counterexample is not None):
+            return self._search_again(started, cpu)
         return Result(
             max_concurrent=self.setup.max_concurrent,
-            states=len(self.parent),
-            transitions=self.transitions,
-            depth=max(self.depth, default=0),
+            states=len(self.parent) + (part.states if part else 0),
+            transitions=self.transitions + (part.transitions if part else 0),
+            depth=max(max(self.depth, default=0), part.depth if part else 0),
             seconds=time.perf_counter() - started,
             complete=complete,
             counterexample=counterexample,
-            cpu_seconds=time.process_time() - cpu,
-            covered=self.covered,
+            cpu_seconds=time.process_time() - cpu + (part.cpu_seconds if part else 0.0),
+            covered=self.covered + (part.covered if part else 0),
+            processes=2 if part else 1,
+        )
+
+    def _search_again(self, started: float, cpu: float) -> Result:
+        """A split search found a violation: each process searched breadth-first, but
+        not the two together, so the shortest counterexample is the unsplit search's."""
+        assert self._part is not None
+        spent = time.process_time() - cpu + self._part.cpu_seconds
+        again = Explorer(
+            self.setup,
+            max_states=self.max_states,
+            progress=self.progress,
+            prune_faults=self.prune_faults,
+            reuse_worlds=self._prunes[0],
+            reuse_outcomes=self._prunes[1],
+            prune_covered=self._prunes[2],
+        ).run()
+        return replace(
+            again,
+            seconds=time.perf_counter() - started,
+            cpu_seconds=again.cpu_seconds + spent,
+            searched_again=True,
         )
 
     def _search(self, started: float) -> tuple[Counterexample | None, bool]:
@@ -358,10 +422,17 @@ class Explorer:
         if covers is not None:
             covers.add(root_obs, Budget(), 0)
         worlds = _Worlds()
-        frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
+        frontier: _Frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
         next_report = started + PROGRESS_EVERY_S
         on_edge = self.on_edge
-        while frontier:
+        while frontier or self._claim(frontier):
+            fork = self._fork
+            if fork is None:
+                if self._splits(frontier):
+                    self._start_fork(frontier)
+                    continue
+            elif fork.halted:
+                return None, True  # the other process ended the search: its result stands
             sid, obs, budget, own = frontier.popleft()
             world, alone = (own, True) if own is not None else worlds.take(obs)
             effect: DeliveryEffect | None = None
@@ -389,6 +460,7 @@ class Explorer:
                         twin = perform(world, action, in_place=last)
                     except StepFailed as exc:
                         failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
+                        self._halt()
                         return Counterexample(failed, self.trace(sid, action)), True
                     if outcome is None:
                         outcome = _Outcome.of(obs, twin, calls_before, action)
@@ -397,6 +469,7 @@ class Explorer:
                         if outcome.post is not None:
                             violation = check_edge(obs, outcome.post, rules)
                             if violation:
+                                self._halt()
                                 return Counterexample(violation, self.trace(sid, action)), True
                 post = outcome.post
                 if post is None:
@@ -410,9 +483,11 @@ class Explorer:
                     if post not in checked:
                         violation = check_state(post, rules)
                         if violation:
+                            self._halt()
                             return Counterexample(violation, self.trace(dst)), True
                         checked.add(post)
                     if len(self.parent) >= self.max_states:
+                        self._halt()
                         return None, False
                     cover = covers.cover(post, spent) if covers is not None else None
                     if cover is None:
@@ -431,6 +506,98 @@ class Explorer:
                 next_report = time.perf_counter() + PROGRESS_EVERY_S
                 self.progress(self._status(started, len(frontier), self.depth[sid]))
         return None, True
+
+    # --- split over two processes (see .split) ------------------------------------
+
+    def _splits(self, frontier: _Frontier) -> bool:
+        """Whether to fork now: the frontier is wide enough and a core is idle. Any
+        state will do (not only the first of a depth): a split run's counterexample is
+        the unsplit search's anyway (``searched_again``)."""
+        return (
+            self.split_at is not None
+            and len(frontier) >= self.split_at
+            and (self._cores is None or self._cores.take())  # last: it takes the core
+        )
+
+    def _start_fork(self, frontier: _Frontier) -> None:
+        """Cut the frontier into pieces and fork; each process then claims pieces."""
+        self._pieces = cut(list(frontier), self.pieces)
+        frontier.clear()
+        self._known = len(self.parent)
+        self._fair_lengths = [len(into) for into in self.fair_into]
+        if self.stall_into is not None:
+            self._stall_lengths = [len(into) for into in self.stall_into]
+        self._at_fork = (self.transitions, self.attempts, self.covered)
+        self._fork = Fork(self.pieces)
+        self._fork.start()
+
+    def _claim(self, frontier: _Frontier) -> bool:
+        """After the fork, an empty frontier takes the next unclaimed piece, if any."""
+        if self._fork is None:
+            return False
+        piece = self._fork.claim()
+        if piece is None:
+            return False
+        frontier.extend(self._pieces[piece])
+        self._pieces[piece] = []  # claimed here: its states now live in the frontier
+        return True
+
+    def _halt(self) -> None:
+        """This process's search ended the run (a violation, or out of states): the
+        other process, if any, need not go on."""
+        if self._fork is not None:
+            self._fork.halt()
+
+    def _join(self, counterexample: Counterexample | None, complete: bool) -> bool:
+        """The forked process sends its part and ends; the process that forked takes
+        the part's fair edges and flags in (ids past its own), for the passes. Returns
+        whether the whole search is complete."""
+        fork = self._fork
+        assert fork is not None
+        if fork.in_child:
+            fork.finish(self._report(counterexample, complete))
+        try:
+            part = fork.receive()
+        finally:
+            if self._cores is not None:
+                self._cores.give()
+        self._part = part
+        shift = len(self.parent) - part.known  # its ids past the fork come after ours
+
+        def ours(sids: list[int]) -> list[int]:
+            return [sid if sid < part.known else sid + shift for sid in sids]
+
+        for sid, tail in part.fair_tails.items():
+            self.fair_into[sid].extend(ours(tail))
+        self.fair_into.extend(ours(into) for into in part.fair_into)
+        if self.stall_into is not None:
+            assert part.stall_into is not None and part.stall_tails is not None
+            for sid, tail in part.stall_tails.items():
+                self.stall_into[sid].extend(ours(tail))
+            self.stall_into.extend(ours(into) for into in part.stall_into)
+        return complete and part.complete
+
+    def _report(self, counterexample: Counterexample | None, complete: bool) -> PartReport:
+        known = self._known
+        transitions, attempts, covered = self._at_fork
+        return PartReport(
+            known=known,
+            states=len(self.parent) - known,
+            transitions=self.transitions - transitions,
+            attempts=self.attempts - attempts,
+            covered=self.covered - covered,
+            depth=max(self.depth[known:], default=0),
+            complete=complete,
+            violated=counterexample is not None,
+            cpu_seconds=time.process_time(),  # the forked process's own, from zero
+            quiescent=bytes(quiescent(obs, self.rules) for obs in self.observations[known:]),
+            fair_into=self.fair_into[known:],
+            fair_tails=tails(self.fair_into, self._fair_lengths),
+            stall_into=self.stall_into[known:] if self.stall_into is not None else None,
+            stall_tails=(
+                tails(self.stall_into, self._stall_lengths) if self.stall_into is not None else None
+            ),
+        )
 
     def _performs(
         self,
@@ -508,8 +675,11 @@ class Explorer:
 
     def _status(self, started: float, frontier: int, depth: int) -> str:
         elapsed = time.perf_counter() - started
+        fork = self._fork
+        process = "" if fork is None else f" (process {2 if fork.in_child else 1} of 2)"
         return (
-            f"check max_concurrent={self.setup.max_concurrent}: {len(self.parent)} states, "
+            f"check max_concurrent={self.setup.max_concurrent}{process}: "
+            f"{len(self.parent)} states, "
             f"{self.transitions} transitions, depth {depth}, frontier {frontier}, "
             f"{elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
         )
@@ -536,10 +706,15 @@ class Explorer:
 
     def _finish_pass(self, into: list[list[int]], invariant: Invariant) -> Counterexample | None:
         """The first state (BFS order) from which the edges in ``into`` reach no
-        quiescent state, as a counterexample of ``invariant``."""
-        count = len(self.parent)
+        quiescent state, as a counterexample of ``invariant``. After a split, the other
+        process's states come last: any of them left is reported bare (the run then
+        searches again unsplit, for the shortest)."""
+        count = len(into)
         can_finish = bytearray(count)
-        todo = deque(i for i in range(count) if quiescent(self.observations[i], self.rules))
+        own = len(self.observations)
+        todo = deque(i for i in range(own) if quiescent(self.observations[i], self.rules))
+        if self._part is not None:
+            todo.extend(own + i for i, flag in enumerate(self._part.quiescent) if flag)
         for sid in todo:
             can_finish[sid] = 1
         while todo:
@@ -550,6 +725,9 @@ class Explorer:
                     todo.append(src)
         for sid in range(count):  # ids are in BFS order: the first is a shallowest one
             if not can_finish[sid]:
+                if sid >= own:
+                    violation = Violation(invariant.name, invariant.summary, "")
+                    return Counterexample(violation, ())
                 detail = "no fair continuation finishes: " + waiting(
                     self.observations[sid], self.rules
                 )

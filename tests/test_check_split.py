@@ -1,0 +1,207 @@
+"""One exploration split over two processes: the same verdicts as the unsplit search,
+the shortest counterexample, and a second process that fails loudly."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from check_mutants.mutants import write_mutant
+from fixture_policy import CONFIG
+
+from stovepipe_fsm.apps.check import actions
+from stovepipe_fsm.apps.check import command as command_module
+from stovepipe_fsm.apps.check import explorer as explorer_module
+from stovepipe_fsm.apps.check import split as split_module
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup
+from stovepipe_fsm.apps.check.model import Bounds
+from stovepipe_fsm.apps.check.split import Cores, Fork, PartFailed, PartKilled, cut, tails
+from stovepipe_fsm.apps.check.variants import Variant
+from stovepipe_fsm.apps.cli import main
+from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
+from stovepipe_fsm.simulation.world import World
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Small enough to fork within a second or two of search at two heads.
+EARLY = 100
+
+
+@pytest.fixture(scope="module")
+def machines() -> ProcessMachines:
+    return load_process_machines(ROOT / "machines")
+
+
+def setup_for(machines: ProcessMachines, k: int, variant: Variant | None = None, **bounds):  # type: ignore[no-untyped-def]
+    store = load_policy_store(str(ROOT / "config" / "queues.yaml"))
+    return Setup(machines, store, Bounds(**bounds), k, variant or Variant())
+
+
+def test_a_split_search_passes_where_the_unsplit_one_does(machines: ProcessMachines) -> None:
+    """The shipped policy's progress and lease passes run over both processes' edges:
+    had either process's fair edges been lost at the join, states known at the fork
+    would be left unfinished, and the run would search again unsplit."""
+    setup = setup_for(machines, 2, heads=2)
+    assert setup.rules().proof.progress and setup.rules().proof.lease_bounds_stall
+    unsplit = Explorer(setup).run()
+    split = Explorer(setup, split_at=EARLY).run()
+    assert unsplit.ok and unsplit.processes == 1
+    assert split.ok and split.processes == 2 and not split.searched_again
+    # A state both processes reach is explored by each: never fewer states.
+    assert split.states >= unsplit.states and split.transitions >= unsplit.transitions
+
+
+def test_the_join_is_what_lets_the_passes_finish(
+    machines: ProcessMachines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the second process's fair edges into the states known at the fork, the
+    progress pass finds states it cannot finish: the guard above can fail."""
+    monkeypatch.setattr(explorer_module, "tails", lambda into, lengths: {})
+    result = Explorer(setup_for(machines, 2, heads=2), split_at=EARLY).run()
+    assert result.searched_again and result.ok  # the unsplit search found no violation
+
+
+@pytest.mark.parametrize(
+    ("variant", "bounds", "invariant"),
+    [
+        (Variant(bare_counter=True), {"heads": 2}, "idle_counter_exact"),
+        (Variant(bare_counter=True), {"heads": 2, "max_dead_letters": 0}, "progress"),
+    ],
+)
+def test_a_split_search_reports_the_unsplit_shortest_counterexample(
+    machines: ProcessMachines, variant: Variant, bounds: dict[str, int], invariant: str
+) -> None:
+    setup = setup_for(machines, 1, variant, **bounds)
+    unsplit = Explorer(setup).run()
+    split = Explorer(setup, split_at=10).run()
+    assert unsplit.counterexample is not None
+    assert unsplit.counterexample.violation.invariant == invariant
+    assert split.searched_again and split.processes == 1
+    assert split.counterexample == unsplit.counterexample
+    assert (split.states, split.transitions) == (unsplit.states, unsplit.transitions)
+
+
+@pytest.mark.parametrize("name", ["no_coalesce", "no_gate", "terminal_holds_slot"])
+def test_a_split_search_catches_each_mutant_as_the_unsplit_one_does(
+    name: str, tmp_path: Path
+) -> None:
+    """Forked at once (two states waiting), the mutants' violations are found after the
+    fork, and what is reported is the unsplit search's counterexample."""
+    mutant = load_process_machines(write_mutant(name, tmp_path / name), lint=False)
+    setup = Setup(mutant, load_policy_store(str(CONFIG)), Bounds(heads=2), 1, Variant())
+    unsplit, split = Explorer(setup).run(), Explorer(setup, split_at=2).run()
+    assert unsplit.counterexample is not None
+    assert split.searched_again and split.counterexample == unsplit.counterexample
+
+
+def test_a_state_limit_ends_both_processes_incomplete(machines: ProcessMachines) -> None:
+    result = Explorer(setup_for(machines, 2, heads=2), split_at=EARLY, max_states=2_000).run()
+    assert not result.complete and result.processes == 2 and not result.searched_again
+    assert result.states <= 2 * 2_000
+
+
+def test_an_exploration_forks_only_onto_an_idle_core(machines: ProcessMachines) -> None:
+    setup = setup_for(machines, 1, heads=1, rewrite=False)
+    busy = Cores(0)
+    assert Explorer(setup, split_at=10, cores=busy).run().processes == 1
+    assert busy.idle == 0
+    idle = Cores(1)
+    assert Explorer(setup, split_at=10, cores=idle).run().processes == 2
+    assert idle.idle == 1  # given back once the second process ended
+
+
+def _in_the_second_process(effect: Callable[[], None]) -> Callable[..., World | None]:
+    """``perform``, with ``effect`` run first in any process but this one."""
+    first, perform = os.getpid(), actions.perform
+
+    def performing(*args: Any, **kwargs: Any) -> World | None:
+        if os.getpid() != first:
+            effect()
+        return perform(*args, **kwargs)
+
+    return performing
+
+
+def test_an_error_in_the_second_process_is_raised_in_the_first(
+    machines: ProcessMachines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail() -> None:
+        raise RuntimeError("a fault planted in the second process")
+
+    monkeypatch.setattr(explorer_module, "perform", _in_the_second_process(fail))
+    with pytest.raises(PartFailed, match="a fault planted in the second process"):
+        Explorer(setup_for(machines, 1, heads=1, rewrite=False), split_at=10).run()
+
+
+def test_a_second_process_killed_is_reported(
+    machines: ProcessMachines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(explorer_module, "perform", _in_the_second_process(die))
+    with pytest.raises(PartKilled, match="ended without a report \\(killed by signal 9\\)"):
+        Explorer(setup_for(machines, 1, heads=1, rewrite=False), split_at=10).run()
+
+
+def test_check_says_a_killed_second_process_proved_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(command_module, "SPLIT_FRONTIER", 10)
+    monkeypatch.setattr(explorer_module, "perform", _in_the_second_process(die))
+    small = ["--heads", "1", "--no-rewrite", "--max-concurrent", "1", "--quiet"]
+    assert main(["check", *small, "--jobs", "2"]) == 1
+    _, err = capsys.readouterr()
+    assert "killed by signal 9): nothing is proved (--no-split keeps" in err, err
+
+
+def test_a_split_search_tells_no_edge_hook(machines: ProcessMachines) -> None:
+    with pytest.raises(ValueError, match="its edges are in two processes"):
+        Explorer(setup_for(machines, 1), split_at=10, on_edge=lambda src, dst: None)
+
+
+def test_the_frontier_is_cut_into_runs_of_its_order() -> None:
+    assert cut(list(range(10)), 4) == [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9]]
+    assert cut([1, 2], 4) == [[], [1], [], [2]]
+    assert [x for piece in cut(list(range(97)), 8) for x in piece] == list(range(97))
+
+
+def test_tails_are_the_entries_added_since_the_fork() -> None:
+    into = [[1, 2, 5], [], [3], [4]]
+    assert tails(into, [2, 0, 1]) == {0: [5]}  # list 3 came after the fork: not a tail
+
+
+def test_each_piece_is_claimed_once() -> None:
+    fork = Fork(3)
+    assert [fork.claim(), fork.claim(), fork.claim(), fork.claim()] == [0, 1, 2, None]
+    before = fork.halted
+    fork.halt()
+    assert (before, fork.halted) == (False, True)
+    with pytest.raises(ValueError, match=r"pieces must be 1\.\.255"):
+        Fork(256)
+
+
+def test_check_splits_only_with_a_second_job(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(command_module, "SPLIT_FRONTIER", EARLY)
+    small = ["check", "--heads", "2", "--max-concurrent", "2", "--quiet"]
+    outputs = {}
+    runs = {"two": ["--jobs", "2"], "one": ["--jobs", "1"], "off": ["--jobs", "2", "--no-split"]}
+    for name, extra in runs.items():
+        capsys.readouterr()
+        assert main([*small, *extra]) == 0
+        outputs[name] = capsys.readouterr().out
+    assert re.search(r"^  max_concurrent=2: ok - .*, split over 2 processes$", outputs["two"], re.M)
+    assert "split over" not in outputs["one"] and "split over" not in outputs["off"]
+    assert split_module.can_fork()
