@@ -556,12 +556,14 @@ class Explorer:
         assert fork is not None
         if fork.in_child:
             fork.finish(self._report(counterexample, complete))
+        self._pieces = []  # every piece was claimed: the other process's are not needed
         try:
             part = fork.receive()
         finally:
             if self._cores is not None:
                 self._cores.give()
         self._part = part
+        self.attempts += part.attempts
         shift = len(self.parent) - part.known  # its ids past the fork come after ours
 
         def ours(sids: list[int]) -> list[int]:
