@@ -150,7 +150,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--out", default=DEFAULT_OUT, help=f"counterexample timeline (default {DEFAULT_OUT})"
     )
     p.add_argument(
-        "--jobs", type=_positive, default=os.cpu_count() or 1, help="parallel explorations"
+        "--jobs",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        help="processes exploring at once: explorations side by side, and with --split the "
+        "second process of an exploration once a core is idle (default: the number of CPUs)",
     )
     p.add_argument(
         "--split",
