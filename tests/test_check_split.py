@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,6 +170,61 @@ def test_check_says_a_killed_second_process_proved_nothing(
 def test_a_split_search_tells_no_edge_hook(machines: ProcessMachines) -> None:
     with pytest.raises(ValueError, match="its edges are in two processes"):
         Explorer(setup_for(machines, 1), split_at=10, on_edge=lambda src, dst: None)
+
+
+ORPHANED = """
+import os, signal, sys
+from pathlib import Path
+from stovepipe_fsm.apps.check import split
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup
+from stovepipe_fsm.apps.check.model import Bounds
+from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.process.catalog import load_process_machines
+
+root, pid_file = Path(sys.argv[1]), Path(sys.argv[2])
+start = split.Fork.start
+
+def start_then_die(fork):
+    start(fork)
+    if not fork.in_child:  # the first process is killed right after the fork
+        pid_file.write_text(str(fork.pid))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+split.Fork.start = start_then_die
+machines = load_process_machines(root / "machines")
+store = load_policy_store(str(root / "config" / "queues.yaml"))
+Explorer(Setup(machines, store, Bounds(), 2), split_at=100).run()
+"""
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie no one has reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_the_second_process_stops_when_the_first_is_killed(tmp_path: Path) -> None:
+    """Killed, the first process leaves no explorer behind: the second, which would
+    otherwise explore its part of the default bounds for most of a minute, notices
+    within a state that the process that forked is gone, and ends."""
+    pid_file = tmp_path / "second.pid"
+    first = subprocess.run(
+        [sys.executable, "-c", ORPHANED, str(ROOT), str(pid_file)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert first.returncode == -signal.SIGKILL
+    second = int(pid_file.read_text())
+    deadline = time.monotonic() + 10.0
+    while not _gone(second) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(second), f"the second process {second} went on exploring alone"
 
 
 def test_the_frontier_is_cut_into_runs_of_its_order() -> None:

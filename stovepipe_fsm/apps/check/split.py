@@ -113,11 +113,13 @@ class Fork:
         self._report_read, self._report_write = os.pipe()
         self.pid = 0  # the forked process, in the process that forked
         self.in_child = False
+        self._first = 0  # the process that forked
 
     def start(self) -> None:
         """Fork; afterwards :attr:`in_child` tells which process this is."""
         sys.stdout.flush()
         sys.stderr.flush()
+        self._first = os.getpid()
         pid = os.fork()
         if pid == 0:
             self.in_child = True
@@ -137,7 +139,11 @@ class Fork:
 
     @property
     def halted(self) -> bool:
-        return self._stop[0] == 1
+        """Told to stop; in the forked process, also once the process that forked is
+        gone (killed, say): no one would read its report, so it must not explore on."""
+        if self._stop[0] == 1:
+            return True
+        return self.in_child and os.getppid() != self._first
 
     # --- the forked process -------------------------------------------------------
 
