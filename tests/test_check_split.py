@@ -108,6 +108,17 @@ def test_a_state_limit_ends_both_processes_incomplete(machines: ProcessMachines)
     assert result.states <= 2 * 2_000
 
 
+def test_an_abandoned_search_ends_incomplete(machines: ProcessMachines) -> None:
+    asked: list[bool] = []
+
+    def gone() -> bool:
+        asked.append(True)
+        return len(asked) > 5  # the caller is gone after five states
+
+    result = Explorer(setup_for(machines, 1, heads=2), abandoned=gone).run()
+    assert not result.complete and result.states < 100 and len(asked) == 6
+
+
 def test_an_exploration_forks_only_onto_an_idle_core(machines: ProcessMachines) -> None:
     setup = setup_for(machines, 1, heads=1, rewrite=False)
     busy = Cores(0)
@@ -225,6 +236,47 @@ def test_the_second_process_stops_when_the_first_is_killed(tmp_path: Path) -> No
     while not _gone(second) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(second), f"the second process {second} went on exploring alone"
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+CHECK_MAIN = "import sys; from stovepipe_fsm.apps.cli import main; sys.exit(main())"
+
+
+def test_explorations_stop_when_check_is_killed() -> None:
+    """Killed outright, ``check`` leaves no pool worker exploring: each notices within a
+    state that the command is gone, and ends (at default bounds they would explore on
+    for most of a minute)."""
+    command = subprocess.Popen(
+        [sys.executable, "-c", CHECK_MAIN, "check", "--quiet", "--jobs", "2"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60.0
+        while len(workers := _children(command.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(workers) == 2, "check started no pool of two explorations"
+        time.sleep(2.0)  # both exploring
+    finally:
+        command.kill()
+        command.wait()
+    deadline = time.monotonic() + 10.0
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in workers), f"explorations {workers} went on alone"
 
 
 def test_the_frontier_is_cut_into_runs_of_its_order() -> None:

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,12 +235,20 @@ def run_job(job: Job, machines: ProcessMachines | None = None) -> Result:
         progress=progress,
         split_at=job.split_at,
         cores=_cores,
+        abandoned=_command_gone() if multiprocessing.parent_process() else None,
     )
     try:
         return explorer.run()
     finally:
         if _cores is not None:
             _cores.give()  # this exploration's core is idle now
+
+
+def _command_gone() -> Callable[[], bool]:
+    """In a pool worker: whether the ``check`` process that started it is gone (killed
+    outright, so its pool could not end the worker), leaving no one to read its result."""
+    command = os.getppid()
+    return lambda: os.getppid() != command
 
 
 def cmd_check(args: argparse.Namespace) -> int:

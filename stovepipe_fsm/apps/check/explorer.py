@@ -301,6 +301,7 @@ class Explorer:
         split_at: int | None = None,
         pieces: int = PIECES,
         cores: Cores | None = None,
+        abandoned: Callable[[], bool] | None = None,
     ) -> None:
         if split_at is not None and on_edge is not None:
             raise ValueError("a split search tells no edge hook: its edges are in two processes")
@@ -311,6 +312,9 @@ class Explorer:
         self.split_at = split_at
         self.pieces = pieces
         self._cores = cores  # when given, the fork waits for an idle one (else: no wait)
+        #: Asked at each state: true once no one waits for the result (the process that
+        #: started this one is gone); the search then ends, incomplete.
+        self._abandoned = abandoned
         self._fork: Fork | None = None
         self._pieces: list[list[_Entry]] = []  # the frontier at the fork, cut
         self._known = 0  # states at the fork: ids below it mean the same in both processes
@@ -426,6 +430,9 @@ class Explorer:
         next_report = started + PROGRESS_EVERY_S
         on_edge = self.on_edge
         while frontier or self._claim(frontier):
+            if self._abandoned is not None and self._abandoned():
+                self._halt()
+                return None, False
             fork = self._fork
             if fork is None:
                 if self._splits(frontier):
@@ -530,6 +537,8 @@ class Explorer:
         self._at_fork = (self.transitions, self.attempts, self.covered)
         self._fork = Fork(self.pieces)
         self._fork.start()
+        if self._fork.in_child:
+            self._abandoned = None  # its own parent is watched by the fork (``halted``)
 
     def _claim(self, frontier: _Frontier) -> bool:
         """After the fork, an empty frontier takes the next unclaimed piece, if any."""
