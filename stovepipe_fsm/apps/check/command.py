@@ -3,11 +3,10 @@
 One exploration per ``--max-concurrent`` value; with more than one value and more than
 one ``--jobs``, they run in parallel processes (each loads the machines itself: compiled
 machines hold callables and are not sent between processes). With more than one job,
-an exploration still running when a core is idle forks into two processes
-(``--split``, :mod:`.split`). The report is
-printed in ``max_concurrent`` order whatever finished first, and the counterexample
-written is the one of the smallest ``max_concurrent`` that has one, so a run is
-deterministic.
+an exploration still running when a core is idle forks into two processes (``--split``,
+:mod:`.split`). The report is printed in ``max_concurrent`` order whatever finished
+first, and the counterexample written is the one of the smallest ``max_concurrent``
+that has one, so a run is deterministic.
 """
 
 from __future__ import annotations
@@ -161,8 +160,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--split",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="with more than one job, split the largest exploration over two processes "
-        f"once its frontier holds {SPLIT_FRONTIER} states (default on)",
+        help="with more than one job, an exploration still running when a core is idle "
+        f"forks into two processes, once {SPLIT_FRONTIER} states wait to be expanded "
+        "(default on)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument(
