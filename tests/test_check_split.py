@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 from check_mutants.mutants import write_mutant
+from check_mutants.speculative import BASE as SPECULATIVE
+from check_mutants.speculative import CONFIG as SPECULATIVE_CONFIG
+from check_mutants.speculative import write_mutant as write_speculative_mutant
 from fixture_policy import CONFIG
 
 from stovepipe_fsm.apps.check import actions
@@ -99,6 +102,29 @@ def test_a_split_search_catches_each_mutant_as_the_unsplit_one_does(
     setup = Setup(mutant, load_policy_store(str(CONFIG)), Bounds(heads=2), 1, Variant())
     unsplit, split = Explorer(setup).run(), Explorer(setup, split_at=2).run()
     assert unsplit.counterexample is not None
+    assert split.searched_again and split.counterexample == unsplit.counterexample
+
+
+def test_the_lease_pass_runs_over_both_processes(tmp_path: Path) -> None:
+    """With slot leases configured, the lease pass (no build ever reports) runs over the
+    stall edges of both processes: clean on the speculative policy, and a mutant that
+    ignores expiry breaks it as the unsplit search does."""
+    leases = SPECULATIVE_CONFIG.parent / "leases.yaml"
+    bounds = Bounds(
+        heads=2, rewrite=False, max_crashes=0, max_duplicates=0, max_dead_letters=0,
+        max_outages=0, pauses=False,
+    )  # fmt: skip
+    shipped = load_process_machines(SPECULATIVE)
+    setup = Setup(shipped, load_policy_store(str(leases), shipped.parameters), bounds, 1)
+    assert setup.rules().max_validation_ms > 0  # the lease pass runs
+    clean = Explorer(setup, split_at=10).run()
+    assert clean.ok and clean.processes == 2 and not clean.searched_again
+    expiry_ignored = write_speculative_mutant("expiry_ignored", tmp_path / "expiry_ignored")
+    mutant = load_process_machines(expiry_ignored, lint=False)
+    broken = Setup(mutant, load_policy_store(str(leases), mutant.parameters), bounds, 1)
+    unsplit, split = Explorer(broken).run(), Explorer(broken, split_at=10).run()
+    assert unsplit.counterexample is not None
+    assert unsplit.counterexample.violation.invariant == "lease_bounds_stall"
     assert split.searched_again and split.counterexample == unsplit.counterexample
 
 
