@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 import pytest
 from nats.js import api
@@ -21,9 +23,11 @@ from stovepipe_fsm.adapters.jetstream import consumer_limit, durable_consumer
 from stovepipe_fsm.adapters.jetstream.consumer_limit import wanted_limit
 from stovepipe_fsm.adapters.jetstream.durable_consumer import (
     CREATE_ATTEMPTS,
+    TRANSIENT_ATTEMPTS,
     ConsumerLimitReached,
     ensure_pull_consumer,
 )
+from stovepipe_fsm.domain.errors import Retryable
 
 
 @dataclass
@@ -86,6 +90,7 @@ class FullStream:
 
 
 CONFIG = api.ConsumerConfig(durable_name="process-q", filter_subject="p.q")
+CREATED = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +129,49 @@ async def test_at_the_accounts_limit_the_refusal_names_it() -> None:
     with pytest.raises(ConsumerLimitReached, match=r"account's JetStream consumer limit \(5\)"):
         await ensure_pull_consumer(stream, "S", CONFIG)  # type: ignore[arg-type]
     assert stream.updates == [] and stream.creates == 1
+
+
+@dataclass
+class SlowCluster:
+    """A cluster that leaves the consumer requests numbered in ``unanswered`` without an
+    answer in time (carrying out a create all the same, as a server whose reply is late
+    does)."""
+
+    unanswered: set[int]
+    asks: int = 0
+    creates: int = 0
+    exists: bool = False
+
+    async def consumer_info(self, stream: str, name: str) -> api.ConsumerInfo:
+        self._ask()
+        if not self.exists:
+            raise nats.js.errors.NotFoundError(code=404, err_code=10014, description="not found")
+        return api.ConsumerInfo(name=name, stream_name=stream, config=CONFIG, created=CREATED)
+
+    async def add_consumer(self, stream: str, config: api.ConsumerConfig) -> None:
+        self.creates += 1
+        self.exists = True  # done, whether or not the answer comes in time
+        self._ask()
+
+    def _ask(self) -> None:
+        self.asks += 1
+        if self.asks in self.unanswered:
+            raise nats.errors.TimeoutError
+
+
+async def test_a_consumer_request_without_an_answer_is_asked_again() -> None:
+    # The first try's lookup times out; the second try's create is done but its answer
+    # lost; the third try finds the consumer there and creates nothing more.
+    cluster = SlowCluster(unanswered={1, 3})
+    await ensure_pull_consumer(cluster, "S", CONFIG)  # type: ignore[arg-type]
+    assert cluster.exists and cluster.creates == 1 and cluster.asks == 4
+
+
+async def test_a_broker_that_never_answers_fails_after_the_last_try() -> None:
+    cluster = SlowCluster(unanswered=set(range(1, 100)))
+    with pytest.raises(Retryable, match=r"ensure consumer S/process-q: TimeoutError"):
+        await ensure_pull_consumer(cluster, "S", CONFIG)  # type: ignore[arg-type]
+    assert cluster.asks == TRANSIENT_ATTEMPTS  # one lookup per try, none answered
 
 
 def test_the_wanted_limit_doubles_adds_at_least_1000_and_stops_at_the_account() -> None:

@@ -14,7 +14,7 @@ import logging
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-from ...domain.errors import NonRetryable
+from ...domain.errors import NonRetryable, Retryable
 from .consumer_limit import LimitRaise, raise_consumer_limit
 from .errors import MAX_CONSUMERS_CODE, translated
 
@@ -33,6 +33,11 @@ class ConsumerLimitReached(NonRetryable):
 CREATE_ATTEMPTS = 5
 #: The pause before the n-th try is n times this.
 CREATE_PAUSE_S = 0.1
+#: Tries of one consumer's ensure when the broker does not answer it in time, or not at
+#: all: on a cluster a replicated consumer's group may still be forming, or a leader
+#: being elected, while replicas start side by side. Asking again is safe: a create the
+#: server did carry out finds the consumer there.
+TRANSIENT_ATTEMPTS = 3
 
 
 async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api.ConsumerConfig]:
@@ -55,10 +60,29 @@ async def ensure_pull_consumer(
     existing: api.ConsumerConfig | None = None,
 ) -> None:
     """Create the durable consumer unless it exists (replicas race here harmlessly);
-    update an existing one whose editable settings differ from ``config``.
+    update an existing one whose editable settings differ from ``config``. A request the
+    broker did not answer (a :class:`Retryable` error) is asked again, up to
+    :data:`TRANSIENT_ATTEMPTS` times in all.
 
     ``existing``: the consumer's config from :func:`existing_consumers`, when it was
     listed; if it needs no update, nothing is asked of the broker."""
+    for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
+        try:
+            await _ensure(js, stream, config, existing)
+            return
+        except Retryable as exc:
+            if attempt == TRANSIENT_ATTEMPTS:
+                raise
+            log.warning("%s; asking again (%d of %d)", exc, attempt + 1, TRANSIENT_ATTEMPTS)
+            await asyncio.sleep(CREATE_PAUSE_S * attempt)
+
+
+async def _ensure(
+    js: JetStreamContext,
+    stream: str,
+    config: api.ConsumerConfig,
+    existing: api.ConsumerConfig | None,
+) -> None:
     name = config.durable_name
     assert name is not None
     if existing is not None and not differing_settings(existing, config):
