@@ -32,6 +32,7 @@ from pathlib import Path
 from stovepipe_fsm.apps.check.command import Job
 from stovepipe_fsm.apps.check.explorer import Explorer
 from stovepipe_fsm.apps.check.model import Bounds
+from stovepipe_fsm.apps.check.split import cut
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 
 #: Depths whose frontier is smaller than this are not worth a fork.
@@ -111,8 +112,7 @@ def claimed_split(
     explored fewer states claims the next piece, and explores what it reaches that this
     process has not seen yet (the states known at the fork excepted)."""
     frontier = frontier_at(depths, depth)
-    size = len(frontier)
-    pieces = [frontier[i * size // chunks : (i + 1) * size // chunks] for i in range(chunks)]
+    pieces = cut(frontier, chunks)
     seen: tuple[set[int], set[int]] = (set(), set())
     explored = [0, 0]
     for piece in pieces:
