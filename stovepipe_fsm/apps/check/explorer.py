@@ -361,6 +361,8 @@ class Explorer:
         with quiet_logs(), rare_collections(), stepwise():
             try:
                 counterexample, complete = self._search(started)
+                if counterexample is not None or not complete:
+                    self._halt()  # this search ended the run: the other process need not go on
             except BaseException:
                 if self._fork is not None:
                     if self._fork.in_child:
@@ -431,7 +433,6 @@ class Explorer:
         on_edge = self.on_edge
         while frontier or self._claim(frontier):
             if self._abandoned is not None and self._abandoned():
-                self._halt()
                 return None, False
             fork = self._fork
             if fork is None:
@@ -467,7 +468,6 @@ class Explorer:
                         twin = perform(world, action, in_place=last)
                     except StepFailed as exc:
                         failed = Violation(STEP_FAILED.invariant, STEP_FAILED.summary, str(exc))
-                        self._halt()
                         return Counterexample(failed, self.trace(sid, action)), True
                     if outcome is None:
                         outcome = _Outcome.of(obs, twin, calls_before, action)
@@ -476,7 +476,6 @@ class Explorer:
                         if outcome.post is not None:
                             violation = check_edge(obs, outcome.post, rules)
                             if violation:
-                                self._halt()
                                 return Counterexample(violation, self.trace(sid, action)), True
                 post = outcome.post
                 if post is None:
@@ -490,11 +489,9 @@ class Explorer:
                     if post not in checked:
                         violation = check_state(post, rules)
                         if violation:
-                            self._halt()
                             return Counterexample(violation, self.trace(dst)), True
                         checked.add(post)
                     if len(self.parent) >= self.max_states:
-                        self._halt()
                         return None, False
                     cover = covers.cover(post, spent) if covers is not None else None
                     if cover is None:
@@ -552,8 +549,8 @@ class Explorer:
         return True
 
     def _halt(self) -> None:
-        """This process's search ended the run (a violation, or out of states): the
-        other process, if any, need not go on."""
+        """This process's search ended the run (a violation, out of states, or no one
+        waiting for it): the other process, if any, need not go on."""
         if self._fork is not None:
             self._fork.halt()
 
