@@ -378,8 +378,8 @@ class StampingPublisher:
         self._inner = inner
         self._on_build = on_build
 
-    async def publish_process(self, queue: str, request_id: str) -> None:
-        await self._inner.publish_process(queue, request_id)
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        await self._inner.publish_process(queue, request_id, partition)
 
     async def publish_hook(self, event: Any) -> None:
         await self._inner.publish_hook(event)

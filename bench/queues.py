@@ -23,9 +23,13 @@ source control in memory) so that its CPU is its own. Per scenario it prints:
   the ingest call (in this process) to the build message the admit publishes (seen on a
   plain subscription to the build subjects).
 
-Two replicas are two service processes on the same topology; their CPU is summed. The
-bench stops by itself: every scenario is bounded by ``--window`` and ``--samples``, and
-the server and the service processes are stopped at the end.
+Two replicas are two service processes on the same topology; their CPU is summed.
+``--account-limit N`` starts the server with one account whose JetStream consumer limit
+is ``N``, which the broker applies to each stream: past ``N`` queues the service spreads
+them over partitions of the process stream, and every figure above includes that (the
+rows name the streams). The bench stops by itself: every scenario is bounded by
+``--window`` and ``--samples``, and the server and the service processes are stopped at
+the end.
 """
 
 from __future__ import annotations
@@ -159,6 +163,8 @@ class Figures:
     kib_per_queue: float = 0.0
     restart_s: float = 0.0
     warm_s: float = 0.0
+    #: Process streams the queues were spread over (1: the process stream alone).
+    partitions: int = 1
     admit_ms: list[float] = field(default_factory=list)
     after_ingest_ms: list[float] = field(default_factory=list)
 
@@ -184,6 +190,7 @@ class Figures:
             "published_admit_p50_ms": round(self.pct(0.5, self.after_ingest_ms), 1),
             "published_admit_p99_ms": round(self.pct(0.99, self.after_ingest_ms), 1),
             "admits": len(self.admit_ms),
+            "partitions": self.partitions,
         }
 
 
@@ -231,6 +238,7 @@ async def scenario(
     import nats
 
     from stovepipe_fsm.adapters.jetstream import Topology
+    from stovepipe_fsm.adapters.jetstream.partitions import partitions
 
     tag = f"q{queues}r{replicas}{label.replace(' ', '').replace('.', '')}".lower()[:30]
     topology = Topology.isolated(tag)
@@ -269,7 +277,13 @@ async def scenario(
             await stop_replica(proc)
         nc = await nats.connect(server.url)
         js = nc.jetstream()
-        for name in (*topology.stream_names(), *(f"KV_{b}" for b in topology.bucket_names())):
+        figures.partitions = len(await partitions(js, topology))
+        spread = [topology.process_stream_of(k) for k in range(1, figures.partitions + 1)]
+        for name in (
+            *topology.stream_names(),
+            *spread,
+            *(f"KV_{b}" for b in topology.bucket_names()),
+        ):
             with contextlib.suppress(Exception):
                 await js.delete_stream(name)
         await nc.close()
@@ -399,6 +413,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("admit_p99_ms", "admit p99 ms"),
         ("published_admit_p50_ms", "pub->admit p50"),
         ("published_admit_p99_ms", "pub->admit p99"),
+        ("partitions", "streams"),
     ]
     cells = [[h for _, h in heads]] + [[str(r[k]) for k, _ in heads] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(heads))]
@@ -417,13 +432,27 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             plan.append(("before", size, 1, args.before, None))
         plan.append(("after", size, 1, None, args.fetch_wait))
     if args.before:
-        plan.append(("before", 1000, 2, args.before, None))
-    plan.append(("after", 1000, 2, None, args.fetch_wait))
+        plan.append(("before", args.replicas_queues, 2, args.before, None))
+    plan.append(("after", args.replicas_queues, 2, None, args.fetch_wait))
     rows = []
     http_port = args.http_port or free_port()
     with tempfile.TemporaryDirectory(prefix="bench-queues-") as tmp:
-        async with NatsServer(Path(tmp) / "nats", port=args.port, http_port=http_port) as server:
+        extra: tuple[str, ...] = ()
+        if args.account_limit:
+            config = Path(tmp) / "account-limited.conf"
+            config.write_text(
+                "accounts {\n  ONLY {\n"
+                f"    jetstream {{ max_consumers: {args.account_limit} }}\n"
+                '    users [ { user: "only" } ]\n  }\n}\nno_auth_user: "only"\n',
+                encoding="utf-8",
+            )
+            extra = ("-c", str(config))
+        async with NatsServer(
+            Path(tmp) / "nats", port=args.port, http_port=http_port, extra_args=extra
+        ) as server:
             print(f"nats-server on {server.url}, monitoring on 127.0.0.1:{http_port}")
+            if args.account_limit:
+                print(f"the account caps each stream at {args.account_limit} consumers")
             print(f"idle window {args.window:g} s, {args.samples} admits per scenario\n")
             for label, size, replicas, tree, fetch_wait in [] if args.status_only else plan:
                 figures = await scenario(
@@ -466,6 +495,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-only", action="store_true", help="only the status timings")
     parser.add_argument(
         "--sizes", type=int, nargs="+", default=None, help="queue counts (default 100 1000 10000)"
+    )
+    parser.add_argument(
+        "--replicas-queues",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="queues of the two-replica scenario (default 1000)",
+    )
+    parser.add_argument(
+        "--account-limit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the account's JetStream consumer limit (per stream); default none",
     )
     # The service process (started by the bench itself).
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

@@ -37,8 +37,11 @@ CLUSTER_NAME = "stovepipe-test"
 class NatsCluster:
     """``size`` nodes named ``n0``, ``n1`` ... routed to one another."""
 
-    def __init__(self, root: Path, size: int = 3) -> None:
+    def __init__(self, root: Path, size: int = 3, config: Path | None = None) -> None:
+        """``config``: a server config file every node starts on (accounts and their
+        limits); the cluster's own settings come from the command line."""
         route_ports = [free_port() for _ in range(size)]
+        configured = ["-c", str(config)] if config is not None else []
         client_ports = [free_port() for _ in range(size)]
         routes = ",".join(f"nats-route://{LOOPBACK}:{port}" for port in route_ports)
         self.names = [f"n{index}" for index in range(size)]
@@ -55,6 +58,7 @@ class NatsCluster:
                     f"nats://{LOOPBACK}:{route_ports[index]}",
                     "--routes",
                     routes,
+                    *configured,
                 ],
                 startup_timeout=20.0,
             )

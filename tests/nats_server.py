@@ -158,10 +158,14 @@ def one_account_config(directory: Path, name: str, account: str, user: str) -> P
     return path
 
 
-def account_limited_config(directory: Path, max_consumers: int) -> Path:
+def account_limited_config(
+    directory: Path, max_consumers: int, max_streams: int | None = None
+) -> Path:
     """A server config whose one account, used by every unauthenticated client, may hold
-    at most ``max_consumers`` JetStream consumers over all its streams."""
-    account = f"    jetstream {{ max_consumers: {max_consumers} }}\n"
+    at most ``max_consumers`` JetStream consumers on each of its streams (the broker
+    applies the account's limit per stream), and at most ``max_streams`` streams."""
+    streams = f", max_streams: {max_streams}" if max_streams is not None else ""
+    account = f"    jetstream {{ max_consumers: {max_consumers}{streams} }}\n"
     return one_account_config(directory, "account-limited.conf", account, '{ user: "only" }')
 
 
@@ -188,7 +192,9 @@ def subscribe_denied_server(
 
 
 def account_limited_server(
-    directory: Path, max_consumers: int
+    directory: Path, max_consumers: int, max_streams: int | None = None
 ) -> contextlib.AbstractContextManager[NatsServer]:
-    """A broker of its own whose account caps consumers at ``max_consumers``."""
-    return configured_server(directory, account_limited_config(directory, max_consumers))
+    """A broker of its own whose account caps each stream's consumers at
+    ``max_consumers`` (and its streams at ``max_streams``)."""
+    config = account_limited_config(directory, max_consumers, max_streams)
+    return configured_server(directory, config)

@@ -83,6 +83,20 @@ def test_the_queues_bench_measures_a_small_service(capsys: pytest.CaptureFixture
     assert all(row["kib_per_queue"] > 0 and row["admit_p99_ms"] > 0 for row in rows)
 
 
+def test_the_queues_bench_spreads_queues_past_an_accounts_consumer_limit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--sizes", "10", "--replicas-queues", "9", "--account-limit", "4"]
+    argv += ["--window", "1", "--samples", "5", "--json"]
+    assert queues_bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "the account caps each stream at 4 consumers" in out
+    rows = json.loads(out[out.index("\n[") + 1 :])
+    spread = {(row["queues"], row["replicas"]): row["partitions"] for row in rows}
+    assert spread == {(10, 1): 3, (9, 2): 3}
+    assert all(row["admits"] == 5 for row in rows)
+
+
 def test_the_whatif_bench_loads_replays_and_runs_both_commands(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

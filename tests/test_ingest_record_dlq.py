@@ -489,9 +489,9 @@ def crashing_pipeline(budget: Budget) -> Pipeline:
             return await super().reserve(queue, count)
 
     class Publisher(MemoryPublisher):
-        async def publish_process(self, queue: str, request_id: str) -> None:
+        async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
             budget.spend()
-            await super().publish_process(queue, request_id)
+            await super().publish_process(queue, request_id, partition)
 
     return Pipeline(
         requests=Requests(), queues=Queues(), uri_index=Uris(), counter=Counter(),

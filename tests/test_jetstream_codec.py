@@ -214,10 +214,22 @@ def test_a_row_written_before_leases_reads_as_none() -> None:
     assert json.loads(encode_queue(queue)).keys() == old.keys()
 
 
+def test_a_queue_rows_partition_round_trips_and_is_left_out_at_zero() -> None:
+    moved = Queue(name="q", latest_request_id="request/q/4", partition=3)
+    assert json.loads(encode_queue(moved))["partition"] == 3
+    assert decode_queue(encode_queue(moved)) == moved
+    # Partition 0 is every row written before partitions existed: no field appears.
+    assert "partition" not in json.loads(encode_queue(Queue(name="q")))
+    assert decode_queue(encode_queue(Queue(name="q"))).partition == 0
+
+
 @pytest.mark.parametrize(
     ("field", "value", "complaint"),
     [
         ("leases", ["request/q/1", 5], "'leases' must map"),
+        ("partition", -1, "'partition' must be an integer >= 0"),
+        ("partition", "1", "'partition' must be an integer >= 0"),
+        ("partition", True, "'partition' must be an integer >= 0"),
         ("leases", {"request/q/1": "5"}, "'leases' must map"),
         ("leases", {"request/q/1": True}, "'leases' must map"),
         ("serial_holder", 3, "'serial_holder' must be a string"),

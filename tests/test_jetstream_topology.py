@@ -38,6 +38,67 @@ def test_foreign_subjects_are_rejected(subject: str) -> None:
         Topology().queue_of_process_subject(subject)
 
 
+@pytest.mark.parametrize("partition", [0, 1, 7, 999])
+@pytest.mark.parametrize("queue", ["monorepo/main", "a.b", "7"])
+def test_a_partitions_subject_reverses_to_its_queue_and_partition(
+    queue: str, partition: int
+) -> None:
+    topology = Topology()
+    subject = topology.process_subject(queue, partition)
+    assert topology.process_address(subject) == (queue, partition)
+    assert topology.queue_of_process_subject(subject) == queue
+    stream = topology.process_stream_of(partition)
+    assert topology.process_stream_of_subject(subject) == stream
+    assert topology.partition_of_process_stream(stream) == partition
+
+
+def test_partitions_have_their_own_streams_subjects_and_sequences() -> None:
+    topology = Topology()
+    assert topology.process_subject("q", 3) == "stovepipe.process.3.q"
+    assert topology.process_filter(3) == "stovepipe.process.3.*"
+    assert topology.process_subjects_filter() == "stovepipe.process.>"
+    assert topology.process_stream_of(0) == "STOVEPIPE_PROCESS"
+    assert topology.process_stream_of(3) == "STOVEPIPE_PROCESS_3"
+    first, third = topology.process_stream_spec(0), topology.process_stream_spec(3)
+    assert (first.name, first.subjects, first.first_seq) == (
+        "STOVEPIPE_PROCESS",
+        ("stovepipe.process.*",),
+        0,
+    )
+    # Sequences key the attempts and termination ledgers: the partitions' never meet.
+    assert third.first_seq == 3 * 10**15 and third.to_config().first_seq == 3 * 10**15
+    assert third.retention == first.retention == api.RetentionPolicy.WORK_QUEUE
+    assert topology.stream_specs()[0] == first  # ensure_topology makes partition 0 only
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "stovepipe.process.0.q",  # partition 0 has one token less
+        "stovepipe.process.01.q",
+        "stovepipe.process.1000.q",
+        "stovepipe.process.x.q",
+        "stovepipe.process.1.",
+        "stovepipe.process.1.a_2e",
+    ],
+)
+def test_malformed_partition_subjects_are_rejected(subject: str) -> None:
+    with pytest.raises(ValueError, match="not a process subject"):
+        Topology().process_address(subject)
+
+
+@pytest.mark.parametrize(
+    "stream", ["STOVEPIPE_PROCESS_0", "STOVEPIPE_PROCESS_01", "STOVEPIPE_BUILD"]
+)
+def test_streams_that_are_no_partition_are_told_apart(stream: str) -> None:
+    assert Topology().partition_of_process_stream(stream) is None
+
+
+def test_partitions_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"partition must be in 0\.\.999"):
+        Topology().process_subject("q", 1000)
+
+
 def test_consumer_names_are_legal_and_distinct() -> None:
     topology = Topology()
     names = {topology.process_consumer_name(q) for q in ("a/b", "a_2Fb", "a.b", "a_b")}

@@ -268,14 +268,18 @@ async def test_a_queue_past_the_streams_consumer_limit_has_the_limit_raised(
         await delete_topology(js_env.js, topology)
 
 
-async def test_a_queue_past_the_accounts_consumer_limit_is_refused_clearly(
-    tmp_path: Path,
-) -> None:
+#: Streams an isolated topology holds: six streams and six buckets. An account capped at
+#: this many has no room for a partition of the process stream.
+TOPOLOGY_STREAMS = 12
+
+
+async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path) -> None:
     """The account's JetStream consumer limit caps each stream, so no raise of the
-    stream's own limit lifts it: queues past it are refused with a sentence that names
-    it, and the queues that have a consumer keep working."""
+    stream's own limit lifts it, and an account that may hold no more streams leaves no
+    partition to move a queue to: queues past it are refused with a sentence that names
+    both limits, and the queues that have a consumer keep working."""
     queues = {f"a/q{n}": {} for n in range(6)}
-    with account_limited_server(tmp_path, max_consumers=5) as server:
+    with account_limited_server(tmp_path, max_consumers=5, max_streams=TOPOLOGY_STREAMS) as server:
         topology = Topology.isolated(unique_tag(), initial_queue_limit=2)
         config = {"defaults": {"max_attempts": 3}, "queues": queues}
         async with running_service(server, topology, config) as run:
@@ -285,6 +289,8 @@ async def test_a_queue_past_the_accounts_consumer_limit_is_refused_clearly(
             for why in service.refused.values():
                 assert "maximum consumers limit reached" in why
                 assert "caps each stream at the account's JetStream consumer limit (5)" in why
+                assert "creating partition 1 failed" in why
+                assert "the account allows 12 streams" in why
             info = await run.nc.jetstream().stream_info(topology.process_stream)
             # Raised as far as the account lets it, not to the wanted 1,000 more.
             assert info.config.max_consumers <= 5
@@ -295,13 +301,20 @@ async def test_a_queue_past_the_accounts_consumer_limit_is_refused_clearly(
             await run.wait_state(rid, "processing")
 
 
+@pytest.mark.parametrize(
+    ("raised", "partition"),
+    [({"max_consumers": 10}, 0), ({"max_streams": TOPOLOGY_STREAMS + 1}, 1)],
+    ids=["consumers", "streams"],
+)
 async def test_refused_queues_are_served_once_the_accounts_limit_is_raised(
-    tmp_path: Path,
+    tmp_path: Path, raised: dict[str, int], partition: int
 ) -> None:
-    """An operator raises the account's limit (a config reload of the broker): the
-    refused queue gets its consumer at the next retry, without a restart."""
+    """An operator raises one of the account's limits (a config reload of the broker):
+    the refused queue gets its consumer at the next retry, without a restart, on the
+    process stream (more consumers per stream) or on a new partition (one more stream)."""
     queues = {f"b/q{n}": {} for n in range(4)}
-    with account_limited_server(tmp_path, max_consumers=3) as server:
+    limits = {"max_consumers": 3, "max_streams": TOPOLOGY_STREAMS}
+    with account_limited_server(tmp_path, **limits) as server:
         topology = Topology.isolated(unique_tag())
         config = {"defaults": {"max_attempts": 3}, "queues": queues}
         options = dataclasses.replace(FAST, refused_retry_s=0.3)
@@ -312,7 +325,7 @@ async def test_refused_queues_are_served_once_the_accounts_limit_is_raised(
             await asyncio.sleep(0.6)  # retry rounds pass: no room, nothing tried
             assert refused in service.refused and refused not in service.consumers
 
-            account_limited_config(tmp_path, 10)
+            account_limited_config(tmp_path, **{**limits, **raised})
             assert server.pid is not None
             os.kill(server.pid, signal.SIGHUP)  # nats-server reloads its config
 
@@ -321,7 +334,9 @@ async def test_refused_queues_are_served_once_the_accounts_limit_is_raised(
 
             await wait_for(served, "the refused queue served after the raise", timeout=10)
             assert service.refused == {} and service.ready
-            info = await run.nc.jetstream().stream_info(topology.process_stream)
-            assert info.state.consumer_count == 4
+            assert service.consumers[refused].partition == partition
+            stream = topology.process_stream_of(partition)
+            info = await run.nc.jetstream().stream_info(stream)
+            assert info.state.consumer_count == (4 if partition == 0 else 1)
             rid = await run.ingest(refused, "A")
             await run.wait_state(rid, "processing")

@@ -68,6 +68,12 @@ class Queue:
     admitted as a rewrite (its head does not descend from last green), which runs
     alone: both are written with the claim, in the same compare-and-set, and dropped
     with the slot.
+
+    ``partition`` names which of the broker's process streams carries the queue's work:
+    0 unless the service moved the queue to another one, which it does only when the
+    queue's stream refused the queue a consumer (the broker caps the consumers of each
+    stream). Set once, by compare-and-set, before the queue has a consumer; every other
+    writer carries it over unchanged.
     """
 
     name: str
@@ -77,6 +83,7 @@ class Queue:
     slot_holders: tuple[str, ...] = ()
     leases: tuple[tuple[str, int], ...] = ()
     serial_holder: str = ""
+    partition: int = 0
     version: int = 1
 
     @property

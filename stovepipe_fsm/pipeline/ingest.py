@@ -174,8 +174,8 @@ class Ingest:
             request_id = await self.uri_index.put_if_absent(queue, uri, minted)
             if request_id == minted:
                 self._remember(queue, uri)
-                await self._write_new(queue, row, [(request_id, uri, False)])
-                await self.publisher.publish_process(queue, request_id)
+                partition = await self._write_new(queue, row, [(request_id, uri, False)])
+                await self.publisher.publish_process(queue, request_id, partition)
                 return IngestResult(request_id, True, published=True)
         self._remember(queue, uri)
         return await self._known(queue, uri, at_head, row, request_id, minted)
@@ -194,8 +194,8 @@ class Ingest:
             minted = minted or format_request_id(queue, await self.counter.next(queue))
             request_id = await self.uri_index.repoint(queue, uri, request_id, minted)
             if request_id == minted:
-                await self._write_new(queue, row, [(request_id, uri, True)])
-                await self.publisher.publish_process(queue, request_id)
+                partition = await self._write_new(queue, row, [(request_id, uri, True)])
+                await self.publisher.publish_process(queue, request_id, partition)
                 return IngestResult(request_id, True, published=True, returned=True)
         return await self._heal(queue, row, request_id, uri)
 
@@ -255,8 +255,10 @@ class Ingest:
                 if got == rid
             ]
             if new:
-                await self._write_new(queue, row, new)
-                await all_of(self.publisher.publish_process(queue, rid) for rid, _, _ in new)
+                partition = await self._write_new(queue, row, new)
+                await all_of(
+                    self.publisher.publish_process(queue, rid, partition) for rid, _, _ in new
+                )
             for h, rid, got in zip(fresh, ids, claimed, strict=True):
                 self._remember(queue, h.uri)
                 if got == rid:
@@ -273,8 +275,9 @@ class Ingest:
 
     async def _write_new(
         self, queue: str, row: Queue | None, new: Sequence[tuple[str, str, bool]]
-    ) -> None:
-        """Create the requests, stamp the newest as latest and note them, concurrently."""
+    ) -> int:
+        """Create the requests, stamp the newest as latest and note them, concurrently;
+        the queue's partition, as the stamp found it."""
         now = self.clock.now_ms()
         writes: list[Awaitable[Any]] = [self._stamp_latest(queue, row, max_id(queue, new))]
         for request_id, uri, returned in new:
@@ -283,7 +286,8 @@ class Ingest:
             )
             writes.append(self._create_request(request))
             writes.append(self._note(request, returned))
-        await all_of(writes)
+        partition: int = (await all_of(writes))[0]
+        return partition
 
     async def _heal(self, queue: str, row: Queue | None, request_id: str, uri: str) -> IngestResult:
         """A known head: finish whatever an earlier ingest of it left undone."""
@@ -294,8 +298,10 @@ class Ingest:
                 writes.append(self._create_queue(Queue(name=queue)))
             await all_of(writes)
             return IngestResult(request_id, False, published=False)
-        await together(self._note(request, False), self._stamp_latest(queue, row, request_id))
-        await self.publisher.publish_process(queue, request_id)
+        _, partition = await together(
+            self._note(request, False), self._stamp_latest(queue, row, request_id)
+        )
+        await self.publisher.publish_process(queue, request_id, partition)
         return IngestResult(request_id, False, published=True)
 
     async def again(self, old: Request) -> IngestResult:
@@ -322,8 +328,8 @@ class Ingest:
             await self.trail.append(TrailRecord(INGESTED, queue, request_id, at, detail=why))
         if request.state != self.initial_state:
             return IngestResult(request_id, created, published=False)
-        await self._stamp_latest(queue, await self._queue_row(queue), request_id)
-        await self.publisher.publish_process(queue, request_id)
+        partition = await self._stamp_latest(queue, await self._queue_row(queue), request_id)
+        await self.publisher.publish_process(queue, request_id, partition)
         return IngestResult(request_id, created, published=True)
 
     async def _note(self, request: Request, returned: bool) -> None:
@@ -386,8 +392,10 @@ class Ingest:
             return await self.requests.get(request_id)
         return request
 
-    async def _stamp_latest(self, queue: str, row: Queue | None, request_id: str) -> None:
-        """Move ``latest_request_id`` forward to ``request_id`` (never back).
+    async def _stamp_latest(self, queue: str, row: Queue | None, request_id: str) -> int:
+        """Move ``latest_request_id`` forward to ``request_id`` (never back); return the
+        queue's partition as of that write (a new row's is 0), which the publish after it
+        names.
 
         ``row`` is the row as read moments ago: the write names its version, so it costs
         one round trip unless someone wrote the row since (then it reads and retries).
@@ -401,15 +409,15 @@ class Ingest:
 
         if row is None:
             if await self._create_queue(Queue(name=queue, latest_request_id=request_id)):
-                return
+                return 0
         else:
             target = forward(row)
             if target == row:
-                return
+                return row.partition
             with contextlib.suppress(VersionMismatch):
                 await self.queues.update(target, row.version, row.version + 1)
-                return
-        await update_queue(self.queues, queue, forward)
+                return row.partition
+        return (await update_queue(self.queues, queue, forward)).partition
 
 
 def _moved_on_from(row: Queue | None, queue: str, request_id: str) -> bool:

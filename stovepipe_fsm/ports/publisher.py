@@ -12,7 +12,10 @@ from ..domain.hooks import HookEvent
 
 
 class Publisher(Protocol):
-    async def publish_process(self, queue: str, request_id: str) -> None: ...
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        """Hand ``request_id`` to ``queue``'s process consumer. ``partition``: the one the
+        queue's row names (a broker may carry queues on several process streams)."""
+        ...
 
     async def publish_build(self, queue: str, request_id: str) -> None: ...
 

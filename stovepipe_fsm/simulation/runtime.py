@@ -144,8 +144,8 @@ class SimPublisher:
         self.clock = clock
         self.record = record
 
-    async def publish_process(self, queue: str, request_id: str) -> None:
-        await self.record.publish_process(queue, request_id)
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        await self.record.publish_process(queue, request_id, partition)
         self.broker.publish(queue, request_id, self.clock.now_ms())
 
     async def publish_build(self, queue: str, request_id: str) -> None:

@@ -28,7 +28,7 @@ from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
 from ..ports.trail import DecisionTrail
 
 
-def _unbound(*args: object) -> Any:
+def _unbound(*args: object, **kwargs: object) -> Any:
     raise RuntimeError("the switched ports were used before a world was bound to them")
 
 
@@ -88,9 +88,15 @@ class _SourceControl:
         self.for_queue = provider.for_queue
 
 
+class _PublishProcess(Protocol):
+    def __call__(
+        self, queue: str, request_id: str, partition: int = 0
+    ) -> Coroutine[Any, Any, None]: ...
+
+
 class _Publisher:
     def __init__(self) -> None:
-        self.publish_process: Callable[[str, str], Coroutine[Any, Any, None]] = _unbound
+        self.publish_process: _PublishProcess = _unbound
         self.publish_build: Callable[[str, str], Coroutine[Any, Any, None]] = _unbound
         self.publish_hook: Callable[[HookEvent], Coroutine[Any, Any, None]] = _unbound
 
@@ -118,7 +124,7 @@ class _Trail:
 
 
 class PublisherLike(Protocol):
-    async def publish_process(self, queue: str, request_id: str) -> None: ...
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None: ...
 
     async def publish_build(self, queue: str, request_id: str) -> None: ...
 

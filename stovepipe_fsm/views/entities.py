@@ -46,6 +46,8 @@ def queue_json(q: Queue) -> dict[str, Any]:
         "in_flight_count": q.in_flight_count,
         "last_green_uri": q.last_green_uri,
         "latest_request_id": q.latest_request_id,
+        # Only on a queue the service moved off the process stream (a broker's partition).
+        **({"partition": q.partition} if q.partition else {}),
     }
 
 
@@ -76,9 +78,11 @@ def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
 
 def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str:
     held = "" if holders is None else f" holders={', '.join(holders) or '-'}"
+    partition = f" partition={q['partition']}" if q.get("partition") else ""
     return (
         f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
         f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
+        f"{partition}"
     )
 
 

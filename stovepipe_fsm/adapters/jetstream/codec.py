@@ -180,17 +180,20 @@ def encode_queue(queue: Queue) -> bytes:
         fields["leases"] = {holder: expires for holder, expires in queue.leases}
     if queue.serial_holder:
         fields["serial_holder"] = queue.serial_holder
+    if queue.partition:
+        fields["partition"] = queue.partition
     fields["version"] = queue.version
     return _dump(QUEUE_KIND, fields)
 
 
 def decode_queue(data: bytes | None) -> Queue:
-    """A queue row; ``leases`` and ``serial_holder`` may be missing (none of either)."""
+    """A queue row; ``leases``, ``serial_holder`` and ``partition`` may be missing (none
+    of either, partition 0)."""
     fields = _load(
         data,
         QUEUE_KIND,
         frozenset((*_QUEUE_STR_FIELDS, "slot_holders", "version")),
-        optional=frozenset(("leases", "serial_holder")),
+        optional=frozenset(("leases", "serial_holder", "partition")),
     )
     strings = {name: _str(QUEUE_KIND, fields, name) for name in _QUEUE_STR_FIELDS}
     holders = fields["slot_holders"]
@@ -204,11 +207,15 @@ def decode_queue(data: bytes | None) -> Queue:
             f"queue field 'leases' must map holder ids to integer expiry times, got {leases!r}"
         )
     serial = _str(QUEUE_KIND, fields, "serial_holder") if "serial_holder" in fields else ""
+    partition = fields.get("partition", 0)
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise NonRetryable(f"queue field 'partition' must be an integer >= 0, got {partition!r}")
     return Queue(
         **strings,
         slot_holders=tuple(holders),
         leases=tuple(sorted(leases.items())),
         serial_holder=serial,
+        partition=partition,
         version=_version(QUEUE_KIND, fields),
     )
 

@@ -305,10 +305,13 @@ class ProcessConsumer(_PullLoop):
         retry_base_s: float = DEFAULT_RETRY_BASE_S,
         retry_cap_s: float = DEFAULT_RETRY_CAP_S,
         inbox: SharedInbox | None = None,
+        partition: int = 0,
     ) -> None:
         self.js = js
         self.topology = topology
         self.queue = queue
+        #: The process stream partition the queue's row names (``partitions.py``).
+        self.partition = partition
         self.inbox = inbox
         self.handler = handler
         self.config = config
@@ -318,7 +321,7 @@ class ProcessConsumer(_PullLoop):
         self.ack_wait_s = ack_wait_s
         self.fetch_timeout_s = fetch_timeout_s
         self.backoff = Backoff(retry_base_s, retry_cap_s)
-        self.subject = topology.process_subject(queue)
+        self.subject = topology.process_subject(queue, partition)
         self.durable = topology.process_consumer_name(queue)
         self._sub: JetStreamContext.PullSubscription | None = None
 
@@ -327,7 +330,7 @@ class ProcessConsumer(_PullLoop):
 
     @property
     def stream(self) -> str:
-        return self.topology.process_stream
+        return self.topology.process_stream_of(self.partition)
 
     def log_extra(self) -> dict[str, str]:
         return {"queue": self.queue}

@@ -37,12 +37,12 @@ class JetStreamPublisher:
         self._topology = topology
         self._timeout = timeout
 
-    async def publish_process(self, queue: str, request_id: str) -> None:
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
         await self._publish(
-            self._topology.process_subject(queue),
+            self._topology.process_subject(queue, partition),
             encode_work(WorkMessage(queue=queue, request_id=request_id)),
             msg_id=request_id,
-            stream=self._topology.process_stream,
+            stream=self._topology.process_stream_of(partition),
         )
 
     async def publish_build(self, queue: str, request_id: str) -> None:

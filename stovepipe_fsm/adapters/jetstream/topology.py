@@ -7,12 +7,22 @@ a fresh prefix without touching anyone else's streams.
 Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
 
     <prefix>.process.<q>          process work, one durable consumer per queue
+    <prefix>.process.<k>.<q>      the same for a queue on partition k >= 1 (below)
     <prefix>.build.<q>            build work, read by the build stage
     <prefix>.hooks.<event type>   hook events (``validation.repository.started`` ...)
     <prefix>.outcome.<q>          build outcomes, recorded by the service (outcomes.py)
     <prefix>.trail.<q>.<n>.<kind> the decision trail of request n of queue q (trail.py)
     <prefix>.trail._ops.<digest>  operator verbs about a queue or a glob (pause, resume, ...)
     <prefix>.dlq.<stage>.<q>      dead letters
+
+Partitions of the process stream: the broker caps the consumers of each stream at the
+account's JetStream consumer limit, and every queue has a consumer of its own, so past
+that limit queues are spread over several process streams. Partition 0 is the process
+stream itself; partition k >= 1 is the stream ``<process stream>_<k>`` over the subjects
+``<prefix>.process.<k>.*`` (one token more than partition 0's, so the two never
+overlap). A queue's row names its partition; the service creates partition streams and
+moves a queue to one when its own refuses the queue's consumer (``partitions.py`` of the
+service).
 
 :func:`ensure_topology` creates what is missing and *checks* what exists. It never updates
 a stream: a stream created by someone else with different subjects, retention, storage
@@ -42,6 +52,13 @@ from .names import InvalidToken, decode_queue_token, encode_name_token, encode_q
 DEFAULT_PREFIX = "stovepipe"
 DAY_S = 24 * 3600.0
 _SIMPLE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+#: Partitions of the process stream a topology may use: bounds what a forged subject or
+#: row can make the service create or look at.
+MAX_PARTITIONS = 1_000
+#: Partition k's stream numbers its messages from k times this. The attempts and
+#: termination ledgers key a process message by its stream sequence, so the partitions'
+#: sequences must never meet: each has 10^15 numbers, and the last ends below 2^63.
+PARTITION_SEQUENCE_SPAN = 10**15
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,8 @@ class StreamSpec:
     #: Lets a publish replace its subject's earlier messages (``Nats-Rollup: sub``).
     allow_rollup: bool = False
     max_bytes: int = -1
+    #: The first message's sequence (0: the broker's default, 1); set only at creation.
+    first_seq: int = 0
     #: Whether a differing ``max_age`` is a mismatch: only where the service's own
     #: retention setting chose it (dead letters); elsewhere an operator's edit stands.
     owns_max_age: bool = False
@@ -87,6 +106,7 @@ class StreamSpec:
             discard=api.DiscardPolicy.OLD,
             allow_rollup_hdrs=self.allow_rollup,
             max_bytes=self.max_bytes,
+            first_seq=self.first_seq or None,
         )
 
     def differences(self, actual: api.StreamConfig) -> list[str]:
@@ -227,15 +247,85 @@ class Topology:
 
     # -- subjects ---------------------------------------------------------------------
 
-    def process_subject(self, queue: str) -> str:
-        return f"{self.prefix}.process.{encode_queue_token(queue)}"
+    def process_subject(self, queue: str, partition: int = 0) -> str:
+        """The subject of ``queue``'s process work on ``partition``."""
+        token = encode_queue_token(queue)
+        if partition == 0:
+            return f"{self.prefix}.process.{token}"
+        return f"{self.prefix}.process.{_partition_token(partition)}.{token}"
 
-    def process_filter(self) -> str:
-        return f"{self.prefix}.process.*"
+    def process_filter(self, partition: int = 0) -> str:
+        """The subjects of ``partition``'s stream."""
+        if partition == 0:
+            return f"{self.prefix}.process.*"
+        return f"{self.prefix}.process.{_partition_token(partition)}.*"
+
+    def process_subjects_filter(self) -> str:
+        """Every process subject of every partition."""
+        return f"{self.prefix}.process.>"
+
+    def process_stream_of(self, partition: int) -> str:
+        """The name of ``partition``'s stream (partition 0: the process stream)."""
+        if partition == 0:
+            return self.process_stream
+        return f"{self.process_stream}_{_partition_token(partition)}"
+
+    def partition_of_process_stream(self, stream: str) -> int | None:
+        """The partition ``stream`` is, or None when it is no process stream of ours."""
+        if stream == self.process_stream:
+            return 0
+        head = f"{self.process_stream}_"
+        if not stream.startswith(head):
+            return None
+        partition = _parse_partition(stream[len(head) :])
+        return partition or None  # partition 0 has no suffix
+
+    def process_address(self, subject: str) -> tuple[str, int]:
+        """The queue and partition of a process subject (inverse of process_subject);
+        ``ValueError`` for any other subject."""
+        head = f"{self.prefix}.process."
+        rest = subject[len(head) :] if subject.startswith(head) else ""
+        first, dot, token = rest.partition(".")
+        partition = 0
+        if dot:
+            parsed = _parse_partition(first)
+            if parsed is None or parsed == 0:
+                raise ValueError(f"{subject!r} is not a process subject: bad partition {first!r}")
+            partition = parsed
+        else:
+            token = first
+        try:
+            return decode_queue_token(token), partition
+        except InvalidToken as exc:
+            raise ValueError(f"{subject!r} is not a process subject of {head}*: {exc}") from None
+
+    def process_stream_of_subject(self, subject: str) -> str:
+        """The stream a process subject belongs to, read from its shape alone (so also
+        for a subject whose queue token decodes to no queue)."""
+        head = f"{self.prefix}.process."
+        rest = subject[len(head) :] if subject.startswith(head) else ""
+        first, dot, _ = rest.partition(".")
+        partition = _parse_partition(first) if dot else 0
+        return self.process_stream_of(partition or 0)
 
     def queue_of_process_subject(self, subject: str) -> str:
-        """The queue a process message was published for (inverse of process_subject)."""
-        return self._queue_of(subject, "process")
+        """The queue a process message was published for, on any partition."""
+        return self.process_address(subject)[0]
+
+    def process_stream_spec(self, partition: int = 0) -> StreamSpec:
+        """What a partition's stream is created with: a work queue (each message is
+        consumed once by its queue's consumer; the server refuses a second consumer with
+        an overlapping filter, so two consumers can never serialize one queue twice)."""
+        return StreamSpec(
+            name=self.process_stream_of(partition),
+            subjects=(self.process_filter(partition),),
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            storage=self.storage,
+            replicas=self.replicas,
+            duplicate_window_s=self.duplicate_window_s,
+            max_consumers=self.initial_queue_limit,
+            first_seq=partition * PARTITION_SEQUENCE_SPAN,
+        )
 
     def _queue_of(self, subject: str, kind: str) -> str:
         """The queue of ``<prefix>.<kind>.<q>``; ``ValueError`` for any other subject."""
@@ -318,17 +408,14 @@ class Topology:
         )
 
     def stream_specs(self) -> tuple[StreamSpec, ...]:
-        """Process is a work queue: each message is consumed once by its queue's consumer,
-        acked messages go away, and the server refuses a second consumer with an
-        overlapping filter, so two consumers can never serialize one queue twice.
-        """
+        """Every stream :func:`ensure_topology` makes: partition 0 of the process stream
+        (:meth:`process_stream_spec`), the others as the service needs them."""
 
         def spec(
             name: str,
             subject: str,
             retention: api.RetentionPolicy,
             max_age_s: float | None = None,
-            max_consumers: int | None = None,
             owns_max_age: bool = False,
         ) -> StreamSpec:
             return StreamSpec(
@@ -339,18 +426,12 @@ class Topology:
                 replicas=self.replicas,
                 duplicate_window_s=self.duplicate_window_s,
                 max_age_s=max_age_s,
-                max_consumers=max_consumers,
                 owns_max_age=owns_max_age,
             )
 
         limits = api.RetentionPolicy.LIMITS
         return (
-            spec(
-                self.process_stream,
-                self.process_filter(),
-                api.RetentionPolicy.WORK_QUEUE,
-                max_consumers=self.initial_queue_limit,
-            ),
+            self.process_stream_spec(0),
             spec(self.build_stream, f"{self.prefix}.build.*", limits, self.message_max_age_s),
             spec(self.hooks_stream, f"{self.prefix}.hooks.>", limits, self.message_max_age_s),
             spec(
@@ -423,6 +504,12 @@ async def ensure_topology(js: JetStreamContext, topology: Topology) -> TopologyR
     )
 
 
+async def ensure_partition(js: JetStreamContext, topology: Topology, partition: int) -> bool:
+    """Create ``partition``'s stream unless it exists (checked like every stream);
+    True when this call created it."""
+    return await _ensure_stream(js, topology.process_stream_spec(partition))
+
+
 async def _ensure_stream(js: JetStreamContext, spec: StreamSpec) -> bool:
     with translated(f"ensure stream {spec.name}"):
         try:
@@ -480,3 +567,17 @@ def _age_text(seconds: float | None) -> str:
 
 def _enum_value(value: object) -> object:
     return getattr(value, "value", value)
+
+
+def _partition_token(partition: int) -> str:
+    if isinstance(partition, bool) or not 0 <= partition < MAX_PARTITIONS:
+        raise ValueError(f"partition must be in 0..{MAX_PARTITIONS - 1}, got {partition!r}")
+    return str(partition)
+
+
+def _parse_partition(token: str) -> int | None:
+    """The partition a token names: plain decimal without leading zeros, in range."""
+    if not (token.isascii() and token.isdecimal()) or (len(token) > 1 and token[0] == "0"):
+        return None
+    value = int(token)
+    return value if value < MAX_PARTITIONS else None

@@ -64,7 +64,8 @@ class MemoryPublisher:
         self._records: list[Published] = []
         self._failures: Counter[str] = Counter()
 
-    async def publish_process(self, queue: str, request_id: str) -> None:
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        # One topic: the partition only matters to a broker that has several.
         self._record(Published(PROCESS, queue, request_id, dedup_id=request_id))
 
     async def publish_build(self, queue: str, request_id: str) -> None:

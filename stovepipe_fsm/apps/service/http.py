@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from ...adapters.jetstream.partitions import partitions
 from ...domain.errors import NotFound
 from ...views.page import content_security_policy
 from ..options import installed_version
@@ -89,7 +90,7 @@ async def render_metrics(service: Service) -> str:
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
     lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
     family(
-        "stovepipe_queues_refused", "gauge", "Queues left unserved: the account's consumer limit."
+        "stovepipe_queues_refused", "gauge", "Queues left unserved: no partition had room."
     )
     lines.append(f"stovepipe_queues_refused {len(service.refused)}")
     family(
@@ -146,13 +147,19 @@ async def render_metrics(service: Service) -> str:
     lines += await _in_flight_lines(service)
     backlog, oldest, stream = await _process_stream_lines(service)
     if stream is not None:
-        consumers, limit = stream
+        consumers, limit, count = stream
         family(
             "stovepipe_process_consumers",
             "gauge",
-            "Consumers of the process stream, one per queue, over every replica.",
+            "Consumers of the process stream's partitions, one per queue, over every replica.",
         )
         lines.append(f"stovepipe_process_consumers {consumers}")
+        family(
+            "stovepipe_process_partitions",
+            "gauge",
+            "Streams the queues are spread over: the process stream and its partitions.",
+        )
+        lines.append(f"stovepipe_process_partitions {count}")
         family(
             "stovepipe_process_consumer_limit",
             "gauge",
@@ -163,7 +170,7 @@ async def render_metrics(service: Service) -> str:
         "stovepipe_account_consumer_limit",
         "gauge",
         "The account's JetStream consumer limit, which the broker applies to each stream "
-        "(-1: none); queues past it are refused.",
+        "(-1: none); queues past it go to another partition of the process stream.",
     )
     lines += await _account_lines(service)
     family(
@@ -191,22 +198,36 @@ async def _account_lines(service: Service) -> list[str]:
 
 async def _process_stream_lines(
     service: Service,
-) -> tuple[list[str], list[str], tuple[int, int] | None]:
+) -> tuple[list[str], list[str], tuple[int, int, int] | None]:
     """Per queue with messages: how many wait, and since when the oldest (one stream
-    info for all queues, then one read per queue that has a backlog); and from the same
-    stream info, the stream's consumers and consumer limit."""
+    info per partition of the process stream, then one read per queue that has a
+    backlog); and from the same stream infos, the consumers over every partition, the
+    process stream's own consumer limit, and how many partitions there are."""
     topology, js = service.topology, service.js
     try:
-        info = await asyncio.wait_for(
-            js.stream_info(topology.process_stream, subjects_filter=topology.process_filter()),
-            IN_FLIGHT_READ_TIMEOUT_S,
-        )
+        numbers = await asyncio.wait_for(partitions(js, topology), IN_FLIGHT_READ_TIMEOUT_S)
+        infos = [
+            await asyncio.wait_for(
+                js.stream_info(
+                    topology.process_stream_of(partition),
+                    subjects_filter=topology.process_filter(partition),
+                ),
+                IN_FLIGHT_READ_TIMEOUT_S,
+            )
+            for partition in sorted({0, *numbers})
+        ]
     except Exception:  # a scrape must not fail because the broker is slow
         return [], [], None
-    stream = (info.state.consumer_count, info.config.max_consumers or -1)
+    consumers = sum(info.state.consumer_count or 0 for info in infos)
+    stream = (consumers, infos[0].config.max_consumers or -1, len(infos))
     backlog, oldest = [], []
     now = time.time()
-    for subject, count in sorted((info.state.subjects or {}).items()):
+    waiting = sorted(
+        (subject, count, info.config.name or topology.process_stream)
+        for info in infos
+        for subject, count in (info.state.subjects or {}).items()
+    )
+    for subject, count, name in waiting:
         try:
             queue = topology.queue_of_process_subject(subject)
         except ValueError:
@@ -214,7 +235,7 @@ async def _process_stream_lines(
         backlog.append(f'stovepipe_queue_backlog{{queue="{_label(queue)}"}} {count}')
         try:
             first = await asyncio.wait_for(
-                js.get_msg(topology.process_stream, seq=1, subject=subject, next=True),
+                js.get_msg(name, seq=1, subject=subject, next=True),
                 IN_FLIGHT_READ_TIMEOUT_S,
             )
         except Exception:

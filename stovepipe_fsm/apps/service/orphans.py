@@ -32,13 +32,6 @@ log = logging.getLogger("stovepipe_fsm.service")
 MAX_PER_SUBJECT = 100
 
 
-async def process_subjects(js: JetStreamContext, topology: Topology) -> dict[str, int]:
-    """Every subject of the process stream that holds messages, with how many."""
-    with translated(f"list subjects of {topology.process_stream}"):
-        info = await js.stream_info(topology.process_stream, subjects_filter=">")
-    return dict(info.state.subjects or {})
-
-
 def orphan_subjects(
     topology: Topology, subjects: dict[str, int], served: Collection[str]
 ) -> dict[str, str]:
@@ -69,12 +62,11 @@ async def dead_letter_orphans(
     done = 0
     for subject, queue in sorted(orphans.items()):
         seq = 0
+        stream = topology.process_stream_of_subject(subject)
         for _ in range(MAX_PER_SUBJECT):
             with translated(f"read orphan on {clip(subject, 200)}"):
                 try:
-                    raw = await js.get_msg(
-                        topology.process_stream, seq=seq + 1, subject=subject, next=True
-                    )
+                    raw = await js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
                 except nats.js.errors.NotFoundError:
                     break
             seq = int(raw.seq or 0)
@@ -87,7 +79,7 @@ async def dead_letter_orphans(
             dlq_subject = f"{topology.prefix}.dlq.process.{token}"
             await publish_dead_letter(js, topology, letter, subject=dlq_subject)
             with translated(f"delete orphan {seq}"):
-                await js.delete_msg(topology.process_stream, seq)
+                await js.delete_msg(stream, seq)
             observe("orphan", queue, "", reason)
             log.error("orphan dead-lettered: %s", reason, extra={"queue": clip(queue, 200)})
             done += 1

@@ -68,12 +68,12 @@ from ...adapters.jetstream.consumer import (
     Observer,
     ProcessConsumer,
 )
-from ...adapters.jetstream.consumer_limit import account_has_room
 from ...adapters.jetstream.dead_letter import DeadLetter
 from ...adapters.jetstream.durable_consumer import ConsumerLimitReached, existing_consumers
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
+from ...adapters.jetstream.partitions import NoPartitionRoom, room_for_refused, waiting_subjects
 from ...adapters.jetstream.policy_record import (
     PolicyRecord,
     read_queue_parameters,
@@ -102,12 +102,17 @@ from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
 from .connect import ConnectionErrors
 from .keepalive import KeptAlive
-from .orphans import dead_letter_orphans, orphan_subjects, process_subjects
+from .orphans import dead_letter_orphans, orphan_subjects
 from .pauses import PausableConfig, pause_write_subjects, read_pauses
+from .placement import Placement
 from .policy import PolicyReloader
 from .subscriptions import Wake, WakeSubscriptions
 
 log = logging.getLogger("stovepipe_fsm.service")
+
+#: Moves of one queue to another partition in one opening of its consumer: each move
+#: goes to a partition with room, which replicas opening other queues may fill first.
+MOVES = 3
 
 #: After a pause write is announced, the pauses are read at once and, while the read
 #: finds nothing new (the write not stored yet), again after these pauses.
@@ -320,8 +325,11 @@ class Service:
         #: one that read after it).
         self._pause_writes = 0
         self._pauses_read = asyncio.Lock()
-        #: Consumers listed on start, by durable name (taken as their queues open).
-        self._listed: dict[str, ConsumerConfig] = {}
+        #: Consumers listed on start, by durable name, with their partition (taken as
+        #: their queues open).
+        self._listed: dict[str, tuple[int, ConsumerConfig]] = {}
+        #: Which partition of the process stream each queue is on (set on start).
+        self._placement: Placement | None = None
         #: The parameters in the service bucket, by queue, as last read or written.
         self._recorded: dict[str, dict[str, object]] = {}
         self._service_kv: KeyValue | None = None
@@ -401,7 +409,12 @@ class Service:
         # Two listings instead of two round trips per queue: the consumers that exist
         # (bound without asking about each one) and the parameters status shows (only
         # the ones that changed are written).
-        self._listed = await existing_consumers(self.js, self.topology.process_stream)
+        assert pipeline.ports is not None
+        self._placement = Placement(self.js, self.topology, pipeline.ports.queues)
+        for partition in await self._placement.refresh():
+            stream = self.topology.process_stream_of(partition)
+            listed = await existing_consumers(self.js, stream)
+            self._listed.update((name, (partition, cfg)) for name, cfg in listed.items())
         self._recorded = await self._read_recorded_parameters()
         # Waits only for the consumers that exist and the queues with work waiting; the
         # rest are created behind start (a first start on 10,000 queues would otherwise
@@ -465,9 +478,9 @@ class Service:
         results = await asyncio.gather(*(add(queue) for queue in todo))
         return [queue for queue, started in zip(todo, results, strict=True) if started]
 
-    async def _open_queue(self, queue: str) -> bool:
+    def _consumer(self, queue: str, partition: int) -> ProcessConsumer:
         assert self.pipeline is not None, "start() first"
-        consumer = ProcessConsumer(
+        return ProcessConsumer(
             self.js,
             self.topology,
             queue,
@@ -481,21 +494,56 @@ class Service:
             retry_base_s=self.options.retry_base_s,
             retry_cap_s=self.options.retry_cap_s,
             inbox=self._inbox,
+            partition=partition,
         )
-        try:
-            await consumer.open(self._listed.pop(consumer.durable, None))
-        except ConsumerLimitReached as exc:
-            self.refused[queue] = str(exc)
-            now = time.monotonic()
-            if self._refused_retry_at <= now:
-                self._refused_retry_at = now + self.options.refused_retry_s
-            log.error("queue not served: %s", exc, extra={"queue": queue})
-            return False
+
+    async def _open_queue(self, queue: str) -> bool:
+        """Open the queue's consumer on the partition its row names; a partition that
+        refuses it for its consumer limit has the queue moved to one with room
+        (:mod:`.placement`), at most :data:`MOVES` times in a row."""
+        assert self._placement is not None, "start() first"
+        listed = self._listed.pop(self.topology.process_consumer_name(queue), None)
+        partition = listed[0] if listed else await self._placement.partition_of(queue)
+        for attempt in range(MOVES + 1):
+            consumer = self._consumer(queue, partition)
+            try:
+                await consumer.open(listed[1] if listed and listed[0] == partition else None)
+                break
+            except ConsumerLimitReached as exc:
+                why = str(exc)
+                if attempt < MOVES:
+                    try:
+                        partition = await self._placement.move(queue, partition)
+                        continue
+                    except NoPartitionRoom as no_room:
+                        why = f"{why}; {no_room}"
+                self.refused[queue] = why
+                now = time.monotonic()
+                if self._refused_retry_at <= now:
+                    self._refused_retry_at = now + self.options.refused_retry_s
+                log.error("queue not served: %s", why, extra={"queue": queue})
+                return False
         self.consumers[queue] = consumer
         await self._record_parameters(queue)
         self._spawn(f"queue:{queue}", consumer.run(self._stop, watch_stop=False))
-        log.info("consumer started", extra={"queue": queue})
+        where = f" on partition {partition}" if partition else ""
+        log.info("consumer started%s", where, extra={"queue": queue})
+        if self._placement.spread:
+            self._spawn_once(f"gather:{queue}", self._gather(queue))
         return True
+
+    async def _gather(self, queue: str) -> None:
+        """Move the queue's messages that wait on another partition than its consumer's
+        (published just as the queue moved) to its consumer's."""
+        assert self._placement is not None, "start() first"
+        consumer = self.consumers.get(queue)
+        if consumer is None:
+            return
+        try:
+            if await self._placement.gather(queue, consumer.partition):
+                consumer.nudge()
+        except Exception as exc:  # the next discovery round finds them again
+            log.warning("waiting messages not moved: %s: %s", type(exc).__name__, exc)
 
     async def discover(self) -> list[str]:
         """Start the consumers of queues with messages waiting, dead-letter the messages of
@@ -505,10 +553,12 @@ class Service:
         return await self._discover_from(*await self._listings())
 
     async def _listings(self) -> tuple[dict[str, int], list[str]]:
-        """The process stream's subjects, then the queues bucket's rows, in that order:
-        a queue row always exists before its first message, so a subject whose queue has
-        no row in the listing read after it is an orphan."""
-        subjects = await process_subjects(self.js, self.topology)
+        """The process subjects of every partition, then the queues bucket's rows, in that
+        order: a queue row always exists before its first message, so a subject whose
+        queue has no row in the listing read after it is an orphan."""
+        assert self._placement is not None, "start() first"
+        known = await self._placement.refresh()
+        subjects = await waiting_subjects(self.js, self.topology, known)
         return subjects, await known_queues(self.js, self.topology)
 
     async def _discover_from(self, subjects: dict[str, int], known: list[str]) -> list[str]:
@@ -517,7 +567,14 @@ class Service:
         await self._retry_refused()
         await self._wakes.retry_refused()
         rows = set(known)
-        waiting = [q for q in self._queues_of(subjects) if q in rows]
+        waiting = []
+        for queue, partition in self._addresses(subjects):
+            consumer = self.consumers.get(queue)
+            if consumer is None:
+                if queue in rows:
+                    waiting.append(queue)
+            elif consumer.partition != partition:
+                self._spawn_once(f"gather:{queue}", self._gather(queue))
         started = await self.add_queues(waiting)
         served = {*known, *self.consumers}
         orphans = orphan_subjects(self.topology, subjects, served)
@@ -539,31 +596,32 @@ class Service:
 
     async def _retry_refused(self) -> None:
         """Try the refused queues again, at most every ``refused_retry_s`` and only when
-        the account's limit leaves the process stream room (an operator raised it, or
-        consumers were deleted): one account read per retry, not a create per queue.
-        A queue refused again waits for the next retry."""
+        the account's limits leave room (an operator raised them, or consumers were
+        deleted): a few reads per retry, not a create per queue. A queue refused again
+        waits for the next retry."""
         if not self.refused or time.monotonic() < self._refused_retry_at:
             return
         self._refused_retry_at = time.monotonic() + self.options.refused_retry_s
         try:
-            room = await account_has_room(self.js, self.topology.process_stream)
+            room = await room_for_refused(self.js, self.topology)
         except Exception as exc:  # the discovery round goes on; the next retry reads again
             log.warning("refused queues not retried: %s: %s", type(exc).__name__, exc)
             return
         if not room:
             return
         queues = sorted(self.refused)
-        log.info("the process stream has room: retrying %d refused queue(s)", len(queues))
+        log.info("the process streams have room: retrying %d refused queue(s)", len(queues))
         for queue in queues:
             del self.refused[queue]
         await self.add_queues(queues)
 
-    def _queues_of(self, subjects: Iterable[str]) -> list[str]:
-        """The queues of process subjects (orphan subjects, which decode to none, left out)."""
+    def _addresses(self, subjects: Iterable[str]) -> list[tuple[str, int]]:
+        """The queue and partition of process subjects (orphan subjects, which decode to
+        none, left out)."""
         out = []
         for subject in subjects:
             try:
-                out.append(self.topology.queue_of_process_subject(subject))
+                out.append(self.topology.process_address(subject))
             except ValueError:
                 continue
         return out
@@ -702,7 +760,7 @@ class Service:
         return (
             Wake(
                 "publish",
-                self.topology.process_filter(),
+                self.topology.process_subjects_filter(),
                 self._on_publish,
                 "a new queue gets its consumer at the next discovery round, and a parked "
                 "pull request the broker dropped is renewed as it expires",
@@ -723,12 +781,15 @@ class Service:
 
     async def _on_publish(self, msg: Any) -> None:
         try:
-            queue = self.topology.queue_of_process_subject(msg.subject)
+            queue, partition = self.topology.process_address(msg.subject)
         except ValueError:
             return  # an orphan subject: discovery dead-letters it
         consumer = self.consumers.get(queue)
         if consumer is not None:
-            consumer.nudge()
+            if consumer.partition == partition:
+                consumer.nudge()
+            else:  # published as the queue moved: bring it to the consumer
+                self._spawn_once(f"gather:{queue}", self._gather(queue))
         elif queue not in self._opening and queue not in self.refused:
             self._spawn_once(f"add:{queue}", self._add_if_ingested(queue))
 

@@ -1,0 +1,192 @@
+"""Queues past the account's consumer limit spread over partitions of the process stream.
+
+The broker caps each stream's consumers at the account's JetStream consumer limit, and
+every queue has a consumer of its own: past the limit the service moves a queue to a
+partition with room (created when none has any), and every head still reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+import pytest
+from nats.js import JetStreamContext
+from nats_server import account_limited_server, unique_tag
+from test_service_support import Running, running_service, wait_for
+
+from stovepipe_fsm.adapters.jetstream import Topology
+from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
+from stovepipe_fsm.adapters.jetstream.partitions import partitions
+from stovepipe_fsm.adapters.jetstream.topology import PARTITION_SEQUENCE_SPAN
+from stovepipe_fsm.apps.service.http import render_metrics
+from stovepipe_fsm.apps.service.operators import render_status, status_document
+from stovepipe_fsm.domain.errors import NotFound
+
+CONFIG_DEFAULTS = {"max_attempts": 3}
+
+
+def config_of(queues: list[str]) -> dict[str, Any]:
+    return {"defaults": CONFIG_DEFAULTS, "queues": {queue: {} for queue in queues}}
+
+
+async def consumers_by_partition(js: JetStreamContext, topology: Topology) -> dict[str, list[int]]:
+    """Every queue consumer the broker holds, by durable name: the partitions it is on."""
+    out: dict[str, list[int]] = {}
+    for partition in await partitions(js, topology):
+        for name in await existing_consumers(js, topology.process_stream_of(partition)):
+            out.setdefault(name, []).append(partition)
+    return out
+
+
+async def assert_every_queue_on_its_rows_partition(run: Running, queues: list[str]) -> None:
+    topology = run.service.topology
+    held = await consumers_by_partition(run.nc.jetstream(), topology)
+    for queue in queues:
+        try:
+            partition = (await run.queue(queue)).partition
+        except NotFound:  # configured, nothing ingested, and never moved
+            partition = 0
+        assert held[topology.process_consumer_name(queue)] == [partition], queue
+        assert run.service.consumers[queue].partition == partition
+
+
+async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    queues = [f"s/q{n}" for n in range(8)]
+    with account_limited_server(tmp_path, max_consumers=3) as server:
+        topology = Topology.isolated(unique_tag())
+        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+            async with running_service(server, topology, config_of(queues)) as run:
+                js = run.nc.jetstream()
+                assert run.service.refused == {}
+                assert sorted(run.service.consumers) == queues
+                assert await partitions(js, topology) == [0, 1, 2]
+                held = await consumers_by_partition(js, topology)
+                counts = [sum(p == [k] for p in held.values()) for k in (0, 1, 2)]
+                assert counts == [3, 3, 2]
+                await assert_every_queue_on_its_rows_partition(run, queues)
+
+                # The last queue's first head waits for the restart below.
+                rids = {queue: await run.ingest(queue, "A") for queue in queues[:-1]}
+                for rid in rids.values():
+                    await run.wait_state(rid, "processing")
+                # Each partition numbers its messages from its own span, so the attempts
+                # and termination ledgers (keyed by sequence) never confuse two of them.
+                used = {run.service.consumers[queue].partition for queue in rids}
+                assert used == {0, 1, 2}
+                for partition in used:
+                    info = await js.stream_info(topology.process_stream_of(partition))
+                    assert info.state.last_seq >= partition * PARTITION_SEQUENCE_SPAN
+                    assert info.state.last_seq < (partition + 1) * PARTITION_SEQUENCE_SPAN
+                    assert info.state.messages == 0  # each head consumed where it landed
+                # status names the partition of each moved queue, and of no other.
+                doc = await status_document(js, topology)
+                listed = {q["name"]: q.get("partition", 0) for q in doc["queues"]}
+                assert listed == {q: run.service.consumers[q].partition for q in listed}
+                assert sorted(set(listed.values())) == [0, 1, 2]
+                text = render_status(doc)
+                assert f"{queues[0]}: " in text and "partition=2" in text
+                metrics = await render_metrics(run.service)
+                assert "stovepipe_process_partitions 3\n" in metrics
+                assert "stovepipe_process_consumers 8\n" in metrics  # over every partition
+                assert "stovepipe_queues_refused 0\n" in metrics
+        moves = [r.getMessage() for r in caplog.records if "queue moved" in r.getMessage()]
+        assert len(moves) == 5
+        # Ingest published each head where the queue's row said: nothing had to be moved.
+        assert not [r for r in caplog.records if "waiting message" in r.getMessage()]
+        created = [r.getMessage() for r in caplog.records if "created partition" in r.getMessage()]
+        assert len(created) == 2
+
+        # A restart finds every queue where it was: no queue moves again.
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+            async with running_service(server, topology, config_of(queues)) as run:
+                assert sorted(run.service.consumers) == queues
+                await assert_every_queue_on_its_rows_partition(run, queues)
+                rid = await run.ingest(queues[-1], "A")
+                await run.wait_state(rid, "processing")
+        assert not [r for r in caplog.records if "queue moved" in r.getMessage()]
+
+
+class StalePublisher:
+    """Publishes as an ingest that read the queue's row just before the queue moved."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        await self.inner.publish_process(queue, request_id, 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_head_published_on_the_old_partition_is_moved_to_the_queues_own(
+    tmp_path: Path,
+) -> None:
+    queues = ["m/first", "m/second"]
+    with account_limited_server(tmp_path, max_consumers=1) as server:
+        topology = Topology.isolated(unique_tag())
+        async with running_service(server, topology, config_of(queues)) as run:
+            moved = next(q for q in queues if run.service.consumers[q].partition == 1)
+            ingest = run.pipeline.ingest
+            ingest.publisher = StalePublisher(ingest.publisher)
+            rid = await run.ingest(moved, "A")
+            await run.wait_state(rid, "processing")
+            js = run.nc.jetstream()
+
+            async def nothing_left_on_partition_0() -> bool:
+                try:
+                    await js.get_msg(
+                        topology.process_stream,
+                        seq=1,
+                        subject=topology.process_subject(moved),
+                        next=True,
+                    )
+                except nats.js.errors.NotFoundError:
+                    return True
+                return False
+
+            await wait_for(nothing_left_on_partition_0, "the stray head moved away")
+            assert run.events.count("orphan") == 0
+
+            # A message on a partition's subject of a queue with no row is an orphan
+            # there as on the process stream: dead-lettered, and gone from its stream.
+            stray = topology.process_subject("m/unknown", 1)
+            await js.publish(stray, b"{}", stream=topology.process_stream_of(1))
+
+            async def dead_lettered() -> bool:
+                return run.events.count("orphan") == 1
+
+            await run.service.discover()
+            await wait_for(dead_lettered, "the orphan on partition 1 dead-lettered")
+            info = await js.stream_info(topology.process_stream_of(1))
+            assert info.state.messages == 0
+
+
+async def test_two_replicas_agree_on_each_queues_partition(tmp_path: Path) -> None:
+    """Replicas starting side by side are refused by the same full stream and move the
+    same queues at once: each queue ends with one consumer, on the partition its row
+    names, and every head is admitted."""
+    queues = [f"r/q{n}" for n in range(7)]
+    with account_limited_server(tmp_path, max_consumers=2) as server:
+        topology = Topology.isolated(unique_tag())
+        async with contextlib.AsyncExitStack() as stack:
+            first, second = await asyncio.gather(
+                stack.enter_async_context(running_service(server, topology, config_of(queues))),
+                stack.enter_async_context(running_service(server, topology, config_of(queues))),
+            )
+            for run in (first, second):
+                assert run.service.refused == {}
+                await assert_every_queue_on_its_rows_partition(run, queues)
+            held = await consumers_by_partition(first.nc.jetstream(), topology)
+            assert sorted(held) == sorted(topology.process_consumer_name(q) for q in queues)
+            rids = [await first.ingest(queue, "A") for queue in queues]
+            for rid in rids:
+                await first.wait_state(rid, "processing")
