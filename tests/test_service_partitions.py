@@ -61,7 +61,7 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
     queues = [f"s/q{n}" for n in range(8)]
     with account_limited_server(tmp_path, max_consumers=3) as server:
         topology = Topology.isolated(unique_tag())
-        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+        with caplog.at_level(logging.INFO, logger="stovepipe_fsm.service"):
             async with running_service(server, topology, config_of(queues)) as run:
                 js = run.nc.jetstream()
                 assert run.service.refused == {}
@@ -81,10 +81,16 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
                 used = {run.service.consumers[queue].partition for queue in rids}
                 assert used == {0, 1, 2}
                 for partition in used:
-                    info = await js.stream_info(topology.process_stream_of(partition))
+                    stream = topology.process_stream_of(partition)
+                    info = await js.stream_info(stream)
                     assert info.state.last_seq >= partition * PARTITION_SEQUENCE_SPAN
                     assert info.state.last_seq < (partition + 1) * PARTITION_SEQUENCE_SPAN
-                    assert info.state.messages == 0  # each head consumed where it landed
+
+                    async def consumed(stream: str = stream) -> bool:
+                        # Each head acked where it landed (the ack follows the write).
+                        return (await js.stream_info(stream)).state.messages == 0
+
+                    await wait_for(consumed, f"every head on {stream} acked")
                 # status names the partition of each moved queue, and of no other.
                 doc = await status_document(js, topology)
                 listed = {q["name"]: q.get("partition", 0) for q in doc["queues"]}
@@ -105,7 +111,7 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
 
         # A restart finds every queue where it was: no queue moves again.
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+        with caplog.at_level(logging.INFO, logger="stovepipe_fsm.service"):
             async with running_service(server, topology, config_of(queues)) as run:
                 assert sorted(run.service.consumers) == queues
                 await assert_every_queue_on_its_rows_partition(run, queues)

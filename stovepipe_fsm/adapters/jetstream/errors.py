@@ -22,6 +22,8 @@ WRONG_LAST_SEQUENCE_CODES = frozenset({10071, 10164})
 MAX_CONSUMERS_CODE = 10026
 #: JetStream ``err_code`` of "stream name already in use with a different configuration".
 STREAM_NAME_IN_USE_CODE = 10058
+#: JetStream ``err_code`` of "no message found": a delete of a message deleted already.
+NO_MESSAGE_CODE = 10057
 
 _PERMANENT = (
     nats.errors.MaxPayloadError,
@@ -42,6 +44,11 @@ def is_wrong_last_sequence(exc: BaseException) -> bool:
     if isinstance(exc, nats.js.errors.KeyWrongLastSequenceError):
         return True
     return isinstance(exc, nats.js.errors.APIError) and exc.err_code in WRONG_LAST_SEQUENCE_CODES
+
+
+def is_no_message(exc: BaseException) -> bool:
+    """A message delete found nothing: another delete of it came first."""
+    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == NO_MESSAGE_CODE
 
 
 @contextmanager

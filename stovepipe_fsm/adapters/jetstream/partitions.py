@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...domain.errors import NonRetryable
-from .errors import translated
+from .errors import is_no_message, translated
 from .topology import MAX_PARTITIONS, Topology, ensure_partition
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -79,33 +80,41 @@ async def waiting_subjects(
     return out
 
 
-async def partition_with_room(js: JetStreamContext, topology: Topology, *, leave: int) -> int:
-    """The lowest partition other than ``leave`` with room for one more consumer,
-    creating the next one when none has any; :class:`NoPartitionRoom` when the account
-    refuses that stream too.
+@dataclass(frozen=True)
+class AccountLimits:
+    """What the account lets the process stream's partitions hold."""
 
-    Room is read from consumer counts, which on a cluster can lag creations in flight
-    (``consumer_limit.py``): a partition taken to have room may refuse after all, and the
-    caller moves on again.
-    """
+    #: Consumers per stream (-1: no limit of the account's).
+    max_consumers: int
+    #: Streams (-1: no limit).
+    max_streams: int
+
+
+async def account_limits(js: JetStreamContext) -> AccountLimits:
     with translated("read the account's JetStream limits"):
-        account = await js.account_info()
-    limit = account.limits.max_consumers
-    existing = await partitions(js, topology)
-    for partition in existing:
-        if partition == leave:
-            continue
-        if limit <= 0:
-            return partition
-        stream = topology.process_stream_of(partition)
-        with translated(f"read {stream}"):
-            try:
-                info = await js.stream_info(stream)
-            except nats.js.errors.NotFoundError:
-                continue
-        if (info.state.consumer_count or 0) < limit:
-            return partition
-    partition = next(p for p in range(1, MAX_PARTITIONS + 1) if p not in existing and p != leave)
+        limits = (await js.account_info()).limits
+    return AccountLimits(limits.max_consumers, limits.max_streams)
+
+
+async def consumer_count(js: JetStreamContext, topology: Topology, partition: int) -> int | None:
+    """How many consumers ``partition``'s stream holds; None when it does not exist.
+
+    The count can lag creations in flight (on a cluster, ``consumer_limit.py``): a
+    partition read to have room may refuse a create after all."""
+    stream = topology.process_stream_of(partition)
+    with translated(f"read {stream}"):
+        try:
+            info = await js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            return None
+    return info.state.consumer_count or 0
+
+
+async def create_partition(
+    js: JetStreamContext, topology: Topology, partition: int, limits: AccountLimits
+) -> None:
+    """Create ``partition``'s stream (an existing one is checked and kept);
+    :class:`NoPartitionRoom` when the account refuses it."""
     if partition >= MAX_PARTITIONS:
         raise NoPartitionRoom(
             f"every one of the {MAX_PARTITIONS} partitions of {topology.process_stream} "
@@ -114,12 +123,13 @@ async def partition_with_room(js: JetStreamContext, topology: Topology, *, leave
     try:
         created = await ensure_partition(js, topology, partition)
     except NonRetryable as exc:
-        streams = account.limits.max_streams
+        streams = limits.max_streams
         raise NoPartitionRoom(
             f"no partition of {topology.process_stream} has room for another consumer "
-            f"(the account caps each stream at {limit}), and creating partition {partition} "
-            f"failed: {exc} (the account allows {streams if streams > 0 else 'any number of'} "
-            "streams; raise its JetStream limits: nats account info)"
+            f"(the account caps each stream at {limits.max_consumers}), and creating "
+            f"partition {partition} failed: {exc} (the account allows "
+            f"{streams if streams > 0 else 'any number of'} streams; raise its JetStream "
+            "limits: nats account info)"
         ) from None
     if created:
         log.warning(
@@ -127,9 +137,8 @@ async def partition_with_room(js: JetStreamContext, topology: Topology, *, leave
             "each, the account's limit",
             partition,
             topology.process_stream_of(partition),
-            limit,
+            limits.max_consumers,
         )
-    return partition
 
 
 async def move_waiting(
@@ -157,7 +166,12 @@ async def move_waiting(
             await js.publish(
                 destination, raw.data or b"", stream=target_stream, headers=headers or None
             )
-            await js.delete_msg(stream, seq)
+            try:
+                await js.delete_msg(stream, seq)
+            except nats.js.errors.APIError as exc:
+                if not is_no_message(exc):
+                    raise
+                continue  # another move of it (a second replica) deleted it first
         moved += 1
     if moved:
         log.warning(

@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.dead_letter import DeadLetter, publish_dead_letter
-from ...adapters.jetstream.errors import translated
+from ...adapters.jetstream.errors import is_no_message, translated
 from ...adapters.jetstream.terminations import TerminationLedger, TerminationMark
 from ...domain.bounded_text import clip
 
@@ -79,7 +79,15 @@ async def dead_letter_orphans(
             dlq_subject = f"{topology.prefix}.dlq.process.{token}"
             await publish_dead_letter(js, topology, letter, subject=dlq_subject)
             with translated(f"delete orphan {seq}"):
-                await js.delete_msg(stream, seq)
+                try:
+                    await js.delete_msg(stream, seq)
+                except nats.js.errors.APIError as exc:
+                    # Two discovery rounds at once (the loop's and one a reconnect or a
+                    # publish started): the other deleted it, after the same mark and
+                    # the same dead letter (its msg id dedupes).
+                    if not is_no_message(exc):
+                        raise
+                    continue
             observe("orphan", queue, "", reason)
             log.error("orphan dead-lettered: %s", reason, extra={"queue": clip(queue, 200)})
             done += 1

@@ -3,22 +3,35 @@ queue to another partition when its stream refuses it a consumer.
 
 The queue's row is the truth (``Queue.partition``): ingest publishes where the row says,
 and the service opens the queue's consumer there. The row changes once, by
-compare-and-set, from the partition that refused the queue to the one
-:func:`partition_with_room` picks; several replicas refused at once agree on the row's
-new value, whichever wrote it. Messages that a publish put on another partition than the
-row's (it read the row just before the move) are gathered to the row's partition
-(:meth:`Placement.gather`).
+compare-and-set, from the partition that refused the queue to the lowest other one with
+room (created when none has any); several replicas refused at once agree on the row's
+new value, whichever wrote it. Where to move is decided from consumer counts read at
+most every :data:`FRESH_S` and counted down by this replica's own moves, so a start
+moving thousands of queues reads each partition about once; a partition overbooked by
+another replica meanwhile refuses, and the queue moves on. Messages that a publish put
+on another partition than the row's (it read the row just before the move) are gathered
+to the row's partition (:meth:`Placement.gather`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 
-from ...adapters.jetstream.partitions import move_waiting, partition_with_room, partitions
-from ...adapters.jetstream.topology import Topology
+from ...adapters.jetstream.partitions import (
+    AccountLimits,
+    account_limits,
+    consumer_count,
+    create_partition,
+    move_waiting,
+    partitions,
+)
+from ...adapters.jetstream.topology import MAX_PARTITIONS, Topology
 from ...domain.entities import Queue, evolve
 from ...domain.errors import AlreadyExists, NotFound, Retryable, VersionMismatch
 from ...ports.stores import QueueStore
@@ -28,6 +41,20 @@ log = logging.getLogger("stovepipe_fsm.service")
 #: Compare-and-set tries of one move before giving up for this round (a busy queue's row
 #: is written by every decision).
 MOVE_CAS_ATTEMPTS = 20
+#: How long what a replica read about the partitions (the account's limits, a
+#: partition's consumer count) is used before it is read again: long enough that a
+#: start moving thousands of queues reads each partition about once, short enough that
+#: room made by an operator (or by deleted consumers) is used soon after.
+FRESH_S = 10.0
+
+
+@dataclass
+class _Seats:
+    """Consumers a partition can still take, as read at ``read_at`` and counted down by
+    this replica's own moves since."""
+
+    left: int
+    read_at: float
 
 
 class Placement:
@@ -39,10 +66,11 @@ class Placement:
         self.queues = queues
         #: The partitions whose stream existed at the last :meth:`refresh` (0 always).
         self.known: list[int] = [0]
-        #: One move at a time in this replica: queues opened side by side that are refused
-        #: together would otherwise each read the partitions and race to create the same
-        #: one; in turn, each sees the room the one before took.
-        self._moving = asyncio.Lock()
+        #: One choice of a target at a time in this replica, so that queues refused side
+        #: by side each take a seat the one before left, and one creation of a partition.
+        self._choosing = asyncio.Lock()
+        self._limits: tuple[AccountLimits, float] | None = None
+        self._seats: dict[int, _Seats] = {}
 
     @property
     def spread(self) -> bool:
@@ -67,13 +95,8 @@ class Placement:
         with room; the partition the row names afterwards. A row another replica moved
         already is left as it is. A queue without a row (configured, nothing ingested
         yet) gets one naming the new partition, so its first head is published there."""
-        async with self._moving:
-            return await self._move(queue, source)
-
-    async def _move(self, queue: str, source: int) -> int:
-        target = await partition_with_room(self.js, self.topology, leave=source)
-        if target not in self.known:
-            self.known = sorted({*self.known, target})
+        async with self._choosing:
+            target = await self._target(source)
         for _ in range(MOVE_CAS_ATTEMPTS):
             try:
                 row = await self.queues.get(queue)
@@ -94,7 +117,9 @@ class Placement:
             break
         else:
             raise Retryable(f"queue {queue!r}: row contended; not moved to partition {target}")
-        log.warning(
+        # One line per queue at info: past the limit every new queue moves, and the
+        # warning worth reading is the partition's creation (partitions.py).
+        log.info(
             "queue moved from partition %d to %d (%s): %s refused its consumer, holding as "
             "many as the account's JetStream consumer limit lets a stream hold",
             source,
@@ -105,11 +130,61 @@ class Placement:
         )
         return target
 
-    async def gather(self, queue: str, partition: int) -> int:
-        """Move ``queue``'s messages waiting on any other known partition to
-        ``partition``; how many were moved."""
+    async def _target(self, source: int) -> int:
+        """The lowest partition other than ``source`` with a seat left, taking it; the
+        next partition, created, when none has one. ``source`` just refused a consumer,
+        so it has none."""
+        now = time.monotonic()
+        self._seats[source] = _Seats(0, now)
+        limits = await self._account(now)
+        for fresh in (False, True):
+            if fresh:
+                await self.refresh()  # another replica may have created partitions
+            for partition in self.known:
+                if partition == source:
+                    continue
+                seats = self._seats.get(partition)
+                # A count read again now would lag this replica's own creations still
+                # in flight: a partition counted down to no seat keeps none until then.
+                if seats is None or now - seats.read_at >= FRESH_S:
+                    count = await consumer_count(self.js, self.topology, partition)
+                    if count is None:
+                        continue  # deleted since it was listed
+                    seats = self._seats[partition] = _Seats(room(limits, count), now)
+                if seats.left > 0:
+                    seats.left -= 1
+                    return partition
+        partition = next(p for p in range(1, MAX_PARTITIONS + 1) if p not in self.known)
+        await create_partition(self.js, self.topology, partition, limits)
+        self.known = sorted({*self.known, partition})
+        count = await consumer_count(self.js, self.topology, partition) or 0
+        self._seats[partition] = _Seats(room(limits, count) - 1, now)
+        return partition
+
+    async def _account(self, now: float) -> AccountLimits:
+        if self._limits is None or now - self._limits[1] >= FRESH_S:
+            self._limits = (await account_limits(self.js), now)
+        return self._limits[0]
+
+    async def gather(self, queue: str, sources: Iterable[int]) -> int:
+        """Move ``queue``'s messages waiting on the partitions ``sources`` (where a
+        listing or a publish showed them, or where the queue was just moved from) to the
+        one its row names; how many were moved.
+
+        Always toward the row, never toward a consumer: a replica whose consumer of the
+        queue is on another partition (it opened it there just as another replica moved
+        the queue) would otherwise pull the messages back, and the two would move them
+        to and fro."""
+        partition = await self.partition_of(queue)
         moved = 0
-        for other in self.known:
+        for other in sorted(set(sources)):
             if other != partition:
                 moved += await move_waiting(self.js, self.topology, queue, other, partition)
         return moved
+
+
+def room(limits: AccountLimits, consumers: int) -> int:
+    """Consumers a stream holding ``consumers`` can still take under ``limits``."""
+    if limits.max_consumers <= 0:
+        return 1 << 30  # no account limit: the stream's own is raised as it is reached
+    return max(0, limits.max_consumers - consumers)

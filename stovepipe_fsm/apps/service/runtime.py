@@ -504,6 +504,7 @@ class Service:
         assert self._placement is not None, "start() first"
         listed = self._listed.pop(self.topology.process_consumer_name(queue), None)
         partition = listed[0] if listed else await self._placement.partition_of(queue)
+        left: list[int] = []  # partitions the queue moved off, where heads may wait
         for attempt in range(MOVES + 1):
             consumer = self._consumer(queue, partition)
             try:
@@ -513,6 +514,7 @@ class Service:
                 why = str(exc)
                 if attempt < MOVES:
                     try:
+                        left.append(partition)
                         partition = await self._placement.move(queue, partition)
                         continue
                     except NoPartitionRoom as no_room:
@@ -528,22 +530,22 @@ class Service:
         self._spawn(f"queue:{queue}", consumer.run(self._stop, watch_stop=False))
         where = f" on partition {partition}" if partition else ""
         log.info("consumer started%s", where, extra={"queue": queue})
-        if self._placement.spread:
-            self._spawn_once(f"gather:{queue}", self._gather(queue))
+        if left:
+            self._spawn_once(f"gather:{queue}", self._gather(queue, left))
         return True
 
-    async def _gather(self, queue: str) -> None:
-        """Move the queue's messages that wait on another partition than its consumer's
-        (published just as the queue moved) to its consumer's."""
+    async def _gather(self, queue: str, sources: Iterable[int]) -> None:
+        """Move the queue's messages that wait on the partitions ``sources`` to its row's,
+        when that is another (published just as the queue moved: :meth:`Placement.gather`)."""
         assert self._placement is not None, "start() first"
-        consumer = self.consumers.get(queue)
-        if consumer is None:
-            return
         try:
-            if await self._placement.gather(queue, consumer.partition):
-                consumer.nudge()
+            moved = await self._placement.gather(queue, sources)
         except Exception as exc:  # the next discovery round finds them again
             log.warning("waiting messages not moved: %s: %s", type(exc).__name__, exc)
+            return
+        consumer = self.consumers.get(queue)
+        if moved and consumer is not None:
+            consumer.nudge()
 
     async def discover(self) -> list[str]:
         """Start the consumers of queues with messages waiting, dead-letter the messages of
@@ -574,7 +576,7 @@ class Service:
                 if queue in rows:
                     waiting.append(queue)
             elif consumer.partition != partition:
-                self._spawn_once(f"gather:{queue}", self._gather(queue))
+                self._spawn_once(f"gather:{queue}", self._gather(queue, [partition]))
         started = await self.add_queues(waiting)
         served = {*known, *self.consumers}
         orphans = orphan_subjects(self.topology, subjects, served)
@@ -789,7 +791,7 @@ class Service:
             if consumer.partition == partition:
                 consumer.nudge()
             else:  # published as the queue moved: bring it to the consumer
-                self._spawn_once(f"gather:{queue}", self._gather(queue))
+                self._spawn_once(f"gather:{queue}", self._gather(queue, [partition]))
         elif queue not in self._opening and queue not in self.refused:
             self._spawn_once(f"add:{queue}", self._add_if_ingested(queue))
 
