@@ -17,8 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -168,3 +171,22 @@ async def leader_of(js: object, stream: str, timeout: float = 30.0) -> str:
         if time.monotonic() > deadline:
             raise AssertionError(f"no leader for {stream} within {timeout}s")
         await asyncio.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_cluster(
+    prefix: str, config: Callable[[Path], Path] | None = None
+) -> Iterator[NatsCluster]:
+    """A started cluster, ready for a 3-replica stream, under a temporary directory named
+    after ``prefix``; ``config`` writes the server config every node starts on (into the
+    directory it is given) and returns its path. Stopped and removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = NatsCluster(root, config=config(root) if config is not None else None)
+    try:
+        cluster.start()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, cluster.wait_ready()).result(timeout=90)
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from nats_cluster import NatsCluster
+from nats_cluster import NatsCluster, running_cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -23,16 +19,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="module")
 def nats_cluster() -> Iterator[NatsCluster]:
     """Three nodes for the module; a test that kills a node restarts it."""
-    root = Path(tempfile.mkdtemp(prefix="stovepipe-test-cluster-"))
-    cluster = NatsCluster(root)
-    try:
-        cluster.start()
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pool.submit(asyncio.run, cluster.wait_ready()).result(timeout=90)
+    with running_cluster("stovepipe-test-cluster-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,13 @@
 """Growing the process stream's consumer limit when a new queue reaches it.
 
-Each queue has its own durable consumer on the process stream, so the stream's consumer
-cap is a cap on queues. The broker caps a stream's consumers at the smaller of two
-limits: the stream's own ``max_consumers`` (unset: the server's default, 1,000) and the
-account's JetStream ``max_consumers``, which it applies to each stream. The stream's
-limit is the service's to set: when a create is refused for it, the service raises it
-in place (up to the account's limit) instead of asking the operator to. The account's
-limit is the operator's: past it a queue is refused with a sentence that names it.
+Each queue has its own durable consumer on a process stream (or one of its partitions),
+so a stream's consumer cap is a cap on queues. The broker caps a stream's consumers at
+the smaller of two limits: the stream's own ``max_consumers`` (unset: the server's
+default, 1,000) and the account's JetStream ``max_consumers``, which it applies to each
+stream. The stream's limit is the service's to set: when a create is refused for it,
+the service raises it in place (up to the account's limit) instead of asking the
+operator to. The account's limit is the operator's: past it a queue moves to another
+partition of the process stream (``partitions.py``).
 
 The update sends back the stream's configuration as the server reported it, with only
 ``max_consumers`` changed: the client library's typed configuration drops fields it
@@ -110,19 +111,3 @@ async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
         consumers,
     )
     return LimitRaise(stream, consumers, before, after, account_limit)
-
-
-async def account_has_room(js: JetStreamContext, stream: str) -> bool:
-    """Whether the account's JetStream consumer limit, which the broker applies to each
-    stream, leaves ``stream`` room for one more consumer.
-
-    The stream's own limit is not asked: the service raises it itself when a create is
-    refused for it. On a cluster the count can lag (see :func:`raise_consumer_limit`), so
-    a ``True`` is a reason to try, not a promise.
-    """
-    with translated(f"read the account's consumer limit for stream {stream}"):
-        limit = (await js.account_info()).limits.max_consumers
-        if limit <= 0:
-            return True
-        info = await js.stream_info(stream)
-        return (info.state.consumer_count or 0) < limit

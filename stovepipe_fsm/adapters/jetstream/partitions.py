@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 
 from ...domain.errors import NonRetryable
 from .errors import is_no_message, translated
@@ -141,6 +143,38 @@ async def create_partition(
         )
 
 
+async def stored_messages(
+    js: JetStreamContext, stream: str, subject: str, limit: int
+) -> AsyncIterator[RawStreamMsg]:
+    """``subject``'s messages stored in ``stream``, oldest first, at most ``limit``: each
+    read by sequence after the one before, so a consumer's ack or another reader's
+    delete in between skips nothing and repeats nothing."""
+    seq = 0
+    for _ in range(limit):
+        with translated(f"read {subject} on {stream}"):
+            try:
+                raw = await js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
+            except nats.js.errors.NotFoundError:
+                return
+        seq = int(raw.seq or 0)
+        if seq < 1:
+            return
+        yield raw
+
+
+async def delete_stored(js: JetStreamContext, stream: str, seq: int) -> bool:
+    """Delete message ``seq`` of ``stream``; False when it was gone already (another
+    delete of it came first)."""
+    with translated(f"delete message {seq} of {stream}"):
+        try:
+            await js.delete_msg(stream, seq)
+        except nats.js.errors.APIError as exc:
+            if not is_no_message(exc):
+                raise
+            return False
+    return True
+
+
 async def move_waiting(
     js: JetStreamContext, topology: Topology, queue: str, source: int, target: int
 ) -> int:
@@ -150,29 +184,17 @@ async def move_waiting(
     subject = topology.process_subject(queue, source)
     destination = topology.process_subject(queue, target)
     target_stream = topology.process_stream_of(target)
-    moved, seq = 0, 0
-    for _ in range(MAX_MOVED):
-        with translated(f"read {subject} on {stream}"):
-            try:
-                raw = await js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
-            except nats.js.errors.NotFoundError:
-                break
-        seq = int(raw.seq or 0)
-        if seq < 1:
-            break
+    moved = 0
+    async for raw in stored_messages(js, stream, subject, MAX_MOVED):
         stored = raw.headers or {}
         headers = {k: v for k, v in stored.items() if not k.startswith("Nats-Expected")}
-        with translated(f"move message {seq} of {subject} to {target_stream}"):
+        with translated(f"move message {raw.seq} of {subject} to {target_stream}"):
             await js.publish(
                 destination, raw.data or b"", stream=target_stream, headers=headers or None
             )
-            try:
-                await js.delete_msg(stream, seq)
-            except nats.js.errors.APIError as exc:
-                if not is_no_message(exc):
-                    raise
-                continue  # another move of it (a second replica) deleted it first
-        moved += 1
+        # Gone already: another move of it (a second replica) deleted it first.
+        if await delete_stored(js, stream, int(raw.seq or 0)):
+            moved += 1
     if moved:
         log.warning(
             "moved %d waiting message(s) from partition %d to %d",

@@ -16,12 +16,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
-import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.dead_letter import DeadLetter, publish_dead_letter
-from ...adapters.jetstream.errors import is_no_message, translated
+from ...adapters.jetstream.partitions import delete_stored, stored_messages
 from ...adapters.jetstream.terminations import TerminationLedger, TerminationMark
 from ...domain.bounded_text import clip
 
@@ -61,33 +60,20 @@ async def dead_letter_orphans(
     how many were."""
     done = 0
     for subject, queue in sorted(orphans.items()):
-        seq = 0
         stream = topology.process_stream_of_subject(subject)
-        for _ in range(MAX_PER_SUBJECT):
-            with translated(f"read orphan on {clip(subject, 200)}"):
-                try:
-                    raw = await js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
-                except nats.js.errors.NotFoundError:
-                    break
+        async for raw in stored_messages(js, stream, subject, MAX_PER_SUBJECT):
             seq = int(raw.seq or 0)
-            if seq < 1:
-                break
             reason = f"no queue row for {clip(queue, 200)!r}: no consumer serves its subject"
             letter = DeadLetter.bounded(queue, "", reason, 0, seq)
             await terminations.mark(seq, TerminationMark(letter.queue, ""))
             token = subject[len(_head(topology)) :]
             dlq_subject = f"{topology.prefix}.dlq.process.{token}"
             await publish_dead_letter(js, topology, letter, subject=dlq_subject)
-            with translated(f"delete orphan {seq}"):
-                try:
-                    await js.delete_msg(stream, seq)
-                except nats.js.errors.APIError as exc:
-                    # Two discovery rounds at once (the loop's and one a reconnect or a
-                    # publish started): the other deleted it, after the same mark and
-                    # the same dead letter (its msg id dedupes).
-                    if not is_no_message(exc):
-                        raise
-                    continue
+            if not await delete_stored(js, stream, seq):
+                # Two discovery rounds at once (the loop's and one a reconnect or a
+                # publish started): the other deleted it, after the same mark and the
+                # same dead letter (its msg id dedupes), and counted it.
+                continue
             observe("orphan", queue, "", reason)
             log.error("orphan dead-lettered: %s", reason, extra={"queue": clip(queue, 200)})
             done += 1
