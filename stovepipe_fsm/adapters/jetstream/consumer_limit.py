@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from nats.js import JetStreamContext
 
 from ...domain.errors import NonRetryable
 from .errors import MAX_CONSUMERS_CODE, translated
+from .raw_api import api_request
 
 log = logging.getLogger("stovepipe_fsm.service")
 
@@ -64,13 +64,6 @@ def wanted_limit(consumers: int, before: int, account_limit: int) -> int:
     return min(want, account_limit) if account_limit > 0 else want
 
 
-async def _api(js: JetStreamContext, verb: str, stream: str, body: bytes = b"") -> dict[str, Any]:
-    # The raw API answer: the typed client would drop configuration fields it does not know.
-    reply = await js._nc.request(f"{js._prefix}.STREAM.{verb}.{stream}", body, timeout=5.0)
-    answer: dict[str, Any] = json.loads(reply.data)
-    return answer
-
-
 async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
     """Raise ``stream``'s consumer limit after a create was refused for it, up to the
     account's limit.
@@ -82,7 +75,7 @@ async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
     limit above what it read, and racing raises of one refusal write the same value.
     """
     with translated(f"raise the consumer limit of stream {stream}"):
-        info = await _api(js, "INFO", stream)
+        info = await api_request(js, f"STREAM.INFO.{stream}")
         if "error" in info:
             raise NonRetryable(f"stream info of {stream}: {info['error']}")
         config = info["config"]
@@ -97,7 +90,7 @@ async def raise_consumer_limit(js: JetStreamContext, stream: str) -> LimitRaise:
         if after <= before:
             return found  # the account's limit binds
         config["max_consumers"] = after
-        answer = await _api(js, "UPDATE", stream, json.dumps(config).encode())
+        answer = await api_request(js, f"STREAM.UPDATE.{stream}", json.dumps(config).encode())
         error = answer.get("error")
         if error is not None:
             if error.get("err_code") == MAX_CONSUMERS_CODE:

@@ -20,7 +20,6 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext
@@ -28,6 +27,7 @@ from nats.js.api import RawStreamMsg
 
 from ...domain.errors import NonRetryable
 from .errors import is_no_message, translated
+from .raw_api import api_request
 from .topology import MAX_PARTITIONS, Topology, ensure_partition
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -48,8 +48,7 @@ async def partitions(js: JetStreamContext, topology: Topology) -> list[int]:
     with translated("list the process stream's partitions"):
         while True:
             body = json.dumps({"subject": topology.process_subjects_filter(), "offset": offset})
-            reply = await js._nc.request(f"{js._prefix}.STREAM.NAMES", body.encode(), timeout=5.0)
-            answer: dict[str, Any] = json.loads(reply.data)
+            answer = await api_request(js, "STREAM.NAMES", body.encode())
             if "error" in answer:
                 raise NonRetryable(f"stream names: {answer['error']}")
             names = answer.get("streams") or []
@@ -218,12 +217,7 @@ async def room_for_refused(js: JetStreamContext, topology: Topology) -> bool:
     if limits.max_streams <= 0 or account.streams < limits.max_streams:
         return True
     for partition in await partitions(js, topology):
-        stream = topology.process_stream_of(partition)
-        with translated(f"read {stream}"):
-            try:
-                info = await js.stream_info(stream)
-            except nats.js.errors.NotFoundError:
-                continue
-        if (info.state.consumer_count or 0) < limits.max_consumers:
+        count = await consumer_count(js, topology, partition)
+        if count is not None and count < limits.max_consumers:
             return True
     return False
