@@ -283,30 +283,35 @@ class Topology:
     def process_address(self, subject: str) -> tuple[str, int]:
         """The queue and partition of a process subject (inverse of process_subject);
         ``ValueError`` for any other subject."""
-        head = f"{self.prefix}.process."
-        rest = subject[len(head) :] if subject.startswith(head) else ""
-        first, dot, token = rest.partition(".")
-        partition = 0
-        if dot:
-            parsed = _parse_partition(first)
-            if parsed is None or parsed == 0:
-                raise ValueError(f"{subject!r} is not a process subject: bad partition {first!r}")
-            partition = parsed
-        else:
-            token = first
+        partition, token = self._process_shape(subject)
+        if partition is None:
+            first = token.partition(".")[0]
+            raise ValueError(f"{subject!r} is not a process subject: bad partition {first!r}")
         try:
             return decode_queue_token(token), partition
         except InvalidToken as exc:
+            head = f"{self.prefix}.process."
             raise ValueError(f"{subject!r} is not a process subject of {head}*: {exc}") from None
 
     def process_stream_of_subject(self, subject: str) -> str:
         """The stream a process subject belongs to, read from its shape alone (so also
         for a subject whose queue token decodes to no queue)."""
+        partition, _ = self._process_shape(subject)
+        return self.process_stream_of(partition or 0)
+
+    def _process_shape(self, subject: str) -> tuple[int | None, str]:
+        """A process subject's partition and queue token, the token not decoded: one
+        token after ``process`` is partition 0's, two are partition k's (k >= 1). The
+        partition is None when its token names none (then the whole rest is returned)."""
         head = f"{self.prefix}.process."
         rest = subject[len(head) :] if subject.startswith(head) else ""
-        first, dot, _ = rest.partition(".")
-        partition = _parse_partition(first) if dot else 0
-        return self.process_stream_of(partition or 0)
+        first, dot, token = rest.partition(".")
+        if not dot:
+            return 0, first
+        partition = _parse_partition(first)
+        if not partition:  # partition 0 has no token of its own
+            return None, rest
+        return partition, token
 
     def queue_of_process_subject(self, subject: str) -> str:
         """The queue a process message was published for, on any partition."""
