@@ -33,14 +33,12 @@ from ...adapters.jetstream.partitions import (
 )
 from ...adapters.jetstream.topology import MAX_PARTITIONS, Topology
 from ...domain.entities import Queue, evolve
-from ...domain.errors import AlreadyExists, NotFound, Retryable, VersionMismatch
+from ...domain.errors import AlreadyExists, NotFound
 from ...ports.stores import QueueStore
+from ...process.lifecycle import update_queue
 
 log = logging.getLogger("stovepipe_fsm.service")
 
-#: Compare-and-set tries of one move before giving up for this round (a busy queue's row
-#: is written by every decision).
-MOVE_CAS_ATTEMPTS = 20
 #: How long what a replica read about the partitions (the account's limits, a
 #: partition's consumer count) is used before it is read again: long enough that a
 #: start moving thousands of queues reads each partition about once, short enough that
@@ -97,26 +95,23 @@ class Placement:
         yet) gets one naming the new partition, so its first head is published there."""
         async with self._choosing:
             target = await self._target(source)
-        for _ in range(MOVE_CAS_ATTEMPTS):
+        moved = False
+
+        def off_source(row: Queue) -> Queue:
+            nonlocal moved
+            moved = row.partition == source  # else another replica moved it already
+            return evolve(row, partition=target) if moved else row
+
+        try:
+            row = await update_queue(self.queues, queue, off_source)
+        except NotFound:
             try:
-                row = await self.queues.get(queue)
-            except NotFound:
-                try:
-                    await self.queues.create(Queue(name=queue, partition=target))
-                except AlreadyExists:
-                    continue
-                break
-            if row.partition != source:
-                return row.partition
-            try:
-                await self.queues.update(
-                    evolve(row, partition=target), row.version, row.version + 1
-                )
-            except VersionMismatch:
-                continue
-            break
-        else:
-            raise Retryable(f"queue {queue!r}: row contended; not moved to partition {target}")
+                await self.queues.create(Queue(name=queue, partition=target))
+                row, moved = Queue(name=queue, partition=target), True
+            except AlreadyExists:  # ingest created it meanwhile
+                row = await update_queue(self.queues, queue, off_source)
+        if not moved:
+            return row.partition
         # One line per queue at info: past the limit every new queue moves, and the
         # warning worth reading is the partition's creation (partitions.py).
         log.info(
