@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.errors
 import pytest
 from nats.js import api
 from nats_server import JsEnv, delete_topology, unique_tag
 
 from stovepipe_fsm.adapters.jetstream import Topology, TopologyMismatch, ensure_topology
+from stovepipe_fsm.adapters.jetstream import asked_again as asked_again_module
+from stovepipe_fsm.adapters.jetstream.asked_again import TRANSIENT_ATTEMPTS
 from stovepipe_fsm.domain import VALIDATION_STARTED
+from stovepipe_fsm.domain.errors import Retryable
 
 
 def test_subjects_use_the_queue_token() -> None:
@@ -201,3 +205,50 @@ async def test_concurrent_ensures_agree(js_env: JsEnv) -> None:
         )
     finally:
         await delete_topology(js_env.js, topology)
+
+
+async def test_an_ensure_the_broker_did_not_answer_is_asked_again(
+    js_env: JsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster a replicated stream's create can go unanswered while replicas start
+    side by side: the ensure asks again instead of failing the start, and what the lost
+    answer created is found, not made twice."""
+    topology = Topology.isolated(unique_tag())
+    js = js_env.js
+    real_add = js.add_stream
+    lost: list[str] = []
+
+    async def add_whose_answer_is_lost(config: api.StreamConfig | None = None, **kw: object):
+        info = await real_add(config, **kw)  # type: ignore[arg-type]
+        if config is not None and config.name == topology.hooks_stream and not lost:
+            lost.append(config.name)
+            raise nats.errors.TimeoutError  # the server created it; its answer never came
+        return info
+
+    monkeypatch.setattr(asked_again_module, "PAUSE_S", 0.0)
+    monkeypatch.setattr(js, "add_stream", add_whose_answer_is_lost)
+    try:
+        report = await ensure_topology(js, topology)
+        assert lost == [topology.hooks_stream]
+        # Found on the second try, as existing: created once.
+        assert topology.hooks_stream in report.existing_streams
+        assert (await js.stream_info(topology.hooks_stream)).config.name == topology.hooks_stream
+    finally:
+        await delete_topology(js, topology)
+
+
+async def test_an_ensure_the_broker_never_answers_fails_after_three_tries(
+    js_env: JsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asks: list[str] = []
+
+    async def silent(name: str, **kw: object) -> None:
+        asks.append(name)
+        raise nats.errors.TimeoutError
+
+    monkeypatch.setattr(asked_again_module, "PAUSE_S", 0.0)
+    monkeypatch.setattr(js_env.js, "stream_info", silent)
+    topology = Topology.isolated(unique_tag())
+    with pytest.raises(Retryable, match=f"ensure stream {topology.process_stream}"):
+        await ensure_topology(js_env.js, topology)
+    assert asks == [topology.process_stream] * TRANSIENT_ATTEMPTS

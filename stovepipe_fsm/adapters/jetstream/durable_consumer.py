@@ -14,7 +14,8 @@ import logging
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-from ...domain.errors import NonRetryable, Retryable
+from ...domain.errors import NonRetryable
+from .asked_again import TRANSIENT_ATTEMPTS, asked_again
 from .consumer_limit import LimitRaise, raise_consumer_limit
 from .errors import MAX_CONSUMERS_CODE, translated
 
@@ -33,11 +34,6 @@ class ConsumerLimitReached(NonRetryable):
 CREATE_ATTEMPTS = 5
 #: The pause before the n-th try is n times this.
 CREATE_PAUSE_S = 0.1
-#: Tries of one consumer's ensure when the broker does not answer it in time, or not at
-#: all: on a cluster a replicated consumer's group may still be forming, or a leader
-#: being elected, while replicas start side by side. Asking again is safe: a create the
-#: server did carry out finds the consumer there.
-TRANSIENT_ATTEMPTS = 3
 
 
 async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api.ConsumerConfig]:
@@ -66,15 +62,11 @@ async def ensure_pull_consumer(
 
     ``existing``: the consumer's config from :func:`existing_consumers`, when it was
     listed; if it needs no update, nothing is asked of the broker."""
-    for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
-        try:
-            await _ensure(js, stream, config, existing)
-            return
-        except Retryable as exc:
-            if attempt == TRANSIENT_ATTEMPTS:
-                raise
-            log.warning("%s; asking again (%d of %d)", exc, attempt + 1, TRANSIENT_ATTEMPTS)
-            await asyncio.sleep(CREATE_PAUSE_S * attempt)
+    await asked_again(
+        lambda: _ensure(js, stream, config, existing),
+        attempts=TRANSIENT_ATTEMPTS,
+        pause_s=CREATE_PAUSE_S,
+    )
 
 
 async def _ensure(

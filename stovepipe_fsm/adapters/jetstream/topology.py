@@ -41,11 +41,13 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.ids import parse_request_id
+from .asked_again import asked_again
 from .errors import STREAM_NAME_IN_USE_CODE, TopologyMismatch, translated
 from .names import InvalidToken, decode_queue_token, encode_name_token, encode_queue_token
 
@@ -494,12 +496,12 @@ async def ensure_topology(js: JetStreamContext, topology: Topology) -> TopologyR
     created_streams: list[str] = []
     existing_streams: list[str] = []
     for spec in topology.stream_specs():
-        created = await _ensure_stream(js, spec)
+        created = await asked_again(partial(_ensure_stream, js, spec))
         (created_streams if created else existing_streams).append(spec.name)
     created_buckets: list[str] = []
     existing_buckets: list[str] = []
     for bucket in topology.bucket_specs():
-        created = await _ensure_bucket(js, bucket)
+        created = await asked_again(partial(_ensure_bucket, js, bucket))
         (created_buckets if created else existing_buckets).append(bucket.name)
     return TopologyReport(
         tuple(created_streams),
@@ -512,7 +514,7 @@ async def ensure_topology(js: JetStreamContext, topology: Topology) -> TopologyR
 async def ensure_partition(js: JetStreamContext, topology: Topology, partition: int) -> bool:
     """Create ``partition``'s stream unless it exists (checked like every stream);
     True when this call created it."""
-    return await _ensure_stream(js, topology.process_stream_spec(partition))
+    return await asked_again(partial(_ensure_stream, js, topology.process_stream_spec(partition)))
 
 
 async def _ensure_stream(js: JetStreamContext, spec: StreamSpec) -> bool:
