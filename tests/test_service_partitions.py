@@ -15,16 +15,21 @@ from typing import Any
 
 import nats.js.errors
 import pytest
-from nats.js import JetStreamContext
-from nats_server import account_limited_server, unique_tag
+from nats.js import JetStreamContext, api
+from nats_server import account_limited_server, connect, unique_tag
 from test_service_support import Running, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import Topology
-from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
+from stovepipe_fsm.adapters.jetstream.durable_consumer import (
+    delete_durable,
+    ensure_pull_consumer,
+    existing_consumers,
+)
 from stovepipe_fsm.adapters.jetstream.partitions import partitions
-from stovepipe_fsm.adapters.jetstream.topology import PARTITION_SEQUENCE_SPAN
+from stovepipe_fsm.adapters.jetstream.topology import PARTITION_SEQUENCE_SPAN, ensure_partition
 from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import render_status, status_document
+from stovepipe_fsm.apps.service.placement import Placement
 from stovepipe_fsm.domain.errors import NotFound
 
 CONFIG_DEFAULTS = {"max_attempts": 3}
@@ -196,3 +201,118 @@ async def test_two_replicas_agree_on_each_queues_partition(tmp_path: Path) -> No
             rids = [await first.ingest(queue, "A") for queue in queues]
             for rid in rids:
                 await first.wait_state(rid, "processing")
+
+
+async def durable_on(js: JetStreamContext, topology: Topology, queue: str, partition: int) -> None:
+    """A queue's durable on ``partition``, as a replica opening the queue there makes it."""
+    config = api.ConsumerConfig(
+        durable_name=topology.process_consumer_name(queue),
+        filter_subject=topology.process_subject(queue, partition),
+        ack_policy=api.AckPolicy.EXPLICIT,
+        max_ack_pending=1,
+    )
+    await ensure_pull_consumer(js, topology.process_stream_of(partition), config)
+
+
+async def test_a_consumer_on_a_partition_its_row_no_longer_names_follows_the_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replicas race: one creates a queue's consumer on a partition's last seat at the
+    moment another, refused there, moves the queue. The first replica then serves the
+    queue from a partition no head is published to. At the queue's next head it opens
+    the queue where the row says and deletes its durable on the old partition."""
+    queues = ["h/a", "h/b"]
+    with account_limited_server(tmp_path, max_consumers=3) as server:
+        topology = Topology.isolated(unique_tag())
+        async with running_service(server, topology, config_of(queues)) as run:
+            js = run.nc.jetstream()
+            assert run.service.consumers["h/b"].partition == 0
+            # What the replica refused on partition 0 did: a partition made, the row moved.
+            other = Placement(js, topology, run.pipeline.ports.queues)
+            await other.refresh()
+            assert await other.move("h/b", 0) == 1
+            assert (await run.queue("h/b")).partition == 1
+
+            with caplog.at_level(logging.INFO, logger="stovepipe_fsm.service"):
+                rid = await run.ingest("h/b", "A")
+                await run.wait_state(rid, "processing")
+
+                async def followed() -> bool:
+                    consumer = run.service.consumers.get("h/b")
+                    return consumer is not None and consumer.partition == 1
+
+                await wait_for(followed, "the consumer of h/b on partition 1")
+            await assert_every_queue_on_its_rows_partition(run, queues)
+            assert (await js.stream_info(topology.process_stream_of(1))).state.messages == 0
+        # The head was served where it was published, not moved back to the old consumer.
+        assert not [r for r in caplog.records if "waiting message" in r.getMessage()]
+        assert [r for r in caplog.records if "deleted the queue's consumer" in r.getMessage()]
+
+
+async def test_a_start_binds_a_queue_listed_on_two_partitions_where_its_row_says(
+    tmp_path: Path,
+) -> None:
+    """The same race seen from a replica starting later: the queue's durable exists on
+    two partitions. The starting replica opens it where the row says and deletes the
+    other; a replica still running the deleted one follows the row instead of making
+    it again where no head goes."""
+    queues = ["d/a", "d/b"]
+    with account_limited_server(tmp_path, max_consumers=3) as server:
+        topology = Topology.isolated(unique_tag())
+        name = topology.process_consumer_name("d/a")
+        async with running_service(server, topology, config_of(queues)):
+            pass  # the topology, and a durable of each queue on partition 0
+        # The race's outcome as the first replica below finds it: d/a has no row, so it
+        # lives on partition 0, and its only durable is on partition 1.
+        nc = await connect(server)
+        try:
+            js = nc.jetstream()
+            await ensure_partition(js, topology, 1)
+            assert await delete_durable(js, topology.process_stream, name)
+            await durable_on(js, topology, "d/a", 1)
+        finally:
+            await nc.close()
+        async with contextlib.AsyncExitStack() as stack:
+            first = await stack.enter_async_context(
+                running_service(server, topology, config_of(queues))
+            )
+            assert first.service.consumers["d/a"].partition == 1  # bound where listed
+            js = first.nc.jetstream()
+            await durable_on(js, topology, "d/a", 0)  # as the moving replica made it
+            second = await stack.enter_async_context(
+                running_service(server, topology, config_of(queues))
+            )
+            assert second.service.consumers["d/a"].partition == 0
+            assert (await consumers_by_partition(js, topology))[name] == [0]
+
+            async def followed() -> bool:
+                consumer = first.service.consumers.get("d/a")
+                return consumer is not None and consumer.partition == 0
+
+            await wait_for(followed, "the first replica's consumer of d/a on partition 0")
+            # Past the loop's retry pause: nothing made the durable again on partition 1.
+            await asyncio.sleep(1.5)
+            for run in (first, second):
+                await assert_every_queue_on_its_rows_partition(run, queues)
+            rid = await first.ingest("d/a", "A")
+            await first.wait_state(rid, "processing")
+
+
+async def test_a_durable_deleted_where_the_row_says_is_made_again(tmp_path: Path) -> None:
+    """A queue's durable deleted by hand on the partition its row names is made again
+    by the loop that lost it, and its next head is admitted."""
+    queues = ["g/a", "g/b"]
+    with account_limited_server(tmp_path, max_consumers=3) as server:
+        topology = Topology.isolated(unique_tag())
+        async with running_service(server, topology, config_of(queues)) as run:
+            js = run.nc.jetstream()
+            name = topology.process_consumer_name("g/a")
+            assert await delete_durable(js, topology.process_stream, name)
+
+            async def made_again() -> bool:
+                return (await consumers_by_partition(js, topology)).get(name) == [0]
+
+            await wait_for(made_again, "the durable of g/a made again on partition 0")
+            assert run.service.consumers["g/a"].partition == 0
+            rid = await run.ingest("g/a", "A")
+            await run.wait_state(rid, "processing")

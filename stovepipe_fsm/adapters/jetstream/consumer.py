@@ -135,6 +135,8 @@ class _PullLoop:
     _reply: str = ""
     _waiting_on_inbox: bool = False
     _opened: bool = False
+    #: Set by :meth:`retire`: the loop ends after the message in hand.
+    _retired: bool = False
 
     @property
     def stream(self) -> str:
@@ -199,6 +201,16 @@ class _PullLoop:
         if fetching is not None and not fetching.done():
             fetching.cancel()
 
+    def retire(self) -> None:
+        """End the loop after the message in hand is settled (the durable is left as it
+        is), without stopping the others."""
+        self._retired = True
+        self.wake()
+
+    @property
+    def retired(self) -> bool:
+        return self._retired
+
     def nudge(self) -> None:
         """A message was just published for this loop: if its parked request is old
         enough to be suspect (a live one would already have been answered), renew it."""
@@ -228,7 +240,7 @@ class _PullLoop:
             stopping.cancel()
 
     async def _loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        while not stop.is_set() and not self._retired:
             try:
                 await self.poll_once()
             except asyncio.CancelledError:
@@ -243,10 +255,13 @@ class _PullLoop:
                 )
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
-                # The consumer may be gone (deleted by hand, or since it was listed on
-                # start): recreate it if so, or the loop would fail for ever.
                 with contextlib.suppress(Exception):
-                    await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
+                    await self._recover()
+
+    async def _recover(self) -> None:
+        """After a loop error: the consumer may be gone (deleted by hand, or since it was
+        listed on start), so recreate it if so, or the loop would fail for ever."""
+        await ensure_pull_consumer(self.js, self.stream, self.consumer_config())
 
     async def poll_once(self) -> bool:
         """Fetch at most one message and settle it; ``False`` when none was waiting (the
@@ -306,12 +321,19 @@ class ProcessConsumer(_PullLoop):
         retry_cap_s: float = DEFAULT_RETRY_CAP_S,
         inbox: SharedInbox | None = None,
         partition: int = 0,
+        still_here: Callable[[ProcessConsumer], Awaitable[bool]] | None = None,
     ) -> None:
         self.js = js
         self.topology = topology
         self.queue = queue
-        #: The process stream partition the queue's row names (``partitions.py``).
+        #: The process stream partition the queue's row named when the loop opened
+        #: (``partitions.py``).
         self.partition = partition
+        #: Asked before a lost durable is recreated: whether the queue still lives on
+        #: this partition. ``False`` when it has moved (another replica moved it and
+        #: deleted this durable); the one asking then retires this loop and opens the
+        #: queue where its row says, so the durable is not recreated where no head goes.
+        self.still_here = still_here
         self.inbox = inbox
         self.handler = handler
         self.config = config
@@ -331,6 +353,11 @@ class ProcessConsumer(_PullLoop):
     @property
     def stream(self) -> str:
         return self.topology.process_stream_of(self.partition)
+
+    async def _recover(self) -> None:
+        if self.still_here is not None and not await self.still_here(self):
+            return
+        await super()._recover()
 
     def log_extra(self) -> dict[str, str]:
         return {"queue": self.queue}

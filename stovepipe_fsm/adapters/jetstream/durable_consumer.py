@@ -49,6 +49,16 @@ async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api
     return out
 
 
+async def delete_durable(js: JetStreamContext, stream: str, name: str) -> bool:
+    """Delete the consumer ``name`` of ``stream``; ``False`` when it was gone already
+    (another replica deleted it first)."""
+    with translated(f"delete consumer {name} of {stream}"):
+        try:
+            return bool(await js.delete_consumer(stream, name))
+        except nats.js.errors.NotFoundError:
+            return False
+
+
 async def ensure_pull_consumer(
     js: JetStreamContext,
     stream: str,

@@ -161,21 +161,34 @@ class Placement:
             self._limits = (await account_limits(self.js), now)
         return self._limits[0]
 
-    async def gather(self, queue: str, sources: Iterable[int]) -> int:
+    async def gather(self, queue: str, sources: Iterable[int]) -> Gathered:
         """Move ``queue``'s messages waiting on the partitions ``sources`` (where a
         listing or a publish showed them, or where the queue was just moved from) to the
-        one its row names; how many were moved.
+        one its row names: that partition, and how many were moved.
 
         Always toward the row, never toward a consumer: a replica whose consumer of the
         queue is on another partition (it opened it there just as another replica moved
         the queue) would otherwise pull the messages back, and the two would move them
-        to and fro."""
+        to and fro. Such a consumer follows the row instead (the service re-opens it
+        there). A source this replica has not seen yet is a partition another replica
+        created: the partitions are read again first, or the row would not be read."""
+        sources = sorted(set(sources))
+        if not set(sources) <= set(self.known):
+            await self.refresh()
         partition = await self.partition_of(queue)
         moved = 0
-        for other in sorted(set(sources)):
+        for other in sources:
             if other != partition:
                 moved += await move_waiting(self.js, self.topology, queue, other, partition)
-        return moved
+        return Gathered(partition, moved)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Where :meth:`Placement.gather` brought a queue's messages, and how many."""
+
+    partition: int
+    moved: int
 
 
 def room(limits: AccountLimits, consumers: int) -> int:

@@ -69,7 +69,11 @@ from ...adapters.jetstream.consumer import (
     ProcessConsumer,
 )
 from ...adapters.jetstream.dead_letter import DeadLetter
-from ...adapters.jetstream.durable_consumer import ConsumerLimitReached, existing_consumers
+from ...adapters.jetstream.durable_consumer import (
+    ConsumerLimitReached,
+    delete_durable,
+    existing_consumers,
+)
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
@@ -325,9 +329,10 @@ class Service:
         #: one that read after it).
         self._pause_writes = 0
         self._pauses_read = asyncio.Lock()
-        #: Consumers listed on start, by durable name, with their partition (taken as
-        #: their queues open).
-        self._listed: dict[str, tuple[int, ConsumerConfig]] = {}
+        #: Consumers listed on start, by durable name: the partitions each is on, with
+        #: its config there (taken as their queues open). Usually one partition; more
+        #: when replicas raced as the queue moved (:meth:`_open_queue`).
+        self._listed: dict[str, dict[int, ConsumerConfig]] = {}
         #: Which partition of the process stream each queue is on (set on start).
         self._placement: Placement | None = None
         #: The parameters in the service bucket, by queue, as last read or written.
@@ -413,8 +418,8 @@ class Service:
         self._placement = Placement(self.js, self.topology, pipeline.ports.queues)
         for partition in await self._placement.refresh():
             stream = self.topology.process_stream_of(partition)
-            listed = await existing_consumers(self.js, stream)
-            self._listed.update((name, (partition, cfg)) for name, cfg in listed.items())
+            for durable, cfg in (await existing_consumers(self.js, stream)).items():
+                self._listed.setdefault(durable, {})[partition] = cfg
         self._recorded = await self._read_recorded_parameters()
         # Waits only for the consumers that exist and the queues with work waiting; the
         # rest are created behind start (a first start on 10,000 queues would otherwise
@@ -495,20 +500,29 @@ class Service:
             retry_cap_s=self.options.retry_cap_s,
             inbox=self._inbox,
             partition=partition,
+            still_here=self._still_here,
         )
 
     async def _open_queue(self, queue: str) -> bool:
         """Open the queue's consumer on the partition its row names; a partition that
         refuses it for its consumer limit has the queue moved to one with room
-        (:mod:`.placement`), at most :data:`MOVES` times in a row."""
+        (:mod:`.placement`), at most :data:`MOVES` times in a row.
+
+        A consumer listed on start is bound where it was listed, without reading the
+        row. Listed on several partitions (a replica created it on one just as another
+        moved the queue), the row decides, and the durables elsewhere are deleted: they
+        would hold a seat where no head of the queue is published."""
         assert self._placement is not None, "start() first"
-        listed = self._listed.pop(self.topology.process_consumer_name(queue), None)
-        partition = listed[0] if listed else await self._placement.partition_of(queue)
+        listed = self._listed.pop(self.topology.process_consumer_name(queue), {})
+        if len(listed) == 1:
+            partition = next(iter(listed))
+        else:
+            partition = await self._placement.partition_of(queue)
         left: list[int] = []  # partitions the queue moved off, where heads may wait
         for attempt in range(MOVES + 1):
             consumer = self._consumer(queue, partition)
             try:
-                await consumer.open(listed[1] if listed and listed[0] == partition else None)
+                await consumer.open(listed.get(partition))
                 break
             except ConsumerLimitReached as exc:
                 why = str(exc)
@@ -530,22 +544,90 @@ class Service:
         self._spawn(f"queue:{queue}", consumer.run(self._stop, watch_stop=False))
         where = f" on partition {partition}" if partition else ""
         log.info("consumer started%s", where, extra={"queue": queue})
-        if left:
-            self._spawn_once(f"gather:{queue}", self._gather(queue, left))
+        stale = [other for other in listed if other != partition]
+        for other in stale:
+            await self._delete_stale(queue, other)
+        if left or stale:
+            self._spawn_once(f"gather:{queue}", self._gather(queue, [*left, *stale]))
         return True
+
+    async def _delete_stale(self, queue: str, partition: int) -> None:
+        """Delete the queue's durable on ``partition``, which its row does not name."""
+        stream = self.topology.process_stream_of(partition)
+        if await delete_durable(self.js, stream, self.topology.process_consumer_name(queue)):
+            log.warning(
+                "deleted the queue's consumer on partition %d (%s): its row names another",
+                partition,
+                stream,
+                extra={"queue": queue},
+            )
 
     async def _gather(self, queue: str, sources: Iterable[int]) -> None:
         """Move the queue's messages that wait on the partitions ``sources`` to its row's,
-        when that is another (published just as the queue moved: :meth:`Placement.gather`)."""
+        when that is another (published just as the queue moved: :meth:`Placement.gather`);
+        a consumer of the queue on another partition than the row's follows the row
+        (:meth:`_rehome`)."""
         assert self._placement is not None, "start() first"
         try:
-            moved = await self._placement.gather(queue, sources)
+            gathered = await self._placement.gather(queue, sources)
         except Exception as exc:  # the next discovery round finds them again
             log.warning("waiting messages not moved: %s: %s", type(exc).__name__, exc)
             return
         consumer = self.consumers.get(queue)
-        if moved and consumer is not None:
+        if consumer is None:
+            return
+        if consumer.partition != gathered.partition:
+            await self._rehome(consumer)
+        elif gathered.moved:
             consumer.nudge()
+
+    async def _still_here(self, consumer: ProcessConsumer) -> bool:
+        """Whether the queue of ``consumer``, whose durable is gone, still lives on its
+        partition (:attr:`ProcessConsumer.still_here`); if not, the loop is retired now
+        and the queue opened where its row says."""
+        assert self._placement is not None, "start() first"
+        await self._placement.refresh()  # the row may name a partition made since
+        if await self._placement.partition_of(consumer.queue) == consumer.partition:
+            return True
+        consumer.retire()
+        self._spawn_once(f"rehome:{consumer.queue}", self._rehome_quietly(consumer))
+        return False
+
+    async def _rehome_quietly(self, stale: ProcessConsumer) -> None:
+        try:
+            await self._rehome(stale)
+        except Exception as exc:  # the queue's next head or the next discovery round
+            log.warning("consumer not re-opened: %s: %s", type(exc).__name__, exc)
+
+    async def _rehome(self, stale: ProcessConsumer) -> None:
+        """Open the queue of ``stale`` where its row says: ``stale`` is on a partition
+        the row no longer names, as when this replica opened it there just as another
+        replica, refused there, moved the queue. No head of the queue is published
+        there any more, so the loop ends after its message in hand, its durable there
+        is deleted (it holds a seat of that partition), the queue is opened on the
+        row's partition, and what still waits on the old one is gathered to it."""
+        queue = stale.queue
+        if self.consumers.get(queue) is not stale or queue in self._opening:
+            return
+        loop = self._tasks.get(f"queue:{queue}")
+        self._opening.add(queue)
+        try:
+            del self.consumers[queue]
+            stale.retire()
+            log.warning(
+                "consumer on partition %d, which the queue's row no longer names: "
+                "opening it where the row says",
+                stale.partition,
+                extra={"queue": queue},
+            )
+            if loop is not None and loop is not asyncio.current_task():
+                await asyncio.wait({loop}, timeout=self.options.ack_wait_s)
+            await self._delete_stale(queue, stale.partition)
+            opened = await self._open_queue(queue)
+        finally:
+            self._opening.discard(queue)
+        if opened:
+            await self._gather(queue, [stale.partition])
 
     async def discover(self) -> list[str]:
         """Start the consumers of queues with messages waiting, dead-letter the messages of
