@@ -9,6 +9,7 @@ progress requirement applies again.
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from stovepipe_fsm.apps.check.actions import enabled
 from stovepipe_fsm.apps.check.explorer import Explorer, Setup
 from stovepipe_fsm.apps.check.invariants import quiescent
 from stovepipe_fsm.apps.check.model import PAUSE, UNPAUSE, Bounds, Budget, step, step_data
-from stovepipe_fsm.apps.check.observe import observe
+from stovepipe_fsm.apps.check.observe import Observation, observe
 from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.apps.options import load_policy_store
@@ -126,3 +127,43 @@ def test_check_command_states_the_pause_bound(capsys: pytest.CaptureFixture[str]
     )
     assert code == 0
     assert "pause and resume" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "bounds", [SMALL, {**SMALL, "max_overlaps": 1, "stall_points": ("after_load_queue",)}]
+)
+def test_resuming_only_where_the_queue_is_read_next_reaches_the_same_stores(
+    machines: ProcessMachines, bounds: dict[str, Any]
+) -> None:
+    """A resume is tried only before a delivery (or a stalled one's rest), or with
+    nothing waiting: a resume anywhere else reaches a state whose stores a paused state
+    explored has too, and which a fair clock advance takes to a resume tried."""
+    reduced = Explorer(setup_for(machines, **bounds))
+    anywhere = Explorer(setup_for(machines, **bounds), resume_anywhere=True)
+    assert reduced.run().ok and anywhere.run().ok
+
+    def stores(explorer: Explorer) -> set[Observation]:
+        return {replace(obs, paused=frozenset()) for obs in explorer.observations}
+
+    assert stores(reduced) == stores(anywhere)
+    assert len(reduced.parent) < len(anywhere.parent)
+
+
+def test_a_head_lost_while_paused_is_found_once_resumed(tmp_path: Path) -> None:
+    """A paused delivery that drops its message instead of holding it leaves an accepted
+    head no message will deliver, which only shows once the queue resumes: with nothing
+    left waiting, resuming is still explored."""
+    machines_dir = tmp_path / "machines"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "machines", machines_dir)
+    gate = machines_dir / "queue_gate.yaml"
+    text = gate.read_text(encoding="utf-8")
+    hold = "    dest: held\n    conditions: paused\n    after: hold\n"
+    assert text.count(hold) == 1
+    gate.write_text(
+        text.replace(hold, "    dest: acked\n    conditions: paused\n    after: ack\n"),
+        encoding="utf-8",
+    )
+    mutant = load_process_machines(machines_dir, lint=False)
+    result = Explorer(setup_for(mutant, **{**SMALL, "heads": 1})).run()
+    assert result.counterexample is not None
+    assert result.counterexample.violation.invariant == "progress"

@@ -22,8 +22,9 @@ Enabled actions, for the one checked queue:
   redelivered after the work was done is the ``after_publish_build`` crash);
   dead-letter reconcile of a non-terminal request; when the policy declares the
   ``paused`` parameter, pause the queue when its head is due (a ``config`` step), and
-  once paused resume it - free, as whether the queue is paused is part of the state,
-  but never fair: a paused queue may stay paused, and its holds are no wedge;
+  once paused resume it when its head is due, a delivery is in hand or nothing waits -
+  free, as whether the queue is paused is part of the state, but never fair: a paused
+  queue may stay paused, and its holds are no wedge;
 - when the policy declares the ``withdraw`` role, an operator's ``cancel`` of any head
   not yet ended (``--max-cancels``): the verb ends a waiting one and refuses a running one,
   so what is explored is every moment the operator may run it, the race with an
@@ -143,8 +144,12 @@ def enabled(
     rules: Rules,
     *,
     fair_only: bool = False,
+    resume_anywhere: bool = False,
 ) -> list[Action]:
-    """Every action possible in ``obs``, in a fixed order (the search is deterministic)."""
+    """Every action possible in ``obs``, in a fixed order (the search is deterministic).
+
+    ``resume_anywhere``: resume a paused queue in every state, not only where the
+    resumed queue can next be read (for tests comparing the two)."""
     q = bounds.queue
     actions: list[Action] = []
     pending = obs.pending_in(q)
@@ -201,7 +206,12 @@ def enabled(
                 actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))
     if rules.pausable:
         if q in obs.paused:
-            actions.append(one_step(UNPAUSE, "config", q, values=((PAUSED, False),)))
+            if head_due or not pending or resumable or resume_anywhere:
+                # Resuming commutes with every step but a delivery (a stalled one's rest
+                # too), and from a head not yet due a clock advance, a fair step, leads
+                # to it: resuming right before a delivery, or with nothing waiting,
+                # reaches the stores of every resumed future (docs/check.md).
+                actions.append(one_step(UNPAUSE, "config", q, values=((PAUSED, False),)))
         elif head_due and bounds.pauses:
             # Only a delivery reads the pause, and pausing commutes with every other
             # step: pausing right before a due delivery reaches every paused future.

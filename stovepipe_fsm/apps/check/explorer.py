@@ -297,6 +297,7 @@ class Explorer:
         reuse_worlds: bool = True,
         reuse_outcomes: bool = True,
         prune_covered: bool = True,
+        resume_anywhere: bool = False,
         on_edge: Callable[[int, int], None] | None = None,
         split_at: int | None = None,
         pieces: int = PIECES,
@@ -331,6 +332,9 @@ class Explorer:
         #: edges, backwards.
         self.on_edge = on_edge
         self.prune_faults = prune_faults
+        #: Resume a paused queue in every state rather than only where it is read next
+        #: (:func:`.actions.enabled`): more states, the same stores.
+        self.resume_anywhere = resume_anywhere
         self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
         # Each action is performed once per observation, whatever the budget beside it
         # (off: every state keeps its own world and performs its own actions). Sound
@@ -406,6 +410,7 @@ class Explorer:
             reuse_worlds=self._prunes[0],
             reuse_outcomes=self._prunes[1],
             prune_covered=self._prunes[2],
+            resume_anywhere=self.resume_anywhere,
         ).run()
         return replace(
             again,
@@ -444,7 +449,7 @@ class Explorer:
             sid, obs, budget, own = frontier.popleft()
             world, alone = (own, True) if own is not None else worlds.take(obs)
             effect: DeliveryEffect | None = None
-            actions = enabled(obs, budget, bounds, rules)
+            actions = enabled(obs, budget, bounds, rules, resume_anywhere=self.resume_anywhere)
             calls_before = world.graph.calls
             for i, action in enumerate(actions):
                 if not self._taken(effect, action):
