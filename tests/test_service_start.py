@@ -109,3 +109,27 @@ async def test_a_queue_row_without_work_gets_its_consumer_behind_start(
         await wait_for(served, "the queue's consumer created behind start", 30.0)
         await asyncio.wait_for(run.service.warmed(), 60.0)
         assert set(run.service.consumers) == {"tools/new", *QUEUES}
+
+
+async def test_discovery_rounds_run_one_at_a_time(nats_server: NatsServer) -> None:
+    """The loop's round and one a publish or a reconnect starts never list and act side by
+    side (they would both dead-letter an orphan, or both move a stray message)."""
+    topology = Topology.isolated("one-round")
+    async with running_service(nats_server, topology, CONFIG) as run:
+        service = run.service
+        inside = most = 0
+        rounds = service._discover_from
+
+        async def counted(subjects: dict[str, int], known: list[str]) -> list[str]:
+            nonlocal inside, most
+            inside += 1
+            most = max(most, inside)
+            try:
+                await asyncio.sleep(0.05)  # long enough for the others to overlap
+                return await rounds(subjects, known)
+            finally:
+                inside -= 1
+
+        service._discover_from = counted  # type: ignore[method-assign]
+        await asyncio.gather(*(service.discover() for _ in range(4)))
+        assert most == 1

@@ -27,7 +27,8 @@ the JetStream publisher, the file config store (hot reload), git ancestry per qu
 - each discovery round (a safety net behind the publish subscription: one listing of
   the queues bucket's subjects, one request whatever the number of queues), a sweep of
   the process subjects no queue row stands for (:mod:`.orphans`): their messages are
-  dead-lettered instead of sitting there for ever;
+  dead-lettered instead of sitting there for ever. One round runs at a time, whether
+  the loop, a publish of an unknown queue or a reconnect started it;
 - a heartbeat: one JetStream request a second, so ``healthy`` means the broker answers,
   not merely that a socket is open;
 - with a :class:`~.policy.PolicyReloader`, a watch on the policy: a new machines
@@ -335,6 +336,10 @@ class Service:
         self._listed: dict[str, dict[int, ConsumerConfig]] = {}
         #: Which partition of the process stream each queue is on (set on start).
         self._placement: Placement | None = None
+        #: One discovery round at a time: the loop's, and one a publish of an unknown
+        #: queue or a reconnect starts, would otherwise list and act side by side (two
+        #: dead-letterings of one orphan, two moves of one stray message).
+        self._discovering = asyncio.Lock()
         #: The parameters in the service bucket, by queue, as last read or written.
         self._recorded: dict[str, dict[str, object]] = {}
         self._service_kv: KeyValue | None = None
@@ -425,12 +430,13 @@ class Service:
         # rest are created behind start (a first start on 10,000 queues would otherwise
         # wait minutes for the broker to create consumers of queues with nothing to do).
         # One listing of each serves the binding and the first discovery round.
-        subjects, known = await self._listings()
-        name = self.topology.process_consumer_name
-        await self.add_queues(
-            q for q in (*self.config.configured_queues(), *known) if name(q) in self._listed
-        )
-        await self._discover_from(subjects, known)
+        async with self._discovering:
+            subjects, known = await self._listings()
+            name = self.topology.process_consumer_name
+            await self.add_queues(
+                q for q in (*self.config.configured_queues(), *known) if name(q) in self._listed
+            )
+            await self._discover_from(subjects, known)
         self._listed = {}  # a later queue asks the broker: the listing may be stale by then
         self._spawn("discover", self._discover_loop())
         self.last_round_trip = time.monotonic()  # start() itself just talked to JetStream
@@ -634,7 +640,8 @@ class Service:
         process subjects that no queue row stands for (:mod:`.orphans`), and have every
         other queue of the queues bucket and the config get its consumer behind it
         (:meth:`warmed`). Returns the queues started now, for waiting messages."""
-        return await self._discover_from(*await self._listings())
+        async with self._discovering:
+            return await self._discover_from(*await self._listings())
 
     async def _listings(self) -> tuple[dict[str, int], list[str]]:
         """The process subjects of every partition, then the queues bucket's rows, in that
