@@ -628,6 +628,8 @@ class Service:
             )
             if loop is not None and loop is not asyncio.current_task():
                 await asyncio.wait({loop}, timeout=self.options.ack_wait_s)
+            if self._stop.is_set():
+                return  # the next start, or the queue's next head there, follows the row
             await self._delete_stale(queue, stale.partition)
             opened = await self._open_queue(queue)
         finally:
