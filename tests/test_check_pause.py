@@ -94,19 +94,30 @@ def test_a_queue_the_config_pauses_for_ever_is_no_wedge(
     assert result.ok
 
 
-def test_a_hold_that_outlives_the_pause_is_a_wedge(tmp_path: Path) -> None:
-    # The gate holds a head that has a newer one instead of superseding it: with nothing
-    # paused that head waits for ever, and check says so.
+def mutated_gate(tmp_path: Path, *edits: tuple[str, str]) -> ProcessMachines:
+    """The test machines with each ``(old, new)`` text edit made once in the gate."""
     machines_dir = tmp_path / "machines"
     shutil.copytree(ROOT / "tests" / "fixtures" / "machines", machines_dir)
     gate = machines_dir / "queue_gate.yaml"
     text = gate.read_text(encoding="utf-8")
-    stale = "    dest: acked\n    conditions: newer_head_exists\n    unless: paused\n"
-    assert text.count(stale) == 1
-    text = text.replace(stale, "    dest: held\n    conditions: newer_head_exists\n")
-    text = text.replace("    after: [supersede, ack]\n", "    after: hold\n", 1)
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
     gate.write_text(text, encoding="utf-8")
-    mutant = load_process_machines(machines_dir, lint=False)
+    return load_process_machines(machines_dir, lint=False)
+
+
+def test_a_hold_that_outlives_the_pause_is_a_wedge(tmp_path: Path) -> None:
+    # The gate holds a head that has a newer one instead of superseding it: with nothing
+    # paused that head waits for ever, and check says so.
+    mutant = mutated_gate(
+        tmp_path,
+        (
+            "    dest: acked\n    conditions: newer_head_exists\n    unless: paused\n",
+            "    dest: held\n    conditions: newer_head_exists\n",
+        ),
+        ("    after: [supersede, ack]\n", "    after: hold\n"),
+    )
     result = Explorer(setup_for(mutant, **SMALL)).run()
     assert result.counterexample is not None
     assert result.counterexample.violation.invariant == "progress"
@@ -121,9 +132,25 @@ def test_a_config_step_round_trips_through_the_counterexample_format() -> None:
 
 def test_check_command_states_the_pause_bound(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
-        ["check", "--heads", "1", "--no-rewrite", "--no-crashes", "--max-concurrent", "1",
-         "--max-duplicates", "0", "--max-dead-letters", "0", "--max-outages", "0",
-         "--no-overlaps", "--quiet", "--jobs", "1"]
+        [
+            "check",
+            "--heads",
+            "1",
+            "--no-rewrite",
+            "--no-crashes",
+            "--max-concurrent",
+            "1",
+            "--max-duplicates",
+            "0",
+            "--max-dead-letters",
+            "0",
+            "--max-outages",
+            "0",
+            "--no-overlaps",
+            "--quiet",
+            "--jobs",
+            "1",
+        ]
     )
     assert code == 0
     assert "pause and resume" in capsys.readouterr().out
@@ -153,17 +180,13 @@ def test_a_head_lost_while_paused_is_found_once_resumed(tmp_path: Path) -> None:
     """A paused delivery that drops its message instead of holding it leaves an accepted
     head no message will deliver, which only shows once the queue resumes: with nothing
     left waiting, resuming is still explored."""
-    machines_dir = tmp_path / "machines"
-    shutil.copytree(ROOT / "tests" / "fixtures" / "machines", machines_dir)
-    gate = machines_dir / "queue_gate.yaml"
-    text = gate.read_text(encoding="utf-8")
-    hold = "    dest: held\n    conditions: paused\n    after: hold\n"
-    assert text.count(hold) == 1
-    gate.write_text(
-        text.replace(hold, "    dest: acked\n    conditions: paused\n    after: ack\n"),
-        encoding="utf-8",
+    mutant = mutated_gate(
+        tmp_path,
+        (
+            "    dest: held\n    conditions: paused\n    after: hold\n",
+            "    dest: acked\n    conditions: paused\n    after: ack\n",
+        ),
     )
-    mutant = load_process_machines(machines_dir, lint=False)
     result = Explorer(setup_for(mutant, **{**SMALL, "heads": 1})).run()
     assert result.counterexample is not None
     assert result.counterexample.violation.invariant == "progress"
