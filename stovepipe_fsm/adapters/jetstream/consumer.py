@@ -78,7 +78,7 @@ from .attempts import AttemptsLedger
 from .codec import check_work, decode_work
 from .dead_letter import DeadLetter, publish_dead_letter
 from .delivery import JetStreamDelivery
-from .durable_consumer import ensure_pull_consumer
+from .durable_consumer import durable_exists, ensure_pull_consumer
 from .errors import translated
 from .shared_inbox import SharedInbox
 from .terminations import TerminationLedger, TerminationMark
@@ -206,10 +206,6 @@ class _PullLoop:
         is), without stopping the others."""
         self._retired = True
         self.wake()
-
-    @property
-    def retired(self) -> bool:
-        return self._retired
 
     def nudge(self) -> None:
         """A message was just published for this loop: if its parked request is old
@@ -355,8 +351,14 @@ class ProcessConsumer(_PullLoop):
         return self.topology.process_stream_of(self.partition)
 
     async def _recover(self) -> None:
-        if self.still_here is not None and not await self.still_here(self):
-            return
+        """As every loop does, unless the durable is gone and the queue has moved: only
+        a lost durable asks :attr:`still_here` (a broker that does not answer makes
+        every loop fail at once, and each then costs one lookup, as it always did)."""
+        if self.still_here is not None:
+            if await durable_exists(self.js, self.stream, self.durable):
+                return  # the broker failed, not the durable
+            if not await self.still_here(self):
+                return  # the queue moved, and this loop is retired
         await super()._recover()
 
     def log_extra(self) -> dict[str, str]:

@@ -49,6 +49,16 @@ async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api
     return out
 
 
+async def durable_exists(js: JetStreamContext, stream: str, name: str) -> bool:
+    """Whether ``stream`` has the consumer ``name`` (an unanswered lookup raises)."""
+    with translated(f"look up consumer {stream}/{name}"):
+        try:
+            await js.consumer_info(stream, name)
+        except nats.js.errors.NotFoundError:
+            return False
+    return True
+
+
 async def delete_durable(js: JetStreamContext, stream: str, name: str) -> bool:
     """Delete the consumer ``name`` of ``stream``; ``False`` when it was gone already
     (another replica deleted it first)."""
