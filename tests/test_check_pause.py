@@ -165,8 +165,11 @@ def test_resuming_only_where_the_queue_is_read_next_reaches_the_same_stores(
     """A resume is tried only before a delivery (or a stalled one's rest), or with
     nothing waiting: a resume anywhere else reaches a state whose stores a paused state
     explored has too, and which a fair clock advance takes to a resume tried."""
-    reduced = Explorer(setup_for(machines, **bounds))
-    anywhere = Explorer(setup_for(machines, **bounds), resume_anywhere=True)
+    # Holds explored on both sides: resumes tried anywhere else come after them.
+    reduced = Explorer(setup_for(machines, **bounds), explore_paused_holds=True)
+    anywhere = Explorer(
+        setup_for(machines, **bounds), explore_paused_holds=True, resume_anywhere=True
+    )
     assert reduced.run().ok and anywhere.run().ok
 
     def stores(explorer: Explorer) -> set[Observation]:
@@ -190,3 +193,40 @@ def test_a_head_lost_while_paused_is_found_once_resumed(tmp_path: Path) -> None:
     result = Explorer(setup_for(mutant, **{**SMALL, "heads": 1})).run()
     assert result.counterexample is not None
     assert result.counterexample.violation.invariant == "progress"
+
+
+def test_where_a_paused_queues_hold_leads_is_not_explored_and_no_stores_are_lost(
+    machines: ProcessMachines,
+) -> None:
+    """A delivery that only holds the paused queue's head leads to states whose stores
+    the search reaches from before the hold by the same steps, and a clock advance leads
+    back to them: they are not explored, and no stores are lost."""
+    reduced = Explorer(setup_for(machines, **SMALL))
+    explored = Explorer(setup_for(machines, **SMALL), explore_paused_holds=True)
+    assert reduced.run().ok and explored.run().ok
+    assert reduced.paused_holds > 0 and explored.paused_holds == 0
+
+    def stores(explorer: Explorer) -> set[Observation]:
+        return {
+            replace(
+                obs,
+                paused=frozenset(),
+                pending=tuple(replace(p, due_in_ms=0) for p in obs.pending),
+            )
+            for obs in explorer.observations
+        }
+
+    assert stores(reduced) == stores(explored)
+    assert len(reduced.parent) < len(explored.parent)
+
+
+def test_a_paused_queues_holds_are_explored_when_its_slots_are_leases(
+    machines: ProcessMachines, tmp_path: Path
+) -> None:
+    """With slot leases the clock is observed (a lease's time left), so a hold is not
+    an advance away from a state the search has: every hold is explored."""
+    config = tmp_path / "queues.yaml"
+    config.write_text("queues:\n  monorepo/main: {max_validation_ms: 10000}\n", encoding="utf-8")
+    explorer = Explorer(setup_for(machines, config, **{**SMALL, "heads": 1}))
+    assert explorer.run().ok
+    assert explorer.explore_paused_holds and explorer.paused_holds == 0

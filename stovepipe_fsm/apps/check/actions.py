@@ -39,7 +39,7 @@ Enabled actions, for the one checked queue:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -135,6 +135,28 @@ class DeliveryEffect:
         if action.kind in (OUTAGE, OUTAGE_PERSISTS):
             return self.asked_source_control
         return True
+
+
+def held_while_paused(pre: Observation, post: Observation, queue: str) -> bool:
+    """Whether a delivery from ``pre`` to ``post`` only held the paused ``queue``'s head:
+    everything observed is as it was but the head's due time, now in the future.
+
+    Its destination need not be explored when nothing else observed depends on the
+    clock (no slot leases, no delivery stalled in hand): every state it leads to before
+    a clock advance is paused, so at rest for the progress pass, and has the stores of
+    a state the search reaches from ``pre`` by the same steps (each commutes with the
+    hold); the advance, due, leads onto that very state (docs/check.md, "Pause and
+    resume")."""
+    if queue not in pre.paused or pre.in_hand or post.in_hand:
+        return False
+    if any(row.leases for row in pre.queues) or any(row.leases for row in post.queues):
+        return False
+    before, after = pre.pending, post.pending
+    if not before or len(before) != len(after) or after[0].due_in_ms <= 0:
+        return False
+    if replace(after[0], due_in_ms=before[0].due_in_ms) != before[0] or after[1:] != before[1:]:
+        return False
+    return replace(post, pending=before) == pre
 
 
 def enabled(

@@ -59,7 +59,7 @@ from ...simulation.collector import rare_collections
 from ...simulation.runtime import OverrideConfigStore, ResolvedOnceConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
-from .actions import DeliveryEffect, StepFailed, enabled, perform
+from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
 from .invariants import (
     LEASE_BOUNDS_STALL,
     PROGRESS,
@@ -298,6 +298,7 @@ class Explorer:
         reuse_outcomes: bool = True,
         prune_covered: bool = True,
         resume_anywhere: bool = False,
+        explore_paused_holds: bool = False,
         on_edge: Callable[[int, int], None] | None = None,
         split_at: int | None = None,
         pieces: int = PIECES,
@@ -344,6 +345,11 @@ class Explorer:
         self.share_outcomes = reuse_outcomes
         self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
         self.rules = setup.rules()
+        #: Explore where a paused queue's hold leads, when nothing else observed depends on
+        #: the clock (:func:`.actions.held_while_paused`): more states, the same stores.
+        #: Off unless the checked queue has slot leases.
+        self.explore_paused_holds = explore_paused_holds or bool(self.rules.max_validation_ms)
+        self.paused_holds = 0  # holds of a paused queue whose destination was not explored
         self.max_states = max_states
         self.progress = progress
         self.parent: list[int] = []
@@ -411,6 +417,7 @@ class Explorer:
             reuse_outcomes=self._prunes[1],
             prune_covered=self._prunes[2],
             resume_anywhere=self.resume_anywhere,
+            explore_paused_holds=self.explore_paused_holds,
         ).run()
         return replace(
             again,
@@ -485,9 +492,14 @@ class Explorer:
                 post = outcome.post
                 if post is None:
                     continue
-                self.transitions += 1
                 if action.kind == DELIVER:
                     effect = outcome.effect
+                    if not self.explore_paused_holds and held_while_paused(
+                        obs, post, bounds.queue
+                    ):
+                        self.paused_holds += 1
+                        continue
+                self.transitions += 1
                 dst = index.get((post, spent))
                 if dst is None:
                     dst = self._add(index, post, spent, sid, action)
