@@ -52,10 +52,14 @@ async def existing_consumers(js: JetStreamContext, stream: str) -> dict[str, api
 async def durable_exists(js: JetStreamContext, stream: str, name: str) -> bool:
     """Whether ``stream`` has the consumer ``name`` (an unanswered lookup raises)."""
     with translated(f"look up consumer {stream}/{name}"):
-        try:
-            await js.consumer_info(stream, name)
-        except nats.js.errors.NotFoundError:
-            return False
+        return await _exists(js, stream, name)
+
+
+async def _exists(js: JetStreamContext, stream: str, name: str) -> bool:
+    try:
+        await js.consumer_info(stream, name)
+    except nats.js.errors.NotFoundError:
+        return False
     return True
 
 
@@ -114,6 +118,8 @@ async def _ensure(
         for attempt in range(1, CREATE_ATTEMPTS + 1):
             if await _create(js, stream, name, config):
                 return
+            if await _exists(js, stream, name):
+                return  # refused, but another replica created it meanwhile: bind to it
             raised = await raise_consumer_limit(js, stream)
             if not raised.room:
                 raise ConsumerLimitReached(_refusal(raised, name)) from None

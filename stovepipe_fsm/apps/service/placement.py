@@ -44,6 +44,10 @@ log = logging.getLogger("stovepipe_fsm.service")
 #: start moving thousands of queues reads each partition about once, short enough that
 #: room made by an operator (or by deleted consumers) is used soon after.
 FRESH_S = 10.0
+#: Reads of a listed partition whose stream is not found yet, and the pause before the
+#: n-th (n times this): a partition just created by another replica.
+LISTED_ATTEMPTS = 3
+LISTED_PAUSE_S = 0.2
 
 
 @dataclass
@@ -92,9 +96,15 @@ class Placement:
         """Move ``queue`` off ``source``, whose stream refused its consumer, to a partition
         with room; the partition the row names afterwards. A row another replica moved
         already is left as it is. A queue without a row (configured, nothing ingested
-        yet) gets one naming the new partition, so its first head is published there."""
+        yet) gets one naming the new partition, so its first head is published there.
+
+        A queue another replica moved already (its row read before a target is chosen,
+        and again before a partition is created for it) is given none: replicas refused
+        side by side would otherwise create partitions no queue moves to."""
         async with self._choosing:
-            target = await self._target(source)
+            target = await self._target(queue, source)
+        if target is None:
+            return await self._named(queue, source)
         moved = False
 
         def off_source(row: Queue) -> Queue:
@@ -125,10 +135,19 @@ class Placement:
         )
         return target
 
-    async def _target(self, source: int) -> int:
+    async def _named(self, queue: str, default: int) -> int:
+        """The partition ``queue``'s row names; ``default`` when it has no row."""
+        try:
+            return (await self.queues.get(queue)).partition
+        except NotFound:
+            return default
+
+    async def _target(self, queue: str, source: int) -> int | None:
         """The lowest partition other than ``source`` with a seat left, taking it; the
         next partition, created, when none has one. ``source`` just refused a consumer,
-        so it has none."""
+        so it has none. ``None`` when ``queue``'s row no longer names ``source``."""
+        if await self._named(queue, source) != source:
+            return None
         now = time.monotonic()
         self._seats[source] = _Seats(0, now)
         limits = await self._account(now)
@@ -142,19 +161,33 @@ class Placement:
                 # A count read again now would lag this replica's own creations still
                 # in flight: a partition counted down to no seat keeps none until then.
                 if seats is None or now - seats.read_at >= FRESH_S:
-                    count = await consumer_count(self.js, self.topology, partition)
+                    count = await self._count(partition)
                     if count is None:
                         continue  # deleted since it was listed
                     seats = self._seats[partition] = _Seats(room(limits, count), now)
                 if seats.left > 0:
                     seats.left -= 1
                     return partition
+        if await self._named(queue, source) != source:
+            return None  # moved while this replica read the partitions
         partition = next(p for p in range(1, MAX_PARTITIONS + 1) if p not in self.known)
         await create_partition(self.js, self.topology, partition, limits)
         self.known = sorted({*self.known, partition})
         count = await consumer_count(self.js, self.topology, partition) or 0
         self._seats[partition] = _Seats(room(limits, count) - 1, now)
         return partition
+
+    async def _count(self, partition: int) -> int | None:
+        """The consumers of a listed partition; ``None`` when its stream is gone. A
+        stream another replica is creating is listed before its info answers on every
+        node of a cluster: it is asked again a few times, or this replica would skip
+        it and create another partition for nothing."""
+        for attempt in range(1, LISTED_ATTEMPTS + 1):
+            count = await consumer_count(self.js, self.topology, partition)
+            if count is not None or attempt == LISTED_ATTEMPTS:
+                return count
+            await asyncio.sleep(LISTED_PAUSE_S * attempt)
+        raise AssertionError("unreachable: the last attempt returns")
 
     async def _account(self, now: float) -> AccountLimits:
         if self._limits is None or now - self._limits[1] >= FRESH_S:
