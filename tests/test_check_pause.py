@@ -230,3 +230,21 @@ def test_a_paused_queues_holds_are_explored_when_its_slots_are_leases(
     explorer = Explorer(setup_for(machines, config, **{**SMALL, "heads": 1}))
     assert explorer.run().ok
     assert explorer.explore_paused_holds and explorer.paused_holds == 0
+
+
+@pytest.mark.parametrize("holds", [False, True])
+@pytest.mark.parametrize("bounds", [SMALL, {**SMALL, "max_crashes": 1, "max_duplicates": 1}])
+def test_a_paused_due_head_takes_only_its_delivery_and_the_resume_and_no_state_is_lost(
+    machines: ProcessMachines, bounds: dict[str, Any], holds: bool
+) -> None:
+    """From a paused queue whose head is due the search takes only the delivery (with
+    its faults) and the resume: every other step's state, paused, is reached by the
+    resume, the step and the pause around it. The same states, fewer transitions (with
+    the states after a paused queue's holds explored too, and without)."""
+    reduced = Explorer(setup_for(machines, **bounds), explore_paused_holds=holds)
+    every = Explorer(
+        setup_for(machines, **bounds), explore_paused_holds=holds, steps_while_paused=True
+    )
+    assert reduced.run().ok and every.run().ok
+    assert set(reduced.observations) == set(every.observations)
+    assert reduced.transitions < every.transitions

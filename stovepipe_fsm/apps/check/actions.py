@@ -167,11 +167,14 @@ def enabled(
     *,
     fair_only: bool = False,
     resume_anywhere: bool = False,
+    steps_while_paused: bool = False,
 ) -> list[Action]:
     """Every action possible in ``obs``, in a fixed order (the search is deterministic).
 
     ``resume_anywhere``: resume a paused queue in every state, not only where the
-    resumed queue can next be read (for tests comparing the two)."""
+    resumed queue can next be read; ``steps_while_paused``: take the steps other than
+    deliveries from a paused queue whose head is due too (both for tests comparing the
+    two ways)."""
     q = bounds.queue
     actions: list[Action] = []
     pending = obs.pending_in(q)
@@ -181,7 +184,20 @@ def enabled(
     elif pending:
         wait = pending[0].due_in_ms
         actions.append(one_step(ADVANCE, "advance_ms", q, amount=wait))
-    for request in obs.requests_of(q):
+    # A paused queue whose head is due is resumed, and paused again, around any other
+    # step: only a delivery reads the pause, so that step's state, paused, is reached
+    # from the running one by the same pause every running state with a due head takes.
+    # Here only the delivery (and its faults) and the resume are taken.
+    others = (
+        fair_only
+        or steps_while_paused
+        or not head_due
+        or q not in obs.paused
+        or bool(obs.in_hand)
+        or bool(rules.max_validation_ms)
+        or not (rules.pausable and bounds.pauses)
+    )
+    for request in obs.requests_of(q) if others else ():
         if request.state in rules.admitted_states and request.id in obs.builds:
             for outcome in rules.outcomes:
                 complete = one_step(COMPLETE, "complete", q, uri=request.uri, outcome=outcome)
@@ -198,7 +214,7 @@ def enabled(
         return actions
 
     heads = bounds.ingest_order()
-    if budget.heads < len(heads):
+    if others and budget.heads < len(heads):
         actions.append(one_step(INGEST, "ingest", q, uri=heads[budget.heads]))
     if head_due and budget.crashes < bounds.max_crashes:
         for point in CRASH_POINTS:
@@ -214,15 +230,15 @@ def enabled(
             actions.append(failed_delivery(OUTAGE_PERSISTS, q))
         elif budget.outages < bounds.max_outages:
             actions.append(failed_delivery(OUTAGE, q))
-    if budget.duplicates < bounds.max_duplicates:
+    if others and budget.duplicates < bounds.max_duplicates:
         for request in obs.requests_of(q):
             if request.state == rules.initial_state:
                 actions.append(one_step(REDELIVER, "redeliver", q, uri=request.uri))
-    if budget.dead_letters < bounds.max_dead_letters:
+    if others and budget.dead_letters < bounds.max_dead_letters:
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(DEAD_LETTER, "dead_letter", q, uri=request.uri))
-    if rules.withdrawable and budget.cancels < bounds.max_cancels:
+    if others and rules.withdrawable and budget.cancels < bounds.max_cancels:
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))

@@ -299,6 +299,7 @@ class Explorer:
         prune_covered: bool = True,
         resume_anywhere: bool = False,
         explore_paused_holds: bool = False,
+        steps_while_paused: bool = False,
         on_edge: Callable[[int, int], None] | None = None,
         split_at: int | None = None,
         pieces: int = PIECES,
@@ -336,6 +337,9 @@ class Explorer:
         #: Resume a paused queue in every state rather than only where it is read next
         #: (:func:`.actions.enabled`): more states, the same stores.
         self.resume_anywhere = resume_anywhere
+        #: Take the steps other than deliveries from a paused queue whose head is due too
+        #: (:func:`.actions.enabled`): more transitions, the same states.
+        self.steps_while_paused = steps_while_paused
         self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
         # Each action is performed once per observation, whatever the budget beside it
         # (off: every state keeps its own world and performs its own actions). Sound
@@ -418,6 +422,7 @@ class Explorer:
             prune_covered=self._prunes[2],
             resume_anywhere=self.resume_anywhere,
             explore_paused_holds=self.explore_paused_holds,
+            steps_while_paused=self.steps_while_paused,
         ).run()
         return replace(
             again,
@@ -456,7 +461,14 @@ class Explorer:
             sid, obs, budget, own = frontier.popleft()
             world, alone = (own, True) if own is not None else worlds.take(obs)
             effect: DeliveryEffect | None = None
-            actions = enabled(obs, budget, bounds, rules, resume_anywhere=self.resume_anywhere)
+            actions = enabled(
+                obs,
+                budget,
+                bounds,
+                rules,
+                resume_anywhere=self.resume_anywhere,
+                steps_while_paused=self.steps_while_paused,
+            )
             calls_before = world.graph.calls
             for i, action in enumerate(actions):
                 if not self._taken(effect, action):
