@@ -87,10 +87,7 @@ class Placement:
         """The partition ``queue``'s row names (0 for a queue without a row)."""
         if not self.spread:
             return 0  # no row can name another: a move creates its partition first
-        try:
-            return (await self.queues.get(queue)).partition
-        except NotFound:
-            return 0
+        return await self.named(queue)
 
     async def move(self, queue: str, source: int) -> int:
         """Move ``queue`` off ``source``, whose stream refused its consumer, to a partition
@@ -104,7 +101,7 @@ class Placement:
         async with self._choosing:
             target = await self._target(queue, source)
         if target is None:
-            return await self._named(queue, source)
+            return await self.named(queue, source)
         moved = False
 
         def off_source(row: Queue) -> Queue:
@@ -135,8 +132,9 @@ class Placement:
         )
         return target
 
-    async def _named(self, queue: str, default: int) -> int:
-        """The partition ``queue``'s row names; ``default`` when it has no row."""
+    async def named(self, queue: str, default: int = 0) -> int:
+        """The partition ``queue``'s row names, read now whatever this replica knows of
+        the partitions; ``default`` when it has no row."""
         try:
             return (await self.queues.get(queue)).partition
         except NotFound:
@@ -146,7 +144,7 @@ class Placement:
         """The lowest partition other than ``source`` with a seat left, taking it; the
         next partition, created, when none has one. ``source`` just refused a consumer,
         so it has none. ``None`` when ``queue``'s row no longer names ``source``."""
-        if await self._named(queue, source) != source:
+        if await self.named(queue, source) != source:
             return None
         now = time.monotonic()
         self._seats[source] = _Seats(0, now)
@@ -168,7 +166,7 @@ class Placement:
                 if seats.left > 0:
                     seats.left -= 1
                     return partition
-        if await self._named(queue, source) != source:
+        if await self.named(queue, source) != source:
             return None  # moved while this replica read the partitions
         partition = next(p for p in range(1, MAX_PARTITIONS + 1) if p not in self.known)
         await create_partition(self.js, self.topology, partition, limits)

@@ -592,8 +592,7 @@ class Service:
         partition (:attr:`ProcessConsumer.still_here`); if not, the loop is retired now
         and the queue opened where its row says."""
         assert self._placement is not None, "start() first"
-        await self._placement.refresh()  # the row may name a partition made since
-        if await self._placement.partition_of(consumer.queue) == consumer.partition:
+        if await self._placement.named(consumer.queue) == consumer.partition:
             return True
         consumer.retire()
         self._spawn_once(f"rehome:{consumer.queue}", self._rehome_quietly(consumer))
