@@ -10,15 +10,10 @@ Two decision paths are timed separately, each in two implementations:
   stores, publisher, source control and delivery, the same awaits in the same order,
   the same metrics calls - with no machine in between.
 
-The shipped machines decide by a table read from their compiled ``transitions``
-machines (``spec/compiler.py``). ``--fired`` adds, to the same interleaved rounds, the
-shipped controller deciding by firing those machines instead (the path the table is
-derived from, on the compiler's lean classes), and ``--stock`` the same firing on
-machines compiled with the stock ``transitions`` classes: what the table and the lean
-classes each save; ``--loop`` the shipped controller running its flow by the loop over
-the table instead of the driver generated from it. ``--straight`` adds the flow written
-out by hand over the same named steps (:mod:`bench.straight`): the least any driver of
-those steps could cost.
+The shipped machines decide by firing their compiled ``transitions`` machines
+(``spec/compiler.py``). ``--straight`` adds, to the same interleaved rounds, the flow
+written out by hand over the same named steps (:mod:`bench.straight`): what the machine
+and its driver cost on top of the steps themselves.
 
 The *admit* path is a latest head with a free slot and a last green that is its
 ancestor: load R, load Q, coalesce, gate, ancestry check, claim slot, mark processing,
@@ -41,7 +36,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from stovepipe_fsm.adapters.memory import (
     ManualClock,
@@ -67,11 +62,9 @@ from stovepipe_fsm.domain.hooks import started_event
 from stovepipe_fsm.domain.ids import compare_request_id
 from stovepipe_fsm.pipeline import wiring
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.process.metrics import Metrics
 from stovepipe_fsm.process.trail import HELD_LOG
 from stovepipe_fsm.simulation.runtime import run_sync
-from stovepipe_fsm.spec import compiler
 
 from .calls import calls_per_decision
 from .straight import straight_handle
@@ -80,7 +73,6 @@ Q = "monorepo/main"
 GREEN, HEAD = "G", "H"
 ACCEPTED = "accepted"
 TERMINAL = frozenset({"superseded", "succeeded", "failed", "cancelled"})
-TARGET_RATIO = 1.3
 DECISIONS_LOG = logging.getLogger("stovepipe_fsm.decisions")
 
 
@@ -328,34 +320,6 @@ def machine_handle(ports: Ports, machines_dir: Path) -> Handle:
     return stages.controller.handle
 
 
-def loop_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
-    """The shipped controller, its flow run by the loop over the table (as ``advance``
-    runs it) instead of the driver generated from the table."""
-    handle = machine_handle(ports, machines_dir)
-    controller = cast(ProcessController, handle.__self__)  # a bound method
-    controller.machines.queue_gate._generated = None
-    return handle
-
-
-def fired_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
-    """The shipped controller, its machines deciding by firing ``transitions``."""
-    handle = machine_handle(ports, machines_dir)
-    controller = cast(ProcessController, handle.__self__)  # a bound method
-    for machine in (controller.machines.queue_gate, controller.machines.request):
-        machine._decide = machine._decide_by_machine  # type: ignore[method-assign]
-    return handle
-
-
-def stock_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
-    """:func:`fired_machine_handle` on machines compiled with the library's stock classes."""
-    lean = compiler._LEAN_CLASSES
-    compiler._LEAN_CLASSES = {}
-    try:
-        return fired_machine_handle(ports, machines_dir)
-    finally:
-        compiler._LEAN_CLASSES = lean
-
-
 def straight_machine_handle(ports: Ports, machines_dir: Path) -> Handle:
     """The shipped controller's services and named steps, without its driver."""
     return straight_handle(machine_handle(ports, machines_dir))
@@ -458,21 +422,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2,000 decisions x 3 rounds")
     parser.add_argument(
-        "--fired",
-        action="store_true",
-        help="also time the controller deciding by firing its transitions machines",
-    )
-    parser.add_argument(
-        "--stock",
-        action="store_true",
-        help="also time it firing machines compiled with the stock transitions classes",
-    )
-    parser.add_argument(
-        "--loop",
-        action="store_true",
-        help="also time the controller running its flow by the loop over the decision table",
-    )
-    parser.add_argument(
         "--calls",
         action="store_true",
         help="also count the Python function calls per decision of each implementation",
@@ -486,15 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     n, rounds = (2_000, 3) if args.quick else (args.n, args.rounds)
     machines_dir = Path(args.machines)
     makers: dict[str, Maker] = {"machine": machine_handle, "reference": reference_handle}
-    if args.fired:
-        makers["fired"] = fired_machine_handle
-    if args.stock:
-        makers["stock"] = stock_machine_handle
-    if args.loop:
-        makers["loop"] = loop_machine_handle
     if args.straight:
         makers["straight"] = straight_machine_handle
-    others = [label for label in ("loop", "fired", "stock") if label in makers]
     check_equivalent(machines_dir, makers)
 
     print(f"python {sys.version.split()[0]}; {n} decisions x {rounds} rounds; best round shown")
@@ -502,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     header += f"{'ref us':>8} {'ratio':>6}"
     print(header)
     worst = 0.0
-    other_rows, straight_rows = [], []
+    straight_rows = []
     for label, timer in (("admit", time_admits), ("supersede", time_supersedes)):
         rates = measure(timer, machines_dir, n, rounds, makers)
         machine, reference = rates["machine"], rates["reference"]
@@ -525,24 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the driver: {1e6 / best_m - 1e6 / best_s:.1f} us, "
                 f"{(best_s - best_m) / best_s:.0%} of the machine path"
             )
-        for other in others:
-            best_s = max(rates[other])
-            paired_s = statistics.median(m / s for m, s in zip(machine, rates[other], strict=True))
-            other_rows.append(
-                f"{label:<10} {other:<6} {1e6 / best_m:>9.1f} {1e6 / best_s:>9.1f} "
-                f"{1e6 / best_s - 1e6 / best_m:>9.1f} {best_m / best_s:>5.2f}x"
-                f"   (median of paired rounds {paired_s:.2f}x)"
-            )
-    verdict = "within" if worst <= TARGET_RATIO else "OVER"
-    print(f"machine/reference cost: worst {worst:.2f}x ({verdict} the {TARGET_RATIO}x target)")
-    if other_rows:
-        print("the shipped controller (machine) against it driven otherwise, same rounds:")
-        print(
-            f"{'path':<10} {'driven':<6} {'shipped us':>9} {'driven us':>9} {'saved us':>9} "
-            f"{'driven/shipped':>6}"
-        )
-        for row in other_rows:
-            print(row)
+    print(f"machine/reference cost: worst {worst:.2f}x")
     if straight_rows:
         print("the flow written out by hand over the same steps (no driver at all):")
         print(f"{'path':<10} {'straight us':>12} {'ref us':>8} {'ratio':>6}")

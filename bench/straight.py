@@ -1,8 +1,8 @@
 """The least any driver of the ``queue_gate`` steps could cost: the flow written out.
 
 ``straight_handle`` runs the shipped flow's registered actions and conditions in one
-hand-written function, with nothing a driver needs around them: no step loop, no table
-walk, no step budget or probe checks, each condition asked once, the transition that
+hand-written function, with nothing a driver needs around them: no step loop, no machine
+fire, no step budget or probe checks, each condition asked once, the transition that
 runs told to the context as the driver tells it. It keeps everything else of the machine
 path: the ``DeliveryContext``, each named step as its own call or coroutine, the request
 lifecycle planning every write, the controller's metrics. (Without a step budget it
@@ -33,13 +33,11 @@ def _steps(controller: ProcessController) -> dict[tuple[str, str], Step]:
     """Each transition of the flow, by its trigger and its first condition ("": none)."""
     flow = controller.machines.queue_gate
     steps: dict[tuple[str, str], Step] = {}
-    for by_state in flow._table.values():
-        for candidates in by_state.values():
-            for _, (step, _calls) in candidates:
-                spec = step.transition
-                assert spec is not None, "a compiled step knows its declaration"
-                first = spec.conditions[0].name if spec.conditions else ""
-                steps[(step.trigger, first)] = step
+    for step, _calls in flow.steps:
+        spec = step.transition
+        assert spec is not None, "a compiled step knows its declaration"
+        first = spec.conditions[0].name if spec.conditions else ""
+        steps[(step.trigger, first)] = step
     return steps
 
 

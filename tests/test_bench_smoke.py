@@ -22,25 +22,21 @@ from bench import whatif as whatif_bench
 
 
 def test_the_machine_layer_bench_compares_both_paths(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["-n", "200", "--rounds", "2", "--loop", "--fired", "--stock", "--straight", "--calls"]
+    argv = ["-n", "200", "--rounds", "2", "--straight", "--calls"]
     assert machine_bench.main(argv) == 0
     out = capsys.readouterr().out
     for path in ("admit", "supersede"):
         row = re.search(rf"^{path}\s+[\d,]+\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, re.M)
         assert row is not None, out
         assert float(row.group(1)) > 0
-        for other in ("loop", "fired", "stock"):
-            assert re.search(rf"^{path}\s+{other}\s+[\d.]+\s+[\d.]+", out, re.M), out
         straight = re.search(rf"^{path}\s+[\d.]+\s+[\d.]+\s+[\d.]+x .*the driver: ", out, re.M)
         assert straight is not None, out
-        calls = re.search(rf"^{path}\s+(\d+)((?:\s+\d+ \([\d.]+x\)){{5}})$", out, re.M)
+        calls = re.search(rf"^{path}\s+(\d+)((?:\s+\d+ \([\d.]+x\)){{2}})$", out, re.M)
         assert calls is not None, out
         counts = dict(zip(re.findall(r"^path\s+reference\s+(.*)$", out, re.M)[0].split(),
                           map(int, re.findall(r"(\d+) \(", calls[2])), strict=True))
-        # The driver's own calls: none written out by hand, a few generated (the
-        # controller's own), more through the loop, more again firing, most when stock.
-        assert counts["straight"] < counts["machine"] < counts["loop"] < counts["fired"], counts
-        assert counts["fired"] < counts["stock"], counts
+        # The steps written out by hand make fewer calls than the machine driving them.
+        assert counts["straight"] < counts["machine"], counts
     assert "machine/reference cost: worst" in out
 
 

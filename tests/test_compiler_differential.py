@@ -1,14 +1,14 @@
 """The compiled machine decides exactly as a stock ``transitions.Machine`` does.
 
-For speed the compiler fills the library's extension points with lean classes
-(``_DirectEvent``, ``_DecidingTransition``, ``_DirectCondition``, a one-lookup model-state)
-and answers each condition at most once per fire. Those replace private parts of the
-library, so nothing but a comparison shows that they still choose what it would. Each test
-here builds, from one spec, both the compiled machine and a stock ``Machine`` whose
-conditions are the registered predicates and whose ``before``/``after`` callbacks are the
-registered actions, and holds the compiled one to the stock one: the same transition
-(destination, and the same actions in the same order) or the same refusal (the trigger is
-not allowed from the state; no transition had its conditions met).
+A compiled machine is a ``transitions.Machine`` whose conditions are the registered
+predicates (each asked at most once per fire) and whose one ``after`` callback records
+the transition that won; the driver runs the winner's actions afterwards. Each test here
+builds, from one spec, both the compiled machine and a stock ``Machine`` whose conditions
+are the registered predicates and whose ``before``/``after`` callbacks are the registered
+actions, and holds the compiled one, through the very methods production calls
+(``_fire``, ``run``, ``advance``), to the stock one: the same transition (destination,
+and the same actions in the same order) or the same refusal (the trigger is not allowed
+from the state; no transition had its conditions met).
 
 - The shipped machines are enumerated: every state x every trigger x every answer of
   every condition the machine names, on one compiled instance (so an answer kept from one
@@ -18,14 +18,8 @@ not allowed from the state; no transition had its conditions met).
   actions, actions on both sides, transitions out of terminal states.
 - Whole flows are driven both ways, ``run`` and ``advance`` with a pause, against a driver
   that fires the stock machine, with condition answers that change as actions run.
-
-A compiled machine decides by a table read from its own ``transitions`` machine (the
-candidates of each trigger and source, their conditions and what each one records);
-every comparison here runs twice, once deciding by that table (what the driver uses) and
-once by firing the compiled ``transitions`` machine itself, and both must match stock.
-Whole flows run a third way: ``run`` as shipped takes the table written out as one
-generated coroutine function (``spec/flow_codegen.py``), and the loop driver it replaces
-there is run too, so the generated driver, the loop and firing all must match stock.
+- A delivery through the process controller and a request write through the lifecycle
+  are shown to be fires of the library's machine, step for step.
 """
 
 from __future__ import annotations
@@ -34,14 +28,23 @@ import itertools
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memory_stages import memory_stages
 from transitions import Machine, MachineError
+from transitions.core import Event
 
-from stovepipe_fsm.process.catalog import REGISTRIES
+from stovepipe_fsm.adapters.memory import (
+    MemoryDelivery,
+    MemorySourceControl,
+    MemorySourceControlProvider,
+)
+from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
 from stovepipe_fsm.spec.compiler import (
     CompiledFlow,
     CompiledLifecycle,
@@ -63,14 +66,6 @@ HERE = Location("<generated>", 1, 1)
 #   ("fired", dest, actions run in order) | ("not allowed",) | ("conditions unmet",)
 # and what one flow did: (how it ended, the state it ended in, actions run in order).
 Outcome = tuple[Any, ...]
-C = TypeVar("C", bound=_Compiled)
-# How a compiled machine decides: by its table (as shipped), or by firing its machine.
-TABLE, MACHINE = "table", "machine"
-PATHS = (TABLE, MACHINE)
-# How a flow's run is driven besides: by the table through the loop driver, not the
-# generated function (the table path, as shipped, runs the generated one).
-LOOP = "loop"
-FLOW_PATHS = (TABLE, LOOP, MACHINE)
 
 
 @dataclass
@@ -184,10 +179,10 @@ def compiled_fire(compiled: _Compiled, state: str, trigger: str, ctx: Ctx) -> Ou
         assert "had its conditions met" in str(refused), refused
         return ("conditions unmet",)
     assert (step.trigger, step.source) == (trigger, state)
-    assert step.actions == tuple(name for name, _, _ in calls)
-    for _, fn, is_async in calls:
-        assert not is_async
-        fn(ctx)
+    assert step.actions == tuple(call.name for call in calls)
+    for call in calls:
+        assert not call.is_async
+        call.call(ctx)
     assert ctx.log == list(step.actions)
     return ("fired", step.dest, tuple(ctx.log))
 
@@ -229,52 +224,21 @@ def compare_everywhere(spec: MachineSpec, compiled: _Compiled, registry: Registr
     return seen
 
 
-def compile_spec(spec: MachineSpec, registry: Registry, *, path: str = TABLE) -> _Compiled:
-    compiled: _Compiled = (
-        CompiledFlow(spec, registry) if spec.kind == FLOW else CompiledLifecycle(spec, registry)
-    )
-    return deciding_by(compiled, path)
-
-
-def deciding_by(compiled: C, path: str) -> C:
-    """``compiled`` deciding by its table (as shipped) or by firing its ``transitions``
-    machine: every fire and every flow step goes through ``_decide``."""
-    if path == MACHINE:
-        compiled._decide = compiled._decide_by_machine  # type: ignore[method-assign]
-    if path == LOOP and isinstance(compiled, CompiledFlow):
-        compiled._generated = None
-    return compiled
-
-
-def test_the_table_is_read_from_the_machine() -> None:
-    """Each row of the table is a transition of the built machine, in its order."""
-    spec = load_machine(MACHINES / "queue_gate.yaml", REGISTRIES)
-    conditions, actions = names_in(spec)
-    compiled = compile_spec(spec, recording_registry(spec.name, conditions, actions))
-    rows = 0
-    for trigger, event in compiled.machine.events.items():
-        for source, candidates in event.transitions.items():
-            table = compiled._table[trigger][source]
-            assert len(table) == len(candidates)
-            for (guards, (step, _)), transition in zip(table, candidates, strict=True):
-                rows += 1
-                assert (step.source, step.dest) == (transition.source, transition.dest)
-                assert [(name, target) for name, _, target in guards] == [
-                    (c.func.name, c.target) for c in transition.conditions
-                ]
-    assert rows == sum(len(t.source_names) for t in spec.transitions)
+def compile_spec(spec: MachineSpec, registry: Registry) -> _Compiled:
+    if spec.kind == FLOW:
+        return CompiledFlow(spec, registry)
+    return CompiledLifecycle(spec, registry)
 
 
 # --- the shipped machines, enumerated ------------------------------------------------
 
 
-@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("file", ["request.yaml", "queue_gate.yaml"])
-def test_shipped_machine_decides_like_stock_transitions_everywhere(file: str, path: str) -> None:
+def test_shipped_machine_decides_like_stock_transitions_everywhere(file: str) -> None:
     spec = load_machine(MACHINES / file, REGISTRIES)
     conditions, actions = names_in(spec)
     registry = recording_registry(spec.name, conditions, actions)
-    seen = compare_everywhere(spec, compile_spec(spec, registry, path=path), registry)
+    seen = compare_everywhere(spec, compile_spec(spec, registry), registry)
 
     assert seen.mismatches == [], "\n".join(seen.mismatches[:20])
     assert seen.cases == len(spec.state_names) * len(spec.triggers) * 2 ** len(conditions)
@@ -425,20 +389,18 @@ def test_every_kind_of_outcome_is_compared() -> None:
         file="<generated>",
     )
     registry = full_registry(spec)
-    for path in PATHS:
-        seen = compare_everywhere(spec, compile_spec(spec, registry, path=path), registry)
-        assert seen.mismatches == []
-        assert seen.kinds == {"fired", "not allowed", "conditions unmet"}
-        assert seen.picked == {("s0", "s1", ("a0", "a1"))}
+    seen = compare_everywhere(spec, compile_spec(spec, registry), registry)
+    assert seen.mismatches == []
+    assert seen.kinds == {"fired", "not allowed", "conditions unmet"}
+    assert seen.picked == {("s0", "s1", ("a0", "a1"))}
 
 
 @settings(max_examples=200, deadline=None)
 @given(machine_specs())
 def test_generated_machine_decides_like_stock_transitions(spec: MachineSpec) -> None:
     registry = full_registry(spec)
-    for path in PATHS:
-        seen = compare_everywhere(spec, compile_spec(spec, registry, path=path), registry)
-        assert seen.mismatches == [], f"{path}: " + "\n".join(seen.mismatches[:20])
+    seen = compare_everywhere(spec, compile_spec(spec, registry), registry)
+    assert seen.mismatches == [], "\n".join(seen.mismatches[:20])
 
 
 # --- whole flows: run and advance against a driver of the stock machine ---------------
@@ -504,12 +466,9 @@ def flow_runs_alike(
         return Ctx(bits=tuple(bits), offsets=dict(zip(conditions, offsets, strict=False)))
 
     stock = stock_drive(spec, registry, fresh(), max_steps)
-    for path in FLOW_PATHS:
-        flow = deciding_by(CompiledFlow(spec, registry, max_steps=max_steps), path)
-        # As shipped, run takes the generated driver; the other paths take the loop.
-        assert (flow._generated is not None and flow._by_table()) == (path == TABLE)
-        assert drive(flow, fresh(), "") == stock, path
-        assert drive(flow, fresh(), pause) == stock, path
+    flow = CompiledFlow(spec, registry, max_steps=max_steps)
+    assert drive(flow, fresh(), "") == stock
+    assert drive(flow, fresh(), pause) == stock
 
 
 answer_bits = st.lists(st.booleans(), min_size=1, max_size=8)
@@ -540,3 +499,65 @@ def test_shipped_flow_runs_like_a_stock_driver(
 ) -> None:
     registry = recording_registry(GATE_SPEC.name, GATE_CONDITIONS, GATE_ACTIONS)
     flow_runs_alike(GATE_SPEC, registry, bits, offsets, pause)
+
+
+# --- production decisions are fires of the library's machine ---------------------------
+
+
+@dataclass
+class Fired:
+    machine: Machine
+    trigger: str
+    source: str
+    dest: str
+    result: bool
+
+
+@pytest.fixture
+def fires(monkeypatch: pytest.MonkeyPatch) -> list[Fired]:
+    """Every ``transitions`` event fired while the test runs, as the library saw it."""
+    seen: list[Fired] = []
+    real = Event.trigger
+
+    def trigger(self: Event, model: Any, *args: Any, **kwargs: Any) -> bool:
+        source = model.state
+        result = real(self, model, *args, **kwargs)
+        seen.append(Fired(self.machine, self.name, source, model.state, result))
+        return result
+
+    monkeypatch.setattr(Event, "trigger", trigger)
+    return seen
+
+
+async def test_a_delivery_is_decided_by_firing_the_machines(fires: list[Fired]) -> None:
+    machines = load_process_machines(MACHINES)
+    stages = memory_stages(
+        machines,
+        source_control=MemorySourceControlProvider(default=MemorySourceControl({"A": []})),
+        config=StaticConfigStore(QueueConfig.of(max_concurrent=1, gate_wait_delay_ms=1000)),
+    )
+    queue = "monorepo/main"
+    requests = stages.services.requests
+    await stages.ingest.ingest(queue, "A")
+    request = await requests.get(f"request/{queue}/1")
+    fires.clear()  # what ingest fired is not the delivery's
+    decision = await stages.controller.decide(MemoryDelivery(queue, request.id))
+
+    assert decision.outcome == "acked"
+    gate = [f for f in fires if f.machine is machines.queue_gate.machine]
+    lifecycle = [f for f in fires if f.machine is machines.request.machine]
+    assert len(gate) + len(lifecycle) == len(fires)
+    # The flow's every step is a fire that moved the library's cursor, from the initial
+    # state along the transitions taken to the terminal state the decision names.
+    assert gate and all(f.result for f in gate)
+    assert gate[0].source == machines.queue_gate.spec.initial.name
+    assert [f.source for f in gate[1:]] == [f.dest for f in gate[:-1]]
+    assert decision.via is not None
+    assert (gate[-1].trigger, gate[-1].source, gate[-1].dest) == (
+        decision.via.trigger,
+        decision.via.source,
+        decision.via.dest,
+    )
+    # The request's admission was the lifecycle machine's own fire.
+    assert [(f.source, f.dest) for f in lifecycle if f.result] == [("accepted", "processing")]
+    assert (await requests.get(request.id)).state == "processing"

@@ -236,6 +236,41 @@ def test_a_failed_check_is_one_located_line_and_exit_1(
     assert err.splitlines()[-1] == "0 passed, 1 failed"
 
 
+def test_a_failed_timeline_shows_what_deliveries_raised_at_their_yaml_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        "history: {A: [], B: [A]}\n"
+        "steps:\n"
+        "  - ingest: A\n"
+        "  - run\n"
+        "  - complete: {uri: A, outcome: succeeded}\n"
+        "  - source_control: down\n"
+        "  - ingest: B\n"
+        "  - run\n"
+        "  - expect: {in_flight: 1}\n"
+    )
+    path = write(tmp_path, "down.yaml", text)
+    code, out, err = run_test(capsys, str(path), *POLICY)
+    assert code == 1, err
+    failed, *raised = out.splitlines()
+    assert failed.startswith(f"{path}:9:")
+    assert raised == [
+        f"{path}: request/monorepo/main/2 raised {MACHINES / 'queue_gate.yaml'}:"
+        f"{derive_strategy_line()}: in machine 'queue_gate', state 'latest', trigger 'gate', "
+        "action 'derive_strategy': Retryable: source control unavailable"
+    ]
+
+
+def derive_strategy_line() -> str:
+    """``line:column`` of ``derive_strategy`` in the tests' copy of the gate."""
+    lines = (MACHINES / "queue_gate.yaml").read_text(encoding="utf-8").splitlines()
+    [(number, text)] = [
+        (n, t) for n, t in enumerate(lines, 1) if "after:" in t and "derive_strategy" in t
+    ]
+    return f"{number}:{text.index('derive_strategy') + 1}"
+
+
 def test_each_failed_key_of_a_block_step_is_reported_at_its_own_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

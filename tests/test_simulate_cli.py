@@ -20,6 +20,19 @@ ROOT = Path(__file__).resolve().parent.parent
 WALKTHROUGH = ROOT / "tests" / "timelines" / "waiting_for_a_slot.yaml"
 
 
+def derive_strategy_step() -> str:
+    """Where the shipped gate declares ``derive_strategy`` (the step that asks source
+    control), as a failure of that step names it."""
+    lines = (ROOT / "machines" / "queue_gate.yaml").read_text().splitlines()
+    for number, text in enumerate(lines, 1):
+        if "after:" in text and "derive_strategy" in text:
+            return (
+                f"machines/queue_gate.yaml:{number}:{text.index('derive_strategy') + 1}: in "
+                "machine 'queue_gate', state 'latest', trigger 'gate', action 'derive_strategy'"
+            )
+    raise AssertionError("machines/queue_gate.yaml no longer names derive_strategy")
+
+
 @pytest.fixture(autouse=True)
 def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI finds the shipped machines/ and config/ relative to the working directory."""
@@ -110,7 +123,10 @@ def test_table_shows_crash_retry_and_redelivery(
     assert (
         "request/monorepo/main/1 (A): already processing -> start re-announced, build re-published"
     ) in results
-    assert "request/monorepo/main/2 (B): retry (Retryable: source control unavailable)" in results
+    assert (
+        f"request/monorepo/main/2 (B): retry ({derive_strategy_step()}: "
+        "Retryable: source control unavailable)"
+    ) in results
     assert "duplicate process message for request/monorepo/main/1" in results
 
 
@@ -125,8 +141,9 @@ def test_table_shows_retries_backing_off_until_a_dead_letter(
     (dead,) = [(t, r) for _, t, _, r in table_rows(out) if "dead_letter" in r]
     assert dead == (
         3000,  # 2000 ms after the second: the backoff doubled
-        "request/monorepo/main/2 (B): dead_letter (gave up after 3 attempts: Retryable: "
-        "source control unavailable); request failed; in_flight=0",
+        "request/monorepo/main/2 (B): dead_letter (gave up after 3 attempts: "
+        f"{derive_strategy_step()}: Retryable: source control unavailable); request failed; "
+        "in_flight=0",
     )
 
 

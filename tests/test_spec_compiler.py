@@ -11,13 +11,14 @@ and a cycle hits the step budget.
 from __future__ import annotations
 
 import asyncio
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from fixture_policy import MACHINES
 
-from stovepipe_fsm.domain.errors import Retryable, StovepipeError
+from stovepipe_fsm.domain.errors import Retryable, StovepipeError, described
 from stovepipe_fsm.process.catalog import REGISTRIES, REQUEST
 from stovepipe_fsm.spec import compiler as compiler_module
 from stovepipe_fsm.spec.compiler import (
@@ -384,6 +385,60 @@ async def test_failing_action_stops_the_flow_and_propagates(flow: CompiledFlow) 
         await flow.run(ctx, probe=seen.append)
     assert seen == ["prepare", "load", "note"]  # never the finisher
     # The machine itself is unharmed: the next delivery runs normally.
+    assert await flow.run(Ctx(available=True)) == "done"
+
+
+def frames_of(exc: BaseException) -> list[tuple[str, int, str]]:
+    return [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+
+
+async def test_a_failing_action_names_its_yaml_step_first(flow: CompiledFlow) -> None:
+    with pytest.raises(RuntimeError, match="broker down") as caught:
+        await flow.run(Ctx(available=True, explode=True))
+    line = next(n for n, text in enumerate(TOY_FLOW.splitlines(), 1) if "publish" in text)
+    column = TOY_FLOW.splitlines()[line - 1].index("publish") + 1
+    where = (
+        f"m.yaml:{line}:{column}: in machine 'toy_flow', state 'fetched', "
+        "trigger 'decide', action 'publish'"
+    )
+    assert caught.value.__notes__ == [f"declared at {where}"]
+    assert described(caught.value) == f"{where}: RuntimeError: broker down"
+    # The frame right above the action's own is labelled with the YAML step.
+    frames = frames_of(caught.value)
+    assert frames[-1][2] == "publish"
+    assert frames[-2] == ("m.yaml", line, "action publish")
+
+
+class Unready:
+    """A context whose ``ready`` answer fails, as a plugin condition might."""
+
+    def __init__(self) -> None:
+        self.available, self.explode, self.log = True, False, list[str]()
+
+    @property
+    def ready(self) -> bool:
+        raise KeyError("ready")
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        """What ``load`` fills in is not what the condition reads here."""
+
+
+async def test_a_failing_condition_names_its_yaml_step_first(flow: CompiledFlow) -> None:
+    with pytest.raises(KeyError) as caught:
+        await flow.run(Unready())
+    lines = TOY_FLOW.splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if "conditions: ready" in text)
+    column = lines[line - 1].index("ready") + 1
+    where = (
+        f"m.yaml:{line}:{column}: in machine 'toy_flow', state 'fetched', "
+        "trigger 'decide', condition 'ready'"
+    )
+    assert described(caught.value) == f"{where}: KeyError: 'ready'"
+    frames = frames_of(caught.value)
+    assert [name for _file, _line, name in frames[-2:]] == ["ready", "ready"]  # fn, property
+    assert frames[-3] == ("m.yaml", line, "condition ready")
+    # The machine is unharmed: the next delivery decides normally.
     assert await flow.run(Ctx(available=True)) == "done"
 
 

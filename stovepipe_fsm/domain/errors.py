@@ -37,3 +37,17 @@ class NonRetryable(StovepipeError):
 class IllegalOperation(StovepipeError):
     """An operator asked for something the request's state forbids (cancel a running
     build, retry a head that has not ended): exit 2, with the sentence saying why."""
+
+
+#: How the flow driver notes, on an exception a condition or action raised, where the
+#: YAML declares that step (``file:line:column: in machine ..., state ..., trigger ...``).
+STEP_NOTE = "declared at "
+
+
+def described(exc: BaseException) -> str:
+    """``Type: message``, led by the YAML location of the step that raised it, when the
+    driver noted one: what a settle reason, a dead letter and ``test`` print."""
+    text = f"{type(exc).__name__}: {exc}"
+    notes: list[str] = getattr(exc, "__notes__", [])
+    where = next((n.removeprefix(STEP_NOTE) for n in notes if n.startswith(STEP_NOTE)), "")
+    return f"{where}: {text}" if where else text

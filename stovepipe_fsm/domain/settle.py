@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .errors import NonRetryable
+from .errors import NonRetryable, described
 
 ACKED = "acked"
 HELD = "held"
@@ -60,7 +60,7 @@ class Attempt:
     """
 
     outcome: str = ""  # "acked" | "held" when the flow ran to its end; "" when it raised
-    error: str = ""  # what was raised, described ("Type: message")
+    error: str = ""  # what was raised, described (errors.described)
     non_retryable: bool = False
     crashed: bool = False
 
@@ -85,7 +85,7 @@ class Attempt:
         controller's contract says.
         """
         return cls(
-            error=f"{type(exc).__name__}: {exc}",
+            error=described(exc),
             non_retryable=not crashed and isinstance(exc, NonRetryable),
             crashed=crashed,
         )

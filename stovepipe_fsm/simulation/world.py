@@ -173,6 +173,9 @@ class World:
         self.holds = 0
         self.hold_log: list[Hold] = []
         self.dead_letters: list[tuple[str, str]] = []
+        # What each delivery that failed raised (request id, error described with the
+        # YAML step that raised it), in order: what ``test`` shows beside failed checks.
+        self.raised: list[tuple[str, str]] = []
         self.in_hand: list[InHand] = []
         self._wire()
 
@@ -213,6 +216,7 @@ class World:
         twin.holds = self.holds
         twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
+        twin.raised = list(self.raised)
         twin.source_control = SingleSourceControl(twin.graph)
         twin.publisher = SimPublisher(twin.broker, twin.clock, twin.published)
         twin._switch = self._switch
@@ -284,6 +288,8 @@ class World:
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
         """What the runtime does with a delivery that raised: a crash, or a failure."""
         attempt = Attempt.raised(exc, crashed=isinstance(exc, Crash))
+        if not attempt.crashed:
+            self.raised.append((message.request_id, attempt.error))
         # A crash is reported by its crash point; a failure by what the policy says.
         detail = str(exc) if isinstance(exc, Crash) else ""
         return self._settle(message, attempt, before, detail)

@@ -2,8 +2,9 @@
 
 Each timeline is replayed exactly as ``simulate`` replays it, on the policy given by
 ``--machines`` and ``--config``; every failed check is one line,
-``file:line:column: expected X, got Y``, at the key of the expect step that failed. A
-timeline passes when all its checks pass. Timelines without expect steps are still run
+``file:line:column: expected X, got Y``, at the key of the expect step that failed,
+followed by what deliveries raised on the way (each led by the YAML step that raised
+it). A timeline passes when all its checks pass. Timelines without expect steps are still run
 (a step that cannot apply is bad input) but counted apart: they assert nothing.
 
 Exit codes: 0 every timeline with expectations passed; 1 a check failed; 2 bad input (an
@@ -109,6 +110,9 @@ def run_one(path: Path, machines: ProcessMachines, config: ConfigStore, tally: T
     for result in sim.failures:
         print(result.issue)
     if sim.failures:
+        # The causes, not only their consequences: what deliveries raised on the way.
+        for request_id, error in dict.fromkeys(sim.world.raised):
+            print(f"{path}: {request_id} raised {error}")
         tally.failed += 1
     else:
         tally.passed += 1
