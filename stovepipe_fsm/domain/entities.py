@@ -232,14 +232,15 @@ _FIELDS: dict[type, frozenset[str]] = {}
 
 
 def evolve(entity: _E, /, **changes: Any) -> _E:
-    """``entity`` with ``changes``: what ``dataclasses.replace`` returns, several times
-    cheaper.
+    """``entity`` with ``changes``: what ``dataclasses.replace`` returns, made by copying
+    the instance dictionary.
 
-    Every decision writes a few new snapshots, so in a replay of a long timeline
-    ``replace`` (which re-runs ``__init__`` and sets each field through
-    ``object.__setattr__``) was a tenth of the time. The entities here have no
-    ``__post_init__`` and no slots, so a copy of the instance dictionary with the changed
-    fields makes the same value; any other dataclass goes through ``replace``.
+    Every decision writes a few new snapshots, and a replay of a long timeline makes
+    millions; ``replace`` re-runs ``__init__`` and sets each field through
+    ``object.__setattr__``, work a frozen value without checks of its own does not need.
+    The entities here have no ``__post_init__`` and no slots, so a copy of the instance
+    dictionary with the changed fields makes the same value; any other dataclass goes
+    through ``replace``.
     """
     cls = type(entity)
     names = _FIELDS.get(cls)

@@ -32,8 +32,8 @@ def name_based_id(name: str) -> str:
     """``str(uuid.uuid5(namespace, name))`` for the events' namespace, made directly.
 
     Every admission and every end announces an event, so a long replay mints hundreds of
-    thousands of ids; building a ``UUID`` object for each only to print it cost as much
-    as the hash. Same RFC 4122 version-5 id, byte for byte (tested against ``uuid5``).
+    thousands of ids; a ``UUID`` object built for each only to be printed is work the id
+    does not need. Same RFC 4122 version-5 id, byte for byte (tested against ``uuid5``).
     """
     sha1 = hashlib.sha1(_NAMESPACE_BYTES + name.encode(), usedforsecurity=False)
     digest = bytearray(sha1.digest()[:16])

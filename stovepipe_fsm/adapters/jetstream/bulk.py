@@ -1,9 +1,10 @@
 """Reading a whole bucket (or a key range of it) in one pass.
 
-A listing of keys followed by one ``get`` per key costs a round trip per row: ``status``
-of 10,000 queues and their requests took minutes that way. One short-lived pull consumer
-delivering the last message per key streams every row instead, a batch per round trip,
-and each message says how many are still pending, which is where the read stops.
+A listing of keys followed by one ``get`` per key costs a round trip per row, tens of
+thousands of them for ``status`` of 10,000 queues and their requests. One short-lived
+pull consumer delivering the last message per key streams every row instead, a batch
+per round trip, and each message says how many are still pending, which is where the
+read stops.
 
 A pull consumer, not the client's key watch: the watch is pushed, and when the server
 has pushed every row before the watch checks its pending count, it reports "nothing
