@@ -510,7 +510,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .connect import ConnectionErrors, connect
     from .http import HttpEndpoint
     from .policy import PolicyReloader
-    from .runtime import Service, ServiceOptions
+    from .runtime import Service
+    from .service_options import ServiceOptions
 
     stop = stop or asyncio.Event()
     # What the service creates (the embedded store, by the server it starts) is its own.
