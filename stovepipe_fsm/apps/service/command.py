@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,8 @@ from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT
 from .secrets import redact
 
 if TYPE_CHECKING:
+    from nats.js import JetStreamContext
+
     from ...adapters.jetstream import Topology
     from .connect import NatsOptions
 
@@ -513,13 +515,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .runtime import Service
     from .service_options import ServiceOptions
 
-    stop = stop or asyncio.Event()
     # What the service creates (the embedded store, by the server it starts) is its own.
     os.umask(0o077)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals(stop)
     # The policy first: a defect in a machine or the config is reported as such (exit 2,
     # file:line:col), whether or not a broker can be reached.
     reloader = PolicyReloader.open(args.machines, args.config)
@@ -563,6 +561,36 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
 
 
 # --- operators ----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _jetstream(args: argparse.Namespace) -> AsyncIterator[JetStreamContext]:
+    """The broker ``args`` name, for one command: connected on entry, closed on exit."""
+    from .connect import connected
+
+    async with connected(nats_options(args)) as nc:
+        yield nc.jetstream()
+
+
+def _stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
+    """``stop`` (or a new event), set by SIGTERM or SIGINT where the platform lets a loop
+    catch them."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def _who() -> str:
+    """The local user name, for the trail records of a verb (empty when there is none)."""
+    import getpass
+
+    try:
+        return str(getpass.getuser())
+    except Exception:
+        return ""
 
 
 def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
@@ -683,7 +711,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import datetime
 
-    from .connect import connect
     from .export import export_format, export_timeline, parse_since, render_timeline
 
     try:
@@ -693,13 +720,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
+        async with _jetstream(args) as js:
             export = await export_timeline(
-                nc.jetstream(), topology_of(args), since_ms=since_ms, queue_glob=args.queue
+                js, topology_of(args), since_ms=since_ms, queue_glob=args.queue
             )
-        finally:
-            await nc.close()
         text = render_timeline(export.timeline, export_format(args.format, args.out))
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
@@ -715,32 +739,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    import getpass
-
-    from ...adapters.jetstream import ensure_topology
-    from ...adapters.jetstream.policy_record import read_policy_record
-    from .connect import connect
-    from .pauses import PAUSED, pause
+    from .pauses import operator_pause
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            js, topology = nc.jetstream(), topology_of(args)
-            await ensure_topology(js, topology)
-            record = await read_policy_record(js, topology)
-            if record is not None and record.parameters and PAUSED not in record.parameters:
-                raise ValueError(
-                    f"the policy in force ({record.hash or 'unhashed'}) declares no "
-                    f"{PAUSED!r} parameter, so no pause condition would read a pause; "
-                    "declare it and name the condition in queue_gate.yaml (docs/machines.md)"
-                )
-            done, new = await pause(js, topology, args.queue, reason=args.reason, by=_who(getpass))
-            why = f": {done.reason}" if done.reason else ""
-            await note_queue_verb(
-                js, topology, "pause", done.pattern, done.at_ms, _who(getpass), f"paused{why}"
+        async with _jetstream(args) as js:
+            done, new = await operator_pause(
+                js, topology_of(args), args.queue, reason=args.reason, by=_who()
             )
-        finally:
-            await nc.close()
         print(json.dumps({"paused": done.pattern, "new": new, "at_ms": done.at_ms}))
         return EXIT_OK
 
@@ -748,60 +753,15 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    import getpass
-
-    from .connect import connect
-    from .pauses import checked_pattern, read_pauses, resume
+    from .pauses import operator_resume
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            js, topology = nc.jetstream(), topology_of(args)
-            pattern = checked_pattern(args.queue)
-            was = {p.pattern: p for p in await read_pauses(js, topology)}.get(pattern)
-            lifted = await resume(js, topology, args.queue)
-            if lifted and was is not None:
-                await note_queue_verb(
-                    js, topology, "resume", pattern, was.at_ms, _who(getpass), "resumed"
-                )
-        finally:
-            await nc.close()
+        async with _jetstream(args) as js:
+            lifted = await operator_resume(js, topology_of(args), args.queue, _who())
         print(json.dumps({"resumed": args.queue, "was_paused": lifted}))
         return EXIT_OK
 
     return _run_operator(run())
-
-
-async def note_queue_verb(
-    js: Any, topology: Topology, verb: str, pattern: str, since_ms: int, by: str, what: str
-) -> None:
-    """One decision-trail record of a verb about a queue or a glob (pause, resume).
-
-    Keyed by the verb, the pattern and the pause it is about, so running the verb again
-    (an existing pause paused again) is the same record.
-    """
-    import time
-
-    from ...adapters.jetstream.trail import JetStreamTrail
-    from ...domain.trail import OPERATOR, TrailRecord, detail
-
-    record = TrailRecord(
-        OPERATOR,
-        pattern,
-        "",
-        since_ms if verb == "pause" else int(time.time() * 1000),
-        detail=detail(verb=verb, by=by or "operator", what=what),
-        tag=f"{verb}|{pattern}|{since_ms}",
-    )
-    await JetStreamTrail(js, topology).append(record)
-
-
-def _who(getpass: Any) -> str:
-    """The local user name for a pause record (empty when the system has none)."""
-    try:
-        return str(getpass.getuser())
-    except Exception:
-        return ""
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -819,8 +779,6 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
     """``cancel`` and ``retry``: one request named by id or by queue and uri, the answer
     printed as JSON; the operator is the local user."""
-    import getpass
-
     if not _one_request(args):
         return EXIT_USAGE
 
@@ -831,7 +789,7 @@ def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
             args.request_id,
             args.queue or "",
             args.uri or "",
-            _who(getpass),
+            _who(),
         )
         print(json.dumps(answer))
         return EXIT_OK
@@ -854,8 +812,6 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
-    import getpass
-
     from .dlq import replay
 
     if (args.id is None) == (not args.all) or (args.queue and not args.all):
@@ -864,7 +820,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         answer = await replay(
-            nats_options(args), topology_of(args), args.id, args.queue, _who(getpass)
+            nats_options(args), topology_of(args), args.id, args.queue, _who()
         )
         print(json.dumps(answer))
         return EXIT_OK
@@ -873,8 +829,6 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_prune(args: argparse.Namespace) -> int:
-    import getpass
-
     from .dlq import prune
 
     async def run() -> int:
@@ -883,7 +837,7 @@ def cmd_dlq_prune(args: argparse.Namespace) -> int:
             topology_of(args),
             args.older_than,
             args.queue,
-            _who(getpass),
+            _who(),
             dry_run=args.dry_run,
         )
         print(json.dumps(answer))
@@ -893,15 +847,11 @@ def cmd_dlq_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .connect import connect
     from .operators import render_status, status_document, trimmed_status
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            doc = await status_document(nc.jetstream(), topology_of(args))
-        finally:
-            await nc.close()
+        async with _jetstream(args) as js:
+            doc = await status_document(js, topology_of(args))
         recent = None if args.all else 10
         if args.json:
             print(json.dumps(trimmed_status(doc, recent), indent=2))
@@ -940,16 +890,11 @@ def cmd_poll(args: argparse.Namespace) -> int:
                 for outcome in await poll_round(ingest, targets):
                     print_report(outcome)
                 return EXIT_OK
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, stop.set)
             await poll_forever(
                 ingest,
                 targets,
                 interval_s=args.interval,
-                stop=stop,
+                stop=_stop_on_signals(),
                 report=print_report,
             )
         return EXIT_OK
@@ -958,31 +903,13 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ...adapters.jetstream.policy_record import read_policy_record
-    from ...adapters.jetstream.prune import prune_terminal_requests
-    from ...process.catalog import load_process_machines
-    from .connect import connect
+    from .retention import operator_prune
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            # Terminal is what the policy in force declares (the service records it), or,
-            # where no service ran yet, the request machine under --machines: never a
-            # name written here.
-            record = await read_policy_record(nc.jetstream(), topology_of(args))
-            if record is not None and record.terminal_states:
-                terminal = frozenset(record.terminal_states)
-            else:
-                terminal = load_process_machines(args.machines).request.terminal
-            report = await prune_terminal_requests(
-                nc.jetstream(),
-                topology_of(args),
-                terminal,
-                args.older_than,
-                dry_run=args.dry_run,
+        async with _jetstream(args) as js:
+            report = await operator_prune(
+                js, topology_of(args), args.machines, args.older_than, dry_run=args.dry_run
             )
-        finally:
-            await nc.close()
         print(json.dumps({"dry_run": args.dry_run, **report.as_json()}))
         return EXIT_OK
 
