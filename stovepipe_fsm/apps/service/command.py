@@ -31,14 +31,24 @@ from typing import TYPE_CHECKING, Any
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
 from ...pipeline.ingest import IngestResult, InvalidUri
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from ..options import DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from .arguments import (
+    ACK_WAIT_ENV,
+    DEFAULT_ACK_WAIT,
+    ack_wait_of,
+    broker_args,
+    duration,
+    nats_options,
+    one_request,
+    request_args,
+    topology_args,
+    topology_of,
+)
 from .secrets import redact
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
 
-    from ...adapters.jetstream import Topology
-    from .connect import NatsOptions
 
 INSTALL_HINT = "pip install 'stovepipe-fsm[nats]'"
 
@@ -91,18 +101,18 @@ def _needs_nats(
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("serve", help="run the process stage as a JetStream consumer service")
-    _broker_args(p)
-    _topology_args(p)
+    broker_args(p)
+    topology_args(p)
     p.add_argument(
         "--ack-wait",
-        type=_duration,
+        type=duration,
         default=None,
         help=f"how long a message in hand may go unacknowledged before another replica "
         f"gets it (env {ACK_WAIT_ENV}; default {DEFAULT_ACK_WAIT})",
     )
     p.add_argument(
         "--prune-older-than",
-        type=_duration,
+        type=duration,
         default=None,
         metavar="AGE",
         help="every hour, remove terminal requests (and their uri-index entries) older "
@@ -130,7 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
 
     p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--queue")
     p.add_argument("--uri")
     p.add_argument(
@@ -146,13 +156,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="URI is what the ref names right now (you just looked): a return to a head "
         "the queue had moved on from is validated again",
     )
-    _topology_args(p)
+    topology_args(p)
     p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
     p = sub.add_parser(
         "complete", help="report a build outcome of a head (the service records it)"
     )
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--queue", required=True)
     p.add_argument("--uri", required=True)
     p.add_argument(
@@ -171,7 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
     p = sub.add_parser("explain", help="a request's decisions, in time order, and why")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
     p.add_argument("--queue", help="with --uri: the request of this head")
     p.add_argument("--uri")
@@ -181,7 +191,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "export", help="recorded ingests and build outcomes as a timeline (for whatif)"
     )
-    _broker_args(p)
+    broker_args(p)
     p.add_argument(
         "--since", required=True, help="an ISO time (2026-11-30T12:00:00Z) or an age (12h, 7d)"
     )
@@ -195,62 +205,62 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("export", cmd_export))
 
     p = sub.add_parser("pause", help="hold every head of a queue (or a glob) until resume")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("queue", help="a queue name or a glob of queue names (e.g. 'team/*')")
     p.add_argument("--reason", default="", help="why, shown by status")
     p.set_defaults(handler=_needs_nats("pause", cmd_pause))
 
     p = sub.add_parser("resume", help="lift a pause (the same queue name or glob)")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("queue", help="the queue name or glob that was paused")
     p.set_defaults(handler=_needs_nats("resume", cmd_resume))
 
     p = sub.add_parser(
         "cancel", help="end a head still waiting for admission (never a running one)"
     )
-    _broker_args(p)
-    _request_args(p)
+    broker_args(p)
+    request_args(p)
     p.set_defaults(handler=_needs_nats("cancel", cmd_cancel))
 
     p = sub.add_parser(
         "retry", help="validate again the commit of a head that ended failed or cancelled"
     )
-    _broker_args(p)
-    _request_args(p)
+    broker_args(p)
+    request_args(p)
     p.set_defaults(handler=_needs_nats("retry", cmd_retry))
 
     p = sub.add_parser("dlq", help="dead-letter records: list, replay, prune")
     dlq = p.add_subparsers(dest="dlq_command", required=True, metavar="{list,replay,prune}")
     q = dlq.add_parser("list", help="every dead-letter record: queue, request, reason, attempts")
-    _broker_args(q)
+    broker_args(q)
     q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_list))
     q = dlq.add_parser(
         "replay", help="validate a dead-lettered request's commit again (as a retry)"
     )
-    _broker_args(q)
+    broker_args(q)
     q.add_argument("id", nargs="?", type=int, help="the record's id (dlq list)")
     q.add_argument("--all", action="store_true", help="every record (of --queue)")
     q.add_argument("--queue", default="", help="with --all: a queue name or glob")
     q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_replay))
     q = dlq.add_parser("prune", help="delete dead-letter records older than AGE")
-    _broker_args(q)
+    broker_args(q)
     q.add_argument(
-        "--older-than", required=True, type=_duration, metavar="AGE", help="e.g. 7d, 12h"
+        "--older-than", required=True, type=duration, metavar="AGE", help="e.g. 7d, 12h"
     )
     q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
     q.add_argument("--dry-run", action="store_true", help="report what would go, delete nothing")
     q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_prune))
 
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
     p.set_defaults(handler=_needs_nats("status", cmd_status))
 
     p = sub.add_parser("poll", help="ingest each new head of git refs")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--git-repo", required=True, help="path of a local clone")
     p.add_argument(
         "--ref",
@@ -261,17 +271,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queue", required=True, action="append", help="queue of each --ref")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     p.add_argument("--once", action="store_true", help="poll one round and exit")
-    _topology_args(p)
+    topology_args(p)
     p.set_defaults(handler=_needs_nats("poll", cmd_poll))
 
     p = sub.add_parser(
         "prune", help="remove terminal requests (and their uri-index entries) older than AGE"
     )
-    _broker_args(p)
+    broker_args(p)
     p.add_argument(
         "--older-than",
         required=True,
-        type=_duration,
+        type=duration,
         metavar="AGE",
         help="e.g. 7d, 12h: age of the request's last write",
     )
@@ -281,198 +291,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
     p.add_argument("--machines", default=DEFAULT_MACHINES)
     p.set_defaults(handler=_needs_nats("demo", cmd_demo, starts_server=lambda _args: True))
-
-
-REPLICAS_ENV = "STOVEPIPE_REPLICAS"
-ACK_WAIT_ENV = "STOVEPIPE_ACK_WAIT"
-DEFAULT_ACK_WAIT = "10s"
-
-
-def _duration(text: str) -> float:
-    from .durations import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _replicas(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the replica count is a whole number >= 1")
-    return value
-
-
-def _broker_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--nats",
-        default=None,
-        help="server URL, or several seed URLs of one cluster separated by commas "
-        "(env STOVEPIPE_NATS_URL)",
-    )
-    p.add_argument("--creds", help="NATS credentials file (env STOVEPIPE_NATS_CREDS)")
-    p.add_argument("--nkey", metavar="FILE", help="nkey seed file (env STOVEPIPE_NATS_NKEY)")
-    p.add_argument("--user", help="NATS user (env STOVEPIPE_NATS_USER)")
-    p.add_argument(
-        "--password-file",
-        metavar="FILE",
-        help="file holding the password (env STOVEPIPE_NATS_PASSWORD)",
-    )
-    p.add_argument(
-        "--token-file", metavar="FILE", help="file holding the token (env STOVEPIPE_NATS_TOKEN)"
-    )
-    p.add_argument("--password", help="discouraged (the process list shows it): --password-file")
-    p.add_argument("--token", help="discouraged (the process list shows it): --token-file")
-    p.add_argument("--tls-ca", help="CA bundle to verify the server's certificate")
-    p.add_argument("--tls-cert", help="client certificate (with --tls-key)")
-    p.add_argument("--tls-key", help="client private key (with --tls-cert)")
-    p.add_argument("--tls-hostname", help="name to verify the server certificate against")
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=20.0,
-        help="seconds to establish the first connection before giving up (default 20)",
-    )
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
-    p.add_argument(
-        "--topology-tag",
-        help="use streams and buckets named for this tag (several pipelines on one broker)",
-    )
-    p.add_argument(
-        "--request-layout",
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help="layout request rows are written in (default 2; 1 while a replica of a release "
-        "that reads only layout 1 still runs)",
-    )
-
-
-def _request_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
-    p.add_argument("--queue", help="with --uri: the request of this head")
-    p.add_argument("--uri")
-
-
-def _one_request(args: argparse.Namespace) -> bool:
-    """A REQUEST_ID or --queue and --uri was given, not both; says so on stderr if not."""
-    if bool(args.request_id) == bool(args.queue and args.uri):
-        print("error: give a REQUEST_ID, or --queue and --uri", file=sys.stderr)
-        return False
-    return True
-
-
-def _topology_args(p: argparse.ArgumentParser) -> None:
-    """What a command that may create the streams and buckets creates them with."""
-    p.add_argument(
-        "--replicas",
-        type=_replicas,
-        default=None,
-        help=f"replica count of every stream and bucket created (env {REPLICAS_ENV}; "
-        "default 1; 3 on a 3-node cluster); an existing one with another count is an error",
-    )
-    p.add_argument(
-        "--retain-dead-letters",
-        type=_duration,
-        default=None,
-        metavar="AGE",
-        help="discard dead-letter records older than AGE (default: keep them for ever)",
-    )
-    p.add_argument(
-        "--retain-trail",
-        type=_duration,
-        default=None,
-        metavar="AGE",
-        help="discard decision-trail records older than AGE (default 30d)",
-    )
-
-
-def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
-    """The connection options of ``args``; ``ValueError`` for an unusable credential.
-
-    Warnings about how a secret was given are printed here, once, to stderr.
-    """
-    from .connect import NatsOptions, default_url
-    from .secrets import resolve_credentials
-
-    credentials = resolve_credentials(
-        user=args.user,
-        password=args.password,
-        password_file=args.password_file,
-        token=args.token,
-        token_file=args.token_file,
-        nkey=args.nkey,
-        creds=args.creds,
-    )
-    if not getattr(args, "_credential_warnings_shown", False):
-        for warning in credentials.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-        args._credential_warnings_shown = True
-    return NatsOptions(
-        url=url or args.nats or default_url(),
-        creds=credentials.creds,
-        user=credentials.user,
-        password=credentials.password,
-        token=credentials.token,
-        nkey_seed=credentials.nkey_seed,
-        tls_ca=args.tls_ca,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_hostname=args.tls_hostname,
-        first_connect_timeout_s=args.connect_timeout,
-        max_reconnect_attempts=-1 if service else 3,
-    )
-
-
-def topology_of(args: argparse.Namespace) -> Topology:
-    """The topology the arguments name: tag, replicas (flag, then environment, then 1)
-    and retention. ``ValueError`` for a bad environment value."""
-    from ...adapters.jetstream import Topology
-
-    settings: dict[str, object] = {
-        "replicas": replicas_of(args),
-        "request_layout": getattr(args, "request_layout", 2),
-    }
-    retain = getattr(args, "retain_dead_letters", None)
-    if retain is not None:
-        settings["dead_letter_max_age_s"] = retain
-    trail = getattr(args, "retain_trail", None)
-    if trail is not None:
-        settings["trail_max_age_s"] = trail
-    if args.topology_tag:
-        return Topology.isolated(args.topology_tag, **settings)
-    return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__
-
-
-def replicas_of(args: argparse.Namespace) -> int:
-    given = getattr(args, "replicas", None)
-    if given is not None:
-        return int(given)
-    text = os.environ.get(REPLICAS_ENV, "").strip()
-    if not text:
-        return 1
-    try:
-        return _replicas(text)
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(f"{REPLICAS_ENV}: {exc}") from None
-
-
-def ack_wait_of(args: argparse.Namespace) -> float:
-    """The ack wait: flag, then environment, then the default. ``ValueError`` if bad."""
-    from .durations import parse_duration
-
-    if args.ack_wait is not None:
-        return float(args.ack_wait)
-    text = os.environ.get(ACK_WAIT_ENV, "").strip()
-    try:
-        return parse_duration(text or DEFAULT_ACK_WAIT)
-    except ValueError as exc:
-        raise ValueError(f"{ACK_WAIT_ENV}: {exc}") from None
 
 
 # --- serve --------------------------------------------------------------------------
@@ -691,7 +509,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from ...views.trail import render_history
     from .operators import explain_document
 
-    if not _one_request(args):
+    if not one_request(args):
         return EXIT_USAGE
 
     async def run() -> int:
@@ -779,7 +597,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
     """``cancel`` and ``retry``: one request named by id or by queue and uri, the answer
     printed as JSON; the operator is the local user."""
-    if not _one_request(args):
+    if not one_request(args):
         return EXIT_USAGE
 
     async def run() -> int:
