@@ -9,13 +9,15 @@ the pause is kept: the policy that will run reads it.
 Each verb appends one ``operator`` record whose tag names the verb, the pattern and what
 it is about, so running the verb again is the same record: a pause is keyed by the
 pause (when it began), a resume by the pause it lifted, a dlq prune by the dead letters
-it deleted.
+it deleted. A request's history shows the verbs about its queue made while it was open
+(:func:`with_queue_verbs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from ..config.globs import glob_match
 from ..domain.errors import IllegalOperation
 from ..domain.trail import OPERATOR, TrailRecord, detail
 from ..process.gate import PAUSED
@@ -25,6 +27,7 @@ __all__ = [
     "pause_record",
     "refuse_unpausable",
     "resume_record",
+    "with_queue_verbs",
 ]
 
 
@@ -79,3 +82,28 @@ def dlq_prune_record(
         detail=detail(verb="dlq prune", by=by or "operator", what=what),
         tag=f"dlq prune|{queue_glob}|{ids}|{len(pruned)}",
     )
+
+
+def with_queue_verbs(
+    records: Sequence[TrailRecord], verbs: Sequence[TrailRecord], ended_at_ms: int
+) -> list[TrailRecord]:
+    """A request's trail ``records`` (at least one) with the queue ``verbs`` about its
+    queue made while it was open (from its first record to ``ended_at_ms``, or now when
+    0), and a pause of it already in force when it was ingested, in time order."""
+    queue = records[0].queue
+    start = min(r.first_at_ms for r in records)
+    matching = [v for v in verbs if glob_match(v.queue, queue)]
+    # A pause and the resume that lifted it share the tag's "<pattern>|<paused at>".
+    lifted_before = {
+        v.tag.split("|", 1)[1] for v in matching if v.tag.startswith("resume|") and v.at_ms < start
+    }
+    mine = [
+        v
+        for v in matching
+        if (not ended_at_ms or v.at_ms <= ended_at_ms)
+        and (
+            v.at_ms >= start
+            or (v.tag.startswith("pause|") and v.tag.split("|", 1)[1] not in lifted_before)
+        )
+    ]
+    return sorted([*records, *mine], key=lambda r: (r.first_at_ms, r.at_ms))

@@ -39,9 +39,9 @@ from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
-from ...domain.trail import TrailRecord
 from ...pipeline import policy_in_force
 from ...pipeline.ingest import Ingest
+from ...pipeline.queue_verbs import with_queue_verbs
 from ...ports.stores import RequestStore, UriIndex
 from ...views.entities import (
     age_text,
@@ -52,7 +52,7 @@ from ...views.entities import (
 )
 from ...views.trail import history_json
 from .connect import NatsOptions, connected
-from .pauses import Pause, read_pauses
+from .pauses import read_pauses
 
 #: How often ``complete --wait`` looks at the request and queue rows.
 WAIT_POLL_S = 0.2
@@ -300,32 +300,6 @@ def _queue_details(
     return details
 
 
-def _with_queue_verbs(
-    records: list[TrailRecord], verbs: list[TrailRecord], row: dict[str, Any] | None
-) -> list[TrailRecord]:
-    """``records`` with the queue-level operator ``verbs`` of the request's queue made
-    while it was open (from its first record to its end, or now), and a pause of it
-    already in force when it was ingested, in time order."""
-    queue = records[0].queue
-    start = min(r.first_at_ms for r in records)
-    end = int(row.get("ended_at_ms") or 0) if row is not None else 0
-    matching = [v for v in verbs if Pause(v.queue, 0).matches(queue)]
-    # A pause and the resume that lifted it share the tag's "<pattern>|<paused at>".
-    lifted_before = {
-        v.tag.split("|", 1)[1] for v in matching if v.tag.startswith("resume|") and v.at_ms < start
-    }
-    mine = [
-        v
-        for v in matching
-        if (not end or v.at_ms <= end)
-        and (
-            v.at_ms >= start
-            or (v.tag.startswith("pause|") and v.tag.split("|", 1)[1] not in lifted_before)
-        )
-    ]
-    return sorted([*records, *mine], key=lambda r: (r.first_at_ms, r.at_ms))
-
-
 def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
     """Stored queues whose names a new queue could not have (created before the name
     rule): shown escaped, since such a name may print like another."""
@@ -451,5 +425,6 @@ async def request_history(
     if row is None and not records:
         raise NotFound(f"no request {request_id!r} and no decision about it")
     if records:
-        records = _with_queue_verbs(records, await trail.operator_records(), row)
+        ended_at_ms = int(row.get("ended_at_ms") or 0) if row is not None else 0
+        records = with_queue_verbs(records, await trail.operator_records(), ended_at_ms)
     return history_json(row, records)
