@@ -345,4 +345,4 @@ class Service:
         return not self.readiness_problems()
 
 
-__all__ = ["Crew", "Service"]
+__all__ = ["Crew", "Service", "ServiceOptions"]
