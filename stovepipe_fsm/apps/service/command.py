@@ -296,6 +296,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 # --- serve --------------------------------------------------------------------------
 
 
+def _stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
+    """``stop`` (or a new event), set by SIGTERM or SIGINT where the platform lets a loop
+    catch them."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import nats.errors
 
@@ -388,17 +399,6 @@ async def _jetstream(args: argparse.Namespace) -> AsyncIterator[JetStreamContext
 
     async with connected(nats_options(args)) as nc:
         yield nc.jetstream()
-
-
-def _stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
-    """``stop`` (or a new event), set by SIGTERM or SIGINT where the platform lets a loop
-    catch them."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop
 
 
 def _who() -> str:
