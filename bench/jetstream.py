@@ -77,8 +77,10 @@ from stovepipe_fsm.adapters.jetstream.publisher import MSG_ID_HEADER
 from stovepipe_fsm.adapters.jetstream.shared_inbox import SharedInbox
 from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceControlProvider
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.broker_pipeline import Pipeline, open_pipeline
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
-from stovepipe_fsm.apps.service.runtime import Pipeline, Service, ServiceOptions, open_pipeline
+from stovepipe_fsm.apps.service.runtime import Service
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
 from stovepipe_fsm.domain.entities import Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import Retryable, VersionMismatch
 from stovepipe_fsm.domain.ids import format_request_id

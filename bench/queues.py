@@ -97,7 +97,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from stovepipe_fsm.adapters.jetstream import Topology
     from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceControlProvider
     from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-    from stovepipe_fsm.apps.service.runtime import Service, ServiceOptions
+    from stovepipe_fsm.apps.service.runtime import Service, ServiceOptions  # any --tree has both
     from stovepipe_fsm.process.catalog import load_process_machines
 
     graph = MemorySourceControl()
@@ -299,7 +299,7 @@ async def admit_latencies(
 
     from stovepipe_fsm.adapters.memory import MemorySourceControlProvider
     from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-    from stovepipe_fsm.apps.service.runtime import open_pipeline
+    from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
     from stovepipe_fsm.process.catalog import load_process_machines
 
     nc = await nats.connect(url)

@@ -23,10 +23,10 @@ from stovepipe_fsm.adapters.jetstream.durable_consumer import ensure_pull_consum
 from stovepipe_fsm.adapters.jetstream.prune import prune_terminal_requests
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.apps.service.connect import NatsOptions, connect, seed_urls
 from stovepipe_fsm.apps.service.durations import parse_duration
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
-from stovepipe_fsm.apps.service.runtime import open_pipeline
 from stovepipe_fsm.process.catalog import load_process_machines
 
 # -- topology: replicas and retention are checked, never silently ignored -------------

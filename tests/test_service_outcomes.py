@@ -28,14 +28,10 @@ from stovepipe_fsm.adapters.jetstream.outcomes import (
 )
 from stovepipe_fsm.adapters.jetstream.publisher import MSG_ID_HEADER
 from stovepipe_fsm.apps.service.connect import NatsOptions
-from stovepipe_fsm.apps.service.operators import (
-    NotRecorded,
-    PolicyUnavailable,
-    complete,
-    operator_ingest,
-)
+from stovepipe_fsm.apps.service.operators import NotRecorded, complete, operator_ingest
 from stovepipe_fsm.domain.entities import evolve
 from stovepipe_fsm.domain.errors import NonRetryable
+from stovepipe_fsm.pipeline.policy_in_force import PolicyUnavailable
 
 QUEUE = "team/app"
 CONFIG = {"defaults": {"gate_wait_delay_ms": 100}}

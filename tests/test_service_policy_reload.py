@@ -25,7 +25,8 @@ from stovepipe_fsm.adapters.jetstream.policy_record import read_policy_record
 from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.apps.service.policy import PolicyReloader
-from stovepipe_fsm.apps.service.runtime import Service, ServiceOptions
+from stovepipe_fsm.apps.service.runtime import Service
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
 
 QUEUE = "team/app"
 CONFIG = "defaults: {gate_wait_delay_ms: 100}\n"

@@ -12,9 +12,10 @@ from test_service_support import FAST, machines, running_service, untimed, wait_
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.apps.service.demo import make_repository
 from stovepipe_fsm.apps.service.operators import status_document
-from stovepipe_fsm.apps.service.runtime import ServiceOptions, open_pipeline
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
 from stovepipe_fsm.domain.errors import StovepipeError
 from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timeline import load_timeline

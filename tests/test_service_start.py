@@ -18,7 +18,7 @@ from test_service_support import FAST, machines, memory_provider, running_servic
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.adapters.jetstream.durable_consumer import existing_consumers
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.apps.service.runtime import open_pipeline
+from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.domain.entities import Queue
 
 COLD = dataclasses.replace(FAST, warm_up=False)
@@ -116,9 +116,9 @@ async def test_discovery_rounds_run_one_at_a_time(nats_server: NatsServer) -> No
     side (they would both dead-letter an orphan, or both move a stray message)."""
     topology = Topology.isolated("one-round")
     async with running_service(nats_server, topology, CONFIG) as run:
-        service = run.service
+        discovery = run.service.crew.discovery
         inside = most = 0
-        rounds = service._discover_from
+        rounds = discovery._discover_from
 
         async def counted(subjects: dict[str, int], known: list[str]) -> list[str]:
             nonlocal inside, most
@@ -130,6 +130,6 @@ async def test_discovery_rounds_run_one_at_a_time(nats_server: NatsServer) -> No
             finally:
                 inside -= 1
 
-        service._discover_from = counted  # type: ignore[method-assign]
-        await asyncio.gather(*(service.discover() for _ in range(4)))
+        discovery._discover_from = counted  # type: ignore[method-assign]
+        await asyncio.gather(*(discovery.discover() for _ in range(4)))
         assert most == 1

@@ -1,13 +1,25 @@
 """The process stage as a long-running JetStream consumer service, and its operator commands.
 
-- ``runtime``   :class:`Service`: the World of ``simulate``, wired on JetStream instead
-- ``connect``   nats connection options (auth, seed lists, reconnects)
-- ``keepalive`` the heartbeat that keeps a long step's ack deadline ahead of it
-- ``durations`` ages and waits on the command line (``7d``, ``10s``)
-- ``logs``      one JSON object per log line
-- ``http``      ``/healthz`` and Prometheus-text ``/metrics`` on loopback
-- ``operators`` ``ingest``, ``complete``, ``status`` against the same broker (``prune`` is
-  in ``command``, on ``adapters/jetstream/prune``)
-- ``demo``      the seed's A→F walkthrough on an embedded broker and a real git repository
-- ``command``   the CLI subcommands
+- ``runtime``         :class:`Service`: the World of ``simulate``, wired on JetStream
+  instead; a supervisor of the collaborators below
+- ``broker_pipeline`` the stages on one broker's stores
+- ``service_options`` a service's waits, intervals and concurrency
+- ``policy_watch``    the policy and operator pauses in force, reloaded and recorded
+- ``queue_consumers`` one consumer per queue, on its partition (``placement``)
+- ``discovery``       the queues to serve, and orphan messages (``orphans``)
+- ``wakeups``         plain subscriptions and reconnects that renew parked pull requests
+- ``health``          heartbeat, health check, runtime events
+- ``retention``       pruning old terminal requests (service and ``prune``)
+- ``tasks``           a service's loops, chores and stop signal
+- ``connect``         nats connection options (auth, seed lists, reconnects)
+- ``keepalive``       the heartbeat that keeps a long step's ack deadline ahead of it
+- ``durations``       ages and waits on the command line (``7d``, ``10s``)
+- ``logs``            one JSON object per log line
+- ``http``            ``/healthz`` and Prometheus-text ``/metrics`` on loopback
+- ``operators``       ``ingest``, ``complete``, ``status``, ``explain`` against the broker
+- ``pauses``, ``verbs``, ``dlq``  ``pause``/``resume``, ``cancel``/``retry``, ``dlq``
+- ``demo``            the seed's A→F walkthrough on an embedded broker and a real git
+  repository
+- ``arguments``       what the command lines name (broker, topology, durations)
+- ``command``         the CLI subcommands
 """

@@ -25,18 +25,30 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
 from ...pipeline.ingest import IngestResult, InvalidUri
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from ..options import DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from .arguments import (
+    ACK_WAIT_ENV,
+    DEFAULT_ACK_WAIT,
+    ack_wait_of,
+    broker_args,
+    duration,
+    nats_options,
+    one_request,
+    request_args,
+    topology_args,
+    topology_of,
+)
 from .secrets import redact
 
 if TYPE_CHECKING:
-    from ...adapters.jetstream import Topology
-    from .connect import NatsOptions
+    from nats.js import JetStreamContext
+
 
 INSTALL_HINT = "pip install 'stovepipe-fsm[nats]'"
 
@@ -89,18 +101,18 @@ def _needs_nats(
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("serve", help="run the process stage as a JetStream consumer service")
-    _broker_args(p)
-    _topology_args(p)
+    broker_args(p)
+    topology_args(p)
     p.add_argument(
         "--ack-wait",
-        type=_duration,
+        type=duration,
         default=None,
         help=f"how long a message in hand may go unacknowledged before another replica "
         f"gets it (env {ACK_WAIT_ENV}; default {DEFAULT_ACK_WAIT})",
     )
     p.add_argument(
         "--prune-older-than",
-        type=_duration,
+        type=duration,
         default=None,
         metavar="AGE",
         help="every hour, remove terminal requests (and their uri-index entries) older "
@@ -128,7 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
 
     p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--queue")
     p.add_argument("--uri")
     p.add_argument(
@@ -144,13 +156,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="URI is what the ref names right now (you just looked): a return to a head "
         "the queue had moved on from is validated again",
     )
-    _topology_args(p)
+    topology_args(p)
     p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
     p = sub.add_parser(
         "complete", help="report a build outcome of a head (the service records it)"
     )
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--queue", required=True)
     p.add_argument("--uri", required=True)
     p.add_argument(
@@ -169,7 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
     p = sub.add_parser("explain", help="a request's decisions, in time order, and why")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
     p.add_argument("--queue", help="with --uri: the request of this head")
     p.add_argument("--uri")
@@ -179,7 +191,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "export", help="recorded ingests and build outcomes as a timeline (for whatif)"
     )
-    _broker_args(p)
+    broker_args(p)
     p.add_argument(
         "--since", required=True, help="an ISO time (2026-11-30T12:00:00Z) or an age (12h, 7d)"
     )
@@ -193,62 +205,62 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("export", cmd_export))
 
     p = sub.add_parser("pause", help="hold every head of a queue (or a glob) until resume")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("queue", help="a queue name or a glob of queue names (e.g. 'team/*')")
     p.add_argument("--reason", default="", help="why, shown by status")
     p.set_defaults(handler=_needs_nats("pause", cmd_pause))
 
     p = sub.add_parser("resume", help="lift a pause (the same queue name or glob)")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("queue", help="the queue name or glob that was paused")
     p.set_defaults(handler=_needs_nats("resume", cmd_resume))
 
     p = sub.add_parser(
         "cancel", help="end a head still waiting for admission (never a running one)"
     )
-    _broker_args(p)
-    _request_args(p)
+    broker_args(p)
+    request_args(p)
     p.set_defaults(handler=_needs_nats("cancel", cmd_cancel))
 
     p = sub.add_parser(
         "retry", help="validate again the commit of a head that ended failed or cancelled"
     )
-    _broker_args(p)
-    _request_args(p)
+    broker_args(p)
+    request_args(p)
     p.set_defaults(handler=_needs_nats("retry", cmd_retry))
 
     p = sub.add_parser("dlq", help="dead-letter records: list, replay, prune")
     dlq = p.add_subparsers(dest="dlq_command", required=True, metavar="{list,replay,prune}")
     q = dlq.add_parser("list", help="every dead-letter record: queue, request, reason, attempts")
-    _broker_args(q)
+    broker_args(q)
     q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_list))
     q = dlq.add_parser(
         "replay", help="validate a dead-lettered request's commit again (as a retry)"
     )
-    _broker_args(q)
+    broker_args(q)
     q.add_argument("id", nargs="?", type=int, help="the record's id (dlq list)")
     q.add_argument("--all", action="store_true", help="every record (of --queue)")
     q.add_argument("--queue", default="", help="with --all: a queue name or glob")
     q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_replay))
     q = dlq.add_parser("prune", help="delete dead-letter records older than AGE")
-    _broker_args(q)
+    broker_args(q)
     q.add_argument(
-        "--older-than", required=True, type=_duration, metavar="AGE", help="e.g. 7d, 12h"
+        "--older-than", required=True, type=duration, metavar="AGE", help="e.g. 7d, 12h"
     )
     q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
     q.add_argument("--dry-run", action="store_true", help="report what would go, delete nothing")
     q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_prune))
 
     p = sub.add_parser("status", help="requests and queues as stored in JetStream")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
     p.set_defaults(handler=_needs_nats("status", cmd_status))
 
     p = sub.add_parser("poll", help="ingest each new head of git refs")
-    _broker_args(p)
+    broker_args(p)
     p.add_argument("--git-repo", required=True, help="path of a local clone")
     p.add_argument(
         "--ref",
@@ -259,17 +271,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queue", required=True, action="append", help="queue of each --ref")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     p.add_argument("--once", action="store_true", help="poll one round and exit")
-    _topology_args(p)
+    topology_args(p)
     p.set_defaults(handler=_needs_nats("poll", cmd_poll))
 
     p = sub.add_parser(
         "prune", help="remove terminal requests (and their uri-index entries) older than AGE"
     )
-    _broker_args(p)
+    broker_args(p)
     p.add_argument(
         "--older-than",
         required=True,
-        type=_duration,
+        type=duration,
         metavar="AGE",
         help="e.g. 7d, 12h: age of the request's last write",
     )
@@ -281,199 +293,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("demo", cmd_demo, starts_server=lambda _args: True))
 
 
-REPLICAS_ENV = "STOVEPIPE_REPLICAS"
-ACK_WAIT_ENV = "STOVEPIPE_ACK_WAIT"
-DEFAULT_ACK_WAIT = "10s"
-
-
-def _duration(text: str) -> float:
-    from .durations import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _replicas(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the replica count is a whole number >= 1")
-    return value
-
-
-def _broker_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--nats",
-        default=None,
-        help="server URL, or several seed URLs of one cluster separated by commas "
-        "(env STOVEPIPE_NATS_URL)",
-    )
-    p.add_argument("--creds", help="NATS credentials file (env STOVEPIPE_NATS_CREDS)")
-    p.add_argument("--nkey", metavar="FILE", help="nkey seed file (env STOVEPIPE_NATS_NKEY)")
-    p.add_argument("--user", help="NATS user (env STOVEPIPE_NATS_USER)")
-    p.add_argument(
-        "--password-file",
-        metavar="FILE",
-        help="file holding the password (env STOVEPIPE_NATS_PASSWORD)",
-    )
-    p.add_argument(
-        "--token-file", metavar="FILE", help="file holding the token (env STOVEPIPE_NATS_TOKEN)"
-    )
-    p.add_argument("--password", help="discouraged (the process list shows it): --password-file")
-    p.add_argument("--token", help="discouraged (the process list shows it): --token-file")
-    p.add_argument("--tls-ca", help="CA bundle to verify the server's certificate")
-    p.add_argument("--tls-cert", help="client certificate (with --tls-key)")
-    p.add_argument("--tls-key", help="client private key (with --tls-cert)")
-    p.add_argument("--tls-hostname", help="name to verify the server certificate against")
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=20.0,
-        help="seconds to establish the first connection before giving up (default 20)",
-    )
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
-    p.add_argument(
-        "--topology-tag",
-        help="use streams and buckets named for this tag (several pipelines on one broker)",
-    )
-    p.add_argument(
-        "--request-layout",
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help="layout request rows are written in (default 2; 1 while a replica of a release "
-        "that reads only layout 1 still runs)",
-    )
-
-
-def _request_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
-    p.add_argument("--queue", help="with --uri: the request of this head")
-    p.add_argument("--uri")
-
-
-def _one_request(args: argparse.Namespace) -> bool:
-    """A REQUEST_ID or --queue and --uri was given, not both; says so on stderr if not."""
-    if bool(args.request_id) == bool(args.queue and args.uri):
-        print("error: give a REQUEST_ID, or --queue and --uri", file=sys.stderr)
-        return False
-    return True
-
-
-def _topology_args(p: argparse.ArgumentParser) -> None:
-    """What a command that may create the streams and buckets creates them with."""
-    p.add_argument(
-        "--replicas",
-        type=_replicas,
-        default=None,
-        help=f"replica count of every stream and bucket created (env {REPLICAS_ENV}; "
-        "default 1; 3 on a 3-node cluster); an existing one with another count is an error",
-    )
-    p.add_argument(
-        "--retain-dead-letters",
-        type=_duration,
-        default=None,
-        metavar="AGE",
-        help="discard dead-letter records older than AGE (default: keep them for ever)",
-    )
-    p.add_argument(
-        "--retain-trail",
-        type=_duration,
-        default=None,
-        metavar="AGE",
-        help="discard decision-trail records older than AGE (default 30d)",
-    )
-
-
-def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
-    """The connection options of ``args``; ``ValueError`` for an unusable credential.
-
-    Warnings about how a secret was given are printed here, once, to stderr.
-    """
-    from .connect import NatsOptions, default_url
-    from .secrets import resolve_credentials
-
-    credentials = resolve_credentials(
-        user=args.user,
-        password=args.password,
-        password_file=args.password_file,
-        token=args.token,
-        token_file=args.token_file,
-        nkey=args.nkey,
-        creds=args.creds,
-    )
-    if not getattr(args, "_credential_warnings_shown", False):
-        for warning in credentials.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-        args._credential_warnings_shown = True
-    return NatsOptions(
-        url=url or args.nats or default_url(),
-        creds=credentials.creds,
-        user=credentials.user,
-        password=credentials.password,
-        token=credentials.token,
-        nkey_seed=credentials.nkey_seed,
-        tls_ca=args.tls_ca,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_hostname=args.tls_hostname,
-        first_connect_timeout_s=args.connect_timeout,
-        max_reconnect_attempts=-1 if service else 3,
-    )
-
-
-def topology_of(args: argparse.Namespace) -> Topology:
-    """The topology the arguments name: tag, replicas (flag, then environment, then 1)
-    and retention. ``ValueError`` for a bad environment value."""
-    from ...adapters.jetstream import Topology
-
-    settings: dict[str, object] = {
-        "replicas": replicas_of(args),
-        "request_layout": getattr(args, "request_layout", 2),
-    }
-    retain = getattr(args, "retain_dead_letters", None)
-    if retain is not None:
-        settings["dead_letter_max_age_s"] = retain
-    trail = getattr(args, "retain_trail", None)
-    if trail is not None:
-        settings["trail_max_age_s"] = trail
-    if args.topology_tag:
-        return Topology.isolated(args.topology_tag, **settings)
-    return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__
-
-
-def replicas_of(args: argparse.Namespace) -> int:
-    given = getattr(args, "replicas", None)
-    if given is not None:
-        return int(given)
-    text = os.environ.get(REPLICAS_ENV, "").strip()
-    if not text:
-        return 1
-    try:
-        return _replicas(text)
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(f"{REPLICAS_ENV}: {exc}") from None
-
-
-def ack_wait_of(args: argparse.Namespace) -> float:
-    """The ack wait: flag, then environment, then the default. ``ValueError`` if bad."""
-    from .durations import parse_duration
-
-    if args.ack_wait is not None:
-        return float(args.ack_wait)
-    text = os.environ.get(ACK_WAIT_ENV, "").strip()
-    try:
-        return parse_duration(text or DEFAULT_ACK_WAIT)
-    except ValueError as exc:
-        raise ValueError(f"{ACK_WAIT_ENV}: {exc}") from None
-
-
 # --- serve --------------------------------------------------------------------------
+
+
+def _stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
+    """``stop`` (or a new event), set by SIGTERM or SIGINT where the platform lets a loop
+    catch them."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -510,15 +341,12 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .connect import ConnectionErrors, connect
     from .http import HttpEndpoint
     from .policy import PolicyReloader
-    from .runtime import Service, ServiceOptions
+    from .runtime import Service
+    from .service_options import ServiceOptions
 
-    stop = stop or asyncio.Event()
     # What the service creates (the embedded store, by the server it starts) is its own.
     os.umask(0o077)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals(stop)
     # The policy first: a defect in a machine or the config is reported as such (exit 2,
     # file:line:col), whether or not a broker can be reached.
     reloader = PolicyReloader.open(args.machines, args.config)
@@ -562,6 +390,25 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
 
 
 # --- operators ----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _jetstream(args: argparse.Namespace) -> AsyncIterator[JetStreamContext]:
+    """The broker ``args`` name, for one command: connected on entry, closed on exit."""
+    from .connect import connected
+
+    async with connected(nats_options(args)) as nc:
+        yield nc.jetstream()
+
+
+def _who() -> str:
+    """The local user name, for the trail records of a verb (empty when there is none)."""
+    import getpass
+
+    try:
+        return str(getpass.getuser())
+    except Exception:
+        return ""
 
 
 def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
@@ -662,7 +509,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from ...views.trail import render_history
     from .operators import explain_document
 
-    if not _one_request(args):
+    if not one_request(args):
         return EXIT_USAGE
 
     async def run() -> int:
@@ -682,7 +529,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import datetime
 
-    from .connect import connect
     from .export import export_format, export_timeline, parse_since, render_timeline
 
     try:
@@ -692,13 +538,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
+        async with _jetstream(args) as js:
             export = await export_timeline(
-                nc.jetstream(), topology_of(args), since_ms=since_ms, queue_glob=args.queue
+                js, topology_of(args), since_ms=since_ms, queue_glob=args.queue
             )
-        finally:
-            await nc.close()
         text = render_timeline(export.timeline, export_format(args.format, args.out))
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
@@ -714,32 +557,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    import getpass
-
-    from ...adapters.jetstream import ensure_topology
-    from ...adapters.jetstream.policy_record import read_policy_record
-    from .connect import connect
-    from .pauses import PAUSED, pause
+    from .pauses import operator_pause
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            js, topology = nc.jetstream(), topology_of(args)
-            await ensure_topology(js, topology)
-            record = await read_policy_record(js, topology)
-            if record is not None and record.parameters and PAUSED not in record.parameters:
-                raise ValueError(
-                    f"the policy in force ({record.hash or 'unhashed'}) declares no "
-                    f"{PAUSED!r} parameter, so no pause condition would read a pause; "
-                    "declare it and name the condition in queue_gate.yaml (docs/machines.md)"
-                )
-            done, new = await pause(js, topology, args.queue, reason=args.reason, by=_who(getpass))
-            why = f": {done.reason}" if done.reason else ""
-            await note_queue_verb(
-                js, topology, "pause", done.pattern, done.at_ms, _who(getpass), f"paused{why}"
+        async with _jetstream(args) as js:
+            done, new = await operator_pause(
+                js, topology_of(args), args.queue, reason=args.reason, by=_who()
             )
-        finally:
-            await nc.close()
         print(json.dumps({"paused": done.pattern, "new": new, "at_ms": done.at_ms}))
         return EXIT_OK
 
@@ -747,60 +571,15 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    import getpass
-
-    from .connect import connect
-    from .pauses import checked_pattern, read_pauses, resume
+    from .pauses import operator_resume
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            js, topology = nc.jetstream(), topology_of(args)
-            pattern = checked_pattern(args.queue)
-            was = {p.pattern: p for p in await read_pauses(js, topology)}.get(pattern)
-            lifted = await resume(js, topology, args.queue)
-            if lifted and was is not None:
-                await note_queue_verb(
-                    js, topology, "resume", pattern, was.at_ms, _who(getpass), "resumed"
-                )
-        finally:
-            await nc.close()
+        async with _jetstream(args) as js:
+            lifted = await operator_resume(js, topology_of(args), args.queue, _who())
         print(json.dumps({"resumed": args.queue, "was_paused": lifted}))
         return EXIT_OK
 
     return _run_operator(run())
-
-
-async def note_queue_verb(
-    js: Any, topology: Topology, verb: str, pattern: str, since_ms: int, by: str, what: str
-) -> None:
-    """One decision-trail record of a verb about a queue or a glob (pause, resume).
-
-    Keyed by the verb, the pattern and the pause it is about, so running the verb again
-    (an existing pause paused again) is the same record.
-    """
-    import time
-
-    from ...adapters.jetstream.trail import JetStreamTrail
-    from ...domain.trail import OPERATOR, TrailRecord, detail
-
-    record = TrailRecord(
-        OPERATOR,
-        pattern,
-        "",
-        since_ms if verb == "pause" else int(time.time() * 1000),
-        detail=detail(verb=verb, by=by or "operator", what=what),
-        tag=f"{verb}|{pattern}|{since_ms}",
-    )
-    await JetStreamTrail(js, topology).append(record)
-
-
-def _who(getpass: Any) -> str:
-    """The local user name for a pause record (empty when the system has none)."""
-    try:
-        return str(getpass.getuser())
-    except Exception:
-        return ""
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -818,9 +597,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
     """``cancel`` and ``retry``: one request named by id or by queue and uri, the answer
     printed as JSON; the operator is the local user."""
-    import getpass
-
-    if not _one_request(args):
+    if not one_request(args):
         return EXIT_USAGE
 
     async def run() -> int:
@@ -830,7 +607,7 @@ def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
             args.request_id,
             args.queue or "",
             args.uri or "",
-            _who(getpass),
+            _who(),
         )
         print(json.dumps(answer))
         return EXIT_OK
@@ -853,8 +630,6 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
-    import getpass
-
     from .dlq import replay
 
     if (args.id is None) == (not args.all) or (args.queue and not args.all):
@@ -863,7 +638,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         answer = await replay(
-            nats_options(args), topology_of(args), args.id, args.queue, _who(getpass)
+            nats_options(args), topology_of(args), args.id, args.queue, _who()
         )
         print(json.dumps(answer))
         return EXIT_OK
@@ -872,8 +647,6 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_prune(args: argparse.Namespace) -> int:
-    import getpass
-
     from .dlq import prune
 
     async def run() -> int:
@@ -882,7 +655,7 @@ def cmd_dlq_prune(args: argparse.Namespace) -> int:
             topology_of(args),
             args.older_than,
             args.queue,
-            _who(getpass),
+            _who(),
             dry_run=args.dry_run,
         )
         print(json.dumps(answer))
@@ -892,15 +665,11 @@ def cmd_dlq_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .connect import connect
     from .operators import render_status, status_document, trimmed_status
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            doc = await status_document(nc.jetstream(), topology_of(args))
-        finally:
-            await nc.close()
+        async with _jetstream(args) as js:
+            doc = await status_document(js, topology_of(args))
         recent = None if args.all else 10
         if args.json:
             print(json.dumps(trimmed_status(doc, recent), indent=2))
@@ -939,16 +708,11 @@ def cmd_poll(args: argparse.Namespace) -> int:
                 for outcome in await poll_round(ingest, targets):
                     print_report(outcome)
                 return EXIT_OK
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, stop.set)
             await poll_forever(
                 ingest,
                 targets,
                 interval_s=args.interval,
-                stop=stop,
+                stop=_stop_on_signals(),
                 report=print_report,
             )
         return EXIT_OK
@@ -957,31 +721,13 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ...adapters.jetstream.policy_record import read_policy_record
-    from ...adapters.jetstream.prune import prune_terminal_requests
-    from ...process.catalog import load_process_machines
-    from .connect import connect
+    from .retention import operator_prune
 
     async def run() -> int:
-        nc = await connect(nats_options(args))
-        try:
-            # Terminal is what the policy in force declares (the service records it), or,
-            # where no service ran yet, the request machine under --machines: never a
-            # name written here.
-            record = await read_policy_record(nc.jetstream(), topology_of(args))
-            if record is not None and record.terminal_states:
-                terminal = frozenset(record.terminal_states)
-            else:
-                terminal = load_process_machines(args.machines).request.terminal
-            report = await prune_terminal_requests(
-                nc.jetstream(),
-                topology_of(args),
-                terminal,
-                args.older_than,
-                dry_run=args.dry_run,
+        async with _jetstream(args) as js:
+            report = await operator_prune(
+                js, topology_of(args), args.machines, args.older_than, dry_run=args.dry_run
             )
-        finally:
-            await nc.close()
         print(json.dumps({"dry_run": args.dry_run, **report.as_json()}))
         return EXIT_OK
 

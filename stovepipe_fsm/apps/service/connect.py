@@ -11,10 +11,11 @@ and the client learns the rest of the cluster from whichever seed answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +172,16 @@ async def connect(options: NatsOptions, errors: ConnectionErrors | None = None) 
             f"no connection to {redact(options.url)} within {options.first_connect_timeout_s:g} s "
             "(broker down, wrong address, or a TLS handshake the server refused)"
         ) from None
+
+
+@contextlib.asynccontextmanager
+async def connected(options: NatsOptions) -> AsyncIterator[Client]:
+    """A connection for one operator command, closed when the command is done."""
+    nc = await connect(options)
+    try:
+        yield nc
+    finally:
+        await nc.close()
 
 
 async def _on_error(exc: Exception) -> None:

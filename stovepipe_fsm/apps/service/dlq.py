@@ -35,8 +35,8 @@ from ...adapters.jetstream.dead_letter import DeadLetter
 from ...adapters.jetstream.errors import translated
 from ...config.globs import glob_match, is_pattern
 from ...domain.errors import IllegalOperation, NonRetryable, NotFound
-from ...domain.trail import OPERATOR, TrailRecord, detail
-from .connect import NatsOptions
+from ...pipeline.queue_verbs import dlq_prune_record
+from .connect import NatsOptions, connected
 from .verbs import VerbContext, retry_with, verb_context
 
 PROCESS_STAGE = "process"
@@ -115,13 +115,8 @@ def render_letters(letters: list[StoredLetter]) -> str:
 async def list_letters(
     options: NatsOptions, topology: Topology, queue_glob: str
 ) -> list[StoredLetter]:
-    from .connect import connect
-
-    nc = await connect(options)
-    try:
+    async with connected(options) as nc:
         return await read_letters(nc.jetstream(), topology, queue_glob)
-    finally:
-        await nc.close()
 
 
 async def _replay_one(ctx: VerbContext, stored: StoredLetter, by: str) -> dict[str, Any]:
@@ -222,16 +217,6 @@ async def prune(
                     await ctx.js.delete_msg(topology.dead_letter_stream, stored.seq)
             pruned.append(stored.seq)
         if pruned and not dry_run:
-            ids = f"{pruned[0]}..{pruned[-1]}" if len(pruned) > 1 else str(pruned[0])
-            what = f"deleted {len(pruned)} dead letter(s) ({ids}) older than {older_than_s:g}s"
-            await ctx.trail.append(
-                TrailRecord(
-                    OPERATOR,
-                    queue_glob or "**",
-                    "",
-                    int(time.time() * 1000),
-                    detail=detail(verb="dlq prune", by=by or "operator", what=what),
-                    tag=f"dlq prune|{queue_glob}|{ids}|{len(pruned)}",
-                )
-            )
+            now_ms = int(time.time() * 1000)
+            await ctx.trail.append(dlq_prune_record(queue_glob, pruned, older_than_s, by, now_ms))
     return {"dry_run": dry_run, "pruned": pruned, "kept": kept}

@@ -39,11 +39,10 @@ from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
-from ...domain.trail import TrailRecord
+from ...pipeline import policy_in_force
 from ...pipeline.ingest import Ingest
+from ...pipeline.queue_verbs import with_queue_verbs
 from ...ports.stores import RequestStore, UriIndex
-from ...process.catalog import load_process_machines
-from ...spec.errors import SpecError
 from ...views.entities import (
     age_text,
     queue_json,
@@ -52,15 +51,11 @@ from ...views.entities import (
     request_json,
 )
 from ...views.trail import history_json
-from .connect import NatsOptions, connect
-from .pauses import Pause, read_pauses
+from .connect import NatsOptions, connected
+from .pauses import read_pauses
 
 #: How often ``complete --wait`` looks at the request and queue rows.
 WAIT_POLL_S = 0.2
-
-
-class PolicyUnavailable(StovepipeError):
-    """No policy in force is recorded and the fallback machine files do not load."""
 
 
 class NotRecorded(StovepipeError):
@@ -68,20 +63,9 @@ class NotRecorded(StovepipeError):
 
 
 async def initial_state(js: JetStreamContext, topology: Topology, machines_dir: str) -> str:
-    """The request machine's initial state: from the policy in force when a service has
-    recorded one, else from ``machines_dir`` (a deployment's first ingest may precede its
-    first service start)."""
+    """The request machine's initial state in force (:mod:`...pipeline.policy_in_force`)."""
     record = await read_policy_record(js, topology)
-    if record is not None and record.request_initial:
-        return record.request_initial
-    try:
-        return load_process_machines(machines_dir).roles.initial
-    except (OSError, SpecError, StovepipeError, ValueError) as exc:
-        raise PolicyUnavailable(
-            "no service has recorded the policy in force on this broker yet, so the "
-            f"request machine's initial state is read from {machines_dir!r}, which does "
-            f"not load: {exc}"
-        ) from None
+    return policy_in_force.initial_state(record.request_initial if record else "", machines_dir)
 
 
 @contextlib.asynccontextmanager
@@ -89,8 +73,7 @@ async def operator_ingest(
     options: NatsOptions, topology: Topology, machines_dir: str
 ) -> AsyncIterator[Ingest]:
     """Ingest on the broker's stores (the topology is created if missing)."""
-    nc = await connect(options)
-    try:
+    async with connected(options) as nc:
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
@@ -104,8 +87,6 @@ async def operator_ingest(
             clock=SystemClock(),
             trail=JetStreamTrail(js, topology),
         )
-    finally:
-        await nc.close()
 
 
 async def request_for_uri(uri_index: UriIndex, queue: str, uri: str) -> str:
@@ -134,8 +115,7 @@ async def complete(
     """Publish ``outcome`` for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait that
     long for the service to record it and add the request's row to the answer."""
     queue = normalize_queue_name(queue)
-    nc = await connect(options)
-    try:
+    async with connected(options) as nc:
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
@@ -156,8 +136,6 @@ async def complete(
             request = await _wait_for_outcome(stores, request_id, outcome, record, wait_s)
             answer["request"] = request_json(request)
         return answer
-    finally:
-        await nc.close()
 
 
 async def _wait_for_outcome(
@@ -322,32 +300,6 @@ def _queue_details(
     return details
 
 
-def _with_queue_verbs(
-    records: list[TrailRecord], verbs: list[TrailRecord], row: dict[str, Any] | None
-) -> list[TrailRecord]:
-    """``records`` with the queue-level operator ``verbs`` of the request's queue made
-    while it was open (from its first record to its end, or now), and a pause of it
-    already in force when it was ingested, in time order."""
-    queue = records[0].queue
-    start = min(r.first_at_ms for r in records)
-    end = int(row.get("ended_at_ms") or 0) if row is not None else 0
-    matching = [v for v in verbs if Pause(v.queue, 0).matches(queue)]
-    # A pause and the resume that lifted it share the tag's "<pattern>|<paused at>".
-    lifted_before = {
-        v.tag.split("|", 1)[1] for v in matching if v.tag.startswith("resume|") and v.at_ms < start
-    }
-    mine = [
-        v
-        for v in matching
-        if (not end or v.at_ms <= end)
-        and (
-            v.at_ms >= start
-            or (v.tag.startswith("pause|") and v.tag.split("|", 1)[1] not in lifted_before)
-        )
-    ]
-    return sorted([*records, *mine], key=lambda r: (r.first_at_ms, r.at_ms))
-
-
 def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
     """Stored queues whose names a new queue could not have (created before the name
     rule): shown escaped, since such a name may print like another."""
@@ -440,16 +392,13 @@ async def explain_document(
     end): a pause is why a head was held. ``NotFound`` (exit 2) when neither a row nor a
     trail record names it.
     """
-    nc = await connect(options)
-    try:
+    async with connected(options) as nc:
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
         if not request_id:
             request_id = await request_for_uri(stores.uris, normalize_queue_name(queue), uri)
         return await request_history(js, topology, request_id, stores.requests)
-    finally:
-        await nc.close()
 
 
 async def request_history(
@@ -476,5 +425,6 @@ async def request_history(
     if row is None and not records:
         raise NotFound(f"no request {request_id!r} and no decision about it")
     if records:
-        records = _with_queue_verbs(records, await trail.operator_records(), row)
+        ended_at_ms = int(row.get("ended_at_ms") or 0) if row is not None else 0
+        records = with_queue_verbs(records, await trail.operator_records(), ended_at_ms)
     return history_json(row, records)

@@ -6,8 +6,9 @@ config edit and survives restarts. The service reads the pauses every policy che
 (once a second) and serves its stages a config in which every queue a pause matches has
 the policy's ``paused`` parameter set, so the policy's own pause condition holds the
 queue's heads from its next wake-up on: within one hold delay. Only a policy that
-declares ``paused`` can be paused this way (the command refuses otherwise, naming the
-policy in force).
+declares ``paused`` can be paused this way (:func:`operator_pause` refuses otherwise,
+naming the policy in force), and each ``pause`` and ``resume`` an operator runs leaves a
+decision-trail record (:mod:`...pipeline.queue_verbs`).
 """
 
 from __future__ import annotations
@@ -20,18 +21,20 @@ from typing import Any
 
 from nats.js import JetStreamContext
 
-from ...adapters.jetstream import Topology
+from ...adapters.jetstream import Topology, ensure_topology
 from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import encode_name_token
+from ...adapters.jetstream.policy_record import read_policy_record
+from ...adapters.jetstream.trail import JetStreamTrail
 from ...config.globs import glob_match, is_pattern
 from ...domain.entities import QueueConfig
 from ...domain.queue_names import normalize_queue_name
+from ...pipeline.queue_verbs import pause_record, refuse_unpausable, resume_record
 from ...ports.config import ConfigStore
+from ...process.gate import PAUSED
 
 PAUSE_KEY_PREFIX = "pause."
-#: The parameter a policy declares to be pausable (the shipped queue_gate.yaml does).
-PAUSED = "paused"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,32 @@ async def resume(js: JetStreamContext, topology: Topology, pattern: str) -> bool
     with translated(f"resume {pattern}"):
         await kv.delete(_key(pattern))
     return True
+
+
+async def operator_pause(
+    js: JetStreamContext, topology: Topology, pattern: str, *, reason: str, by: str
+) -> tuple[Pause, bool]:
+    """``pause`` as an operator runs it: refused where the policy in force reads no pause,
+    then :func:`pause`, then its trail record (the same record when run again)."""
+    await ensure_topology(js, topology)
+    record = await read_policy_record(js, topology)
+    refuse_unpausable(record.parameters if record else (), record.hash if record else "")
+    done, new = await pause(js, topology, pattern, reason=reason, by=by)
+    trail = pause_record(done.pattern, done.at_ms, by, done.reason)
+    await JetStreamTrail(js, topology).append(trail)
+    return done, new
+
+
+async def operator_resume(js: JetStreamContext, topology: Topology, pattern: str, by: str) -> bool:
+    """``resume`` as an operator runs it: :func:`resume`, and a trail record of the pause
+    it lifted; False when ``pattern`` was not paused."""
+    pattern = checked_pattern(pattern)
+    was = {p.pattern: p for p in await read_pauses(js, topology)}.get(pattern)
+    lifted = await resume(js, topology, pattern)
+    if lifted and was is not None:
+        trail = resume_record(pattern, was.at_ms, by, int(time.time() * 1000))
+        await JetStreamTrail(js, topology).append(trail)
+    return lifted
 
 
 async def read_pauses(js: JetStreamContext, topology: Topology) -> list[Pause]:

@@ -27,7 +27,7 @@ from ...domain.queue_names import normalize_queue_name
 from ...pipeline.ingest import Ingest
 from ...pipeline.verbs import VerbPolicy, cancel, retry
 from ...views.entities import request_json
-from .connect import NatsOptions, connect
+from .connect import NatsOptions, connected
 from .operators import request_for_uri
 
 
@@ -79,15 +79,12 @@ class VerbContext:
 
 @contextlib.asynccontextmanager
 async def verb_context(options: NatsOptions, topology: Topology) -> AsyncIterator[VerbContext]:
-    nc = await connect(options)
-    try:
+    async with connected(options) as nc:
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
         policy = verb_policy(await read_policy_record(js, topology))
         yield VerbContext(js, topology, stores, policy, JetStreamTrail(js, topology))
-    finally:
-        await nc.close()
 
 
 async def resolve_request(ctx: VerbContext, request_id: str, queue: str, uri: str) -> str:

@@ -1,0 +1,181 @@
+"""Finding the queues a service must serve, and the messages no queue will ever take.
+
+A publish for a queue without a consumer starts one at once (:meth:`Discovery.published`).
+Behind that, a discovery round every ``discover_interval_s`` lists the process subjects
+with messages waiting and the queues bucket's rows (one request each, whatever the
+number of queues): a queue with work and no consumer gets one, every other queue known
+gets one behind the round (:meth:`.QueueConsumers.expect`), and the messages of process
+subjects that no queue row stands for are dead-lettered (:mod:`.orphans`) instead of
+sitting there for ever. One round runs at a time, whether the loop, a publish of an
+unknown queue or a reconnect started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from nats.js import JetStreamContext
+
+from ...adapters.jetstream import Topology
+from ...adapters.jetstream.consumer import Observer
+from ...adapters.jetstream.errors import translated
+from ...adapters.jetstream.names import InvalidToken, decode_queue_token
+from ...adapters.jetstream.partitions import waiting_subjects
+from ...adapters.jetstream.terminations import TerminationLedger
+from ...domain.errors import NotFound
+from ...ports.config import ConfigStore
+from ...ports.stores import QueueStore
+from .orphans import dead_letter_orphans, orphan_subjects
+from .queue_consumers import QueueConsumers
+from .tasks import ServiceTasks
+
+log = logging.getLogger("stovepipe_fsm.service")
+
+
+async def known_queues(js: JetStreamContext, topology: Topology) -> list[str]:
+    """Every queue with a row in the queues bucket (ingest creates the row, nothing deletes
+    it): the bucket stream's subjects, listed in one request rather than one message per
+    key, so a discovery round costs the same at 10 queues as at 10,000."""
+    head = f"$KV.{topology.queues_bucket}."
+    with translated(f"list {topology.queues_bucket}"):
+        info = await js.stream_info(f"KV_{topology.queues_bucket}", subjects_filter=f"{head}>")
+    keys = [subject[len(head) :] for subject in info.state.subjects or {}]
+    queues = []
+    for key in keys:
+        try:
+            queues.append(decode_queue_token(key))
+        except InvalidToken:
+            log.warning("queues bucket holds a key that is no queue: %r", key)
+    return sorted(queues)
+
+
+class Discovery:
+    """The discovery rounds of one service, and the queues a publish names."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        topology: Topology,
+        queues: QueueConsumers,
+        config: ConfigStore,
+        tasks: ServiceTasks,
+        *,
+        rows: QueueStore,
+        terminations: TerminationLedger,
+        observe: Observer,
+        interval_s: float,
+    ) -> None:
+        self.js = js
+        self.topology = topology
+        self.queues = queues
+        self.config = config
+        self.tasks = tasks
+        self.rows = rows
+        self.terminations = terminations
+        self.observe = observe
+        self.interval_s = interval_s
+        #: One discovery round at a time: the loop's, and one a publish of an unknown
+        #: queue or a reconnect starts, would otherwise list and act side by side (two
+        #: dead-letterings of one orphan, two moves of one stray message).
+        self._discovering = asyncio.Lock()
+
+    async def start(self) -> None:
+        """The first round, which also binds the consumers listed on start; then a round
+        every interval.
+
+        Start waits only for the consumers that exist and the queues with work waiting;
+        the rest are created behind it (a first start on 10,000 queues would otherwise
+        wait minutes for the broker to create consumers of queues with nothing to do).
+        One listing of each serves the binding and the first round."""
+        async with self._discovering:
+            subjects, known = await self._listings()
+            await self.queues.bind_listed((*self.config.configured_queues(), *known))
+            await self._discover_from(subjects, known)
+        self.tasks.spawn(
+            "discover", self.tasks.every(self.interval_s, self.discover, "queue discovery")
+        )
+
+    async def discover(self) -> list[str]:
+        """Start the consumers of queues with messages waiting, dead-letter the messages of
+        process subjects that no queue row stands for (:mod:`.orphans`), and have every
+        other queue of the queues bucket and the config get its consumer behind it.
+        Returns the queues started now, for waiting messages."""
+        async with self._discovering:
+            return await self._discover_from(*await self._listings())
+
+    def discover_soon(self) -> None:
+        """A round now, in a task of its own, unless one is already asked for."""
+        self.tasks.spawn_once("discover-now", self._discover_quietly())
+
+    async def _listings(self) -> tuple[dict[str, int], list[str]]:
+        """The process subjects of every partition, then the queues bucket's rows, in that
+        order: a queue row always exists before its first message, so a subject whose
+        queue has no row in the listing read after it is an orphan."""
+        known = await self.queues.placement.refresh()
+        subjects = await waiting_subjects(self.js, self.topology, known)
+        return subjects, await known_queues(self.js, self.topology)
+
+    async def _discover_from(self, subjects: dict[str, int], known: list[str]) -> list[str]:
+        """:meth:`discover` on listings read by :meth:`_listings`."""
+        await self.queues.retry_refused()
+        rows = set(known)
+        waiting = []
+        for queue, partition in self._addresses(subjects):
+            consumer = self.queues.consumers.get(queue)
+            if consumer is None:
+                if queue in rows:
+                    waiting.append(queue)
+            elif consumer.partition != partition:
+                self.queues.gather_soon(queue, [partition])
+        started = await self.queues.add_queues(waiting)
+        served = {*known, *self.queues.consumers}
+        orphans = orphan_subjects(self.topology, subjects, served)
+        if orphans:
+            await dead_letter_orphans(
+                self.js, self.topology, self.terminations, orphans, self.observe
+            )
+        self.queues.expect((*self.config.configured_queues(), *known))
+        return started
+
+    def _addresses(self, subjects: Iterable[str]) -> list[tuple[str, int]]:
+        """The queue and partition of process subjects (orphan subjects, which decode to
+        none, left out)."""
+        out = []
+        for subject in subjects:
+            try:
+                out.append(self.topology.process_address(subject))
+            except ValueError:
+                continue
+        return out
+
+    def published(self, queue: str) -> None:
+        """A publish for ``queue``, which has no consumer: one is started, if ingest made
+        its row (:meth:`_add_if_ingested`)."""
+        if not self.queues.busy(queue):
+            self.tasks.spawn_once(f"add:{queue}", self._add_if_ingested(queue))
+
+    async def _add_if_ingested(self, queue: str) -> None:
+        """A publish for a queue not served yet: start its consumer if ingest made its row
+        (ingest writes the row before it publishes); else the subject is an orphan, and a
+        discovery round now dead-letters it. A flood of forged subjects therefore costs a
+        row read each and one discovery at a time, never a consumer each."""
+        try:
+            await self.rows.get(queue)
+        except NotFound:
+            self.discover_soon()
+            return
+        except Exception as exc:  # discovery retries it
+            log.warning("consumer not started: %s: %s", type(exc).__name__, exc)
+            return
+        try:
+            await self.queues.add_queue(queue)
+        except Exception as exc:  # discovery retries it
+            log.warning("consumer not started: %s: %s", type(exc).__name__, exc)
+
+    async def _discover_quietly(self) -> None:
+        try:
+            await self.discover()
+        except Exception as exc:  # the next round retries
+            log.warning("queue discovery failed: %s: %s", type(exc).__name__, exc)
