@@ -101,6 +101,7 @@ async def _record_shipped_policy(server: NatsServer, tag_: str) -> None:
         green_outcome=roles.green_outcome.name,
         withdraw=roles.withdraw,
         withdrawn=next(iter(roles.withdrawn_states)),
+        request_machine=machines.request.spec.source,
     )
     nc = await connect(server)
     try:

@@ -402,17 +402,8 @@ class World:
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
         world's stores (``IllegalOperation`` when it refuses, as the command does)."""
-        return run_sync(
-            verbs.cancel(
-                verb_policy(self.machines),
-                self.requests,
-                self.queues,
-                self.trail,
-                self.clock,
-                request_id,
-                by="timeline",
-            )
-        )
+        verb = verbs.cancel(self.lifecycle, self.trail, self.clock, request_id, by="timeline")
+        return run_sync(verb)
 
     def dead_letter(self, request_id: str) -> Request | None:
         return run_sync(self._bound().reconciler.reconcile(request_id))
@@ -423,16 +414,3 @@ class World:
     def request_for(self, queue: str, uri: str) -> str | None:
         return run_sync(self.uri_index.get(queue, uri))
 
-
-def verb_policy(machines: ProcessMachines) -> verbs.VerbPolicy:
-    """The operator verbs' view of ``machines``, as the service records it for them: the
-    withdraw role's destination only when it has a single one."""
-    roles = machines.roles
-    withdrawn = roles.withdrawn_states
-    return verbs.VerbPolicy(
-        hash="",
-        initial=roles.initial,
-        terminal=frozenset(machines.request.terminal),
-        withdraw=roles.withdraw,
-        withdrawn=next(iter(withdrawn)) if len(withdrawn) == 1 else "",
-    )

@@ -1116,6 +1116,7 @@ class Service:
             withdrawn=(
                 next(iter(roles.withdrawn_states)) if len(roles.withdrawn_states) == 1 else ""
             ),
+            request_machine=self.machines.request.spec.source,
         )
         try:
             await write_policy_record(self.js, self.topology, record)
