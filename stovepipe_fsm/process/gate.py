@@ -273,14 +273,7 @@ async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
         event = lease_expired_event(queue.name, holder, expires, now)
         await ctx.services.publisher.publish_hook(event)
     log.warning("queue %s: leases of %s expired; slots reclaimed", queue.name, list(expired))
-
-    def reclaim(row: Queue) -> Queue:
-        for holder in expired:
-            if row.is_expired(holder, now):
-                row = row.without_holder(holder)
-        return row
-
-    ctx.queue = await ctx.services.lifecycle.update_queue(queue.name, reclaim)
+    ctx.queue = await ctx.services.lifecycle.reclaim_expired(queue.name, expired, now)
     ctx.services.metrics.count("leases_expired", queue.name, len(expired))
     await note_reclaimed(ctx, list(expired), why="lease expired")
 
