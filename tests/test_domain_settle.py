@@ -32,6 +32,16 @@ def test_a_hold_keeps_the_failures_and_never_counts() -> None:
     assert decide(Attempt.finished("held"), failures=4, max_attempts=5).kind is SettleKind.HOLD
 
 
+def test_a_hold_waits_as_long_as_the_flow_asked() -> None:
+    assert Attempt.held(2500) == Attempt.finished("held", 2500)
+    assert decide(Attempt.held(2500), failures=1) == Settlement(SettleKind.HOLD, 1, 2.5)
+    assert decide(Attempt.acked()) == Settlement(SettleKind.ACK, 0, 0.0)
+    with pytest.raises(ValueError, match="only a hold has a delay"):
+        Attempt(outcome="acked", hold_ms=5)
+    with pytest.raises(ValueError, match="only a hold has a delay"):
+        Attempt.held(-1)
+
+
 def test_a_crash_settles_nothing_and_counts_nothing() -> None:
     attempt = Attempt.raised(RuntimeError("after_claim_slot"), crashed=True)
     assert decide(attempt, failures=4, max_attempts=5) == Settlement(SettleKind.NONE, 4)

@@ -2,18 +2,20 @@
 
 Theory of operation
 -------------------
-The controller finishes a delivery by acking or holding it, or it raises. What the
-runtime does next is decided here and nowhere else, from data alone: what the attempt
-did (:class:`Attempt`), the failures counted for the message so far, the queue's
-``max_attempts`` and the retry :class:`Backoff`. The answer is a :class:`Settlement`,
-a value the caller performs. The JetStream consumer and the simulated world both call
-:func:`settle`, so ``simulate`` and ``check`` run the very policy ``serve`` runs; only
-*how* a decision is carried out (a NAK, a dead-letter record, a due time) differs.
+The controller never settles a delivery itself: its flow ends by deciding to ack or to
+hold it (for how long), or it raises. What the runtime does next is decided here and
+nowhere else, from data alone: what the attempt did (:class:`Attempt`), the failures
+counted for the message so far, the queue's ``max_attempts`` and the retry
+:class:`Backoff`. The answer is a :class:`Settlement`, a value one performer carries
+out: the JetStream consumer on a broker, the simulated world on its simulated topic. Both
+call :func:`settle`, so ``simulate`` and ``check`` run the very policy ``serve`` runs;
+only *how* a decision is carried out (an ACK or a NAK, a dead-letter record, a due time)
+differs.
 
 The rules:
 
-- **acked**: done; the message's failure count is forgotten.
-- **held**: the flow already postponed the message; waiting for the gate is not a
+- **acked**: done; ack it, and its failure count is forgotten.
+- **held**: postpone it by the flow's hold delay; waiting for the gate is not a
   failure, so the count stays as it is (holds never count toward ``max_attempts``).
 - **crashed**: the runtime stopped mid-delivery, so nothing settled the message; it
   comes back (an expired ack deadline, or a hand-back on shutdown) and nothing counts.
@@ -44,8 +46,8 @@ DEFAULT_RETRY_CAP_S = 60.0
 class SettleKind(StrEnum):
     """What the runtime does with the message."""
 
-    ACK = "ack"  # the flow acked it; forget its failures
-    HOLD = "hold"  # the flow held it; keep its failures as they are
+    ACK = "ack"  # the flow is done with it: ack it, forget its failures
+    HOLD = "hold"  # the flow waits: redeliver after ``delay_s``, keep its failures
     RETRY = "retry"  # count a failure, redeliver after ``delay_s``
     DEAD_LETTER = "dead_letter"  # record why, remove it; the request is failed closed
     NONE = "none"  # nothing settled it (a crash): it comes back at once, uncounted
@@ -55,27 +57,42 @@ class SettleKind(StrEnum):
 class Attempt:
     """What one delivery attempt did: finished with an outcome, or raised.
 
-    Build one with :meth:`finished`, :meth:`raised` or :meth:`rejected`; the fields are
-    plain data so a decision can be recorded, compared and replayed.
+    Build one with :meth:`acked`, :meth:`held`, :meth:`finished`, :meth:`raised` or
+    :meth:`rejected`; the fields are plain data so a decision can be recorded, compared
+    and replayed.
     """
 
     outcome: str = ""  # "acked" | "held" when the flow ran to its end; "" when it raised
     error: str = ""  # what was raised, described ("Type: message")
     non_retryable: bool = False
     crashed: bool = False
+    hold_ms: int = 0  # held: how long the flow asks the message to wait
 
     def __post_init__(self) -> None:
         if self.outcome and self.outcome not in FINISHED_OUTCOMES:
             raise ValueError(f"outcome must be one of {FINISHED_OUTCOMES}, got {self.outcome!r}")
+        if self.hold_ms < 0 or (self.hold_ms and self.outcome != HELD):
+            raise ValueError(f"only a hold has a delay, >= 0 ms; got {self.hold_ms!r}")
         if bool(self.outcome) == bool(self.error or self.crashed):
             raise ValueError("an attempt either finished with an outcome or raised, not both")
         if self.non_retryable and self.crashed:
             raise ValueError("a crash is not a non-retryable failure")
 
     @classmethod
-    def finished(cls, outcome: str) -> Attempt:
-        """The flow ran to its end and acked or held the message."""
-        return cls(outcome=outcome)
+    def finished(cls, outcome: str, hold_ms: int = 0) -> Attempt:
+        """The flow ran to its end, deciding ``outcome`` (``acked``, or ``held`` for
+        ``hold_ms``)."""
+        return cls(outcome=outcome, hold_ms=hold_ms)
+
+    @classmethod
+    def acked(cls) -> Attempt:
+        """The flow is done with the message."""
+        return cls(outcome=ACKED)
+
+    @classmethod
+    def held(cls, delay_ms: int) -> Attempt:
+        """The flow asks that the message wait ``delay_ms`` and come back."""
+        return cls(outcome=HELD, hold_ms=delay_ms)
 
     @classmethod
     def raised(cls, exc: BaseException, *, crashed: bool = False) -> Attempt:
@@ -122,7 +139,7 @@ class Settlement:
 
     kind: SettleKind
     failures: int
-    delay_s: float = 0.0  # RETRY: redeliver after this long
+    delay_s: float = 0.0  # HOLD, RETRY: redeliver after this long
     reason: str = ""  # RETRY, DEAD_LETTER: why
 
 
@@ -144,7 +161,7 @@ def settle(
     if attempt.outcome == ACKED:
         return Settlement(SettleKind.ACK, 0)
     if attempt.outcome == HELD:
-        return Settlement(SettleKind.HOLD, failures)
+        return Settlement(SettleKind.HOLD, failures, attempt.hold_ms / 1000.0)
     if attempt.crashed:
         return Settlement(SettleKind.NONE, failures)
     if attempt.non_retryable:

@@ -22,6 +22,7 @@ from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 from ..domain.hooks import lease_expired_event, started_event
 from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.path_globs import first_match
+from ..domain.settle import ACKED, HELD
 from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
 from .context import DeliveryContext
@@ -455,16 +456,16 @@ async def publish_build(ctx: DeliveryContext) -> None:
 
 @GATE.action(finishes=True)
 async def ack(ctx: DeliveryContext) -> None:
-    """Settle the delivery as done (noting what it decided in the trail first)."""
+    """Finish with the delivery done (noting what it decided in the trail); the runtime
+    settles it."""
     await note_decision(ctx, held=False)
-    await ctx.delivery.ack()
-    ctx.outcome = "acked"
+    ctx.outcome = ACKED
 
 
 @GATE.action(finishes=True, parameters=[GATE_WAIT_DELAY_MS])
 async def hold(ctx: DeliveryContext) -> None:
-    """Postpone the same message by gate_wait_delay_ms; not a failure (noted, with the
-    reason, in the trail first)."""
+    """Finish asking that the same message wait gate_wait_delay_ms; not a failure (noted,
+    with the reason, in the trail). The runtime postpones it."""
     await note_decision(ctx, held=True)
-    await ctx.delivery.hold(ctx.config.param(GATE_WAIT_DELAY_MS))
-    ctx.outcome = "held"
+    ctx.outcome = HELD
+    ctx.hold_ms = ctx.config.param(GATE_WAIT_DELAY_MS)

@@ -133,7 +133,6 @@ class InHand:
         """The same delivery in ``twin``: its message, its controller, its stores."""
         message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
         delivery = SimDelivery(twin, message)
-        delivery.outcome = self.delivery.outcome
         ctx = dataclasses.replace(
             self.paused.ctx, services=twin._stages.services, delivery=delivery
         )
@@ -276,9 +275,9 @@ class World:
         delivery already settled changes nothing on the topic, and is not recorded.
         """
         reason = hold_reason(decision.via) if decision.outcome == "held" else ""
+        report = self._settle(message, decision.attempt, before, detail)
         if self.holds > holds:
             self.hold_log.append(Hold(message.request_id, message.queue, reason))
-        report = self._settle(message, Attempt.finished(decision.outcome), before, detail)
         return evolve(report, hold_reason=reason) if reason else report
 
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
@@ -293,9 +292,9 @@ class World:
     ) -> DeliveryReport:
         """Perform what the settle policy decides for ``message`` after ``attempt``.
 
-        An ack or a hold was already performed by the delivery itself. A message another
-        delivery already settled is not touched: nothing is left on the topic to count,
-        retry, dead-letter or redeliver.
+        A message another delivery already settled is not touched: nothing is left on the
+        topic to ack, hold, count, retry, dead-letter or redeliver (a late ack or NAK
+        changes nothing on the server either).
         """
         pending = self.broker.find(message.seq)
         decision = settle(
@@ -306,7 +305,12 @@ class World:
         )
         if pending is not None:
             pending.failures = decision.failures
-            if decision.kind is SettleKind.RETRY:
+            if decision.kind is SettleKind.ACK:
+                self.broker.remove(pending)
+            elif decision.kind is SettleKind.HOLD:
+                pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
+                self.holds += 1
+            elif decision.kind is SettleKind.RETRY:
                 pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
             elif decision.kind is SettleKind.NONE:
                 pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once

@@ -54,6 +54,12 @@ class PolicyRecord:
     #: compile and run it); empty in a record written before it was recorded.
     request_machine: str = ""
 
+    def shown(self) -> dict[str, object]:
+        """The record as ``status`` shows it: every fact but the machine's text."""
+        shown = asdict(self)
+        del shown["request_machine"]
+        return shown
+
 
 async def write_policy_record(
     js: JetStreamContext, topology: Topology, record: PolicyRecord

@@ -93,7 +93,7 @@ from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.errors import NotFound
-from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S
+from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S, Attempt
 from ...pipeline.dlq import DeadLetterReconciler
 from ...pipeline.ingest import Ingest
 from ...pipeline.record import Record
@@ -189,8 +189,8 @@ class Pipeline:
         assert self.ports is not None, "a pipeline opened by open_pipeline"
         self.stages = build_stages(machines, self.ports, metrics=self.metrics)
 
-    async def handle(self, delivery: Any) -> str:
-        """A delivery, run by the controller in force when it starts."""
+    async def handle(self, delivery: Any) -> Attempt:
+        """A delivery, run by the controller in force when it starts: what it decided."""
         return await self.stages.controller.handle(delivery)
 
     async def record_outcome(self, request_id: str, outcome: str) -> object:
