@@ -136,3 +136,22 @@ def test_bad_counts_and_budgets_are_refused() -> None:
         settle(attempt, failures=0, max_attempts=0)
     with pytest.raises(ValueError, match="must not be negative"):
         Backoff(base_s=-1.0)
+
+
+def test_without_a_budget_a_retryable_failure_is_retried_forever() -> None:
+    attempt = Attempt.raised(Retryable("down"))
+    assert settle(attempt, failures=10_000, max_attempts=None, backoff=FAST) == Settlement(
+        SettleKind.RETRY, 10_001, 3.0, "Retryable: down"
+    )
+    # what no redelivery can fix is still given up on at once
+    final = Attempt.raised(NonRetryable("gone"))
+    assert settle(final, failures=3, max_attempts=None).kind is SettleKind.DEAD_LETTER
+
+
+def test_the_caller_may_say_what_no_redelivery_can_fix() -> None:
+    # a stage whose refusals are not all NonRetryable classifies them itself
+    refused = Attempt.raised(ValueError("outcome 'x' is not one of ..."), final=True)
+    assert refused.non_retryable and refused.error.startswith("ValueError: ")
+    transient = Attempt.raised(NonRetryable("looks final"), final=False)
+    assert not transient.non_retryable
+    assert not Attempt.raised(ValueError("x"), crashed=True, final=True).non_retryable

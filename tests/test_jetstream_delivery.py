@@ -10,8 +10,11 @@ from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.jetstream.codec import WorkMessage, encode_work
 from stovepipe_fsm.adapters.jetstream.consumer import ProcessConsumer
 from stovepipe_fsm.adapters.jetstream.delivery import JetStreamDelivery
+from stovepipe_fsm.adapters.jetstream.outcome_consumer import OutcomeConsumer
+from stovepipe_fsm.adapters.jetstream.outcomes import OutcomeMessage, encode_outcome
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.domain.errors import Retryable
 from stovepipe_fsm.domain.settle import Attempt
 
 
@@ -119,3 +122,47 @@ async def test_hold_is_a_nak_with_the_delay_in_seconds_and_ack_is_an_ack() -> No
     other = work_msg()
     await consumer(Decides(Attempt.acked()), events).settle(other)  # type: ignore[arg-type]
     assert other.calls == [("ack", None)] and events[-1] == ("acked", "request/q/1")
+
+
+# --- the outcome consumer settles through the same policy ----------------------------
+
+
+class OutcomeMsg(RecordingMsg):
+    def __init__(self, delivered: int) -> None:
+        super().__init__()
+        topology = Topology.isolated("settle")
+        self.subject = topology.outcome_subject("q")
+        self.data = encode_outcome(OutcomeMessage("q", "request/q/1", "failed"))
+        self.metadata = SimpleNamespace(
+            num_delivered=delivered, sequence=SimpleNamespace(stream=9)
+        )
+
+
+def outcome_consumer(record: Any, events: list[tuple[str, str]]) -> OutcomeConsumer:
+    return OutcomeConsumer(
+        None,  # type: ignore[arg-type]
+        Topology.isolated("settle"),
+        record,
+        observer=lambda event, queue, request_id, detail: events.append((event, detail)),
+        retry_base_s=0.5,
+        retry_cap_s=4.0,
+    )
+
+
+async def test_an_outcome_recorded_is_acked_and_a_transient_failure_retried_forever() -> None:
+    events: list[tuple[str, str]] = []
+
+    async def recorded(request_id: str, outcome: str) -> None:
+        return None
+
+    async def down(request_id: str, outcome: str) -> None:
+        raise Retryable("store unavailable")
+
+    msg = OutcomeMsg(delivered=1)
+    await outcome_consumer(recorded, events).settle(msg)  # type: ignore[arg-type]
+    assert msg.calls == [("ack", None)] and events == [("recorded", "failed")]
+    for delivered, delay in ((1, 0.5), (2, 1.0), (500, 4.0)):  # never given up on
+        msg = OutcomeMsg(delivered)
+        await outcome_consumer(down, events).settle(msg)  # type: ignore[arg-type]
+        assert msg.calls == [("nak", delay)]
+        assert events[-1] == ("outcome_retry", "Retryable: store unavailable")

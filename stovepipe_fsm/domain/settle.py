@@ -10,7 +10,8 @@ counted for the message so far, the queue's ``max_attempts`` and the retry
 out: the JetStream consumer on a broker, the simulated world on its simulated topic. Both
 call :func:`settle`, so ``simulate`` and ``check`` run the very policy ``serve`` runs;
 only *how* a decision is carried out (an ACK or a NAK, a dead-letter record, a due time)
-differs.
+differs. The outcome consumer settles reported build outcomes by the same rules, with no
+``max_attempts`` (an outcome is never given up on for a transient fault).
 
 The rules:
 
@@ -21,8 +22,9 @@ The rules:
   comes back (an expired ack deadline, or a hand-back on shutdown) and nothing counts.
 - **non-retryable**: a redelivery cannot fix it: dead-letter at once, reporting the
   failures counted so far.
-- **anything else raised**: one more failure. At ``max_attempts`` failures, give up and
-  dead-letter; below it, retry after a backoff that doubles with each failure.
+- **anything else raised**: one more failure. At ``max_attempts`` failures (when there is
+  such a budget), give up and dead-letter; below it, retry after a backoff that doubles
+  with each failure.
 
 No I/O, no clock, no randomness: equal inputs give equal settlements, which is what lets
 ``check`` explore the policy state by state.
@@ -41,6 +43,8 @@ FINISHED_OUTCOMES = (ACKED, HELD)
 
 DEFAULT_RETRY_BASE_S = 1.0
 DEFAULT_RETRY_CAP_S = 60.0
+#: More doublings than any base can take before it passes any cap (a float holds 2**1023).
+MAX_DOUBLINGS = 1000
 
 
 class SettleKind(StrEnum):
@@ -95,15 +99,19 @@ class Attempt:
         return cls(outcome=HELD, hold_ms=delay_ms)
 
     @classmethod
-    def raised(cls, exc: BaseException, *, crashed: bool = False) -> Attempt:
+    def raised(
+        cls, exc: BaseException, *, crashed: bool = False, final: bool | None = None
+    ) -> Attempt:
         """The flow raised ``exc``; ``crashed`` when the runtime itself stopped mid-way.
 
         ``NonRetryable`` is told apart by type; anything else is retryable, as the
-        controller's contract says.
+        controller's contract says. A stage whose refusals are not all ``NonRetryable``
+        says itself whether no redelivery can fix ``exc`` (``final``).
         """
+        fixed_by_nothing = isinstance(exc, NonRetryable) if final is None else final
         return cls(
             error=f"{type(exc).__name__}: {exc}",
-            non_retryable=not crashed and isinstance(exc, NonRetryable),
+            non_retryable=not crashed and fixed_by_nothing,
             crashed=crashed,
         )
 
@@ -125,8 +133,13 @@ class Backoff:
             raise ValueError(f"backoff must not be negative, got {self.base_s}, {self.cap_s}")
 
     def delay_s(self, failures: int) -> float:
-        """The wait before the redelivery that follows failure number ``failures``."""
-        return float(min(self.cap_s, self.base_s * (2 ** max(failures - 1, 0))))
+        """The wait before the redelivery that follows failure number ``failures``.
+
+        The doubling is taken in floats and stops growing long past any cap, so a
+        message retried without a budget never overflows it.
+        """
+        doublings = min(max(failures - 1, 0), MAX_DOUBLINGS)
+        return float(min(self.cap_s, self.base_s * 2.0**doublings))
 
 
 @dataclass(frozen=True)
@@ -150,13 +163,16 @@ def settle(
     attempt: Attempt,
     *,
     failures: int,
-    max_attempts: int,
+    max_attempts: int | None,
     backoff: Backoff = DEFAULT_BACKOFF,
 ) -> Settlement:
-    """Decide what becomes of a message after ``attempt``, with ``failures`` counted so far."""
+    """Decide what becomes of a message after ``attempt``, with ``failures`` counted so far.
+
+    ``max_attempts`` ``None``: no budget, a retryable failure is retried however often.
+    """
     if failures < 0:
         raise ValueError(f"failures must be >= 0, got {failures}")
-    if max_attempts < 1:
+    if max_attempts is not None and max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
     if attempt.outcome == ACKED:
         return Settlement(SettleKind.ACK, 0)
@@ -167,7 +183,7 @@ def settle(
     if attempt.non_retryable:
         return Settlement(SettleKind.DEAD_LETTER, failures, reason=attempt.error)
     counted = failures + 1
-    if counted >= max_attempts:
+    if max_attempts is not None and counted >= max_attempts:
         reason = f"gave up after {counted} attempts: {attempt.error}"
         return Settlement(SettleKind.DEAD_LETTER, counted, reason=reason)
     return Settlement(SettleKind.RETRY, counted, backoff.delay_s(counted), attempt.error)
