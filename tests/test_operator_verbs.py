@@ -418,3 +418,14 @@ def test_verbs_refuse_a_policy_record_without_the_request_machine() -> None:
     broken = replace(older, request_machine="name: request\n")
     with pytest.raises(IllegalOperation, match=r"policy in force \(cafe\) does not load here"):
         recorded_lifecycle(broken, None, clock)  # type: ignore[arg-type]
+
+
+def test_the_service_records_the_machine_it_runs_and_status_shows_the_rest() -> None:
+    from stovepipe_fsm.apps.service.policy import policy_record
+
+    record = policy_record(MACHINES, "cafe", "replica", 7)
+    assert record.request_machine == MACHINES.request.spec.source
+    facts = (record.hash, record.request_initial, record.withdrawn)
+    assert facts == ("cafe", "accepted", "cancelled")
+    shown = record.shown()
+    assert "request_machine" not in shown and shown["hash"] == "cafe"

@@ -80,7 +80,6 @@ from ...adapters.jetstream.names import InvalidToken, decode_queue_token
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.partitions import NoPartitionRoom, room_for_refused, waiting_subjects
 from ...adapters.jetstream.policy_record import (
-    PolicyRecord,
     read_queue_parameters,
     stored_parameters,
     write_policy_record,
@@ -110,7 +109,7 @@ from .keepalive import KeptAlive
 from .orphans import dead_letter_orphans, orphan_subjects
 from .pauses import PausableConfig, pause_write_subjects, read_pauses
 from .placement import Placement
-from .policy import PolicyReloader
+from .policy import PolicyReloader, policy_record
 from .subscriptions import Wake, WakeSubscriptions
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -1100,24 +1099,8 @@ class Service:
                 await asyncio.wait_for(self._stop.wait(), self.options.prune_interval_s)
 
     async def _record_policy(self) -> None:
-        roles = self.machines.roles
-        record = PolicyRecord(
-            self.policy_hash,
-            int(time.time() * 1000),
-            self.replica,
-            request_initial=roles.initial,
-            outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
-            terminal_states=sorted(self.machines.request.terminal),
-            parameters=sorted(self.machines.parameters),
-            green_outcome=roles.green_outcome.name,
-            withdraw=roles.withdraw,
-            # An operator applies it without the machine: only a single destination can be
-            # (a withdraw with conditions choosing among several is recorded as none).
-            withdrawn=(
-                next(iter(roles.withdrawn_states)) if len(roles.withdrawn_states) == 1 else ""
-            ),
-            request_machine=self.machines.request.spec.source,
-        )
+        now_ms = int(time.time() * 1000)
+        record = policy_record(self.machines, self.policy_hash, self.replica, now_ms)
         try:
             await write_policy_record(self.js, self.topology, record)
         except Exception as exc:  # status shows an older hash until the next write
