@@ -60,6 +60,7 @@ from stovepipe_fsm.domain.entities import (
 from stovepipe_fsm.domain.errors import NonRetryable, NotFound, VersionMismatch
 from stovepipe_fsm.domain.hooks import started_event
 from stovepipe_fsm.domain.ids import compare_request_id
+from stovepipe_fsm.domain.settle import Attempt
 from stovepipe_fsm.pipeline import wiring
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.metrics import Metrics
@@ -72,6 +73,8 @@ from .straight import straight_handle
 Q = "monorepo/main"
 GREEN, HEAD = "G", "H"
 ACCEPTED = "accepted"
+#: What the reference controller decides when it is done with a delivery.
+ACKED = Attempt.acked()
 TERMINAL = frozenset({"superseded", "succeeded", "failed", "cancelled"})
 DECISIONS_LOG = logging.getLogger("stovepipe_fsm.decisions")
 
@@ -140,14 +143,14 @@ class ReferenceController:
     def __init__(self, ports: Ports) -> None:
         self.p = ports
 
-    async def handle(self, delivery: MemoryDelivery) -> str:
+    async def handle(self, delivery: MemoryDelivery) -> Attempt:
         started = time.perf_counter()
-        outcome = await self._decide(delivery)
+        decided = await self._decide(delivery)
         self.p.metrics.observe_latency((time.perf_counter() - started) * 1000.0)
-        self.p.metrics.count(f"deliveries_{outcome}", delivery.queue)
-        return outcome
+        self.p.metrics.count(f"deliveries_{decided.outcome}", delivery.queue)
+        return decided
 
-    async def _decide(self, delivery: MemoryDelivery) -> str:
+    async def _decide(self, delivery: MemoryDelivery) -> Attempt:
         p = self.p
         try:
             request = await p.requests.get(delivery.request_id)
@@ -157,13 +160,11 @@ class ReferenceController:
         if request.queue != delivery.queue:
             raise NonRetryable(f"request {request.id!r} arrived on the wrong queue")
         if request.state in TERMINAL:
-            await delivery.ack()
-            return "acked"
+            return ACKED
         if request.state == "processing":
             await self._announce(request)
             await p.publisher.publish_build(request.queue, request.id)
-            await delivery.ack()
-            return "acked"
+            return ACKED
         while True:
             if queue_read is None:
                 try:
@@ -189,8 +190,7 @@ class ReferenceController:
                     await self._release(superseded.with_version(request.version + 1))
                 p.metrics.count("supersedes", request.queue)
                 self._note(request, "superseded by %s", latest)
-                await delivery.ack()
-                return "acked"
+                return ACKED
             if not latest or compare_request_id(request.queue, request.id, latest) > 0:
                 return await self._hold(delivery, request, config)
             if self._gate_closed(queue, request, config, now):
@@ -224,8 +224,7 @@ class ReferenceController:
             await self._announce(request)
             await p.publisher.publish_build(request.queue, request.id)
             self._note(request, "admitted: %s build on %s", strategy, base or "no base")
-            await delivery.ack()
-            return "acked"
+            return ACKED
 
     @staticmethod
     def _others(queue: Queue, request: Request) -> int:
@@ -237,10 +236,11 @@ class ReferenceController:
         serial = queue.serial_holder
         return bool(serial) and serial != request.id and not queue.is_expired(serial, now)
 
-    async def _hold(self, delivery: MemoryDelivery, request: Request, config: QueueConfig) -> str:
-        await delivery.hold(config.param("gate_wait_delay_ms"))
+    async def _hold(
+        self, delivery: MemoryDelivery, request: Request, config: QueueConfig
+    ) -> Attempt:
         self.p.metrics.count("holds", request.queue)
-        return "held"
+        return Attempt.held(config.param("gate_wait_delay_ms"))
 
     @staticmethod
     def _note(request: Request, message: str, *args: object) -> None:
@@ -301,7 +301,7 @@ class ReferenceController:
 
 # --- workloads -----------------------------------------------------------------------
 
-Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
+Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, Attempt]]
 Maker = Callable[[Ports, Path], Handle]
 
 
@@ -343,9 +343,9 @@ def time_admits(ports: Ports, handle: Handle, n: int) -> float:
         run_sync(queues.update(fresh, row.version, row.version + 1))
         delivery = MemoryDelivery(Q, request_id)
         start = time.perf_counter_ns()
-        run_sync(handle(delivery))
+        decided = run_sync(handle(delivery))
         spent += time.perf_counter_ns() - start
-        assert delivery.outcome == "acked"
+        assert decided.outcome == "acked"
     ports.publisher.clear()
     return spent / 1e9
 
@@ -361,9 +361,9 @@ def time_supersedes(ports: Ports, handle: Handle, n: int) -> float:
         run_sync(requests.create(Request(id=request_id, queue=Q, uri=HEAD, state=ACCEPTED)))
         delivery = MemoryDelivery(Q, request_id)
         start = time.perf_counter_ns()
-        run_sync(handle(delivery))
+        decided = run_sync(handle(delivery))
         spent += time.perf_counter_ns() - start
-        assert delivery.outcome == "acked"
+        assert decided.outcome == "acked"
     return spent / 1e9
 
 

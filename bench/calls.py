@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from stovepipe_fsm.adapters.memory import MemoryDelivery
+from stovepipe_fsm.domain.settle import Attempt
 
 Timer = Callable[[Any, Any, int], float]
 Maker = Callable[[Any, Path], Any]
 
 
-async def _ack_only(delivery: MemoryDelivery) -> str:
-    await delivery.ack()
-    return "acked"
+async def _ack_only(delivery: MemoryDelivery) -> Attempt:
+    return Attempt.acked()
 
 
 def _counted(

@@ -20,12 +20,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from stovepipe_fsm.adapters.memory import MemoryDelivery
+from stovepipe_fsm.domain.settle import Attempt
 from stovepipe_fsm.process import gate
 from stovepipe_fsm.process.context import DeliveryContext
 from stovepipe_fsm.process.controller import ProcessController
 from stovepipe_fsm.spec.compiler import Step
 
-Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, str]]
+Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, Attempt]]
 Action = Callable[[DeliveryContext], Coroutine[Any, Any, None]]
 
 
@@ -142,12 +143,12 @@ def straight_handle(machine_handle: Handle) -> Handle:
             await gate.ack(ctx)
             return "acked"
 
-    async def handle(delivery: MemoryDelivery) -> str:
+    async def handle(delivery: MemoryDelivery) -> Attempt:
         ctx = DeliveryContext(services, delivery, delivery.request_id)
         started = time.perf_counter()
         await run(ctx)
         metrics.observe_latency((time.perf_counter() - started) * 1000.0)
         metrics.count(f"deliveries_{ctx.outcome}", delivery.queue)
-        return ctx.outcome
+        return Attempt.finished(ctx.outcome, ctx.hold_ms)
 
     return handle

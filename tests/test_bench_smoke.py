@@ -19,6 +19,7 @@ from bench import __main__ as machine_bench
 from bench import queues as queues_bench
 from bench import status_page as status_page_bench
 from bench import whatif as whatif_bench
+from stovepipe_fsm.domain.settle import Attempt
 
 
 def test_the_machine_layer_bench_compares_both_paths(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,9 +46,8 @@ def test_a_flow_written_out_of_step_with_the_yaml_stops_the_bench_saying_where(
 ) -> None:
     """bench/straight.py is the shipped flow by hand: edited YAML makes it diverge, and
     the bench says which file to bring in line instead of timing something else."""
-    async def acks_only(delivery: Any) -> str:
-        await delivery.ack()
-        return "acked"
+    async def acks_only(delivery: Any) -> Attempt:
+        return Attempt.acked()
 
     monkeypatch.setattr(machine_bench, "straight_machine_handle", lambda _p, _d: acks_only)
     argv = ["-n", "20", "--rounds", "1", "--straight"]

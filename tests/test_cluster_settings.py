@@ -27,6 +27,7 @@ from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.apps.service.connect import NatsOptions, connect, seed_urls
 from stovepipe_fsm.apps.service.durations import parse_duration
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
+from stovepipe_fsm.domain.settle import Attempt
 from stovepipe_fsm.process.catalog import load_process_machines
 
 # -- topology: replicas and retention are checked, never silently ignored -------------
@@ -203,10 +204,9 @@ async def test_a_long_step_keeps_its_message_past_the_ack_wait(js_env: JsEnv) ->
     sent: list[float] = []
 
     class Slow:
-        async def handle(self, delivery: Any) -> str:
+        async def handle(self, delivery: Any) -> Attempt:
             await asyncio.sleep(2.6)
-            await delivery.ack()
-            return "acked"
+            return Attempt.acked()
 
     class Counting(JetStreamDelivery):
         async def in_progress(self) -> None:
@@ -219,40 +219,33 @@ async def test_a_long_step_keeps_its_message_past_the_ack_wait(js_env: JsEnv) ->
     step = asyncio.ensure_future(KeptAlive(Slow(), 1.0).handle(delivery))
     with pytest.raises(Exception):  # noqa: B017  (a fetch timeout: nothing redelivered)
         await second.fetch(1, timeout=2.4)
-    assert await step == "acked"
+    assert await step == Attempt.acked()
+    await msg.ack()  # as the consumer performs the decision, once the step returned
     assert len(sent) >= 3
     await asyncio.sleep(1.2)  # past another ack wait: the acked message stays settled
     info = await js_env.js.consumer_info(stream, "process-q")
     assert info.num_ack_pending == 0 and info.num_redelivered == 0
 
 
-async def test_the_heartbeat_stops_once_the_delivery_is_settled() -> None:
+async def test_the_heartbeat_stops_once_the_flow_has_decided() -> None:
     calls: list[str] = []
 
     class Recording:
         queue, request_id = "q", "request/q/1"
 
-        async def ack(self) -> None:
-            calls.append("ack")
-
-        async def hold(self, delay_ms: int) -> None:
-            calls.append("hold")
-
         async def in_progress(self) -> None:
             calls.append("progress")
 
-    class HoldsThenLingers:
-        async def handle(self, delivery: Any) -> str:
+    class Holds:
+        async def handle(self, delivery: Any) -> Attempt:
             await asyncio.sleep(0.12)
-            await delivery.hold(100)
-            await asyncio.sleep(0.2)  # after the hold: no signal may follow it
-            await delivery.in_progress()  # not forwarded either
-            return "held"
+            return Attempt.held(100)
 
-    assert await KeptAlive(HoldsThenLingers(), 0.2).handle(Recording()) == "held"
-    assert calls[-1] == "hold" and calls.count("progress") >= 2
-    await asyncio.sleep(0.2)
-    assert calls[-1] == "hold"
+    assert await KeptAlive(Holds(), 0.2).handle(Recording()) == Attempt.held(100)  # type: ignore[arg-type]
+    sent = calls.count("progress")
+    assert sent >= 2
+    await asyncio.sleep(0.2)  # the hold is now the consumer's to perform: no signal follows
+    assert calls.count("progress") == sent
 
 
 
@@ -266,12 +259,6 @@ class _TimedDelivery:
         self.calls: list[str] = []
         self.in_flight = 0
         self.most_in_flight = 0
-
-    async def ack(self) -> None:
-        self.calls.append("ack")
-
-    async def hold(self, delay_ms: int) -> None:
-        self.calls.append("hold")
 
     async def in_progress(self) -> None:
         self.in_flight += 1
@@ -287,27 +274,28 @@ class _AcksAfter:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    async def handle(self, delivery: Any) -> str:
+    async def handle(self, delivery: Any) -> Attempt:
         await asyncio.sleep(self.seconds)
-        await delivery.ack()
-        return "acked"
+        return Attempt.acked()
 
 
-async def test_a_delivery_settled_within_the_first_period_sends_no_signal() -> None:
+async def test_a_delivery_decided_within_the_first_period_sends_no_signal() -> None:
     delivery = _TimedDelivery()
-    assert await KeptAlive(_AcksAfter(0.0), 0.2).handle(delivery) == "acked"
+    assert await KeptAlive(_AcksAfter(0.0), 0.2).handle(delivery) == Attempt.acked()
     await asyncio.sleep(0.15)  # past the first period (0.05 s)
-    assert delivery.calls == ["ack"]
+    assert delivery.calls == []
 
 
 async def test_a_slow_signal_is_never_overlapped_by_the_next() -> None:
     """The next period starts once a signal is sent: a broker slower than the period
     never has two signals of one delivery in flight."""
     delivery = _TimedDelivery(signal_s=0.12)
-    assert await KeptAlive(_AcksAfter(0.6), 0.2).handle(delivery) == "acked"
+    assert await KeptAlive(_AcksAfter(0.6), 0.2).handle(delivery) == Attempt.acked()
     assert delivery.most_in_flight == 1
-    assert delivery.calls.count("progress") >= 2
-    assert delivery.calls[-1] == "ack"
+    sent = delivery.calls.count("progress")
+    assert sent >= 2
+    await asyncio.sleep(0.3)  # decided: no signal follows
+    assert delivery.calls.count("progress") == sent
 
 
 async def test_a_cancelled_handler_stops_its_heartbeat() -> None:

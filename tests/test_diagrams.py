@@ -192,7 +192,7 @@ def test_legend_explains_every_condition_and_action_from_the_registry(
         assert registry.conditions[name].doc in rows[name]
     for name in used_actions:
         assert registry.actions[name].doc in rows[name]
-    assert "action, settles the delivery" in rows["hold"]
+    assert "action, finishes the delivery" in rows["hold"]
     assert "requires `slot_held`, `strategy_derived`" in rows["mark_processing"]
     assert "provides when false `slot_held`" in rows["slot_conflict"]
     # legend rows are sorted (conditions, then actions) so a YAML reorder leaves them alone

@@ -32,6 +32,16 @@ def test_a_hold_keeps_the_failures_and_never_counts() -> None:
     assert decide(Attempt.finished("held"), failures=4, max_attempts=5).kind is SettleKind.HOLD
 
 
+def test_a_hold_waits_as_long_as_the_flow_asked() -> None:
+    assert Attempt.held(2500) == Attempt.finished("held", 2500)
+    assert decide(Attempt.held(2500), failures=1) == Settlement(SettleKind.HOLD, 1, 2.5)
+    assert decide(Attempt.acked()) == Settlement(SettleKind.ACK, 0, 0.0)
+    with pytest.raises(ValueError, match="only a hold has a delay"):
+        Attempt(outcome="acked", hold_ms=5)
+    with pytest.raises(ValueError, match="only a hold has a delay"):
+        Attempt.held(-1)
+
+
 def test_a_crash_settles_nothing_and_counts_nothing() -> None:
     attempt = Attempt.raised(RuntimeError("after_claim_slot"), crashed=True)
     assert decide(attempt, failures=4, max_attempts=5) == Settlement(SettleKind.NONE, 4)
@@ -126,3 +136,22 @@ def test_bad_counts_and_budgets_are_refused() -> None:
         settle(attempt, failures=0, max_attempts=0)
     with pytest.raises(ValueError, match="must not be negative"):
         Backoff(base_s=-1.0)
+
+
+def test_without_a_budget_a_retryable_failure_is_retried_forever() -> None:
+    attempt = Attempt.raised(Retryable("down"))
+    assert settle(attempt, failures=10_000, max_attempts=None, backoff=FAST) == Settlement(
+        SettleKind.RETRY, 10_001, 3.0, "Retryable: down"
+    )
+    # what no redelivery can fix is still given up on at once
+    final = Attempt.raised(NonRetryable("gone"))
+    assert settle(final, failures=3, max_attempts=None).kind is SettleKind.DEAD_LETTER
+
+
+def test_the_caller_may_say_what_no_redelivery_can_fix() -> None:
+    # a stage whose refusals are not all NonRetryable classifies them itself
+    refused = Attempt.raised(ValueError("outcome 'x' is not one of ..."), final=True)
+    assert refused.non_retryable and refused.error.startswith("ValueError: ")
+    transient = Attempt.raised(NonRetryable("looks final"), final=False)
+    assert not transient.non_retryable
+    assert not Attempt.raised(ValueError("x"), crashed=True, final=True).non_retryable

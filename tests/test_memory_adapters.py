@@ -44,6 +44,7 @@ from stovepipe_fsm.domain import (
     started_event,
 )
 from stovepipe_fsm.domain.entities import evolve
+from stovepipe_fsm.domain.settle import SettleKind, Settlement
 
 T = TypeVar("T")
 QUEUE = "monorepo/main"
@@ -415,19 +416,27 @@ def test_system_clock_is_integer_wall_clock_milliseconds() -> None:
 # -- delivery ------------------------------------------------------------------------
 
 
+def ack() -> Settlement:
+    return Settlement(SettleKind.ACK, 0)
+
+
+def hold(delay_ms: int) -> Settlement:
+    return Settlement(SettleKind.HOLD, 0, delay_ms / 1000)
+
+
 async def test_delivery_ack() -> None:
     delivery = MemoryDelivery(QUEUE, rid(1))
     assert (delivery.queue, delivery.request_id, delivery.outcome) == (QUEUE, rid(1), None)
     await delivery.in_progress()
     await delivery.in_progress()
-    await delivery.ack()
+    delivery.perform(ack())
     assert (delivery.outcome, delivery.delay_ms, delivery.finished) == (ACKED, None, True)
     assert delivery.in_progress_calls == 2
 
 
 async def test_delivery_hold_records_delay() -> None:
     delivery = MemoryDelivery(QUEUE, rid(1))
-    await delivery.hold(5_000)
+    delivery.perform(hold(5_000))
     assert (delivery.outcome, delivery.delay_ms) == (HELD, 5_000)
     assert "held" in repr(delivery)
 
@@ -436,13 +445,13 @@ async def test_delivery_hold_records_delay() -> None:
 @pytest.mark.parametrize("second", ["ack", "hold", "in_progress"])
 async def test_delivery_cannot_be_finished_twice(first: str, second: str) -> None:
     delivery = MemoryDelivery(QUEUE, rid(1))
-    await (delivery.ack() if first == "ack" else delivery.hold(100))
+    delivery.perform(ack() if first == "ack" else hold(100))
     outcome = delivery.outcome
     with pytest.raises(DeliveryAlreadyFinished, match=rid(1)):
         if second == "ack":
-            await delivery.ack()
+            delivery.perform(ack())
         elif second == "hold":
-            await delivery.hold(7)
+            delivery.perform(hold(7))
         else:
             await delivery.in_progress()
     assert delivery.outcome == outcome
@@ -452,5 +461,12 @@ async def test_delivery_cannot_be_finished_twice(first: str, second: str) -> Non
 async def test_delivery_rejects_a_negative_hold() -> None:
     delivery = MemoryDelivery(QUEUE, rid(1))
     with pytest.raises(ValueError, match=">= 0"):
-        await delivery.hold(-1)
+        delivery.perform(hold(-1))
+    assert delivery.finished is False
+
+
+async def test_delivery_performs_only_what_a_finished_flow_leads_to() -> None:
+    delivery = MemoryDelivery(QUEUE, rid(1))
+    with pytest.raises(ValueError, match="an ack or a hold"):
+        delivery.perform(Settlement(SettleKind.RETRY, 1, 1.0, "down"))
     assert delivery.finished is False

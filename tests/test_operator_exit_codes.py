@@ -85,23 +85,11 @@ async def _record_shipped_policy(server: NatsServer, tag_: str) -> None:
     from nats_server import connect
 
     from stovepipe_fsm.adapters.jetstream import Topology
-    from stovepipe_fsm.adapters.jetstream.policy_record import PolicyRecord, write_policy_record
+    from stovepipe_fsm.adapters.jetstream.policy_record import write_policy_record
+    from stovepipe_fsm.apps.service.policy import policy_record
     from stovepipe_fsm.process.catalog import load_process_machines
 
-    machines = load_process_machines("machines")
-    roles = machines.roles
-    record = PolicyRecord(
-        "shipped",
-        0,
-        "test",
-        request_initial=roles.initial,
-        outcomes={name: sorted(o.states) for name, o in roles.outcomes.items()},
-        terminal_states=sorted(machines.request.terminal),
-        parameters=sorted(machines.parameters),
-        green_outcome=roles.green_outcome.name,
-        withdraw=roles.withdraw,
-        withdrawn=next(iter(roles.withdrawn_states)),
-    )
+    record = policy_record(load_process_machines("machines"), "shipped", "test", 0)
     nc = await connect(server)
     try:
         await write_policy_record(nc.jetstream(), Topology.isolated(tag_), record)

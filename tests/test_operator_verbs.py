@@ -9,25 +9,24 @@ from pathlib import Path
 import pytest
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.domain.entities import Request
+from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
 from stovepipe_fsm.domain.trail import OPERATOR
-from stovepipe_fsm.pipeline.verbs import VerbPolicy, cancel, retry
-from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.pipeline.verbs import cancel, retry
+from stovepipe_fsm.ports.stores import RequestStore
+from stovepipe_fsm.process.catalog import REGISTRIES, compile_request_machine, load_process_machines
+from stovepipe_fsm.process.lifecycle import QueueChange, RequestLifecycle
+from stovepipe_fsm.process.roles import RequestRoles
 from stovepipe_fsm.simulation.runtime import run_sync
 from stovepipe_fsm.simulation.world import World
+from stovepipe_fsm.spec.compiler import CompiledLifecycle
+from stovepipe_fsm.spec.loader import parse_machine
+from stovepipe_fsm.spec.yaml_source import parse_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "monorepo/main"
 A1, A2, A3 = (f"request/{Q}/{n}" for n in (1, 2, 3))
-POLICY = VerbPolicy(
-    hash="test",
-    initial="accepted",
-    terminal=frozenset({"superseded", "succeeded", "failed", "cancelled"}),
-    withdraw="withdraw",
-    withdrawn="cancelled",
-    retryable=frozenset({"failed", "cancelled"}),
-)
+MACHINES = load_process_machines(ROOT / "machines")
 
 
 def world(max_concurrent: int = 1) -> World:
@@ -35,15 +34,42 @@ def world(max_concurrent: int = 1) -> World:
         {"defaults": {"max_concurrent": max_concurrent, "gate_wait_delay_ms": 1000}}
     )
     history = {"A1": [], "A2": ["A1"], "A3": ["A2"]}
-    return World(load_process_machines(ROOT / "machines"), config, history)
+    return World(MACHINES, config, history)
 
 
-def do_cancel(w: World, request_id: str, policy: VerbPolicy = POLICY):  # type: ignore[no-untyped-def]
-    return run_sync(cancel(policy, w.requests, w.queues, w.trail, w.clock, request_id, by="op"))
+def lifecycle(
+    w: World,
+    machine: CompiledLifecycle = MACHINES.request,
+    requests: RequestStore | None = None,
+    cls: type[RequestLifecycle] = RequestLifecycle,
+) -> RequestLifecycle:
+    """A lifecycle on ``w``'s stores over ``machine``, as an operator command builds one
+    over the machine the service recorded."""
+    roles = RequestRoles.from_spec(machine.spec)
+    store = requests if requests is not None else w.requests
+    return cls(machine, roles, store, w.queues, clock=w.clock)
+
+
+def do_cancel(w: World, request_id: str, machine: CompiledLifecycle = MACHINES.request):  # type: ignore[no-untyped-def]
+    verb = cancel(lifecycle(w, machine), w.trail, w.clock, request_id, by="op", policy_hash="test")
+    return run_sync(verb)
 
 
 def do_retry(w: World, request_id: str):  # type: ignore[no-untyped-def]
-    return run_sync(retry(POLICY, w.ingester, w.uri_index, request_id, by="op"))
+    return run_sync(retry(lifecycle(w), w.ingester, w.uri_index, request_id, by="op"))
+
+
+def request_machine(edits: tuple[tuple[str, str], ...], *conditions: str) -> CompiledLifecycle:
+    """The shipped request machine with ``edits`` made to its YAML, compiled against the
+    built-in registry plus each of ``conditions`` registered as always false."""
+    text = MACHINES.request.spec.source
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    registry = REGISTRIES["request"].copy()
+    for name in conditions:
+        registry.condition(name)(lambda request: False)
+    return CompiledLifecycle(parse_machine(parse_yaml(text, "request.yaml")), registry)
 
 
 def state(w: World, request_id: str) -> str:
@@ -106,9 +132,66 @@ def test_cancel_of_a_build_that_ended_cancelled_is_a_repeat_and_records_nothing(
 def test_cancel_needs_a_withdraw_role_in_the_policy_in_force() -> None:
     w = world()
     w.ingest(Q, "A1")
-    with pytest.raises(IllegalOperation, match="declares no withdraw transition"):
-        do_cancel(w, A1, replace(POLICY, withdraw="", withdrawn=""))
+    without = request_machine(((WITHDRAW_ROLE, ""),))
+    with pytest.raises(IllegalOperation, match=r"\(test\) declares no withdraw transition"):
+        do_cancel(w, A1, without)
     assert state(w, A1) == "accepted"
+
+
+def test_cancel_is_the_machines_withdraw_a_withdraw_it_refuses_writes_nothing() -> None:
+    # The policy guards its withdrawal with a condition that does not hold: the machine
+    # refuses the trigger, so the waiting head stays as it is, slot claim and all.
+    guarded = WITHDRAW_TRANSITION + "    conditions: [withdrawal_approved]\n"
+    machine = request_machine(((WITHDRAW_TRANSITION, guarded),), "withdrawal_approved")
+    w = world()
+    w.ingest(Q, "A1")
+    assert w.stall("after_claim_slot") is not None
+    before = run_sync(w.requests.get(A1))
+    with pytest.raises(IllegalOperation, match="cannot be withdrawn: the policy in force"):
+        do_cancel(w, A1, machine)
+    assert run_sync(w.requests.get(A1)) == before and holders(w) == (A1,)
+    assert operator_records(w, A1) == []
+
+
+def test_the_slot_of_a_cancelled_head_is_freed_by_the_lifecycle() -> None:
+    class Recording(RequestLifecycle):
+        """The lifecycle, noting the triggers it applies and the ends it settles; it
+        settles nothing, so a slot freed anyway was freed by someone else."""
+
+        applied: list[str] = []
+        settled: list[str] = []
+
+        async def apply(self, request: Request, trigger: str, **kwargs: object) -> Request:
+            self.applied.append(trigger)
+            return await super().apply(request, trigger, **kwargs)  # type: ignore[arg-type]
+
+        async def settle_queue(
+            self, request: Request, queue_change: QueueChange | None = None
+        ) -> Queue:
+            self.settled.append(f"{request.id} {request.state}")
+            return await self.queues.get(request.queue)
+
+    w = world()
+    w.ingest(Q, "A1")
+    assert w.stall("after_claim_slot") is not None
+    mine = lifecycle(w, cls=Recording)
+    assert run_sync(cancel(mine, w.trail, w.clock, A1)).cancelled
+    assert Recording.applied == ["withdraw"] and Recording.settled == [f"{A1} cancelled"]
+    assert holders(w) == (A1,)  # the verb itself gives nothing back
+
+
+def test_the_recorded_request_machine_compiles_to_the_one_in_force() -> None:
+    recorded = compile_request_machine(MACHINES.request.spec.source)
+    shipped = MACHINES.request
+    assert recorded.spec.source == shipped.spec.source != ""
+
+    def table(machine: CompiledLifecycle) -> list[tuple[str, str, str]]:
+        spec = machine.spec
+        return [(t.trigger, s, t.dest.name) for t in spec.transitions for s in t.source_names]
+
+    assert table(recorded) == table(shipped) and recorded.terminal == shipped.terminal
+    assert RequestRoles.from_spec(recorded.spec) == MACHINES.roles
+    assert MACHINES.roles.retryable_states == frozenset({"failed", "cancelled"})
 
 
 def test_cancel_that_wins_the_race_with_an_admission_frees_the_claim() -> None:
@@ -152,7 +235,7 @@ def test_cancel_that_loses_the_race_with_an_admission_refuses_and_writes_nothing
 
     store = AdmitFirst()
     with pytest.raises(IllegalOperation, match="is running"):
-        run_sync(cancel(POLICY, store, w.queues, w.trail, w.clock, A1))
+        run_sync(cancel(lifecycle(w, requests=store), w.trail, w.clock, A1))
     assert store.raced and state(w, A1) == "processing"
     assert operator_records(w, A1) == []
 
@@ -291,12 +374,12 @@ def test_two_retries_at_once_make_one_request() -> None:
 
         async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
             if self.other is None:
-                self.other = await retry(POLICY, w.ingester, w.uri_index, A1)
+                self.other = await retry(lifecycle(w), w.ingester, w.uri_index, A1)
             return await w.uri_index.repoint(queue, uri, expected, request_id)
 
     index = RacingIndex()
     racing = replace_index(w, index)
-    mine = run_sync(retry(POLICY, racing, index, A1))
+    mine = run_sync(retry(lifecycle(w), racing, index, A1))
     assert index.other is not None and index.other.created
     # The loser minted A2 first, then lost the compare-and-set to the other's A3.
     assert not mine.created and mine.request_id == index.other.request_id == A3
@@ -320,3 +403,29 @@ def replace_index(w: World, index: object):  # type: ignore[no-untyped-def]
         clock=ingest.clock,
         trail=ingest.trail,
     )
+
+
+def test_verbs_refuse_a_policy_record_without_the_request_machine() -> None:
+    from stovepipe_fsm.adapters.jetstream.policy_record import PolicyRecord
+    from stovepipe_fsm.apps.service.verbs import recorded_lifecycle
+
+    older = PolicyRecord("cafe", 0, "r", request_initial="accepted", withdraw="withdraw")
+    clock = World(MACHINES, StaticConfigStore({})).clock
+    with pytest.raises(IllegalOperation, match="no service has recorded the policy in force"):
+        recorded_lifecycle(None, None, clock)  # type: ignore[arg-type]
+    with pytest.raises(IllegalOperation, match=r"\(cafe\) .* record the request machine in"):
+        recorded_lifecycle(older, None, clock)  # type: ignore[arg-type]
+    broken = replace(older, request_machine="name: request\n")
+    with pytest.raises(IllegalOperation, match=r"policy in force \(cafe\) does not load here"):
+        recorded_lifecycle(broken, None, clock)  # type: ignore[arg-type]
+
+
+def test_the_service_records_the_machine_it_runs_and_status_shows_the_rest() -> None:
+    from stovepipe_fsm.apps.service.policy import policy_record
+
+    record = policy_record(MACHINES, "cafe", "replica", 7)
+    assert record.request_machine == MACHINES.request.spec.source
+    facts = (record.hash, record.request_initial, record.withdrawn)
+    assert facts == ("cafe", "accepted", "cancelled")
+    shown = record.shown()
+    assert "request_machine" not in shown and shown["hash"] == "cafe"

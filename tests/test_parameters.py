@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from memory_stages import memory_stages
+from memory_stages import memory_stages, settled
 
 from stovepipe_fsm.adapters.memory import MemoryDelivery
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
@@ -54,7 +54,7 @@ async def seeded(config: StaticConfigStore, holders: tuple[str, ...]):  # type: 
 async def test_a_queue_config_that_sets_nothing_gets_the_declared_defaults() -> None:
     stages, latest = await seeded(StaticConfigStore(), (f"request/{Q}/1",))
     delivery = MemoryDelivery(Q, latest)
-    assert await stages.controller.handle(delivery) == "held"
+    assert (await settled(stages.controller, delivery)).outcome == "held"
     assert delivery.delay_ms == 5000  # gate_wait_delay_ms's declared default
 
 
@@ -65,10 +65,10 @@ async def test_config_values_reach_the_gate() -> None:
     )
     held, latest = await seeded(config, (f"request/{Q}/1", f"request/{Q}/2"))
     delivery = MemoryDelivery(Q, latest)
-    assert await held.controller.handle(delivery) == "held"
+    assert (await settled(held.controller, delivery)).outcome == "held"
     assert delivery.delay_ms == 70
     admitted, latest = await seeded(config, (f"request/{Q}/1",))
-    assert await admitted.controller.handle(MemoryDelivery(Q, latest)) == "acked"
+    assert (await admitted.controller.handle(MemoryDelivery(Q, latest))).outcome == "acked"
 
 
 def test_a_value_the_declaration_refuses_is_a_located_error() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from memory_stages import memory_stages
+from memory_stages import memory_stages, settled
 
 from stovepipe_fsm.adapters.memory import (
     ACKED,
@@ -115,9 +115,7 @@ class Stage:
             await self.requests.create(request)
 
     async def deliver(self, request_id: str, queue: str = Q) -> MemoryDelivery:
-        delivery = MemoryDelivery(queue, request_id)
-        await self.controller.handle(delivery)
-        return delivery
+        return await settled(self.controller, MemoryDelivery(queue, request_id))
 
     async def request(self, n: int) -> Request:
         return await self.requests.get(rid(n))

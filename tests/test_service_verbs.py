@@ -19,6 +19,7 @@ from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
 from stovepipe_fsm.apps.service.operators import explain_document, status_document
 
 Q = "monorepo/main"
+WITHDRAW_ROLE = "  withdraw: withdraw"
 CONFIG = {"defaults": {"max_concurrent": 1, "gate_wait_delay_ms": 100, "max_attempts": 2}}
 
 
@@ -111,7 +112,10 @@ async def test_cancel_without_a_withdraw_role_in_the_policy_is_refused(js_env) -
             outcomes=record.outcomes,
             terminal_states=record.terminal_states,
             green_outcome="succeeded",
+            # The same machine without the optional role.
+            request_machine=record.request_machine.replace(WITHDRAW_ROLE, ""),
         )
+        assert WITHDRAW_ROLE in record.request_machine
         await write_policy_record(js_env.js, js_env.topology, older)
         done = await run_cli("cancel", b, *where)
         assert done.returncode == 2

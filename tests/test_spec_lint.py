@@ -478,7 +478,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         "flow-finish",
         text,
         line_of(text, "after: [load_request, ack]"),
-        "action 'ack' settles the delivery but the flow goes on to non-terminal state 'loaded'",
+        "action 'ack' finishes the delivery but the flow goes on to non-terminal state 'loaded'",
         column=column_of(text, line_of(text, "[load_request, ack]"), "ack]"),
     )
 

@@ -62,7 +62,7 @@ async def test_the_newest_two_are_counted_over_heads_not_yet_terminal(
     states: dict[int, str], outcome: str
 ) -> None:
     stages = await queue_with({"max_concurrent": 2}, states)
-    handled = await stages.controller.handle(MemoryDelivery(Q, rid(1)))
+    handled = (await stages.controller.handle(MemoryDelivery(Q, rid(1)))).outcome
     request = await stages.services.requests.get(rid(1))
     if outcome == "acked":
         assert (handled, request.state) == ("acked", "superseded")
@@ -73,14 +73,14 @@ async def test_the_newest_two_are_counted_over_heads_not_yet_terminal(
 async def test_with_one_slot_any_newer_head_supersedes_without_reading_it() -> None:
     # Head 2 is stamped latest but has no row: with one slot it is never looked up.
     stages = await queue_with({"max_concurrent": 1}, {1: "accepted"}, latest=2)
-    assert await stages.controller.handle(MemoryDelivery(Q, rid(1))) == "acked"
+    assert (await stages.controller.handle(MemoryDelivery(Q, rid(1)))).outcome == "acked"
     assert (await stages.services.requests.get(rid(1))).state == "superseded"
 
 
 async def test_a_claim_under_max_validation_ms_writes_the_lease_with_the_slot() -> None:
     stages = await queue_with({"max_validation_ms": 60_000}, {1: "accepted"})
     stages.services.clock.advance(1_000)  # type: ignore[attr-defined]
-    assert await stages.controller.handle(MemoryDelivery(Q, rid(1))) == "acked"
+    assert (await stages.controller.handle(MemoryDelivery(Q, rid(1)))).outcome == "acked"
     row = await stages.services.queues.get(Q)
     assert row.slot_holders == (rid(1),)
     assert row.leases == ((rid(1), 61_000),)
@@ -94,13 +94,15 @@ async def test_an_expired_holder_is_reclaimed_once_and_announced_with_a_stable_i
     await stages.services.queues.update(
         replace(await stages.services.queues.get(Q), latest_request_id=rid(1)), 1, 2
     )
-    assert await stages.controller.handle(MemoryDelivery(Q, rid(1))) == "acked"  # admitted
+    admitted = await stages.controller.handle(MemoryDelivery(Q, rid(1)))
+    assert admitted.outcome == "acked"
     await stages.services.queues.update(
         replace(await stages.services.queues.get(Q), latest_request_id=rid(2)), 3, 4
     )
-    assert await stages.controller.handle(MemoryDelivery(Q, rid(2))) == "held"  # slot taken
+    slot_taken = await stages.controller.handle(MemoryDelivery(Q, rid(2)))
+    assert slot_taken.outcome == "held"
     services.clock.advance(5_000)  # type: ignore[attr-defined]
-    assert await stages.controller.handle(MemoryDelivery(Q, rid(2))) == "acked"
+    assert (await stages.controller.handle(MemoryDelivery(Q, rid(2)))).outcome == "acked"
     row = await services.queues.get(Q)
     assert row.slot_holders == (rid(2),)
     assert (await services.requests.get(rid(1))).state == "processing"  # not failed
@@ -160,7 +162,7 @@ async def test_n_above_one_without_a_repository_warns_once(
     stages = await queue_with({"max_concurrent": 2}, {1: "accepted", 2: "accepted"})
     with caplog.at_level(logging.WARNING):
         for n in (1, 2):
-            assert await stages.controller.handle(MemoryDelivery(Q, rid(n))) == "acked"
+            assert (await stages.controller.handle(MemoryDelivery(Q, rid(n)))).outcome == "acked"
     messages = [r.getMessage() for r in caplog.records]
     warned = [m for m in messages if "every admit is a full build" in m]
     assert warned == [
@@ -176,7 +178,7 @@ async def test_a_rewrite_that_ended_without_its_release_does_not_wedge_the_queue
     services = stages.services
     row = await services.queues.get(Q)
     await services.queues.update(row.with_holder(rid(1), serial=True), row.version, 2)
-    assert await stages.controller.handle(MemoryDelivery(Q, rid(2))) == "acked"
+    assert (await stages.controller.handle(MemoryDelivery(Q, rid(2)))).outcome == "acked"
     row = await services.queues.get(Q)
     assert (row.slot_holders, row.serial_holder) == ((rid(2),), "")
     assert (await services.requests.get(rid(2))).state == "processing"

@@ -144,7 +144,7 @@ async def test_a_slot_the_gate_takes_back_is_noted_on_the_request_that_held_it()
         Queue("q", latest_request_id=b.id, slot_holders=(a.id,))
     )
     delivery = MemoryDelivery("q", b.id, stream_seq=7)
-    assert await stages.controller.handle(delivery) == "acked"
+    assert (await stages.controller.handle(delivery)).outcome == "acked"
     (reclaimed,) = [r for r in await trail.history(a.id) if r.kind == RECLAIMED]
     assert (reclaimed.details, reclaimed.stream_seq) == (
         {"by": b.id, "why": "ended, slot not yet freed"},

@@ -1,16 +1,19 @@
 """The operator verbs about one request: ``cancel`` a waiting head, ``retry`` an ended one.
 
-Neither loads a policy: what they need of the request machine comes as a
-:class:`VerbPolicy`, which the commands build from the policy record the running service
-wrote (an operator command never reads ``machines/``). Every write is a compare-and-set:
+Neither loads a policy: both run on a :class:`~..process.lifecycle.RequestLifecycle` over
+the request machine the running service recorded (an operator command never reads
+``machines/``), and neither writes a request's state or a queue row's slot holders
+itself:
 
-- ``cancel`` moves a head still in the initial state to the state the policy's optional
-  ``withdraw`` role leads to, by CAS on the request row's version. The process stage
+- ``cancel`` fires the policy's optional ``withdraw`` role on a head still in the initial
+  state, through :meth:`RequestLifecycle.apply`: the machine decides whether it may (a
+  withdraw its conditions refuse is refused), the write is a compare-and-set on the
+  request row's version, and the lifecycle frees a slot the head holds. The process stage
   admits by the same CAS, so a cancel racing an admission has exactly one winner: a
   cancel that loses re-reads the row and finds the head running (refused: a running
   build is never preempted); an admission that loses gives its slot claim back and its
-  redelivery acks the ended head. A slot the head claimed before losing is freed here
-  as well (the release is idempotent).
+  redelivery acks the ended head. A slot the head claimed before losing is freed with
+  the withdrawal (the release is idempotent).
 - ``retry`` ingests a new request for an ended head's commit (:meth:`Ingest.again`),
   linked by ``retry_of``; the dedup entry is re-pointed by CAS, so running it twice (or
   twice at once) makes one new request, and the second run answers with it.
@@ -22,37 +25,20 @@ verb, so a repeated verb is one record.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from ..domain.entities import Queue, Request
+from ..domain.entities import Request
 from ..domain.errors import IllegalOperation, NotFound, VersionMismatch
 from ..domain.ids import compare_request_id
 from ..domain.trail import OPERATOR, TrailRecord, detail
 from ..ports.clock import Clock
-from ..ports.stores import QueueStore, RequestStore, UriIndex
+from ..ports.stores import RequestStore, UriIndex
 from ..ports.trail import DecisionTrail
-from ..process.lifecycle import update_queue
+from ..process.lifecycle import IllegalTransition, RequestLifecycle
 from .ingest import Ingest
 
 #: How often ``cancel`` re-reads a row that changed under it before giving up.
 CAS_ATTEMPTS = 8
-
-
-@dataclass(frozen=True)
-class VerbPolicy:
-    """What the verbs need of the request machine, from the policy in force.
-
-    ``withdraw`` is the trigger of the optional role (``""``: the policy declares none)
-    and ``withdrawn`` the state it leads to; ``retryable`` the ended states a head may
-    be retried from (every build outcome but the green one, and ``withdrawn``).
-    """
-
-    hash: str
-    initial: str
-    terminal: frozenset[str]
-    withdraw: str = ""
-    withdrawn: str = ""
-    retryable: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -79,53 +65,60 @@ def _time_text(at_ms: int) -> str:
 
 
 async def cancel(
-    policy: VerbPolicy,
-    requests: RequestStore,
-    queues: QueueStore,
+    lifecycle: RequestLifecycle,
     trail: DecisionTrail | None,
     clock: Clock,
     request_id: str,
     *,
     by: str = "",
+    policy_hash: str = "",
 ) -> CancelResult:
     """End the waiting head ``request_id`` through the policy's withdraw transition.
 
-    ``IllegalOperation`` when the policy has no withdraw role, the head is running, or it
-    ended otherwise than the withdrawal ends it; ``NotFound`` for no such request.
+    ``policy_hash`` names the policy the lifecycle's machine is (for the refusals).
+    ``IllegalOperation`` when the policy has no withdraw role, the head is running, it
+    ended otherwise than the withdrawal ends it, or the machine refuses the withdrawal;
+    ``NotFound`` for no such request.
     """
-    if not policy.withdraw or not policy.withdrawn:
+    roles = lifecycle.roles
+    if not roles.withdraw:
         raise IllegalOperation(
-            f"the policy in force ({policy.hash or 'unhashed'}) declares no withdraw "
+            f"the policy in force ({policy_hash or 'unhashed'}) declares no withdraw "
             "transition (role 'withdraw' in request.yaml), so no waiting head can be "
             "cancelled; declare one (docs/machines.md, Roles and outcomes)"
         )
     for _ in range(CAS_ATTEMPTS):
-        request = await _load(requests, request_id)
-        if request.state == policy.withdrawn:
+        request = await _load(lifecycle.requests, request_id)
+        if request.state in roles.withdrawn_states:
             if not request.build_strategy:  # never admitted: a cancel ended it
                 # The same record as the first cancel wrote (one record, even if that
                 # one's write was lost to a crash right after the row's).
-                await _note(trail, request, "cancel", by, _withdrawn(policy), clock)
+                what = _withdrawn(roles.initial, request.state)
+                await _note(trail, request, "cancel", by, what, clock)
             return CancelResult(request, cancelled=False)
-        if request.state in policy.terminal:
+        if lifecycle.is_terminal(request):
             raise IllegalOperation(
                 f"request {request_id} already ended as {request.state}; there is nothing "
                 "to cancel"
             )
-        if request.state != policy.initial:
+        if request.state != roles.initial:
             raise IllegalOperation(
                 f"request {request_id} is running ({request.state}, admitted "
                 f"{_time_text(request.admitted_at_ms)}); a running build is never preempted"
             )
-        ended = replace(request, state=policy.withdrawn, ended_at_ms=clock.now_ms())
         try:
-            await requests.update(ended, request.version, request.version + 1)
+            # The lifecycle also gives back a claim the gate made before its admission
+            # lost to this write.
+            ended = await lifecycle.apply(request, roles.withdraw)
+        except IllegalTransition as refused:
+            raise IllegalOperation(
+                f"request {request_id} cannot be withdrawn: the policy in force "
+                f"({policy_hash or 'unhashed'}) refuses it ({refused})"
+            ) from None
         except VersionMismatch:
             continue  # admitted, superseded or cancelled meanwhile: decide on what it is now
-        ended = ended.with_version(request.version + 1)
-        # A claim the gate made before its admission lost to this write is given back.
-        await _give_back_claim(queues, ended)
-        await _note(trail, ended, "cancel", by, _withdrawn(policy), clock)
+        what = _withdrawn(request.state, ended.state)
+        await _note(trail, ended, "cancel", by, what, clock)
         return CancelResult(ended, cancelled=True)
     raise VersionMismatch(f"request {request_id!r} kept changing while cancelling it")
 
@@ -137,19 +130,12 @@ async def _load(requests: RequestStore, request_id: str) -> Request:
         raise NotFound(f"no request {request_id!r}") from None
 
 
-async def _give_back_claim(queues: QueueStore, ended: Request) -> None:
-    def change(queue: Queue) -> Queue:
-        return queue.without_holder(ended.id)
-
-    await update_queue(queues, ended.queue, change)
-
-
-def _withdrawn(policy: VerbPolicy) -> str:
-    return f"withdrawn while waiting ({policy.initial} -> {policy.withdrawn})"
+def _withdrawn(source: str, dest: str) -> str:
+    return f"withdrawn while waiting ({source} -> {dest})"
 
 
 async def retry(
-    policy: VerbPolicy,
+    lifecycle: RequestLifecycle,
     ingest: Ingest,
     uri_index: UriIndex,
     request_id: str,
@@ -165,11 +151,12 @@ async def retry(
     would move trunk validation backwards); ``NotFound`` for no such request.
     """
     requests, queues = ingest.requests, ingest.queues
+    retryable = lifecycle.roles.retryable_states
     old = await _load(requests, request_id)
-    if old.state not in policy.terminal:
+    if not lifecycle.is_terminal(old):
         raise IllegalOperation(
             f"request {request_id} is {old.state}, it has not ended; only a head that "
-            f"ended ({', '.join(sorted(policy.retryable)) or 'failed or cancelled'}) is "
+            f"ended ({', '.join(sorted(retryable)) or 'failed or cancelled'}) is "
             "retried"
         )
     current = await uri_index.get(old.queue, old.uri)
@@ -192,17 +179,17 @@ async def retry(
             newer = ""  # pruned: it ended long ago
         then = (
             "it will be validated instead"
-            if newer and newer not in policy.terminal
+            if newer and not lifecycle.machine.is_terminal(newer)
             else f"it ended {newer or 'and was pruned'}: retry that one instead"
         )
         raise IllegalOperation(
             f"a newer head {latest} was ingested since {request_id}; {then} (retrying an "
             "older commit would move trunk validation backwards)"
         )
-    if old.state not in policy.retryable:
+    if old.state not in retryable:
         raise IllegalOperation(
             f"request {request_id} ended {old.state}; only a head that ended "
-            f"{' or '.join(sorted(policy.retryable)) or 'failed or cancelled'} is retried"
+            f"{' or '.join(sorted(retryable)) or 'failed or cancelled'} is retried"
         )
     return await _retried(ingest, old, by, verb)
 

@@ -1,9 +1,11 @@
 """Delivery port: one process message in hand.
 
-The controller finishes a delivery exactly one way: ``ack`` (done), or ``hold(ms)``
-(postpone the same message; it redelivers after ``ms`` and the wait never counts toward
-the failure budget). Failure is signalled by raising ``Retryable`` or ``NonRetryable``;
-the runtime, not the controller, owns retry accounting and dead-lettering.
+The controller reads the message and may ask for more time; it never settles it. Its
+flow ends by deciding to ack (done) or hold (postpone the same message by a delay that
+never counts toward the failure budget), or it raises ``Retryable`` or ``NonRetryable``.
+What becomes of the message is the settle policy's call
+(:func:`~stovepipe_fsm.domain.settle.settle`) and the runtime performs it: retries,
+dead letters, acks and holds alike.
 """
 
 from __future__ import annotations
@@ -25,10 +27,6 @@ class Delivery(Protocol):
         """The message's sequence in its stream (0 where there is none): the trail's
         reference to the delivery a decision was made on."""
         ...
-
-    async def ack(self) -> None: ...
-
-    async def hold(self, delay_ms: int) -> None: ...
 
     async def in_progress(self) -> None:
         """Extend the ack deadline during a long step (no-op where there is none)."""

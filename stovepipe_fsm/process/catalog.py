@@ -15,13 +15,16 @@ from types import MappingProxyType
 from typing import Any
 
 from ..spec.compiler import CompiledFlow, CompiledLifecycle
-from ..spec.errors import SpecIssue
-from ..spec.loader import LoadedPolicy
+from ..spec.errors import SpecError, SpecIssue
+from ..spec.lint import lint_machine
+from ..spec.loader import LoadedPolicy, parse_machine
 from ..spec.loader import check_policy as check_spec_policy
 from ..spec.loader import load_policy as load_spec_policy
 from ..spec.model import MachineSpec, ParameterSpec
 from ..spec.parameters import declared_parameters, defaults_of
+from ..spec.plugins import policy_registries
 from ..spec.registry import Registry
+from ..spec.yaml_source import parse_yaml
 from .gate import GATE
 from .plugins import PluginRegistry
 from .roles import REQUEST_ROLES, RequestRoles
@@ -88,3 +91,20 @@ def load_process_machines(
     """
     policy = load_policy(directory, lint=lint)
     return ProcessMachines.from_specs(policy.specs, policy.registries)
+
+
+def compile_request_machine(source: str, file: str = "request.yaml") -> CompiledLifecycle:
+    """The request machine whose YAML text is ``source``: parsed, linted and compiled as
+    :func:`load_process_machines` does, with the plugins it lists.
+
+    For a process that runs the machine another process recorded (the operator verbs
+    take the one the service records). ``SpecError`` when the text does not load.
+    """
+    spec = parse_machine(parse_yaml(source, file))
+    registries, issues = policy_registries(
+        REGISTRIES, spec.plugins, PluginRegistry, policy_dir=None
+    )
+    issues += lint_machine(spec, registries)
+    if issues:
+        raise SpecError(issues)
+    return CompiledLifecycle(spec, registries["request"])

@@ -36,7 +36,9 @@ class DeliveryContext:
     rewrite: bool = False
     admit_step: Step | None = None
     admit_lost: bool = False
+    #: What the flow's finishing action decided: ``acked``, or ``held`` for ``hold_ms``.
     outcome: str = ""
+    hold_ms: int = 0
     #: The flow transition being run (set by the flow driver): why a hold holds.
     via: Step | None = None
 

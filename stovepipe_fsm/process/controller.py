@@ -3,8 +3,11 @@
 Theory of operation
 -------------------
 ``handle(delivery)`` builds a :class:`DeliveryContext` and lets the compiled
-``queue_gate`` flow run it to a terminal state; what the delivery's finishing action did
-(``acked`` or ``held``) is the answer. The flow's YAML fixes the order of the steps; the
+``queue_gate`` flow run it to a terminal state; what the delivery's finishing action
+decided (acked, or held for a delay) is the answer, an
+:class:`~..domain.settle.Attempt`. The controller never settles the delivery: the runtime
+feeds the attempt to the settle policy (:func:`~..domain.settle.settle`) and performs
+the settlement. The flow's YAML fixes the order of the steps; the
 registered callables in :mod:`.gate` do the small amount of I/O each step needs through
 the :class:`StageServices` the controller was built with. Nothing here branches around
 the machine.
@@ -22,8 +25,8 @@ converge on the same durable outcome.
 simulated world records from it why a delivery was held (the conditions of the
 transition into the held state), for the timelines that expect a hold reason.
 
-Every delivery notes its decision in the decision trail right before it settles (the
-``ack`` and ``hold`` actions, :func:`.trail.note_decision`).
+Every delivery notes its decision in the decision trail as its flow finishes (the
+``ack`` and ``hold`` actions, :func:`.trail.note_decision`), before the runtime settles it.
 
 ``begin``/``resume`` run the same flow in two halves, stopping after a named action: a
 delivery held half-done while other deliveries of its queue run is what a stale ack
@@ -35,6 +38,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..domain.settle import Attempt
 from ..ports.delivery import Delivery
 from ..spec.compiler import FlowCursor, Probe, Step
 from .catalog import ProcessMachines
@@ -56,10 +60,17 @@ class PausedDelivery:
 
 @dataclass(frozen=True)
 class Decision:
-    """How a delivery ended: what settled it (acked|held) and the transition that did."""
+    """How a delivery's flow ended: what it decided (acked|held, for ``hold_ms``) and the
+    transition that decided it."""
 
     outcome: str
     via: Step | None
+    hold_ms: int = 0
+
+    @property
+    def attempt(self) -> Attempt:
+        """The decision as the settle policy takes it."""
+        return Attempt.finished(self.outcome, self.hold_ms)
 
 
 class ProcessController:
@@ -69,9 +80,9 @@ class ProcessController:
         self.machines = machines
         self.services = services
 
-    async def handle(self, delivery: Delivery, *, probe: Probe | None = None) -> str:
-        """Run one delivery to the end of its flow; return what settled it (acked|held)."""
-        return (await self.decide(delivery, probe=probe)).outcome
+    async def handle(self, delivery: Delivery, *, probe: Probe | None = None) -> Attempt:
+        """Run one delivery to the end of its flow; return what it decided, to settle."""
+        return (await self.decide(delivery, probe=probe)).attempt
 
     async def decide(self, delivery: Delivery, *, probe: Probe | None = None) -> Decision:
         """:meth:`handle`, answering the flow transition that settled the delivery too."""
@@ -79,7 +90,7 @@ class ProcessController:
         started = time.perf_counter()
         via = await self.machines.queue_gate.settle(ctx, probe=probe)
         self._observe(ctx, started)
-        return Decision(ctx.outcome, via)
+        return Decision(ctx.outcome, via, ctx.hold_ms)
 
     def _observe(self, ctx: DeliveryContext, started: float) -> None:
         metrics = self.services.metrics
@@ -108,4 +119,4 @@ class ProcessController:
         if not cursor.finished:
             return PausedDelivery(ctx, cursor)
         self.services.metrics.count(f"deliveries_{ctx.outcome}", ctx.delivery.queue)
-        return Decision(ctx.outcome, cursor.via)
+        return Decision(ctx.outcome, cursor.via, ctx.hold_ms)

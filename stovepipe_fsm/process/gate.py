@@ -22,6 +22,7 @@ from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 from ..domain.hooks import lease_expired_event, started_event
 from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.path_globs import first_match
+from ..domain.settle import ACKED, HELD
 from ..ports.source_control import SourceControl
 from ..spec.registry import Registry
 from .context import DeliveryContext
@@ -273,14 +274,7 @@ async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
         event = lease_expired_event(queue.name, holder, expires, now)
         await ctx.services.publisher.publish_hook(event)
     log.warning("queue %s: leases of %s expired; slots reclaimed", queue.name, list(expired))
-
-    def reclaim(row: Queue) -> Queue:
-        for holder in expired:
-            if row.is_expired(holder, now):
-                row = row.without_holder(holder)
-        return row
-
-    ctx.queue = await ctx.services.lifecycle.update_queue(queue.name, reclaim)
+    ctx.queue = await ctx.services.lifecycle.reclaim_expired(queue.name, expired, now)
     ctx.services.metrics.count("leases_expired", queue.name, len(expired))
     await note_reclaimed(ctx, list(expired), why="lease expired")
 
@@ -462,16 +456,16 @@ async def publish_build(ctx: DeliveryContext) -> None:
 
 @GATE.action(finishes=True)
 async def ack(ctx: DeliveryContext) -> None:
-    """Settle the delivery as done (noting what it decided in the trail first)."""
+    """Finish with the delivery done (noting what it decided in the trail); the runtime
+    settles it."""
     await note_decision(ctx, held=False)
-    await ctx.delivery.ack()
-    ctx.outcome = "acked"
+    ctx.outcome = ACKED
 
 
 @GATE.action(finishes=True, parameters=[GATE_WAIT_DELAY_MS])
 async def hold(ctx: DeliveryContext) -> None:
-    """Postpone the same message by gate_wait_delay_ms; not a failure (noted, with the
-    reason, in the trail first)."""
+    """Finish asking that the same message wait gate_wait_delay_ms; not a failure (noted,
+    with the reason, in the trail). The runtime postpones it."""
     await note_decision(ctx, held=True)
-    await ctx.delivery.hold(ctx.config.param(GATE_WAIT_DELAY_MS))
-    ctx.outcome = "held"
+    ctx.outcome = HELD
+    ctx.hold_ms = ctx.config.param(GATE_WAIT_DELAY_MS)

@@ -22,7 +22,7 @@ here, so the rules hold in one place:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..domain.entities import Queue, Request, evolve
@@ -261,6 +261,20 @@ class RequestLifecycle:
         claim was made for an admission that did not happen.
         """
         return await self.update_queue(request.queue, lambda q: q.without_holder(request.id))
+
+    async def reclaim_expired(self, name: str, holders: Sequence[str], now_ms: int) -> Queue:
+        """Drop each of ``holders`` whose lease has run out at ``now_ms`` from the queue
+        row ``name``, in one CAS; a holder renewed or released meanwhile is left as the
+        row has it. The requests themselves are not touched (their own ends find nothing
+        left to free)."""
+
+        def reclaim(row: Queue) -> Queue:
+            for holder in holders:
+                if row.is_expired(holder, now_ms):
+                    row = row.without_holder(holder)
+            return row
+
+        return await self.update_queue(name, reclaim)
 
     async def update_queue(self, name: str, change: QueueChange) -> Queue:
         """Read-modify-CAS the queue row, retrying lost races a bounded number of times."""

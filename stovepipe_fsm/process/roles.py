@@ -97,6 +97,13 @@ class RequestRoles:
         )
 
     @property
+    def retryable_states(self) -> frozenset[str]:
+        """The ended states ``retry`` takes a head from: those of every build outcome but
+        the green one, and those a withdrawal leads to."""
+        ended = (o.states for o in self.outcomes.values() if not o.green)
+        return frozenset().union(*ended, self.withdrawn_states)
+
+    @property
     def green_outcome(self) -> Outcome:
         return next(o for o in self.outcomes.values() if o.green)
 

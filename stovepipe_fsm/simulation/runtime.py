@@ -164,12 +164,11 @@ class DeliveryHost(Protocol):
 
 
 class SimDelivery:
-    """A delivery of one :class:`Message`; ack removes it, hold postpones it in place."""
+    """A delivery of one :class:`Message` (the world settles the message)."""
 
     def __init__(self, world: DeliveryHost, message: Message) -> None:
         self.world = world
         self.message = message
-        self.outcome = ""
 
     @property
     def queue(self) -> str:
@@ -182,17 +181,6 @@ class SimDelivery:
     @property
     def stream_seq(self) -> int:
         return self.message.seq
-
-    async def ack(self) -> None:
-        self.world.broker.remove(self.message)
-        self.outcome = "acked"
-
-    async def hold(self, delay_ms: int) -> None:
-        self.outcome = "held"
-        if self.world.broker.find(self.message.seq) is None:
-            return  # settled by another delivery of it: a late nak changes nothing
-        self.message.due_ms = self.world.clock.now_ms() + delay_ms
-        self.world.holds += 1
 
     async def in_progress(self) -> None:
         return None

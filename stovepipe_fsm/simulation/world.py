@@ -133,7 +133,6 @@ class InHand:
         """The same delivery in ``twin``: its message, its controller, its stores."""
         message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
         delivery = SimDelivery(twin, message)
-        delivery.outcome = self.delivery.outcome
         ctx = dataclasses.replace(
             self.paused.ctx, services=twin._stages.services, delivery=delivery
         )
@@ -280,9 +279,9 @@ class World:
         delivery already settled changes nothing on the topic, and is not recorded.
         """
         reason = hold_reason(decision.via) if decision.outcome == "held" else ""
+        report = self._settle(message, decision.attempt, before, detail)
         if self.holds > holds:
             self.hold_log.append(Hold(message.request_id, message.queue, reason))
-        report = self._settle(message, Attempt.finished(decision.outcome), before, detail)
         return evolve(report, hold_reason=reason) if reason else report
 
     def _failed(self, message: Message, exc: Exception, before: str) -> DeliveryReport:
@@ -299,9 +298,9 @@ class World:
     ) -> DeliveryReport:
         """Perform what the settle policy decides for ``message`` after ``attempt``.
 
-        An ack or a hold was already performed by the delivery itself. A message another
-        delivery already settled is not touched: nothing is left on the topic to count,
-        retry, dead-letter or redeliver.
+        A message another delivery already settled is not touched: nothing is left on the
+        topic to ack, hold, count, retry, dead-letter or redeliver (a late ack or NAK
+        changes nothing on the server either).
         """
         pending = self.broker.find(message.seq)
         decision = settle(
@@ -312,7 +311,12 @@ class World:
         )
         if pending is not None:
             pending.failures = decision.failures
-            if decision.kind is SettleKind.RETRY:
+            if decision.kind is SettleKind.ACK:
+                self.broker.remove(pending)
+            elif decision.kind is SettleKind.HOLD:
+                pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
+                self.holds += 1
+            elif decision.kind is SettleKind.RETRY:
                 pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
             elif decision.kind is SettleKind.NONE:
                 pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once
@@ -408,17 +412,8 @@ class World:
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
         world's stores (``IllegalOperation`` when it refuses, as the command does)."""
-        return run_sync(
-            verbs.cancel(
-                verb_policy(self.machines),
-                self.requests,
-                self.queues,
-                self.trail,
-                self.clock,
-                request_id,
-                by="timeline",
-            )
-        )
+        verb = verbs.cancel(self.lifecycle, self.trail, self.clock, request_id, by="timeline")
+        return run_sync(verb)
 
     def dead_letter(self, request_id: str) -> Request | None:
         return run_sync(self._bound().reconciler.reconcile(request_id))
@@ -429,16 +424,3 @@ class World:
     def request_for(self, queue: str, uri: str) -> str | None:
         return run_sync(self.uri_index.get(queue, uri))
 
-
-def verb_policy(machines: ProcessMachines) -> verbs.VerbPolicy:
-    """The operator verbs' view of ``machines``, as the service records it for them: the
-    withdraw role's destination only when it has a single one."""
-    roles = machines.roles
-    withdrawn = roles.withdrawn_states
-    return verbs.VerbPolicy(
-        hash="",
-        initial=roles.initial,
-        terminal=frozenset(machines.request.terminal),
-        withdraw=roles.withdraw,
-        withdrawn=next(iter(withdrawn)) if len(withdrawn) == 1 else "",
-    )

@@ -393,7 +393,7 @@ def _action_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
     info = registry.actions.get(name)
     if info is None:
         return "action", "(not registered)", ""
-    kind = "action, settles the delivery" if info.finishes else "action"
+    kind = "action, finishes the delivery" if info.finishes else "action"
     facts = _facts(("requires", info.requires), ("provides", info.provides))
     return _from_plugin(kind, info.origin), markdown_cell(info.doc), facts
 

@@ -353,7 +353,7 @@ def _flow_shape(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]
             issues.append(
                 SpecIssue(
                     ref.location,
-                    f"action {ref.name!r} settles the delivery but the flow goes on to "
+                    f"action {ref.name!r} finishes the delivery but the flow goes on to "
                     f"non-terminal state {t.dest.name!r}",
                     "flow-finish",
                 )

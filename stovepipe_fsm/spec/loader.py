@@ -87,6 +87,7 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
         ),
         plugins=_names(doc, data.get("plugins"), ("plugins",)),
         plugins_location=doc.locate(("plugins",), key=True) if "plugins" in data else None,
+        source=doc.text,
     )
 
 

@@ -151,6 +151,9 @@ class MachineSpec:
     # located at its list item so a plugin that fails is reported where it is named.
     plugins: tuple[NameRef, ...] = ()
     plugins_location: Location | None = None
+    #: The YAML text the spec was read from ("" for one built in code): what the service
+    #: records so that operator commands run the very machine it runs.
+    source: str = field(default="", compare=False, repr=False)
 
     @cached_property
     def state_map(self) -> dict[str, StateSpec]:

@@ -133,7 +133,8 @@ class Registry:
         """Register an action (sync or async) over the machine's context.
 
         ``requires``: facts that must hold on every path before it runs (lint checks).
-        ``finishes``: it settles the delivery (ack/hold); only the last step of a flow.
+        ``finishes``: it decides how the delivery ends (ack/hold), which the runtime then
+        settles; only the last step of a flow.
         ``parameters``: the machine parameters it reads (lint checks they are declared).
         """
 

@@ -52,6 +52,8 @@ class SourceDocument:
     data: Any
     value_locations: dict[JsonPath, Location] = field(repr=False)
     key_locations: dict[JsonPath, Location] = field(repr=False)
+    #: The text the document was parsed from.
+    text: str = field(default="", repr=False, compare=False)
 
     def locate(self, path: JsonPath, *, key: bool = False) -> Location:
         """Location of the value (or, with ``key``, the key) at ``path``.
@@ -246,7 +248,7 @@ def parse_yaml(text: str, file: str, *, max_values: int = MAX_VALUES) -> SourceD
     if builder.issues:
         # An alias builds its node once per use: report each defect once.
         raise SpecError(dict.fromkeys(builder.issues))
-    return SourceDocument(file, data, builder.values, builder.keys)
+    return SourceDocument(file, data, builder.values, builder.keys, text)
 
 
 def _context(exc: yaml.MarkedYAMLError) -> str:

@@ -14,30 +14,31 @@ from dataclasses import replace
 
 from stovepipe_fsm.domain.entities import NO_STRATEGY, Queue
 from stovepipe_fsm.domain.errors import IllegalOperation
-from stovepipe_fsm.pipeline.verbs import CancelResult, VerbPolicy
+from stovepipe_fsm.pipeline.verbs import CancelResult
 from stovepipe_fsm.ports.clock import Clock
-from stovepipe_fsm.ports.stores import QueueStore, RequestStore
 from stovepipe_fsm.ports.trail import DecisionTrail
-from stovepipe_fsm.process.lifecycle import update_queue
+from stovepipe_fsm.process.lifecycle import RequestLifecycle, update_queue
 
 
 async def blind_cancel(
-    policy: VerbPolicy,
-    requests: RequestStore,
-    queues: QueueStore,
+    lifecycle: RequestLifecycle,
     trail: DecisionTrail | None,
     clock: Clock,
     request_id: str,
     *,
     by: str = "",
+    policy_hash: str = "",
 ) -> CancelResult:
     """``cancel`` without its compare-and-set: the waiting row is written back, withdrawn,
-    whatever the admission wrote since (the stored version is only read to overwrite it)."""
+    whatever the admission wrote since (the stored version is only read to overwrite it),
+    by hand instead of through the lifecycle."""
+    requests, queues = lifecycle.requests, lifecycle.queues
     current = await requests.get(request_id)
-    if current.state in policy.terminal:
+    if lifecycle.is_terminal(current):
         raise IllegalOperation(f"request {request_id} already ended as {current.state}")
+    (withdrawn,) = lifecycle.roles.withdrawn_states
     waiting = replace(current, build_strategy=NO_STRATEGY, base_uri="", admitted_at_ms=0)
-    ended = replace(waiting, state=policy.withdrawn, ended_at_ms=clock.now_ms())
+    ended = replace(waiting, state=withdrawn, ended_at_ms=clock.now_ms())
     await requests.update(ended, current.version, current.version + 1)
 
     def give_back(queue: Queue) -> Queue:

@@ -20,10 +20,12 @@ consumer or stream leader, a publish that nothing answered) calls :meth:`_PullLo
 and the runner issues a fresh one. The service's queue runners fetch through one
 :class:`~.shared_inbox.SharedInbox` (one subscription for all of them); a runner without
 one uses a pull subscription of its own. The runner hands each message to the
-controller, and asks the settle policy (:func:`stovepipe_fsm.domain.settle.settle`) what
-becomes of it. It only performs the answer:
+controller, which only decides (it never settles a message), and asks the settle policy
+(:func:`stovepipe_fsm.domain.settle.settle`) what becomes of it. It performs the answer,
+and is the only one that settles a process message:
 
-- ack or hold: the controller already did it; an ack forgets the message's failures;
+- ack: the message is acked and its failures forgotten;
+- hold: the message is NAKed with the flow's hold delay, its failure count kept as it is;
 - retry: the failure count is stored in the attempts bucket (holds are never counted)
   and the message is NAKed with the policy's backoff;
 - dead letter (``NonRetryable``, an undecodable or invalid payload, or failures reaching
@@ -102,7 +104,7 @@ Observer = Callable[[str, str, str, str], None]
 
 
 class Handler(Protocol):
-    async def handle(self, delivery: Any) -> str: ...
+    async def handle(self, delivery: Any) -> Attempt: ...
 
 
 class ConfigSource(Protocol):
@@ -391,15 +393,14 @@ class ProcessConsumer(_PullLoop):
             return
         delivery = JetStreamDelivery(msg, self.queue, work.request_id, ack_wait_s=self.ack_wait_s)
         try:
-            outcome = await self.handler.handle(delivery)
+            attempt = await self.handler.handle(delivery)
         except asyncio.CancelledError as exc:
             # Shutdown ran out of patience mid-step: the policy's "none" (nothing settled
             # it) is performed as a hand-back, every step being safe to repeat, instead of
             # leaving the message to the ack deadline.
-            if not delivery.outcome:
-                attempt = Attempt.raised(exc, crashed=True)
-                decision = self._decide(attempt, 0, max_attempts)
-                await self._perform(msg, seq, work.request_id, decision)
+            crashed = Attempt.raised(exc, crashed=True)
+            decision = self._decide(crashed, 0, max_attempts)
+            await self._perform(msg, seq, work.request_id, decision)
             raise
         except Exception as exc:
             attempt = Attempt.raised(exc)
@@ -410,7 +411,7 @@ class ProcessConsumer(_PullLoop):
             return
         # A finished flow's settlement does not depend on the failure count (an ack
         # forgets it, a hold leaves it as it is), so the ledger is not read for one.
-        decision = self._decide(Attempt.finished(outcome), 0, max_attempts)
+        decision = self._decide(attempt, 0, max_attempts)
         await self._perform(msg, seq, work.request_id, decision)
 
     async def _settle_failed(self, msg: Msg, exc: Exception) -> None:
@@ -480,11 +481,18 @@ class ProcessConsumer(_PullLoop):
                 extra=extra,
             )
             return
-        if kind is SettleKind.ACK and msg.metadata.num_delivered > 1:
-            # Failures are only recorded on a delivery that is then NAKed, so a first
-            # delivery has none to forget; skipping it saves a round trip per decision.
-            await self.ledger.forget(seq)
-        outcome = "acked" if kind is SettleKind.ACK else "held"
+        if kind is SettleKind.HOLD:
+            with translated(f"hold {request_id}"):
+                await msg.nak(delay=decision.delay_s)
+            outcome = "held"
+        else:
+            with translated(f"ack {request_id}"):
+                await msg.ack()
+            outcome = "acked"
+            if msg.metadata.num_delivered > 1:
+                # Failures are only recorded on a delivery that is then NAKed, so a first
+                # delivery has none to forget; skipping it saves a round trip per decision.
+                await self.ledger.forget(seq)
         self.observer(outcome, self.queue, request_id, "")
         # The decision itself, with its reason, is logged where it is made (process.trail).
         log.debug(outcome, extra=extra)

@@ -11,7 +11,7 @@ from .errors import translated
 
 
 class JetStreamDelivery:
-    """The Delivery port over one JetStream message; remembers how it was settled.
+    """The Delivery port over one JetStream message (the consumer settles the message).
 
     ``in_progress`` only reaches the broker once half of ``ack_wait_s`` has passed since
     the message arrived (or since it last reached it): before that the deadline is still
@@ -35,7 +35,6 @@ class JetStreamDelivery:
         self._clock = clock
         self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
         self._extend_after = clock() + self._half_wait
-        self.outcome = ""
         self.extensions = 0
 
     @property
@@ -49,16 +48,6 @@ class JetStreamDelivery:
     @property
     def stream_seq(self) -> int:
         return int(self._msg.metadata.sequence.stream)
-
-    async def ack(self) -> None:
-        with translated(f"ack {self._request_id}"):
-            await self._msg.ack()
-        self.outcome = "acked"
-
-    async def hold(self, delay_ms: int) -> None:
-        with translated(f"hold {self._request_id}"):
-            await self._msg.nak(delay=max(delay_ms, 0) / 1000.0)
-        self.outcome = "held"
 
     async def in_progress(self) -> None:
         now = self._clock()

@@ -2,7 +2,9 @@
 
 One durable pull consumer (``record-outcomes``) on the outcome stream, shared by every
 replica. Each message is decoded (:func:`.outcomes.decode_outcome`), recorded with the
-policy in force (``record(request_id, outcome)``) and settled:
+policy in force (``record(request_id, outcome)``) and settled as the settle policy
+(:func:`stovepipe_fsm.domain.settle.settle`, with no ``max_attempts``) decides; this
+consumer only says which refusals are final (:func:`refused_for_good`) and performs:
 
 - recorded (or found already recorded: a redelivery, a re-publish): ack;
 - refused for good - an undecodable or forged message, an unknown request, an outcome
@@ -30,7 +32,14 @@ from ...domain.errors import (
     StovepipeError,
     VersionMismatch,
 )
-from ...domain.settle import DEFAULT_RETRY_BASE_S, DEFAULT_RETRY_CAP_S, Backoff
+from ...domain.settle import (
+    DEFAULT_RETRY_BASE_S,
+    DEFAULT_RETRY_CAP_S,
+    Attempt,
+    Backoff,
+    SettleKind,
+    settle,
+)
 from .consumer import DEFAULT_ACK_WAIT_S, DEFAULT_FETCH_TIMEOUT_S, Observer, _ignore, _PullLoop
 from .dead_letter import DeadLetter, publish_dead_letter
 from .errors import translated
@@ -103,31 +112,41 @@ class OutcomeConsumer(_PullLoop):
             self.observer("outcome_refused", "", "", str(exc)[:_QUOTE_CHARS])
             log.error("outcome on a subject of no queue removed: %s", str(exc)[:_QUOTE_CHARS])
             return
+        # Failures are not counted apart: each earlier delivery of an outcome failed.
+        failures = max(msg.metadata.num_delivered or 1, 1) - 1
         try:
             message = decode_outcome(msg.data, queue)
         except NonRetryable as exc:
-            await self._refuse(msg, seq, queue, "", f"undecodable outcome: {exc}")
+            rejected = Attempt.rejected(f"undecodable outcome: {exc}")
+            decision = settle(rejected, failures=failures, max_attempts=None)
+            await self._refuse(msg, seq, queue, "", decision.reason)
             return
         extra = {"queue": queue, "request_id": message.request_id}
         try:
             await self.record(message.request_id, message.outcome)
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            if refused_for_good(exc):
-                await self._refuse(
-                    msg, seq, queue, message.request_id, f"outcome {message.outcome}: {reason}"
-                )
-                return
-            delay = self.backoff.delay_s(msg.metadata.num_delivered or 1)
+            attempt = Attempt.raised(exc, final=refused_for_good(exc))
+        else:
+            attempt = Attempt.acked()
+        decision = settle(attempt, failures=failures, max_attempts=None, backoff=self.backoff)
+        if decision.kind is SettleKind.DEAD_LETTER:
+            reason = f"outcome {message.outcome}: {decision.reason}"
+            await self._refuse(msg, seq, queue, message.request_id, reason)
+        elif decision.kind is SettleKind.RETRY:
             with translated(f"nak outcome {seq}"):
-                await msg.nak(delay=delay)
-            self.observer("outcome_retry", queue, message.request_id, reason)
-            log.warning("outcome not recorded, retry in %.1fs: %s", delay, reason, extra=extra)
-            return
-        with translated(f"ack outcome {seq}"):
-            await msg.ack()
-        self.observer("recorded", queue, message.request_id, message.outcome)
-        log.info("outcome %s recorded", message.outcome, extra=extra)
+                await msg.nak(delay=decision.delay_s)
+            self.observer("outcome_retry", queue, message.request_id, decision.reason)
+            log.warning(
+                "outcome not recorded, retry in %.1fs: %s",
+                decision.delay_s,
+                decision.reason,
+                extra=extra,
+            )
+        else:
+            with translated(f"ack outcome {seq}"):
+                await msg.ack()
+            self.observer("recorded", queue, message.request_id, message.outcome)
+            log.info("outcome %s recorded", message.outcome, extra=extra)
 
     async def _refuse(self, msg: Msg, seq: int, queue: str, request_id: str, reason: str) -> None:
         """Dead-letter, then terminate: the outcome is applied to nothing.

@@ -3,11 +3,11 @@
 ``serve`` writes the record on start (before it consumes anything) and on every reload.
 ``status`` shows it; ``ingest`` takes the request machine's initial state from it,
 ``complete`` checks an outcome's name against it, ``prune`` takes the terminal states
-from it and ``cancel``/``retry``/``dlq replay`` the withdraw transition and the
-outcomes, so none of them loads a policy file: an operator command never depends on the
-machines in its working directory. One key: with several replicas it names the policy of
-the replica that (re)loaded last, which is what an operator rolling out an edit wants to
-see converge.
+from it and ``cancel``/``retry``/``dlq replay`` run the request machine itself (its YAML,
+recorded with the policy hash), so none of them loads a policy file: an operator command
+never depends on the machines in its working directory. One key: with several replicas
+it names the policy of the replica that (re)loaded last, which is what an operator
+rolling out an edit wants to see converge.
 """
 
 from __future__ import annotations
@@ -50,6 +50,15 @@ class PolicyRecord:
     #: empty when the policy declares none.
     withdraw: str = ""
     withdrawn: str = ""
+    #: The request machine's YAML text, as the service loaded it (the operator verbs
+    #: compile and run it); empty in a record written before it was recorded.
+    request_machine: str = ""
+
+    def shown(self) -> dict[str, object]:
+        """The record as ``status`` shows it: every fact but the machine's text."""
+        shown = asdict(self)
+        del shown["request_machine"]
+        return shown
 
 
 async def write_policy_record(
@@ -86,6 +95,7 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
             green_outcome=str(data.get("green_outcome", "")),
             withdraw=str(data.get("withdraw", "")),
             withdrawn=str(data.get("withdrawn", "")),
+            request_machine=str(data.get("request_machine", "")),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None

@@ -1,13 +1,16 @@
-"""In-memory delivery: one process message whose outcome a test can read back.
+"""In-memory delivery: one process message, and how it was settled, for a test to read.
 
-The port says a controller finishes a delivery exactly one way. Finishing twice is a
-controller bug (it would ack a message it also postponed), so it raises instead of being
-recorded, and the test fails where the bug is.
+The controller only decides; the runtime settles the message, exactly once, by
+performing the settle policy's answer. :meth:`MemoryDelivery.perform` is that performer
+for an ack or a hold. Settling twice is a runtime bug (it would ack a message it also
+postponed), so it raises instead of being recorded, and the test fails where the bug is.
 """
 
 from __future__ import annotations
 
 from typing import Final, Literal
+
+from ...domain.settle import SettleKind, Settlement
 
 Outcome = Literal["acked", "held"]
 ACKED: Final = "acked"
@@ -15,7 +18,7 @@ HELD: Final = "held"
 
 
 class DeliveryAlreadyFinished(RuntimeError):
-    """``ack`` or ``hold`` was called on a delivery that was already finished."""
+    """A delivery already settled was settled again (or asked for more time)."""
 
 
 class MemoryDelivery:
@@ -55,14 +58,22 @@ class MemoryDelivery:
     def finished(self) -> bool:
         return self._outcome is not None
 
-    async def ack(self) -> None:
-        self._finish(ACKED)
+    def perform(self, settlement: Settlement) -> None:
+        """Settle the message as ``settlement`` says: an ack, or a hold for its delay.
 
-    async def hold(self, delay_ms: int) -> None:
-        if delay_ms < 0:
-            raise ValueError(f"hold delay must be >= 0 ms, got {delay_ms}")
-        self._finish(HELD)
-        self._delay_ms = delay_ms
+        Only a flow that finished is settled here; what a raising flow leads to (a retry,
+        a dead letter) is the runtime's, and a test reads the exception instead.
+        """
+        if settlement.kind is SettleKind.ACK:
+            self._finish(ACKED)
+        elif settlement.kind is SettleKind.HOLD:
+            delay_ms = round(settlement.delay_s * 1000)
+            if delay_ms < 0:
+                raise ValueError(f"hold delay must be >= 0 ms, got {delay_ms}")
+            self._finish(HELD)
+            self._delay_ms = delay_ms
+        else:
+            raise ValueError(f"an in-memory delivery performs an ack or a hold, not {settlement}")
 
     async def in_progress(self) -> None:
         if self.finished:

@@ -21,6 +21,7 @@ from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
+from ...domain.settle import Attempt
 from ...pipeline.dlq import DeadLetterReconciler
 from ...pipeline.ingest import Ingest
 from ...pipeline.record import Record
@@ -61,8 +62,8 @@ class Pipeline:
         assert self.ports is not None, "a pipeline opened by open_pipeline"
         self.stages = build_stages(machines, self.ports, metrics=self.metrics)
 
-    async def handle(self, delivery: Any) -> str:
-        """A delivery, run by the controller in force when it starts."""
+    async def handle(self, delivery: Any) -> Attempt:
+        """A delivery, run by the controller in force when it starts: what it decided."""
         return await self.stages.controller.handle(delivery)
 
     async def record_outcome(self, request_id: str, outcome: str) -> object:

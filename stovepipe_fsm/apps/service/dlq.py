@@ -137,7 +137,7 @@ async def _replay_one(ctx: VerbContext, stored: StoredLetter, by: str) -> dict[s
         raise IllegalOperation(
             f"dead letter {stored.seq}: request {letter.request_id} no longer exists (pruned)"
         ) from None
-    if request.state not in ctx.policy.terminal:
+    if not ctx.lifecycle.is_terminal(request):
         raise IllegalOperation(
             f"dead letter {stored.seq}: request {request.id} is still {request.state}; the "
             "service's dead-letter consumer has not failed it closed yet (is a service "
@@ -199,7 +199,7 @@ async def prune(
                     request = await ctx.stores.requests.get(letter.request_id)
                 except NotFound:
                     request = None
-                if request is not None and request.state not in ctx.policy.terminal:
+                if request is not None and not ctx.lifecycle.is_terminal(request):
                     kept.append(
                         {
                             "id": stored.seq,

@@ -9,8 +9,9 @@ request per half ack wait), which keeps the deadline at least a quarter of the a
 away for as long as the step runs. The ack wait can therefore be short, so a replica that
 dies with a message in hand hands its queue to another replica within that ack wait.
 
-The heartbeat stops before the delivery is settled: an in-progress signal arriving after
-a hold would reset the hold's redelivery timer to the full ack wait.
+The heartbeat stops when the handler returns its decision, before the consumer settles
+the delivery: an in-progress signal arriving after a hold would reset the hold's
+redelivery timer to the full ack wait.
 """
 
 from __future__ import annotations
@@ -19,45 +20,14 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from ...domain.settle import Attempt
 from ...ports.delivery import Delivery
 
 log = logging.getLogger("stovepipe_fsm.service")
 
 
 class Handler(Protocol):
-    async def handle(self, delivery: Any) -> str: ...
-
-
-class _Settling:
-    """The delivery in hand, with a mark set the moment its settling begins."""
-
-    def __init__(self, inner: Delivery) -> None:
-        self._inner = inner
-        self.settling = False
-
-    @property
-    def queue(self) -> str:
-        return str(self._inner.queue)
-
-    @property
-    def request_id(self) -> str:
-        return str(self._inner.request_id)
-
-    @property
-    def stream_seq(self) -> int:
-        return self._inner.stream_seq
-
-    async def ack(self) -> None:
-        self.settling = True
-        await self._inner.ack()
-
-    async def hold(self, delay_ms: int) -> None:
-        self.settling = True
-        await self._inner.hold(delay_ms)
-
-    async def in_progress(self) -> None:
-        if not self.settling:
-            await self._inner.in_progress()
+    async def handle(self, delivery: Any) -> Attempt: ...
 
 
 class KeptAlive:
@@ -69,15 +39,15 @@ class KeptAlive:
         self._handler = handler
         self.period_s = ack_wait_s / 4
 
-    async def handle(self, delivery: Delivery) -> str:
-        settling = _Settling(delivery)
-        beat = _Heartbeat(settling, self.period_s)
+    async def handle(self, delivery: Delivery) -> Attempt:
+        beat = _Heartbeat(delivery, self.period_s)
         try:
-            return await self._handler.handle(settling)
+            return await self._handler.handle(delivery)
         finally:
-            # Not awaited: a cancellation of this handler must reach its caller. The
-            # beat never sends once ``settling`` is set, and its send is queued without
-            # yielding, so nothing it sends can follow the settle.
+            # Not awaited: a cancellation of this handler must reach its caller. A signal
+            # already on its way was queued before the delivery is settled (the consumer
+            # settles it only after this returns), so nothing it sends can follow the
+            # settle.
             beat.stop()
 
 
@@ -90,7 +60,7 @@ class _Heartbeat:
     a slow broker never has two signals of one delivery in flight.
     """
 
-    def __init__(self, delivery: _Settling, period_s: float) -> None:
+    def __init__(self, delivery: Delivery, period_s: float) -> None:
         self._delivery = delivery
         self._period_s = period_s
         self._loop = asyncio.get_running_loop()
@@ -100,14 +70,14 @@ class _Heartbeat:
 
     def _due(self) -> None:
         self._timer = None
-        if not self._stopped and not _settling(self._delivery):
+        if not self._stopped:
             self._sending = self._loop.create_task(self._send())
 
     async def _send(self) -> None:
         try:
-            # Read again in the step that queues the signal: the handler may have begun
-            # settling between the timer and this step.
-            if _settling(self._delivery):
+            # Read again in the step that queues the signal: the handler may have
+            # returned between the timer and this step.
+            if self._stopped:
                 return
             await self._delivery.in_progress()
         except Exception as exc:  # the broker may be failing over; the next beat retries
@@ -124,7 +94,3 @@ class _Heartbeat:
         if self._sending is not None:
             self._sending.cancel()
 
-
-def _settling(delivery: _Settling) -> bool:
-    """Read afresh at every beat (the handler sets it while the beat waits)."""
-    return delivery.settling

@@ -252,7 +252,7 @@ async def status_document(
             policy.request_initial if policy is not None else "",
         ),
         # The policy the service runs (once a service has written it).
-        **({"policy": asdict(policy)} if policy is not None else {}),
+        **({"policy": policy.shown()} if policy is not None else {}),
         # Operator pauses in force (pause/resume), by pattern.
         **({"pauses": [asdict(p) for p in pauses]} if pauses else {}),
         **({"damaged": damaged} if damaged else {}),

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...adapters.file import FileConfigStore
+from ...adapters.jetstream.policy_record import PolicyRecord
 from ...process.catalog import ProcessMachines, load_process_machines
 from ...spec.errors import SpecError
 from ...spec.loader import MACHINE_FILES
@@ -53,6 +54,31 @@ class PolicyChange:
 
     machines: ProcessMachines | None
     hash: str
+
+
+def policy_record(
+    machines: ProcessMachines, hash_: str, replica: str, loaded_at_ms: int
+) -> PolicyRecord:
+    """What the service records of the policy in force: its hash, the request machine's
+    YAML (operator verbs run it) and the facts the other operator commands and ``status``
+    read, all derived from ``machines``."""
+    roles = machines.roles
+    withdrawn = roles.withdrawn_states
+    return PolicyRecord(
+        hash_,
+        loaded_at_ms,
+        replica,
+        request_initial=roles.initial,
+        outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
+        terminal_states=sorted(machines.request.terminal),
+        parameters=sorted(machines.parameters),
+        green_outcome=roles.green_outcome.name,
+        withdraw=roles.withdraw,
+        # Shown by status: a withdraw whose conditions choose among several states shows
+        # none (cancel runs the machine itself, so it is not limited to one).
+        withdrawn=next(iter(withdrawn)) if len(withdrawn) == 1 else "",
+        request_machine=machines.request.spec.source,
+    )
 
 
 class PolicyRefused(Exception):

@@ -27,7 +27,6 @@ from nats.js.kv import KeyValue
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.policy_record import (
-    PolicyRecord,
     read_queue_parameters,
     stored_parameters,
     write_policy_record,
@@ -36,7 +35,7 @@ from ...adapters.jetstream.policy_record import (
 from ...process.catalog import ProcessMachines
 from .broker_pipeline import Pipeline
 from .pauses import PausableConfig, read_pauses
-from .policy import PolicyReloader
+from .policy import PolicyReloader, policy_record
 from .tasks import ServiceTasks
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -213,23 +212,8 @@ class PolicyWatch:
             return {}
 
     async def _record_policy(self) -> None:
-        roles = self.machines.roles
-        record = PolicyRecord(
-            self.hash,
-            int(time.time() * 1000),
-            self.replica,
-            request_initial=roles.initial,
-            outcomes={name: sorted(o.states) for name, o in sorted(roles.outcomes.items())},
-            terminal_states=sorted(self.machines.request.terminal),
-            parameters=sorted(self.machines.parameters),
-            green_outcome=roles.green_outcome.name,
-            withdraw=roles.withdraw,
-            # An operator applies it without the machine: only a single destination can be
-            # (a withdraw with conditions choosing among several is recorded as none).
-            withdrawn=(
-                next(iter(roles.withdrawn_states)) if len(roles.withdrawn_states) == 1 else ""
-            ),
-        )
+        now_ms = int(time.time() * 1000)
+        record = policy_record(self.machines, self.hash, self.replica, now_ms)
         try:
             await write_policy_record(self.js, self.topology, record)
         except Exception as exc:  # status shows an older hash until the next write

@@ -1,9 +1,10 @@
 """``cancel`` and ``retry`` against a running pipeline's JetStream.
 
-What they need of the request machine comes from the policy record the service wrote
-(:mod:`...adapters.jetstream.policy_record`), never from ``machines/`` in the working
-directory; the moves themselves are :mod:`...pipeline.verbs` (compare-and-set on the
-request row, the dedup entry re-pointed by compare-and-set). Each answers one JSON
+They run the request machine the service recorded with its policy hash
+(:mod:`...adapters.jetstream.policy_record`), never ``machines/`` in the working
+directory; the moves themselves are :mod:`...pipeline.verbs`, through the request
+lifecycle (compare-and-set on the request row, the slot freed by the lifecycle, the dedup
+entry re-pointed by compare-and-set). Each answers one JSON
 object; an illegal move is :class:`~...domain.errors.IllegalOperation` (exit 2) with the
 sentence saying why.
 """
@@ -25,35 +26,42 @@ from ...adapters.memory import SystemClock
 from ...domain.errors import IllegalOperation
 from ...domain.queue_names import normalize_queue_name
 from ...pipeline.ingest import Ingest
-from ...pipeline.verbs import VerbPolicy, cancel, retry
+from ...pipeline.verbs import cancel, retry
+from ...ports.clock import Clock
+from ...process.catalog import compile_request_machine
+from ...process.lifecycle import RequestLifecycle
+from ...process.roles import RequestRoles
+from ...spec.errors import SpecError
 from ...views.entities import request_json
 from .connect import NatsOptions, connected
 from .operators import request_for_uri
 
 
-def verb_policy(record: PolicyRecord | None) -> VerbPolicy:
-    """The verbs' view of the policy in force; ``IllegalOperation`` without one."""
-    if record is None or not record.request_initial or not record.terminal_states:
+def recorded_lifecycle(
+    record: PolicyRecord | None, stores: KvStores, clock: Clock
+) -> RequestLifecycle:
+    """The request lifecycle over the machine the service recorded, on ``stores``;
+    ``IllegalOperation`` when no service recorded one, or it does not load here."""
+    if record is None:
         raise IllegalOperation(
             "no service has recorded the policy in force on this broker yet; cancel, "
             "retry and dlq replay take the request machine from it (run serve once)"
         )
-    retryable = {
-        state
-        for name, states in record.outcomes.items()
-        if record.green_outcome and name != record.green_outcome
-        for state in states
-    }
-    if record.withdrawn:
-        retryable.add(record.withdrawn)
-    return VerbPolicy(
-        hash=record.hash,
-        initial=record.request_initial,
-        terminal=frozenset(record.terminal_states),
-        withdraw=record.withdraw,
-        withdrawn=record.withdrawn,
-        retryable=frozenset(retryable),
-    )
+    if not record.request_machine:
+        raise IllegalOperation(
+            f"the policy record ({record.hash}) was written by a service that does not "
+            "record the request machine in force; cancel, retry and dlq replay run that "
+            "machine (restart serve with this version)"
+        )
+    try:
+        machine = compile_request_machine(record.request_machine, f"request.yaml@{record.hash}")
+    except SpecError as exc:
+        raise IllegalOperation(
+            f"the request machine of the policy in force ({record.hash}) does not load "
+            f"here: {exc}"
+        ) from None
+    roles = RequestRoles.from_spec(machine.spec)
+    return RequestLifecycle(machine, roles, stores.requests, stores.queues, clock=clock)
 
 
 @dataclass(frozen=True)
@@ -61,12 +69,13 @@ class VerbContext:
     js: JetStreamContext
     topology: Topology
     stores: KvStores
-    policy: VerbPolicy
+    lifecycle: RequestLifecycle
+    policy_hash: str
     trail: JetStreamTrail
 
     def ingest(self) -> Ingest:
         return Ingest(
-            initial_state=self.policy.initial,
+            initial_state=self.lifecycle.roles.initial,
             requests=self.stores.requests,
             queues=self.stores.queues,
             publisher=JetStreamPublisher(self.js, self.topology),
@@ -83,8 +92,11 @@ async def verb_context(options: NatsOptions, topology: Topology) -> AsyncIterato
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
-        policy = verb_policy(await read_policy_record(js, topology))
-        yield VerbContext(js, topology, stores, policy, JetStreamTrail(js, topology))
+        record = await read_policy_record(js, topology)
+        lifecycle = recorded_lifecycle(record, stores, SystemClock())
+        policy_hash = record.hash if record is not None else ""
+        trail = JetStreamTrail(js, topology)
+        yield VerbContext(js, topology, stores, lifecycle, policy_hash, trail)
 
 
 async def resolve_request(ctx: VerbContext, request_id: str, queue: str, uri: str) -> str:
@@ -99,13 +111,7 @@ async def cancel_request(
     async with verb_context(options, topology) as ctx:
         request_id = await resolve_request(ctx, request_id, queue, uri)
         result = await cancel(
-            ctx.policy,
-            ctx.stores.requests,
-            ctx.stores.queues,
-            ctx.trail,
-            SystemClock(),
-            request_id,
-            by=by,
+            ctx.lifecycle, ctx.trail, SystemClock(), request_id, by=by, policy_hash=ctx.policy_hash
         )
     said = "cancelled" if result.cancelled else f"already ended as {result.request.state}"
     return {
@@ -119,9 +125,7 @@ async def cancel_request(
 async def retry_with(
     ctx: VerbContext, request_id: str, by: str, *, verb: str = "retry"
 ) -> dict[str, Any]:
-    result = await retry(
-        ctx.policy, ctx.ingest(), ctx.stores.uris, request_id, by=by, verb=verb
-    )
+    result = await retry(ctx.lifecycle, ctx.ingest(), ctx.stores.uris, request_id, by=by, verb=verb)
     said = (
         f"request {request_id} retried as {result.request_id}"
         if result.created
