@@ -379,6 +379,7 @@ def test_the_container_definition_is_small_pinned_and_non_root() -> None:
                 assert (ROOT / source).exists(), f"COPY {source}: no such path"
 
 
+@pytest.mark.slow  # a fresh venv installed from the package index
 def test_the_image_install_step_gives_a_working_service_without_dev_tools(tmp_path) -> None:
     """The Dockerfile's install, replayed in a fresh venv from the files it copies."""
     src = tmp_path / "src"
