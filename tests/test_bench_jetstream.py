@@ -10,6 +10,9 @@ import pytest
 
 from bench.jetstream import main
 
+#: The bench starts a nats-server of its own.
+pytestmark = pytest.mark.nats
+
 TINY = [
     "--heads", "20", "--queues", "3", "--per-queue", "2", "--samples", "5",
     "--decisions", "5", "--rounds", "2", "--ingest-heads", "20", "--batch-queues", "2",

@@ -58,6 +58,7 @@ def test_a_flow_written_out_of_step_with_the_yaml_stops_the_bench_saying_where(
     assert "bench/straight.py" in message and "machines/queue_gate.yaml" in message, message
 
 
+@pytest.mark.nats  # the bench starts a nats-server of its own
 def test_the_status_page_bench_times_each_read(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,6 +71,8 @@ def test_the_status_page_bench_times_each_read(
     assert "status read / page read" in out
 
 
+@pytest.mark.nats  # the bench starts a nats-server of its own
+@pytest.mark.slow  # a service run per size
 def test_the_queues_bench_measures_a_small_service(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--sizes", "10", "--window", "1", "--samples", "5", "--json"]
     assert queues_bench.main(argv) == 0
@@ -79,6 +82,8 @@ def test_the_queues_bench_measures_a_small_service(capsys: pytest.CaptureFixture
     assert all(row["kib_per_queue"] > 0 and row["admit_p99_ms"] > 0 for row in rows)
 
 
+@pytest.mark.nats  # the bench starts a nats-server of its own
+@pytest.mark.slow  # a service run per size and replica count
 def test_the_queues_bench_spreads_queues_past_an_accounts_consumer_limit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -46,6 +46,7 @@ def results(out: str) -> list[tuple[int, str, int, int, int]]:
     return rows
 
 
+@pytest.mark.slow  # the shipped policy explored to the default bounds
 def test_shipped_policy_passes_with_the_default_bounds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

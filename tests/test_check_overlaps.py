@@ -139,6 +139,7 @@ def test_a_stalled_delivery_is_pending_work(machines: ProcessMachines) -> None:
     assert quiescent(observe(world), rules)
 
 
+@pytest.mark.slow  # the shipped policy explored with stalls
 def test_the_shipped_policy_passes_with_a_stall_at_every_point(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -123,6 +123,7 @@ def test_last_green_by_arrival_order_is_caught(tmp_path: Path) -> None:
     assert replay(timeline, machines, store).violation is None
 
 
+@pytest.mark.slow  # two explorations with crashes and redeliveries
 def test_two_and_three_slots_with_crashes_and_redeliveries_hold_every_invariant(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -48,6 +48,7 @@ def setup_for(machines: ProcessMachines, k: int, variant: Variant | None = None,
     return Setup(machines, store, Bounds(**bounds), k, variant or Variant())
 
 
+@pytest.mark.slow  # the same exploration, split and unsplit
 def test_a_split_search_passes_where_the_unsplit_one_does(machines: ProcessMachines) -> None:
     """The shipped policy's progress and lease passes run over both processes' edges:
     had either process's fair edges been lost at the join, states known at the fork
@@ -62,6 +63,7 @@ def test_a_split_search_passes_where_the_unsplit_one_does(machines: ProcessMachi
     assert split.states >= unsplit.states and split.transitions >= unsplit.transitions
 
 
+@pytest.mark.slow  # explorations in child processes
 def test_the_join_is_what_lets_the_passes_finish(
     machines: ProcessMachines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -326,6 +328,7 @@ def test_each_piece_is_claimed_once() -> None:
         Fork(256)
 
 
+@pytest.mark.slow  # explorations in child processes
 def test_check_splits_only_with_a_second_job(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

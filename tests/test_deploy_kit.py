@@ -6,7 +6,8 @@ no secret; every metric the dashboard and the alert rules query exists in the
 ``/metrics`` output of a running service; the alert rules pass ``promtool`` (check and
 unit tests), the systemd unit ``systemd-analyze verify``, the compose cluster's NATS
 config ``nats-server -t``. What needs a tool this machine may lack (promtool, a
-container engine, systemd-analyze) skips and names the tool.
+container engine, systemd-analyze) or a registry the engine cannot reach skips and says
+which.
 """
 
 from __future__ import annotations
@@ -378,6 +379,7 @@ def test_the_container_definition_is_small_pinned_and_non_root() -> None:
                 assert (ROOT / source).exists(), f"COPY {source}: no such path"
 
 
+@pytest.mark.slow  # a fresh venv installed from the package index
 def test_the_image_install_step_gives_a_working_service_without_dev_tools(tmp_path) -> None:
     """The Dockerfile's install, replayed in a fresh venv from the files it copies."""
     src = tmp_path / "src"
@@ -434,6 +436,34 @@ def container_engine() -> str | None:
     return None
 
 
+def base_image() -> str:
+    """The image the Dockerfile builds on (its ``PYTHON_IMAGE`` default)."""
+    (image,) = [
+        rest.partition("=")[2]
+        for word, rest in dockerfile_instructions()
+        if word == "ARG" and rest.startswith("PYTHON_IMAGE=")
+    ]
+    return image
+
+
+def why_base_image_is_out_of_reach(engine: str, image: str) -> str | None:
+    """None when ``engine`` holds ``image`` or pulls it; else what the pull said.
+
+    Tried for real, apart from the build: a failed pull is this machine's registry
+    access, while any failure of the build that follows is the Dockerfile's own.
+    """
+    if subprocess.run([engine, "image", "inspect", image], capture_output=True).returncode == 0:
+        return None
+    try:
+        pull = subprocess.run(
+            [engine, "pull", image], capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        return "the pull did not finish in 600 s"
+    return None if pull.returncode == 0 else (pull.stderr or pull.stdout).strip()[-300:]
+
+
+@pytest.mark.container
 def test_the_container_image_builds_and_starts() -> None:
     engine = container_engine()
     if engine is None:
@@ -441,6 +471,13 @@ def test_the_container_image_builds_and_starts() -> None:
         pytest.skip(
             "no container engine answers here (docker info / podman info fail; present: "
             f"{', '.join(present) or 'none'}): the image is not built"
+        )
+    image = base_image()
+    unreachable = why_base_image_is_out_of_reach(engine, image)
+    if unreachable is not None:
+        pytest.skip(
+            f"{Path(engine).name} has no base image {image} and cannot pull it from a "
+            f"registry, so the image is not built: {unreachable}"
         )
     tag = f"stovepipe-fsm-test:{uuid.uuid4().hex[:8]}"
     build = subprocess.run(

@@ -86,6 +86,7 @@ def test_check_proves_what_it_declares(
     assert not out_file.exists()
 
 
+@pytest.mark.slow  # explorations of an example policy
 def test_serial_every_head_does_not_claim_admits_latest(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

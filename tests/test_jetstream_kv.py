@@ -162,6 +162,7 @@ async def test_closed_connection_is_retryable(js_env: JsEnv) -> None:
         await stores.counters.next(QUEUE)
 
 
+@pytest.mark.nats
 async def test_broker_down_is_retryable_within_the_request_timeout(tmp_path: Path) -> None:
     async with NatsServer(tmp_path) as server:
         nc = await connect(server, max_reconnect_attempts=-1, reconnect_time_wait=0.2)

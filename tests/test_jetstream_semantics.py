@@ -262,6 +262,7 @@ async def test_server_default_caps_consumers_per_stream_at_1000(js_env: JsEnv) -
             await js.delete_stream(stream)
 
 
+@pytest.mark.nats  # a broker of its own, with limits
 async def test_a_streams_consumer_limit_is_raised_in_place_up_to_the_accounts(
     tmp_path: Path,
 ) -> None:

@@ -20,6 +20,9 @@ from stovepipe_fsm.adapters.jetstream import (
 )
 from stovepipe_fsm.domain import Request
 
+#: The broker process itself, started here without the shared fixture.
+pytestmark = pytest.mark.nats
+
 
 def _port_open(port: int) -> bool:
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import pytest
 from nats.js import JetStreamContext
 from test_service_scenarios import check_final, settle_everything
 from test_service_support import Running, running_service
@@ -18,6 +19,9 @@ from test_service_support import Running, running_service
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.domain.errors import Retryable
+
+#: Each test starts a broker of its own.
+pytestmark = pytest.mark.nats
 
 QUEUES = ("monorepo/main", "mobile/app", "infra/tools")
 CONFIG = {

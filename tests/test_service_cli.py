@@ -159,6 +159,7 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
     assert f"policy {policy_hash} in force" in [r["message"] for r in records]
 
 
+@pytest.mark.nats  # the child process starts the embedded broker
 def test_demo_runs_the_walkthrough_and_exits_zero() -> None:
     started = time.monotonic()
     done = cli("demo", timeout=60)

@@ -273,6 +273,7 @@ async def test_a_queue_past_the_streams_consumer_limit_has_the_limit_raised(
 TOPOLOGY_STREAMS = 12
 
 
+@pytest.mark.nats  # a broker of its own, with limits
 async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path) -> None:
     """The account's JetStream consumer limit caps each stream, so no raise of the
     stream's own limit lifts it, and an account that may hold no more streams leaves no
@@ -301,6 +302,7 @@ async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path)
             await run.wait_state(rid, "processing")
 
 
+@pytest.mark.nats  # a broker of its own, with limits
 @pytest.mark.parametrize(
     ("raised", "partition"),
     [({"max_consumers": 10}, 0), ({"max_streams": TOPOLOGY_STREAMS + 1}, 1)],

@@ -14,12 +14,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from nats_server import account_limited_server, unique_tag
 from test_service_support import FAST, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.apps.service.http import HttpEndpoint
+
+#: Each test starts a broker of its own.
+pytestmark = pytest.mark.nats
 
 QUICK_HEALTH = dataclasses.replace(FAST, heartbeat_interval_s=0.5, health_window_s=2.0)
 CONFIG = {"defaults": {"max_attempts": 3}, "queues": {"team/app": {}}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
 from nats_server import JsEnv
 from test_service_support import FAST, Running, running_service, wait_for
 
@@ -94,6 +95,7 @@ async def test_a_forged_publish_for_a_queue_never_ingested_starts_no_consumer(
         assert topology.process_consumer_name(ghost) not in listed
 
 
+@pytest.mark.nats
 async def test_parked_requests_are_renewed_after_a_broker_restart(tmp_path) -> None:
     async with (
         NatsServer(tmp_path / "store") as server,

@@ -32,6 +32,9 @@ from stovepipe_fsm.apps.service.operators import render_status, status_document
 from stovepipe_fsm.apps.service.placement import Placement
 from stovepipe_fsm.domain.errors import NotFound
 
+#: Each test starts a broker of its own, with account limits.
+pytestmark = pytest.mark.nats
+
 CONFIG_DEFAULTS = {"max_attempts": 3}
 
 

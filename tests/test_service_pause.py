@@ -118,6 +118,7 @@ async def test_a_pause_and_a_resume_are_taken_up_as_they_are_written(js_env) -> 
         await run.wait_state(a, "processing")
 
 
+@pytest.mark.nats  # a broker of its own, with restricted subjects
 async def test_a_user_not_allowed_the_pause_subjects_still_gets_every_pause(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -152,6 +153,7 @@ async def test_a_user_not_allowed_the_pause_subjects_still_gets_every_pause(
             await run.wait_state(a, "processing")
 
 
+@pytest.mark.nats  # a broker of its own, with restricted subjects
 async def test_a_subscription_a_broker_reload_takes_away_is_reported_and_taken_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

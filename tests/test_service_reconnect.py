@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from test_service_support import running_service
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.domain.errors import Retryable
+
+#: Each test starts a broker of its own.
+pytestmark = pytest.mark.nats
 
 Q = "monorepo/main"
 CONFIG = {"defaults": {"gate_wait_delay_ms": 100}, "queues": {Q: {}}}

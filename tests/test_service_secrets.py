@@ -91,6 +91,7 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
         yield server
 
 
+@pytest.mark.nats
 def test_the_cli_connects_with_a_password_from_a_file_or_the_environment(
     auth_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -110,6 +111,7 @@ def test_the_cli_connects_with_a_password_from_a_file_or_the_environment(
     assert by_env.returncode == 0, by_env.stderr
 
 
+@pytest.mark.nats
 def test_a_refused_connection_prints_no_secret(auth_server: NatsServer, tmp_path: Path) -> None:
     host_port = auth_server.url.removeprefix("nats://")
     wrong = "wr0ng-" + SECRET
@@ -125,6 +127,7 @@ def test_a_refused_connection_prints_no_secret(auth_server: NatsServer, tmp_path
         assert "error:" in done.stderr
 
 
+@pytest.mark.nats  # the child process starts the embedded broker
 def test_serve_embedded_prints_its_url_and_keeps_its_files_private(tmp_path: Path) -> None:
     data = tmp_path / "nats-data"
     serve = subprocess.Popen(

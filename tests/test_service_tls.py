@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tls_certs import make_certificates
 
 from stovepipe_fsm.adapters.jetstream import NatsServer
@@ -21,6 +22,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.nats
 def test_ingest_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
     certs = make_certificates(tmp_path)
     server_args = (

@@ -173,6 +173,7 @@ def test_a_duplicate_key_is_still_reported_at_its_place(tmp_path: Path) -> None:
     assert str(raised.value.issues[0]).startswith(f"{path}:2:1: duplicate key 'queue'")
 
 
+@pytest.mark.slow  # a 2 MiB timeline, written and parsed
 def test_a_timeline_larger_than_a_policy_file_loads(tmp_path: Path) -> None:
     """Over the policy bounds (2 MiB, 100,000 values): recorded history is that large."""
     heads = 40_000
