@@ -50,13 +50,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
+from ...process.effective_config import declared_pairs, effective_config
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
-from ...process.services import DeclaredDefaults
 from ...process.together import stepwise
 from ...simulation.collector import rare_collections
-from ...simulation.runtime import OverrideConfigStore, ResolvedOnceConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
@@ -101,10 +101,15 @@ class Setup:
     catalog: InvariantCatalog = INVARIANTS  # where declared names not built in are found
 
     @property
+    def queue_config(self) -> QueueConfig:
+        """The checked queue's effective config, as the policy gives it."""
+        declared = declared_pairs(self.machines.parameter_defaults)
+        return effective_config(self.config.get(self.bounds.queue), declared)
+
+    @property
     def gate_wait_delay_ms(self) -> int:
         """The hold delay of the checked queue: its config, else the declared default."""
-        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
-        return int(config.get(self.bounds.queue).param("gate_wait_delay_ms"))
+        return int(self.queue_config.param("gate_wait_delay_ms"))
 
     def knobs(self) -> dict[str, Any]:
         """The config a replay needs: written into the counterexample timeline (with
@@ -133,8 +138,7 @@ class Setup:
         return self._declared(MAX_VALIDATION_MS)
 
     def _declared(self, name: str) -> int:
-        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
-        return int(dict(config.get(self.bounds.queue).parameters).get(name, 0))
+        return int(dict(self.queue_config.parameters).get(name, 0))
 
     def rules(self) -> Rules:
         return Rules.for_machines(
@@ -148,13 +152,12 @@ class Setup:
         )
 
     def new_world(self) -> World:
-        # The policy cannot change during a check: each queue is resolved once.
-        config = ResolvedOnceConfigStore(OverrideConfigStore(self.config, self.knobs()))
         return World(
             self.machines,
-            config,
+            self.config,
             self.bounds.history(),
             lifecycle_factory=self.variant.lifecycle_factory,
+            overrides=self.knobs(),
             keep_trail=False,
         )
 
