@@ -77,8 +77,9 @@ class ResolvedConfigs:
         self.policy = policy
         self.declared = declared_pairs(declared)
         self.overrides: Mapping[str, Any] = dict(overrides or {})
-        #: The values ``config`` steps set, per queue.
-        self.changes: dict[str, dict[str, Any]] = {}
+        #: The values ``config`` steps set, per queue. Never changed in place: a step
+        #: replaces it, with ``_current``, so a copy shares both until one of them steps.
+        self.changes: Mapping[str, Mapping[str, Any]] = {}
         self._current: dict[str, QueueConfig] = {}  # each queue's value, as of its steps
         # Effective configs by queue and steps' values, shared by every copy.
         self._resolved: dict[tuple[str, tuple[tuple[str, Any], ...]], QueueConfig] = {}
@@ -108,17 +109,17 @@ class ResolvedConfigs:
 
     def set(self, queue: str, values: Mapping[str, Any]) -> None:
         """From now on ``queue`` resolves ``values`` over what it resolved before."""
-        self.changes.setdefault(queue, {}).update(values)
-        self._current.pop(queue, None)
+        self.changes = {**self.changes, queue: {**self.changes.get(queue, {}), **values}}
+        self._current = {name: c for name, c in self._current.items() if name != queue}
 
     def clone(self) -> ResolvedConfigs:
-        """An independent copy: the steps' values are copied, the rest is shared."""
+        """An independent copy; it shares everything until one of the two steps."""
         twin = object.__new__(ResolvedConfigs)
         twin.policy = self.policy
         twin.declared = self.declared
         twin.overrides = self.overrides
-        twin.changes = {queue: dict(values) for queue, values in self.changes.items()}
-        twin._current = self._current.copy()
+        twin.changes = self.changes
+        twin._current = self._current
         twin._resolved = self._resolved
         return twin
 
