@@ -16,7 +16,7 @@ from stovepipe_fsm.apps.check.actions import (
     one_step,
     perform,
 )
-from stovepipe_fsm.apps.check.explorer import Explorer, Setup, can_finish
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup, Tuning, can_finish
 from stovepipe_fsm.apps.check.model import (
     ADVANCE,
     COMPLETE,
@@ -148,8 +148,8 @@ def test_small_space_is_explored_completely(machines: ProcessMachines) -> None:
 def test_pruning_no_op_faults_loses_no_state(machines: ProcessMachines) -> None:
     setup = setup_for(machines, 2, heads=2, rewrite=False)
     # Every state expanded, so that the states themselves compare.
-    pruned = Explorer(setup, prune_covered=False)
-    full = Explorer(setup, prune_faults=False, prune_covered=False)
+    pruned = Explorer(setup, Tuning(prune_covered=False))
+    full = Explorer(setup, Tuning(prune_faults=False, prune_covered=False))
     pruned_result, full_result = pruned.run(), full.run()
     assert pruned_result.ok and full_result.ok
     assert pruned_result.states == full_result.states
@@ -157,7 +157,7 @@ def test_pruning_no_op_faults_loses_no_state(machines: ProcessMachines) -> None:
     # a crash in a delivery that changed nothing only re-reaches a known state
     assert pruned_result.transitions < full_result.transitions
     # Both prunings together: the same observations, the faults still performed less.
-    both, faults = Explorer(setup), Explorer(setup, prune_faults=False)
+    both, faults = Explorer(setup), Explorer(setup, Tuning(prune_faults=False))
     assert both.run().ok and faults.run().ok
     assert set(both.observations) == set(faults.observations)
     assert both.attempts < faults.attempts
@@ -181,7 +181,9 @@ def test_covered_states_are_not_expanded_and_nothing_is_lost(
     setup = setup_for(machines, k, **bounds)
     edges: dict[str, list[tuple[int, int]]] = {"pruned": [], "full": []}
     pruned = Explorer(setup, on_edge=lambda s, d: edges["pruned"].append((s, d)))
-    full = Explorer(setup, prune_covered=False, on_edge=lambda s, d: edges["full"].append((s, d)))
+    full = Explorer(
+        setup, Tuning(prune_covered=False), on_edge=lambda s, d: edges["full"].append((s, d))
+    )
     pruned_result, full_result = pruned.run(), full.run()
     assert pruned_result.ok and full_result.ok
     assert pruned_result.covered > 0 and full_result.covered == 0
@@ -217,7 +219,7 @@ def test_a_wedge_is_found_as_shortest_with_covered_states_pruned(
     found at the same depth, with the same invariant, whether covered states are
     expanded or not."""
     setup = setup_for(machines, 1, Variant(bare_counter=True), heads=2, max_dead_letters=0)
-    pruned, full = Explorer(setup).run(), Explorer(setup, prune_covered=False).run()
+    pruned, full = Explorer(setup).run(), Explorer(setup, Tuning(prune_covered=False)).run()
     assert pruned.counterexample is not None and full.counterexample is not None
     assert pruned.counterexample.violation.invariant == "progress"
     assert full.counterexample.violation.invariant == "progress"
@@ -250,7 +252,7 @@ def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(
     machines: ProcessMachines,
 ) -> None:
     setup = setup_for(machines, 2, heads=1)
-    reused, forked = Explorer(setup), Explorer(setup, reuse_worlds=False)
+    reused, forked = Explorer(setup), Explorer(setup, Tuning(reuse_worlds=False))
     reused_result, forked_result = reused.run(), forked.run()
     assert reused_result.ok and forked_result.ok
     assert reused_result.states > 500
@@ -290,7 +292,7 @@ def test_sharing_with_a_stall_after_a_timed_write_explores_the_same_graph(
 
 
 def assert_sharing_explores_the_same_graph(setup: Setup) -> None:
-    shared, alone = Explorer(setup), Explorer(setup, reuse_outcomes=False)
+    shared, alone = Explorer(setup), Explorer(setup, Tuning(share_outcomes=False))
     shared_result, alone_result = shared.run(), alone.run()
     assert shared_result.ok and alone_result.ok
     assert (shared_result.states, shared_result.transitions, shared_result.depth) == (
@@ -347,7 +349,7 @@ def test_a_stalled_delivery_is_observed_as_the_stores_are(machines: ProcessMachi
     early, late = run_actions(setup, rest, early), run_actions(setup, rest, late)
     assert not early.in_hand
     assert observe(early) == observe(late)
-    assert Explorer(setup).share_outcomes
+    assert Explorer(setup).tuning.share_outcomes
 
 
 def stored(world: World, uri: str) -> Request:
@@ -363,7 +365,7 @@ def run_actions(setup: Setup, actions: tuple[Action, ...], world: World | None =
 
 
 def test_max_states_stops_the_search_as_incomplete(machines: ProcessMachines) -> None:
-    result = Explorer(setup_for(machines), max_states=40).run()
+    result = Explorer(setup_for(machines), Tuning(max_states=40)).run()
     assert not result.complete
     assert result.counterexample is None
     assert result.states == 40

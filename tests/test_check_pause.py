@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from stovepipe_fsm.apps.check.actions import enabled
-from stovepipe_fsm.apps.check.explorer import Explorer, Setup
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup, Tuning
 from stovepipe_fsm.apps.check.invariants import quiescent
 from stovepipe_fsm.apps.check.model import PAUSE, UNPAUSE, Bounds, Budget, step, step_data
 from stovepipe_fsm.apps.check.observe import Observation, observe
@@ -166,9 +166,9 @@ def test_resuming_only_where_the_queue_is_read_next_reaches_the_same_stores(
     nothing waiting: a resume anywhere else reaches a state whose stores a paused state
     explored has too, and which a fair clock advance takes to a resume tried."""
     # Holds explored on both sides: resumes tried anywhere else come after them.
-    reduced = Explorer(setup_for(machines, **bounds), explore_paused_holds=True)
+    reduced = Explorer(setup_for(machines, **bounds), Tuning(explore_paused_holds=True))
     anywhere = Explorer(
-        setup_for(machines, **bounds), explore_paused_holds=True, resume_anywhere=True
+        setup_for(machines, **bounds), Tuning(explore_paused_holds=True, resume_anywhere=True)
     )
     assert reduced.run().ok and anywhere.run().ok
 
@@ -202,7 +202,7 @@ def test_where_a_paused_queues_hold_leads_is_not_explored_and_no_stores_are_lost
     the search reaches from before the hold by the same steps, and a clock advance leads
     back to them: they are not explored, and no stores are lost."""
     reduced = Explorer(setup_for(machines, **SMALL))
-    explored = Explorer(setup_for(machines, **SMALL), explore_paused_holds=True)
+    explored = Explorer(setup_for(machines, **SMALL), Tuning(explore_paused_holds=True))
     assert reduced.run().ok and explored.run().ok
     assert reduced.paused_holds > 0 and explored.paused_holds == 0
 
@@ -241,9 +241,10 @@ def test_a_paused_due_head_takes_only_its_delivery_and_the_resume_and_no_state_i
     its faults) and the resume: every other step's state, paused, is reached by the
     resume, the step and the pause around it. The same states, fewer transitions (with
     the states after a paused queue's holds explored too, and without)."""
-    reduced = Explorer(setup_for(machines, **bounds), explore_paused_holds=holds)
+    reduced = Explorer(setup_for(machines, **bounds), Tuning(explore_paused_holds=holds))
     every = Explorer(
-        setup_for(machines, **bounds), explore_paused_holds=holds, steps_while_paused=True
+        setup_for(machines, **bounds),
+        Tuning(explore_paused_holds=holds, steps_while_paused=True),
     )
     assert reduced.run().ok and every.run().ok
     assert set(reduced.observations) == set(every.observations)

@@ -24,7 +24,7 @@ from stovepipe_fsm.apps.check import actions
 from stovepipe_fsm.apps.check import command as command_module
 from stovepipe_fsm.apps.check import explorer as explorer_module
 from stovepipe_fsm.apps.check import split as split_module
-from stovepipe_fsm.apps.check.explorer import Explorer, Setup
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup, Tuning
 from stovepipe_fsm.apps.check.model import Bounds
 from stovepipe_fsm.apps.check.split import Cores, Fork, PartFailed, PartKilled, cut, tails
 from stovepipe_fsm.apps.check.variants import Variant
@@ -56,7 +56,7 @@ def test_a_split_search_passes_where_the_unsplit_one_does(machines: ProcessMachi
     setup = setup_for(machines, 2, heads=2)
     assert setup.rules().proof.progress and setup.rules().proof.lease_bounds_stall
     unsplit = Explorer(setup).run()
-    split = Explorer(setup, split_at=EARLY).run()
+    split = Explorer(setup, Tuning(split_at=EARLY)).run()
     assert unsplit.ok and unsplit.processes == 1
     assert split.ok and split.processes == 2 and not split.searched_again
     # A state both processes reach is explored by each: never fewer states.
@@ -70,7 +70,7 @@ def test_the_join_is_what_lets_the_passes_finish(
     """Without the second process's fair edges into the states known at the fork, the
     progress pass finds states it cannot finish: the guard above can fail."""
     monkeypatch.setattr(explorer_module, "tails", lambda into, lengths: {})
-    result = Explorer(setup_for(machines, 2, heads=2), split_at=EARLY).run()
+    result = Explorer(setup_for(machines, 2, heads=2), Tuning(split_at=EARLY)).run()
     assert result.searched_again and result.ok  # the unsplit search found no violation
 
 
@@ -86,7 +86,7 @@ def test_a_split_search_reports_the_unsplit_shortest_counterexample(
 ) -> None:
     setup = setup_for(machines, 1, variant, **bounds)
     unsplit = Explorer(setup).run()
-    split = Explorer(setup, split_at=10).run()
+    split = Explorer(setup, Tuning(split_at=10)).run()
     assert unsplit.counterexample is not None
     assert unsplit.counterexample.violation.invariant == invariant
     assert split.searched_again and split.processes == 1
@@ -102,7 +102,7 @@ def test_a_split_search_catches_each_mutant_as_the_unsplit_one_does(
     fork, and what is reported is the unsplit search's counterexample."""
     mutant = load_process_machines(write_mutant(name, tmp_path / name), lint=False)
     setup = Setup(mutant, load_policy_store(str(CONFIG)), Bounds(heads=2), 1, Variant())
-    unsplit, split = Explorer(setup).run(), Explorer(setup, split_at=2).run()
+    unsplit, split = Explorer(setup).run(), Explorer(setup, Tuning(split_at=2)).run()
     assert unsplit.counterexample is not None
     assert split.searched_again and split.counterexample == unsplit.counterexample
 
@@ -119,19 +119,20 @@ def test_the_lease_pass_runs_over_both_processes(tmp_path: Path) -> None:
     shipped = load_process_machines(SPECULATIVE)
     setup = Setup(shipped, load_policy_store(str(leases), shipped.parameters), bounds, 1)
     assert setup.rules().max_validation_ms > 0  # the lease pass runs
-    clean = Explorer(setup, split_at=10).run()
+    clean = Explorer(setup, Tuning(split_at=10)).run()
     assert clean.ok and clean.processes == 2 and not clean.searched_again
     expiry_ignored = write_speculative_mutant("expiry_ignored", tmp_path / "expiry_ignored")
     mutant = load_process_machines(expiry_ignored, lint=False)
     broken = Setup(mutant, load_policy_store(str(leases), mutant.parameters), bounds, 1)
-    unsplit, split = Explorer(broken).run(), Explorer(broken, split_at=10).run()
+    unsplit, split = Explorer(broken).run(), Explorer(broken, Tuning(split_at=10)).run()
     assert unsplit.counterexample is not None
     assert unsplit.counterexample.violation.invariant == "lease_bounds_stall"
     assert split.searched_again and split.counterexample == unsplit.counterexample
 
 
 def test_a_state_limit_ends_both_processes_incomplete(machines: ProcessMachines) -> None:
-    result = Explorer(setup_for(machines, 2, heads=2), split_at=EARLY, max_states=2_000).run()
+    tuning = Tuning(split_at=EARLY, max_states=2_000)
+    result = Explorer(setup_for(machines, 2, heads=2), tuning).run()
     assert not result.complete and result.processes == 2 and not result.searched_again
     assert result.states <= 2 * 2_000
 
@@ -150,10 +151,10 @@ def test_an_abandoned_search_ends_incomplete(machines: ProcessMachines) -> None:
 def test_an_exploration_forks_only_onto_an_idle_core(machines: ProcessMachines) -> None:
     setup = setup_for(machines, 1, heads=1, rewrite=False)
     busy = Cores(0)
-    assert Explorer(setup, split_at=10, cores=busy).run().processes == 1
+    assert Explorer(setup, Tuning(split_at=10), cores=busy).run().processes == 1
     assert busy.idle == 0
     idle = Cores(1)
-    assert Explorer(setup, split_at=10, cores=idle).run().processes == 2
+    assert Explorer(setup, Tuning(split_at=10), cores=idle).run().processes == 2
     assert idle.idle == 1  # given back once the second process ended
 
 
@@ -177,7 +178,7 @@ def test_an_error_in_the_second_process_is_raised_in_the_first(
 
     monkeypatch.setattr(explorer_module, "perform", _in_the_second_process(fail))
     with pytest.raises(PartFailed, match="a fault planted in the second process"):
-        Explorer(setup_for(machines, 1, heads=1, rewrite=False), split_at=10).run()
+        Explorer(setup_for(machines, 1, heads=1, rewrite=False), Tuning(split_at=10)).run()
 
 
 def test_a_second_process_killed_is_reported(
@@ -188,7 +189,7 @@ def test_a_second_process_killed_is_reported(
 
     monkeypatch.setattr(explorer_module, "perform", _in_the_second_process(die))
     with pytest.raises(PartKilled, match="ended without a report \\(killed by signal 9\\)"):
-        Explorer(setup_for(machines, 1, heads=1, rewrite=False), split_at=10).run()
+        Explorer(setup_for(machines, 1, heads=1, rewrite=False), Tuning(split_at=10)).run()
 
 
 def test_check_says_a_killed_second_process_proved_nothing(
@@ -208,14 +209,14 @@ def test_check_says_a_killed_second_process_proved_nothing(
 
 def test_a_split_search_tells_no_edge_hook(machines: ProcessMachines) -> None:
     with pytest.raises(ValueError, match="its edges are in two processes"):
-        Explorer(setup_for(machines, 1), split_at=10, on_edge=lambda src, dst: None)
+        Explorer(setup_for(machines, 1), Tuning(split_at=10), on_edge=lambda src, dst: None)
 
 
 ORPHANED = """
 import os, signal, sys
 from pathlib import Path
 from stovepipe_fsm.apps.check import split
-from stovepipe_fsm.apps.check.explorer import Explorer, Setup
+from stovepipe_fsm.apps.check.explorer import Explorer, Setup, Tuning
 from stovepipe_fsm.apps.check.model import Bounds
 from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.process.catalog import load_process_machines
@@ -232,7 +233,7 @@ def start_then_die(fork):
 split.Fork.start = start_then_die
 machines = load_process_machines(root / "machines")
 store = load_policy_store(str(root / "config" / "queues.yaml"))
-Explorer(Setup(machines, store, Bounds(), 2), split_at=100).run()
+Explorer(Setup(machines, store, Bounds(), 2), Tuning(split_at=100)).run()
 """
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -56,10 +57,10 @@ class ProcessMachines:
             parameters=declared_parameters(specs.values()),
         )
 
-    @property
-    def parameter_defaults(self) -> dict[str, Any]:
+    @cached_property
+    def parameter_defaults(self) -> Mapping[str, Any]:
         """Each declared parameter's default: what a queue gets that config leaves unset."""
-        return defaults_of(self.parameters)
+        return MappingProxyType(defaults_of(self.parameters))
 
     @property
     def registries(self) -> dict[str, Registry]:

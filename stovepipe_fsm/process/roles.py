@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..spec.model import MachineSpec
 from ..spec.roles import SLOT_HOLDING, TERMINAL, RoleShape, leads_to
@@ -113,7 +114,17 @@ class RequestRoles:
         The dead-letter role leads to a state an outcome also leads to (``failed``), so a
         request failed closed ends, and is announced, as that outcome.
         """
-        return next((o for o in self.outcomes.values() if state in o.states), None)
+        return self._outcome_by_state.get(state)
+
+    @cached_property
+    def _outcome_by_state(self) -> dict[str, Outcome]:
+        """Each state an outcome leads to, with the first such outcome in declaration
+        order: every lifecycle asks it once per state, and every terminal write asks it."""
+        by_state: dict[str, Outcome] = {}
+        for outcome in self.outcomes.values():
+            for state in outcome.states:
+                by_state.setdefault(state, outcome)
+        return by_state
 
     def outcome(self, name: str) -> Outcome:
         """The outcome called ``name``; ``ValueError`` naming the declared ones otherwise."""

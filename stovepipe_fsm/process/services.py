@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..domain.entities import QueueConfig
 from ..ports.clock import Clock
 from ..ports.config import ConfigStore
 from ..ports.publisher import Publisher
@@ -24,6 +23,7 @@ from ..ports.source_control import SourceControlProvider
 from ..ports.stores import QueueStore, RequestStore
 from ..ports.trail import DecisionTrail
 from ..spec.compiler import CompiledLifecycle
+from .effective_config import stage_config
 from .lifecycle import RequestLifecycle
 from .metrics import Metrics
 from .roles import RequestRoles
@@ -47,66 +47,6 @@ class OnceLog:
             log.warning(message, *args)
 
 
-MAX_COMPLETED_CONFIGS = 4096
-
-
-class DeclaredDefaults:
-    """A config store whose every answer carries each declared parameter.
-
-    Config files set only what they change; a parameter a queue's config leaves unset
-    takes the default its machine declares. A store loaded with the declarations already
-    answers complete configs; one built without them (a test's, a tolerant one) does
-    not, so the services complete every answer and every condition and action reads a
-    complete config whichever store the stage was given.
-    """
-
-    def __init__(self, store: ConfigStore, defaults: Mapping[str, Any]) -> None:
-        self.store = store
-        self.defaults = _declared_pairs(defaults)
-        # Completed configs by the store's answer: a config is a hashable value and a
-        # store answers the same few values again and again (once per delivery).
-        self._completed: dict[QueueConfig, QueueConfig] = {}
-
-    def get(self, queue: str) -> QueueConfig:
-        config = self.store.get(queue)
-        if not self.defaults:
-            return config
-        completed = self._completed.get(config)
-        if completed is None:
-            merged = dict(self.defaults)
-            merged.update(config.parameters)
-            completed = replace(config, parameters=tuple(sorted(merged.items())))
-            if len(self._completed) >= MAX_COMPLETED_CONFIGS:
-                self._completed.clear()
-            self._completed[config] = completed
-        return completed
-
-    def configured_queues(self) -> tuple[str, ...]:
-        return self.store.configured_queues()
-
-
-_DECLARED_PAIRS: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] = {}
-
-
-def _declared_pairs(defaults: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The declared defaults as config parameters, normalised once per distinct set.
-
-    Services are built per world fork in ``check`` and ``simulate``, always from the
-    same few declarations; normalising them (sorting, freezing values) each time costs
-    more than the fork itself. A set with an unhashable default is normalised each time.
-    """
-    key = tuple(defaults.items())
-    try:
-        pairs = _DECLARED_PAIRS.get(key)
-    except TypeError:
-        return QueueConfig().with_parameters(defaults).parameters
-    if pairs is None:
-        if len(_DECLARED_PAIRS) >= MAX_COMPLETED_CONFIGS:
-            _DECLARED_PAIRS.clear()
-        pairs = _DECLARED_PAIRS[key] = QueueConfig().with_parameters(defaults).parameters
-    return pairs
-
-
 @dataclass(frozen=True)
 class StageServices:
     """Everything a registered condition or action of the process stage may use."""
@@ -114,6 +54,7 @@ class StageServices:
     roles: RequestRoles
     requests: RequestStore
     queues: QueueStore
+    #: Each queue's effective config (:mod:`.effective_config`), resolved once.
     config: ConfigStore
     source_control: SourceControlProvider
     publisher: Publisher
@@ -148,7 +89,7 @@ class StageServices:
             roles=roles,
             requests=requests,
             queues=queues,
-            config=DeclaredDefaults(config, parameter_defaults),
+            config=stage_config(config, parameter_defaults),
             source_control=source_control,
             publisher=publisher,
             clock=clock,

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..adapters.memory import MemoryRequestStore
 from ..domain.entities import Request
 from ..domain.errors import IllegalOperation, NotFound, StovepipeError
 from ..domain.ids import parse_request_id
@@ -24,7 +25,7 @@ from ..spec.errors import SpecError, SpecIssue
 from ..spec.parameters import as_json
 from ..views.entities import queue_json, render_requests_and_queues, request_json
 from .expectations import Expectation, Result, evaluate, state_issues
-from .runtime import OverrideConfigStore, ResolvedOnceConfigStore, run_sync
+from .runtime import run_sync
 from .timeline import Timeline, TimelineStep, config_issues, has_expectations
 from .world import DeliveryReport, World
 
@@ -58,16 +59,19 @@ def build_world(
     *,
     lifecycle_factory: LifecycleFactory = RequestLifecycle,
     keep_trail: bool = True,
+    requests: MemoryRequestStore | None = None,
 ) -> World:
-    if timeline.config:
-        config = OverrideConfigStore(config, timeline.config)
+    """The world ``timeline`` runs in: its commit graph, ``config`` with the timeline's
+    own values over it, and ``requests`` when given (see :class:`World`)."""
     return World(
         machines,
         config,
         timeline.history,
         lifecycle_factory=lifecycle_factory,
         changes=timeline.changes,
+        overrides=timeline.config,
         keep_trail=keep_trail,
+        requests=requests,
     )
 
 
@@ -79,14 +83,13 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
     machine does not declare, or an unknown parameter, is bad input, not a failed
     expectation.
 
-    ``config`` is a loaded policy, fixed for the run: each queue's config is resolved
-    once (``config`` steps still apply above it).
+    ``config`` is a loaded policy, fixed for the run: the world resolves each queue's
+    config once (``config`` steps still apply above it).
     """
     issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
     sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
-    sim.world.config.base = ResolvedOnceConfigStore(sim.world.config.base)
     with stepwise():  # once for the whole run, not once per step
         _run(sim, timeline)
     return sim

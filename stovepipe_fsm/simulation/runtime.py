@@ -3,8 +3,8 @@
 These stand where the JetStream runtime stands in ``serve``: :class:`SimBroker` is the
 process topic (one message in flight per queue, a held or failed message stays at the
 head of its queue and falls due again later), :class:`SimDelivery` the Delivery port over
-one of its messages, :class:`SimPublisher` the publisher, and the small adapters that let
-every queue share one config override and one in-memory commit graph.
+one of its messages, :class:`SimPublisher` the publisher, and the small adapter that lets
+every queue share one in-memory commit graph.
 
 Because in-memory adapters never suspend, every coroutine completes in one
 ``send(None)``; :func:`run_sync` exploits that so a step is an ordinary function call.
@@ -13,14 +13,12 @@ Because in-memory adapters never suspend, every coroutine completes in one
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
-from ..domain.entities import QueueConfig
 from ..domain.hooks import HookEvent
-from ..ports.config import ConfigStore
 from ..process.together import is_stepwise, stepwise
 
 T = TypeVar("T")
@@ -184,78 +182,6 @@ class SimDelivery:
 
     async def in_progress(self) -> None:
         return None
-
-
-class OverrideConfigStore:
-    """A config store with the same knob overrides applied to every queue."""
-
-    def __init__(self, base: ConfigStore, overrides: Mapping[str, Any]) -> None:
-        self.base = base
-        self.overrides = dict(overrides)
-
-    def get(self, queue: str) -> QueueConfig:
-        return self.base.get(queue).with_values(self.overrides)
-
-    def configured_queues(self) -> tuple[str, ...]:
-        return self.base.configured_queues()
-
-
-class ResolvedOnceConfigStore:
-    """A config store that resolves each queue once, for a base that never changes.
-
-    A loaded policy keeps each queue's resolved config itself (``QueuePolicy``), but the
-    stores above it still validate the name and apply a run's fixed overrides on every
-    call, and a replay of a long timeline asks on every delivery. Only for a base whose
-    answers are fixed for the life of the run (a loaded policy file, with a timeline's
-    fixed overrides); ``config:`` steps are applied above it by :class:`StepConfigStore`,
-    so they still take effect.
-    """
-
-    def __init__(self, base: ConfigStore) -> None:
-        self.base = base
-        self._resolved: dict[str, QueueConfig] = {}
-
-    def get(self, queue: str) -> QueueConfig:
-        config = self._resolved.get(queue)
-        if config is None:
-            config = self._resolved[queue] = self.base.get(queue)
-        return config
-
-    def configured_queues(self) -> tuple[str, ...]:
-        return self.base.configured_queues()
-
-
-class StepConfigStore:
-    """The world's config: a base store, with the parameters ``config:`` steps set per queue.
-
-    A timeline (or the checker, exploring pause and resume) changes a queue's policy
-    mid-run the way an edit of ``config/queues.yaml`` does in ``serve``: the next delivery
-    resolves the new values. Changes are kept apart from the base so a fork of the world
-    copies only them.
-    """
-
-    def __init__(
-        self, base: ConfigStore, changes: Mapping[str, Mapping[str, Any]] | None = None
-    ) -> None:
-        self.base = base
-        self.changes: dict[str, dict[str, Any]] = {
-            queue: dict(values) for queue, values in (changes or {}).items()
-        }
-
-    def get(self, queue: str) -> QueueConfig:
-        changed = self.changes.get(queue)
-        config = self.base.get(queue)
-        return config.with_values(changed) if changed else config
-
-    def configured_queues(self) -> tuple[str, ...]:
-        return self.base.configured_queues()
-
-    def set(self, queue: str, values: Mapping[str, Any]) -> None:
-        """From now on ``queue`` resolves ``values`` over what it resolved before."""
-        self.changes.setdefault(queue, {}).update(values)
-
-    def clone(self) -> StepConfigStore:
-        return StepConfigStore(self.base, self.changes)
 
 
 class SingleSourceControl:

@@ -31,7 +31,7 @@ from ..process.catalog import ProcessMachines
 from ..process.together import stepwise
 from ..spec.errors import SpecError, SpecIssue
 from .replay import apply_step, build_world, input_issues
-from .runtime import ResolvedOnceConfigStore, run_sync
+from .runtime import run_sync
 from .timeline import Timeline, TimelineStep
 from .world import World
 
@@ -82,15 +82,10 @@ class TimedRun:
 def timed_world(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> World:
     """A world for ``timeline`` whose request store logs its writes (:class:`WriteLog`).
 
-    ``config`` is a loaded policy, fixed for the run: each queue's config is resolved
-    once (:class:`~.runtime.ResolvedOnceConfigStore`).
+    ``config`` is a loaded policy, fixed for the run.
     """
     # No decision trail: a what-if compares outcomes, and a long timeline's trail costs.
-    world = build_world(timeline, machines, config, keep_trail=False)
-    world.config.base = ResolvedOnceConfigStore(world.config.base)
-    world.requests = WriteLog()
-    world._wire()  # the stages on the logging store: wiring is the world's own recipe
-    return world
+    return build_world(timeline, machines, config, keep_trail=False, requests=WriteLog())
 
 
 def replay_timed(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> TimedRun:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..adapters.memory import (
     ManualClock,
@@ -57,11 +58,13 @@ from ..pipeline import verbs
 from ..pipeline.dlq import DeadLetterReconciler
 from ..pipeline.ingest import Ingest, IngestResult
 from ..pipeline.record import Record
-from ..pipeline.wiring import Stages, build_stages
+from ..pipeline.wiring import Ports, Stages, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..process.controller import Decision, PausedDelivery, ProcessController
+from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
+from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
 from ..process.trail import hold_reason
 from .runtime import (
@@ -71,10 +74,8 @@ from .runtime import (
     SimDelivery,
     SimPublisher,
     SingleSourceControl,
-    StepConfigStore,
     run_sync,
 )
-from .switched import SwitchedPorts
 
 CRASH_POINTS = (
     "after_claim_slot",
@@ -133,16 +134,20 @@ class InHand:
         """The same delivery in ``twin``: its message, its controller, its stores."""
         message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
         delivery = SimDelivery(twin, message)
-        ctx = dataclasses.replace(
-            self.paused.ctx, services=twin._stages.services, delivery=delivery
-        )
+        ctx = dataclasses.replace(self.paused.ctx, services=twin.stages.services, delivery=delivery)
         return dataclasses.replace(
             self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
         )
 
 
 class World:
-    """Everything one simulated run owns; cheap to :meth:`clone`."""
+    """Everything one simulated run owns: its stores, topic, clock and its own stages.
+
+    The stages are built, through the one factory the service uses
+    (:func:`~..pipeline.wiring.build_stages`), on this world's ports and nothing else,
+    when the world first runs a step; nothing rewires them afterwards. A :meth:`clone`
+    copies only what a step can change and builds its own stages when it first steps.
+    """
 
     def __init__(
         self,
@@ -152,22 +157,31 @@ class World:
         *,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
         changes: Mapping[str, Sequence[str]] | None = None,
+        overrides: Mapping[str, Any] | None = None,
         keep_trail: bool = True,
+        requests: MemoryRequestStore | None = None,
     ) -> None:
+        """``config`` is the policy, fixed for the run; ``overrides`` are values every
+        queue resolves over it (a timeline's ``config:``), ``config`` steps change it
+        per queue (:meth:`ResolvedConfigs.set`). ``requests``: the request store to run
+        on, when not an empty one (a what-if's logs its writes)."""
         self.machines = machines
         #: The decision trail, as the service keeps it (none for the model checker,
         #: whose states must not carry a growing history).
         self.trail: MemoryTrail | None = MemoryTrail() if keep_trail else None
-        self.config = StepConfigStore(config)
+        self.config = ResolvedConfigs(config, machines.parameter_defaults, overrides)
         self.lifecycle_factory = lifecycle_factory
         self.clock = ManualClock(0)
-        self.requests = MemoryRequestStore()
+        self.requests = requests if requests is not None else MemoryRequestStore()
         self.queues = MemoryQueueStore()
         self.uri_index = MemoryUriIndex()
         self.counter = MemoryCounter()
         self.published = MemoryPublisher()
         self.broker = SimBroker()
         self.graph = MemorySourceControl(history or {}, changes)
+        #: The controller's counters, kept across forks (a fork's stages count into
+        #: the metrics of the world it was forked from).
+        self.metrics = Metrics()
         self.armed_crash = ""
         self.holds = 0
         self.hold_log: list[Hold] = []
@@ -176,27 +190,15 @@ class World:
         # YAML step that raised it), in order: what ``test`` shows beside failed checks.
         self.raised: list[tuple[str, str]] = []
         self.in_hand: list[InHand] = []
-        self._wire()
-
-    def _wire(self) -> None:
-        """The stages on this world's ports, through the one factory the service uses.
-
-        They are built on :class:`~.switched.SwitchedPorts`, shared with every fork of
-        this world, and bound to this world's stores before each use. A world that
-        replaced one of its stores calls this again to run on it.
-        """
-        self.source_control = SingleSourceControl(self.graph)
-        self.publisher = SimPublisher(self.broker, self.clock, self.published)
-        self._switch = SwitchedPorts(keep_trail=self.trail is not None)
-        self._stages = build_stages(
-            self.machines, self._switch.ports(), lifecycle_factory=self.lifecycle_factory
-        )
+        self._stages: Stages | None = None
 
     def clone(self) -> World:
-        """An independent world in the same state, running the same (shared) stages.
+        """An independent world in the same state.
 
         Only what a step can change is copied: the stores' rows, the topic's messages,
-        the records, the clock and the logs; the stages and the machines are shared.
+        the records, the config steps, the clock and the logs. The machines and the
+        policy are immutable and shared; the twin builds its own stages on its own
+        ports when it first steps (a stalled delivery in hand needs them at once).
         """
         twin = object.__new__(World)
         twin.machines = self.machines
@@ -211,49 +213,69 @@ class World:
         twin.broker = self.broker.clone()
         twin.graph = self.graph.clone()
         twin.trail = self.trail.clone() if self.trail is not None else None
+        twin.metrics = self.metrics
         twin.armed_crash = self.armed_crash
         twin.holds = self.holds
         twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
         twin.raised = list(self.raised)
-        twin.source_control = SingleSourceControl(twin.graph)
-        twin.publisher = SimPublisher(twin.broker, twin.clock, twin.published)
-        twin._switch = self._switch
-        twin._stages = self._stages
+        twin._stages = None
         twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
         return twin
 
-    # --- the stages, bound to this world -----------------------------------------
+    # --- the stages, on this world's ports ---------------------------------------
 
-    def _bound(self) -> Stages:
-        """The stages, running on this world's stores until another world binds them."""
-        self._switch.bind(self)
-        return self._stages
+    @property
+    def stages(self) -> Stages:
+        """This world's stages, built on its own ports the first time they are needed."""
+        stages = self._stages
+        if stages is None:
+            stages = self._stages = build_stages(
+                self.machines,
+                self.ports(),
+                metrics=self.metrics,
+                lifecycle_factory=self.lifecycle_factory,
+            )
+        return stages
+
+    def ports(self) -> Ports:
+        """This world's stores, config, topic, commit graph, clock and trail."""
+        return Ports(
+            requests=self.requests,
+            queues=self.queues,
+            uri_index=self.uri_index,
+            counter=self.counter,
+            config=self.config,
+            source_control=SingleSourceControl(self.graph),
+            publisher=SimPublisher(self.broker, self.clock, self.published),
+            clock=self.clock,
+            trail=self.trail,
+        )
 
     @property
     def controller(self) -> ProcessController:
-        return self._bound().controller
+        return self.stages.controller
 
     @property
     def ingester(self) -> Ingest:
-        return self._bound().ingest
+        return self.stages.ingest
 
     @property
     def recorder(self) -> Record:
-        return self._bound().record
+        return self.stages.record
 
     @property
     def reconciler(self) -> DeadLetterReconciler:
-        return self._bound().reconciler
+        return self.stages.reconciler
 
     @property
     def lifecycle(self) -> RequestLifecycle:
-        return self._bound().lifecycle
+        return self.stages.lifecycle
 
     # --- steps -------------------------------------------------------------------
 
     def ingest(self, queue: str, uri: str) -> IngestResult:
-        return run_sync(self._bound().ingest.ingest(queue, uri))
+        return run_sync(self.stages.ingest.ingest(queue, uri))
 
     def deliver(self, message: Message) -> DeliveryReport:
         """Deliver ``message`` once through the real controller."""
@@ -265,7 +287,7 @@ class World:
         before = self._state_of(message.request_id)
         holds = self.holds
         try:
-            decision = run_sync(self._bound().controller.decide(delivery, probe=probe))
+            decision = run_sync(self.stages.controller.decide(delivery, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, before)
         return self._finished(message, decision, before, holds)
@@ -337,7 +359,7 @@ class World:
         self.dead_letters.append((message.request_id, reason))
         if parse_request_id(message.request_id).queue == message.queue:
             failures = message.failures
-            reconcile = self._bound().reconciler.reconcile
+            reconcile = self.stages.reconciler.reconcile
             run_sync(reconcile(message.request_id, error=reason, attempts=failures))
 
     def stall(self, point: str) -> DeliveryReport | None:
@@ -360,7 +382,7 @@ class World:
         holds = self.holds
         action = point.removeprefix("after_")
         try:
-            begun = self._bound().controller.begin(delivery, pause_after=action, probe=probe)
+            begun = self.stages.controller.begin(delivery, pause_after=action, probe=probe)
             result = run_sync(begun)
         except Exception as exc:
             return self._failed(message, exc, before)
@@ -380,7 +402,7 @@ class World:
         settled = "" if self.broker.find(message.seq) else "message already settled"
         holds = self.holds
         try:
-            result = run_sync(self._bound().controller.resume(held.paused, probe=probe))
+            result = run_sync(self.stages.controller.resume(held.paused, probe=probe))
         except Exception as exc:
             return self._failed(message, exc, held.state_before)
         assert isinstance(result, Decision), "a resumed delivery runs to the end"
@@ -407,7 +429,7 @@ class World:
         self.broker.publish(parse_request_id(request_id).queue, request_id, self.clock.now_ms())
 
     def complete(self, request_id: str, outcome: str) -> Request:
-        return run_sync(self._bound().record.complete(request_id, outcome))
+        return run_sync(self.stages.record.complete(request_id, outcome))
 
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
@@ -416,7 +438,7 @@ class World:
         return run_sync(verb)
 
     def dead_letter(self, request_id: str) -> Request | None:
-        return run_sync(self._bound().reconciler.reconcile(request_id))
+        return run_sync(self.stages.reconciler.reconcile(request_id))
 
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)

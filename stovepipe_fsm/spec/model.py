@@ -159,7 +159,7 @@ class MachineSpec:
     def state_map(self) -> dict[str, StateSpec]:
         return {s.name: s for s in self.states}
 
-    @property
+    @cached_property
     def state_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.states)
 

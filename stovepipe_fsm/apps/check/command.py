@@ -32,6 +32,7 @@ from .explorer import (
     Explorer,
     Result,
     Setup,
+    Tuning,
     rate,
     stderr_progress,
 )
@@ -209,9 +210,8 @@ class Job:
     bounds: Bounds
     max_concurrent: int
     variant: Variant = field(default_factory=Variant)
-    max_states: int = DEFAULT_MAX_STATES
+    tuning: Tuning = field(default_factory=Tuning)
     progress: bool = True
-    split_at: int | None = None  # fork into two processes at a frontier this wide
 
     def setup(self, machines: ProcessMachines | None = None) -> Setup:
         loaded = machines or load_process_machines(self.machines, lint=self.lint)
@@ -231,9 +231,8 @@ def run_job(job: Job, machines: ProcessMachines | None = None) -> Result:
     progress = stderr_progress if job.progress else None
     explorer = Explorer(
         job.setup(machines),
-        max_states=job.max_states,
+        job.tuning,
         progress=progress,
-        split_at=job.split_at,
         cores=_cores,
         abandoned=_command_gone() if multiprocessing.parent_process() else None,
     )
@@ -284,9 +283,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             bounds,
             k,
             variant,
-            args.max_states,
+            Tuning(max_states=args.max_states, split_at=SPLIT_FRONTIER if split else None),
             not args.quiet,
-            SPLIT_FRONTIER if split else None,
         )
         for k in values
     ]

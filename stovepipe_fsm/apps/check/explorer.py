@@ -12,11 +12,11 @@ every *fair* edge is remembered backwards for the progress pass.
 What an action does depends on the world, not on the budget beside it: states that
 differ only in their budget share one world, and each action is performed once per
 observation; its outcome (the observation it leads to, what a delivery did) is kept
-and reused by every other state with that observation (:attr:`Explorer.share_outcomes`).
+and reused by every other state with that observation (:attr:`Tuning.share_outcomes`).
 
 A state whose budget is *covered* by that of a state already reached with the same
 observation (:meth:`~.model.Budget.covers`: the same heads ingested, no more of anything
-else spent) is kept as a state but not expanded (``Explorer(prune_covered=...)``): every
+else spent) is kept as a state but not expanded (:attr:`Tuning.prune_covered`): every
 path from it is a path from the covering state, which reaches the same observations
 through the same edges, with no more spent. Breadth-first order found the covering state
 no deeper, so shortest counterexamples stay shortest. Fair actions neither spend budget
@@ -50,13 +50,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...domain.entities import QueueConfig
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
+from ...process.effective_config import declared_pairs, effective_config
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
-from ...process.services import DeclaredDefaults
 from ...process.together import stepwise
 from ...simulation.collector import rare_collections
-from ...simulation.runtime import OverrideConfigStore, ResolvedOnceConfigStore
 from ...simulation.world import World
 from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
@@ -101,10 +101,15 @@ class Setup:
     catalog: InvariantCatalog = INVARIANTS  # where declared names not built in are found
 
     @property
+    def queue_config(self) -> QueueConfig:
+        """The checked queue's effective config, as the policy gives it."""
+        declared = declared_pairs(self.machines.parameter_defaults)
+        return effective_config(self.config.get(self.bounds.queue), declared)
+
+    @property
     def gate_wait_delay_ms(self) -> int:
         """The hold delay of the checked queue: its config, else the declared default."""
-        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
-        return int(config.get(self.bounds.queue).param("gate_wait_delay_ms"))
+        return int(self.queue_config.param("gate_wait_delay_ms"))
 
     def knobs(self) -> dict[str, Any]:
         """The config a replay needs: written into the counterexample timeline (with
@@ -133,8 +138,7 @@ class Setup:
         return self._declared(MAX_VALIDATION_MS)
 
     def _declared(self, name: str) -> int:
-        config = DeclaredDefaults(self.config, self.machines.parameter_defaults)
-        return int(dict(config.get(self.bounds.queue).parameters).get(name, 0))
+        return int(dict(self.queue_config.parameters).get(name, 0))
 
     def rules(self) -> Rules:
         return Rules.for_machines(
@@ -148,13 +152,12 @@ class Setup:
         )
 
     def new_world(self) -> World:
-        # The policy cannot change during a check: each queue is resolved once.
-        config = ResolvedOnceConfigStore(OverrideConfigStore(self.config, self.knobs()))
         return World(
             self.machines,
-            config,
+            self.config,
             self.bounds.history(),
             lifecycle_factory=self.variant.lifecycle_factory,
+            overrides=self.knobs(),
             keep_trail=False,
         )
 
@@ -176,7 +179,7 @@ class Result:
     counterexample: Counterexample | None = None
     cpu_seconds: float = 0.0  # processor time of the exploring process(es)
     covered: int = 0  # states not expanded: a state of their observation covers them
-    processes: int = 1  # 2 when the search was split (``Explorer(split_at=...)``)
+    processes: int = 1  # 2 when the search was split (``Tuning.split_at``)
     searched_again: bool = False  # a split search found a violation: this is the unsplit one
 
     @property
@@ -241,7 +244,7 @@ _Frontier = deque[_Entry]
 class _Worlds:
     """One live world per observation of the unexpanded states, with how many of them
     stand on it: states that differ only in their budget share one world (when the
-    explorer shares outcomes, ``Explorer.share_outcomes``)."""
+    explorer shares outcomes, ``Tuning.share_outcomes``)."""
 
     def __init__(self) -> None:
         self._held: dict[Observation, tuple[World, int]] = {}
@@ -286,34 +289,65 @@ class _Covers:
         self._expanded.setdefault(obs, []).append((budget, sid))
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """How a search runs, with the defaults ``check`` runs with.
+
+    The reductions (``prune_faults``, ``reuse_worlds``, ``share_outcomes``,
+    ``prune_covered``, and the pause reductions left off by ``resume_anywhere``,
+    ``explore_paused_holds`` and ``steps_while_paused``) each leave what is checked as it
+    is: the same observations and edges, or the same stores reached; tests turn one off
+    to compare the graphs.
+    """
+
+    #: Stop, incomplete, once this many states were found.
+    max_states: int = DEFAULT_MAX_STATES
+    #: Fork into two processes once the frontier holds at least this many states (and a
+    #: core is idle, when the explorer is given ``cores``); ``None``: never (:mod:`.split`).
+    split_at: int | None = None
+    #: How many runs of breadth-first order the frontier is cut into at the fork.
+    pieces: int = PIECES
+    #: Try a delivery's crash and outage variants only where it wrote something or asked
+    #: source control (:class:`~.actions.DeliveryEffect`).
+    prune_faults: bool = True
+    #: Run a state's last action on its own world rather than on a fork.
+    reuse_worlds: bool = True
+    #: Perform each action once per observation, whatever the budget beside it (off:
+    #: every state keeps its own world and performs its own actions). Sound because two
+    #: worlds with one observation differ at most by a shift of the clock, stalled
+    #: deliveries included (their views are observed as the stores are: without times,
+    #: leases as time left).
+    share_outcomes: bool = True
+    #: Keep, but do not expand, a state whose budget a state of its observation covers
+    #: (off: every state is expanded; the same observations and edges either way).
+    prune_covered: bool = True
+    #: Resume a paused queue in every state rather than only where it is read next
+    #: (:func:`.actions.enabled`): more states, the same stores.
+    resume_anywhere: bool = False
+    #: Explore where a paused queue's hold leads, when nothing else observed depends on
+    #: the clock (:func:`.actions.held_while_paused`): more states, the same stores.
+    #: Always on when the checked queue has slot leases.
+    explore_paused_holds: bool = False
+    #: Take the steps other than deliveries from a paused queue whose head is due too
+    #: (:func:`.actions.enabled`): more transitions, the same states.
+    steps_while_paused: bool = False
+
+
 class Explorer:
     def __init__(
         self,
         setup: Setup,
+        tuning: Tuning = Tuning(),
         *,
-        max_states: int = DEFAULT_MAX_STATES,
         progress: Progress | None = None,
-        prune_faults: bool = True,
-        reuse_worlds: bool = True,
-        reuse_outcomes: bool = True,
-        prune_covered: bool = True,
-        resume_anywhere: bool = False,
-        explore_paused_holds: bool = False,
-        steps_while_paused: bool = False,
         on_edge: Callable[[int, int], None] | None = None,
-        split_at: int | None = None,
-        pieces: int = PIECES,
         cores: Cores | None = None,
         abandoned: Callable[[], bool] | None = None,
     ) -> None:
-        if split_at is not None and on_edge is not None:
+        if tuning.split_at is not None and on_edge is not None:
             raise ValueError("a split search tells no edge hook: its edges are in two processes")
         self.setup = setup
-        self._prunes = (reuse_worlds, reuse_outcomes, prune_covered)  # for a search again
-        #: Fork into two processes once the frontier holds at least this many states
-        #: (and a core is idle, when ``cores`` are given; ``None``: never); see :mod:`.split`.
-        self.split_at = split_at
-        self.pieces = pieces
+        self.tuning = tuning
         self._cores = cores  # when given, the fork waits for an idle one (else: no wait)
         #: Asked at each state: true once no one waits for the result (the process that
         #: started this one is gone); the search then ends, incomplete.
@@ -325,36 +359,19 @@ class Explorer:
         self._stall_lengths: list[int] = []
         self._at_fork = (0, 0, 0)  # transitions, attempts, covered at the fork
         self._part: PartReport | None = None  # the forked process's report, once joined
-        # A state whose budget a state of its observation covers is not expanded (off:
-        # every state is; the same observations and edges are explored either way).
-        self._covers: _Covers | None = _Covers() if prune_covered else None
+        self._covers: _Covers | None = _Covers() if tuning.prune_covered else None
         self.covered = 0  # states kept but not expanded, their budget covered
         #: Told every explored edge (source and destination state ids), for tools that
         #: study the graph itself (``bench.check_split``); the search keeps only fair
         #: edges, backwards.
         self.on_edge = on_edge
-        self.prune_faults = prune_faults
-        #: Resume a paused queue in every state rather than only where it is read next
-        #: (:func:`.actions.enabled`): more states, the same stores.
-        self.resume_anywhere = resume_anywhere
-        #: Take the steps other than deliveries from a paused queue whose head is due too
-        #: (:func:`.actions.enabled`): more transitions, the same states.
-        self.steps_while_paused = steps_while_paused
-        self.reuse_worlds = reuse_worlds  # the last action of a state runs on its world
-        # Each action is performed once per observation, whatever the budget beside it
-        # (off: every state keeps its own world and performs its own actions). Sound
-        # because two worlds with one observation differ at most by a shift of the
-        # clock, stalled deliveries included (their views are observed as the stores
-        # are: without times, leases as time left).
-        self.share_outcomes = reuse_outcomes
         self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
         self.rules = setup.rules()
-        #: Explore where a paused queue's hold leads, when nothing else observed depends on
-        #: the clock (:func:`.actions.held_while_paused`): more states, the same stores.
-        #: Off unless the checked queue has slot leases.
-        self.explore_paused_holds = explore_paused_holds or bool(self.rules.max_validation_ms)
+        #: Whether the search goes on from a paused queue's holds (:class:`Tuning`).
+        self.explore_paused_holds = tuning.explore_paused_holds or bool(
+            self.rules.max_validation_ms
+        )
         self.paused_holds = 0  # holds of a paused queue whose destination was not explored
-        self.max_states = max_states
         self.progress = progress
         self.parent: list[int] = []
         self.via: list[Action | None] = []
@@ -413,16 +430,7 @@ class Explorer:
         assert self._part is not None
         spent = time.process_time() - cpu + self._part.cpu_seconds
         again = Explorer(
-            self.setup,
-            max_states=self.max_states,
-            progress=self.progress,
-            prune_faults=self.prune_faults,
-            reuse_worlds=self._prunes[0],
-            reuse_outcomes=self._prunes[1],
-            prune_covered=self._prunes[2],
-            resume_anywhere=self.resume_anywhere,
-            explore_paused_holds=self.explore_paused_holds,
-            steps_while_paused=self.steps_while_paused,
+            self.setup, replace(self.tuning, split_at=None), progress=self.progress
         ).run()
         return replace(
             again,
@@ -466,22 +474,22 @@ class Explorer:
                 budget,
                 bounds,
                 rules,
-                resume_anywhere=self.resume_anywhere,
-                steps_while_paused=self.steps_while_paused,
+                resume_anywhere=self.tuning.resume_anywhere,
+                steps_while_paused=self.tuning.steps_while_paused,
             )
             calls_before = world.graph.calls
             for i, action in enumerate(actions):
                 if not self._taken(effect, action):
                     continue
                 spent = budget.spend(action.kind)
-                outcome = self._outcomes.get((obs, action)) if self.share_outcomes else None
+                outcome = self._outcomes.get((obs, action)) if self.tuning.share_outcomes else None
                 twin: World | None = None
                 if outcome is None or self._needs_world(outcome, spent, index, worlds):
                     self.attempts += 1
                     # The world is needed by no one after the last action that still has
                     # to be performed on it: that one runs on the world itself.
                     last = (
-                        self.reuse_worlds
+                        self.tuning.reuse_worlds
                         and alone
                         and not any(
                             self._performs(obs, budget, later, effect, index, worlds)
@@ -495,7 +503,7 @@ class Explorer:
                         return Counterexample(failed, self.trace(sid, action)), True
                     if outcome is None:
                         outcome = _Outcome.of(obs, twin, calls_before, action)
-                        if self.share_outcomes:
+                        if self.tuning.share_outcomes:
                             self._outcomes[(obs, action)] = outcome
                         if outcome.post is not None:
                             violation = check_edge(obs, outcome.post, rules)
@@ -520,7 +528,7 @@ class Explorer:
                         if violation:
                             return Counterexample(violation, self.trace(dst)), True
                         checked.add(post)
-                    if len(self.parent) >= self.max_states:
+                    if len(self.parent) >= self.tuning.max_states:
                         return None, False
                     cover = covers.cover(post, spent) if covers is not None else None
                     if cover is None:
@@ -547,21 +555,21 @@ class Explorer:
         state will do (not only the first of a depth): a split run's counterexample is
         the unsplit search's anyway (``searched_again``)."""
         return (
-            self.split_at is not None
-            and len(frontier) >= self.split_at
+            self.tuning.split_at is not None
+            and len(frontier) >= self.tuning.split_at
             and (self._cores is None or self._cores.take())  # last: it takes the core
         )
 
     def _start_fork(self, frontier: _Frontier) -> None:
         """Cut the frontier into pieces and fork; each process then claims pieces."""
-        self._pieces = cut(list(frontier), self.pieces)
+        self._pieces = cut(list(frontier), self.tuning.pieces)
         frontier.clear()
         self._known = len(self.parent)
         self._fair_lengths = [len(into) for into in self.fair_into]
         if self.stall_into is not None:
             self._stall_lengths = [len(into) for into in self.stall_into]
         self._at_fork = (self.transitions, self.attempts, self.covered)
-        self._fork = Fork(self.pieces)
+        self._fork = Fork(self.tuning.pieces)
         self._fork.start()
         if self._fork.in_child:
             self._abandoned = None  # its own parent is watched by the fork (``halted``)
@@ -650,14 +658,14 @@ class Explorer:
         (Both only become known during an expansion, never unknown again.)"""
         if not self._taken(effect, action):
             return False
-        outcome = self._outcomes.get((obs, action)) if self.share_outcomes else None
+        outcome = self._outcomes.get((obs, action)) if self.tuning.share_outcomes else None
         spent = budget.spend(action.kind)
         return outcome is None or self._needs_world(outcome, spent, index, worlds)
 
     def _own(self, obs: Observation, world: World | None, worlds: _Worlds) -> World | None:
         """The world a new state of ``obs`` keeps for itself; ``None`` when it stands on
         the shared world of its observation (``world`` is held for it if it is the first)."""
-        if self.share_outcomes:
+        if self.tuning.share_outcomes:
             worlds.hold(obs, world)
             return None
         assert world is not None, "a state of its own comes with its world"
@@ -677,7 +685,7 @@ class Explorer:
             return False
         if self._covers is not None and self._covers.cover(post, spent) is not None:
             return False  # a covered state is not expanded: it needs no world
-        return not self.share_outcomes or post not in worlds
+        return not self.tuning.share_outcomes or post not in worlds
 
     def _link_covered(self, sid: int, cover: int) -> None:
         """``sid`` is not expanded: it finishes when ``cover``, of its observation, does
@@ -689,7 +697,7 @@ class Explorer:
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
         """Whether the search performs ``action`` after a delivery that did ``effect``."""
-        return not self.prune_faults or effect is None or effect.worth(action)
+        return not self.tuning.prune_faults or effect is None or effect.worth(action)
 
     def _add(
         self,

@@ -40,9 +40,8 @@ from ...domain.entities import Queue, QueueConfig, Request, evolve
 from ...domain.errors import NotFound
 from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
-from ...ports.config import ConfigStore
 from ...process.gate import PAUSED
-from ...simulation.runtime import Message, ResolvedOnceConfigStore, run_sync
+from ...simulation.runtime import Message, run_sync
 from ...simulation.world import InHand, World
 from ...spec.compiler import Step
 
@@ -302,49 +301,21 @@ def _relative(row: Queue, now: int) -> Queue:
 
 
 def _paused(world: World, rows: tuple[Queue, ...], messages: list[Message]) -> frozenset[str]:
-    """The queues with work or a row whose resolved ``paused`` parameter is set.
-
-    A ``config`` step's value, when one set ``paused``, is what the queue resolves (steps
-    are applied over the base); only the other queues ask the base, whose answers are
-    fixed for the run, so the merged config is not rebuilt per queue per state.
-    """
-    changes = world.config.changes
-    base = world.config.base
+    """The queues with work or a row whose effective ``paused`` parameter is set (the
+    world resolves each queue's config once, until a ``config`` step changes it)."""
+    config = world.config
     queues = {row.name for row in rows}
     queues.update(m.queue for m in messages)
-    queues.update(changes)
-    paused: list[str] = []
-    for queue in queues:
-        changed = changes.get(queue)
-        if changed is not None and PAUSED in changed:
-            value = changed[PAUSED]
-        else:
-            value = _base_paused(base, queue)
-        if value:
-            paused.append(queue)
+    queues.update(config.changes)
+    paused = [queue for queue in queues if _is_paused(config.get(queue))]
     return frozenset(paused) if paused else _NONE
 
 
-def _base_paused(base: ConfigStore, queue: str) -> Any:
-    """The base's ``paused`` for ``queue``; asked once per queue of a base that resolves
-    each queue once (a check's: it answers the same for the whole run)."""
-    key = (id(base), queue)
-    hit = _BASE_PAUSED.get(key)
-    if hit is not None and hit[0] is base:
-        return hit[1]
-    value = None
-    for name, given in base.get(queue).parameters:
+def _is_paused(config: QueueConfig) -> bool:
+    for name, value in config.parameters:
         if name == PAUSED:
-            value = given
-    if not isinstance(base, ResolvedOnceConfigStore):
-        return value
-    if len(_BASE_PAUSED) >= 1_000:
-        _BASE_PAUSED.clear()
-    _BASE_PAUSED[key] = (base, value)
-    return value
-
-
-_BASE_PAUSED: dict[tuple[int, str], tuple[ConfigStore, Any]] = {}
+            return bool(value)
+    return False
 
 
 def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> int | None:

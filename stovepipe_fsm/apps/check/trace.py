@@ -69,12 +69,11 @@ def replay(
     """Run ``timeline`` step by step, stopping at the first broken declared property."""
     variant = variant or Variant()
     world = build_world(timeline, machines, config, lifecycle_factory=variant.lifecycle_factory)
-    declared = dict(world.controller.services.config.get(timeline.queue).parameters)
+    resolved = world.config.get(timeline.queue)
+    declared = dict(resolved.parameters)
     rules = Rules.for_machines(
         machines,
-        max_concurrent=int(
-            world.controller.services.config.get(timeline.queue).param("max_concurrent")
-        ),
+        max_concurrent=int(resolved.param("max_concurrent")),
         history=timeline.history,
         bare_counter=variant.bare_counter,
         catalog=catalog,
