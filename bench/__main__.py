@@ -11,7 +11,7 @@ Two decision paths are timed separately, each in two implementations:
   the same metrics calls - with no machine in between.
 
 The shipped machines decide by firing their compiled ``transitions`` machines
-(``spec/compiler.py``). ``--straight`` adds, to the same interleaved rounds, the flow
+(``machine/compiler.py``). ``--straight`` adds, to the same interleaved rounds, the flow
 written out by hand over the same named steps (:mod:`bench.straight`): what the machine
 and its driver cost on top of the steps themselves.
 
@@ -64,8 +64,8 @@ from stovepipe_fsm.domain.settle import Attempt
 from stovepipe_fsm.pipeline import wiring
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.metrics import Metrics
-from stovepipe_fsm.process.trail import HELD_LOG
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.process.trail_notes import HELD_LOG
+from stovepipe_fsm.simulation.broker import run_sync
 
 from .calls import calls_per_decision
 from .straight import straight_handle

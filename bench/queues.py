@@ -97,7 +97,13 @@ async def _serve(args: argparse.Namespace) -> int:
     from stovepipe_fsm.adapters.jetstream import Topology
     from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceControlProvider
     from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-    from stovepipe_fsm.apps.service.runtime import Service, ServiceOptions  # any --tree has both
+    try:
+        from stovepipe_fsm.apps.service.supervisor import Service, ServiceOptions
+    except ImportError:  # a --tree from before the service's module was named for its job
+        from stovepipe_fsm.apps.service.runtime import (  # type: ignore[import-not-found,no-redef]
+            Service,
+            ServiceOptions,
+        )
     from stovepipe_fsm.process.catalog import load_process_machines
 
     graph = MemorySourceControl()

@@ -40,7 +40,7 @@ from stovepipe_fsm.domain.entities import FULL, INCREMENTAL_SINCE_GREEN
 from stovepipe_fsm.domain.hooks import VALIDATION_LEASE_EXPIRED
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import World
 
 Q = "monorepo/main"

@@ -28,19 +28,19 @@ from pathlib import Path
 import nats
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology, ensure_topology, open_kv_stores
+from stovepipe_fsm.adapters.jetstream.decision_trail import JetStreamTrail
 from stovepipe_fsm.adapters.jetstream.policy_record import (
     PolicyRecord,
     write_policy_record,
     write_queue_parameters,
 )
-from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.apps.service.pauses import pause
-from stovepipe_fsm.apps.service.runtime import Service
 from stovepipe_fsm.apps.service.status_page import StatusPage
+from stovepipe_fsm.apps.service.supervisor import Service
 from stovepipe_fsm.domain.entities import Queue, Request
-from stovepipe_fsm.domain.trail import HELD, INGESTED, TrailRecord
+from stovepipe_fsm.domain.trail_record import HELD, INGESTED, TrailRecord
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.views import page
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from stovepipe_fsm.adapters.memory import MemoryDelivery
 from stovepipe_fsm.domain.settle import Attempt
+from stovepipe_fsm.machine.compiler import Step
 from stovepipe_fsm.process import gate
 from stovepipe_fsm.process.context import DeliveryContext
 from stovepipe_fsm.process.controller import ProcessController
-from stovepipe_fsm.spec.compiler import Step
 
 Handle = Callable[[MemoryDelivery], Coroutine[Any, Any, Attempt]]
 Action = Callable[[DeliveryContext], Coroutine[Any, Any, None]]

@@ -43,13 +43,13 @@ import yaml
 from stovepipe_fsm.adapters.memory import MemorySourceControl
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.config.loader import load_queue_config
+from stovepipe_fsm.located.yaml_source import parse_yaml
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.simulation.collector import settled_heap
 from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timed import replay_timed
 from stovepipe_fsm.simulation.timeline import Timeline, load_timeline, located_timeline
 from stovepipe_fsm.simulation.timeline_lines import timeline_lines
-from stovepipe_fsm.spec.yaml_source import parse_yaml
 
 TICK_MS = 1000
 

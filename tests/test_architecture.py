@@ -85,7 +85,7 @@ VIOLATIONS = [
         "Apps do not import each other sideways",
     ),
     (
-        "spec/model.py",
+        "machine/model.py",
         "from ..config import loader\n",
         "Layers: each imports only the layers below it",
     ),
@@ -116,7 +116,7 @@ def test_every_sub_package_is_placed_in_a_layer() -> None:
     assert packages == placed
 
 
-PLUGIN_LOADER = "stovepipe_fsm/spec/plugins.py"
+PLUGIN_LOADER = "stovepipe_fsm/machine/plugins.py"
 
 
 def test_the_package_has_no_dynamic_imports_but_the_plugin_loader() -> None:

@@ -4,7 +4,7 @@ Each policy here is a copy of the shipped machines under ``tmp_path`` (optionall
 mutation of ``check_mutants``) whose ``invariants:`` blocks are edited as YAML data: a
 policy without coalescing passes when it does not claim ``admits_latest`` and fails
 with a replayable counterexample when it does; a policy without the gate fails as long
-as it declares ``max_concurrent``. The catalogue (spec layer) and the checker's
+as it declares ``max_concurrent``. The catalogue (machine layer) and the checker's
 functions are held together, and an invariant a plugin registers is checked like a
 built-in one.
 """
@@ -34,11 +34,11 @@ from stovepipe_fsm.apps.check.observe import Observation
 from stovepipe_fsm.apps.check.trace import as_timeline, replay
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.machine.invariants import BUILT_IN, INVARIANTS, InvariantCatalog
+from stovepipe_fsm.machine.lint import lint_machine
+from stovepipe_fsm.machine.loader import load_machine
 from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
 from stovepipe_fsm.simulation.timeline import load_timeline
-from stovepipe_fsm.spec.invariants import BUILT_IN, INVARIANTS, InvariantCatalog
-from stovepipe_fsm.spec.lint import lint_machine
-from stovepipe_fsm.spec.loader import load_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "machines"

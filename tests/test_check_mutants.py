@@ -24,10 +24,10 @@ from stovepipe_fsm.apps.check.trace import replay
 from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.apps.options import load_policy_store
+from stovepipe_fsm.located.errors import SpecError
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import Timeline, load_timeline
-from stovepipe_fsm.spec.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,14 +26,14 @@ from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.domain.entities import Request
+from stovepipe_fsm.machine.compiler import Step
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 from stovepipe_fsm.process.controller import PausedDelivery
 from stovepipe_fsm.process.lifecycle import QueueChange, RequestLifecycle
 from stovepipe_fsm.process.services import LifecycleFactory
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.timeline import load_timeline
 from stovepipe_fsm.simulation.world import STALL_POINTS, World
-from stovepipe_fsm.spec.compiler import Step
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "monorepo/main"

@@ -44,19 +44,19 @@ from stovepipe_fsm.adapters.memory import (
 )
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import QueueConfig
-from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
-from stovepipe_fsm.spec.compiler import (
+from stovepipe_fsm.located.errors import Location
+from stovepipe_fsm.machine.compiler import (
     CompiledFlow,
     CompiledLifecycle,
     FlowDidNotSettle,
     IllegalTransition,
     _Compiled,
 )
-from stovepipe_fsm.spec.errors import Location
-from stovepipe_fsm.spec.loader import load_machine
-from stovepipe_fsm.spec.model import FLOW, LIFECYCLE, MachineSpec, NameRef, StateSpec
-from stovepipe_fsm.spec.model import TransitionSpec as TSpec
-from stovepipe_fsm.spec.registry import Registry
+from stovepipe_fsm.machine.loader import load_machine
+from stovepipe_fsm.machine.model import FLOW, LIFECYCLE, MachineSpec, NameRef, StateSpec
+from stovepipe_fsm.machine.model import TransitionSpec as TSpec
+from stovepipe_fsm.machine.registry import Registry
+from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "machines"

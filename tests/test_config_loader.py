@@ -17,15 +17,15 @@ from stovepipe_fsm.config import (
 )
 from stovepipe_fsm.domain import QueueConfig
 from stovepipe_fsm.domain.entities import RUNTIME_KEYS
+from stovepipe_fsm.located.errors import SpecError, SpecIssue
+from stovepipe_fsm.located.schema import load_schema, schema_issues
+from stovepipe_fsm.located.yaml_source import read_yaml
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.spec.errors import SpecError, SpecIssue
-from stovepipe_fsm.spec.schema import load_schema, schema_issues
-from stovepipe_fsm.spec.yaml_source import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARED = load_process_machines(ROOT / "machines").parameters
 SHIPPED = ROOT / "config" / "queues.yaml"
-SCHEMA_FILE = ROOT / "stovepipe_fsm" / "spec" / "schemas" / "queues.schema.json"
+SCHEMA_FILE = ROOT / "stovepipe_fsm" / "located" / "schemas" / "queues.schema.json"
 
 
 def write(tmp_path: Path, text: str, name: str = "queues.yaml") -> Path:

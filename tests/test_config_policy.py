@@ -9,9 +9,9 @@ import pytest
 
 from stovepipe_fsm.config import PolicyEntry, QueuePolicy, Settings, load_queue_config
 from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
+from stovepipe_fsm.located.errors import Location, SpecError, SpecIssue
+from stovepipe_fsm.machine.parameters import defaults_of
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.spec.errors import Location, SpecError, SpecIssue
-from stovepipe_fsm.spec.parameters import defaults_of
 
 DECLARED = load_process_machines(Path(__file__).resolve().parents[1] / "machines").parameters
 

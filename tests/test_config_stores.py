@@ -14,10 +14,10 @@ from stovepipe_fsm.adapters.memory.clock import ManualClock
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.config import load_queue_config
 from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
+from stovepipe_fsm.located.errors import SpecError
+from stovepipe_fsm.machine.parameters import defaults_of
 from stovepipe_fsm.ports import ConfigStore
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.spec.errors import SpecError
-from stovepipe_fsm.spec.parameters import defaults_of
 
 DECLARED = load_process_machines(Path(__file__).resolve().parents[1] / "machines").parameters
 

@@ -26,8 +26,8 @@ from stovepipe_fsm.apps.diagram_files import (
     stale_diagrams,
     write_diagrams,
 )
-from stovepipe_fsm.process.catalog import REGISTRIES
-from stovepipe_fsm.spec.diagrams import (
+from stovepipe_fsm.located.errors import Location
+from stovepipe_fsm.machine.diagrams import (
     dot_string,
     markdown_cell,
     mermaid_diagram,
@@ -38,9 +38,9 @@ from stovepipe_fsm.spec.diagrams import (
     render_mermaid,
     transition_ids,
 )
-from stovepipe_fsm.spec.errors import Location
-from stovepipe_fsm.spec.loader import load_machine_dir
-from stovepipe_fsm.spec.model import MachineSpec, NameRef, StateSpec, TransitionSpec
+from stovepipe_fsm.machine.loader import load_machine_dir
+from stovepipe_fsm.machine.model import MachineSpec, NameRef, StateSpec, TransitionSpec
+from stovepipe_fsm.process.catalog import REGISTRIES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "machines"

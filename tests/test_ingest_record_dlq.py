@@ -27,10 +27,10 @@ from stovepipe_fsm.domain.entities import FULL, Queue, Request
 from stovepipe_fsm.domain.errors import NonRetryable, Retryable, VersionMismatch
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.domain.queue_names import InvalidQueueName
+from stovepipe_fsm.machine.compiler import IllegalTransition
 from stovepipe_fsm.pipeline.ingest import Ingest, InvalidUri
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.lifecycle import QUEUE_CAS_ATTEMPTS
-from stovepipe_fsm.spec.compiler import IllegalTransition
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")

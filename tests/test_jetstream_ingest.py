@@ -17,7 +17,7 @@ from nats_server import JsEnv, close, connect
 from test_service_cli import cli, status, tag  # noqa: F401
 
 from stovepipe_fsm.adapters.jetstream import JetStreamPublisher, open_kv_stores
-from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
+from stovepipe_fsm.adapters.jetstream.decision_trail import JetStreamTrail
 from stovepipe_fsm.adapters.memory import ManualClock
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.pipeline.ingest import Head, Ingest

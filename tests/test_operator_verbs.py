@@ -11,17 +11,17 @@ import pytest
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
-from stovepipe_fsm.domain.trail import OPERATOR
+from stovepipe_fsm.domain.trail_record import OPERATOR
+from stovepipe_fsm.located.yaml_source import parse_yaml
+from stovepipe_fsm.machine.compiler import CompiledLifecycle
+from stovepipe_fsm.machine.loader import parse_machine
 from stovepipe_fsm.pipeline.verbs import cancel, retry
 from stovepipe_fsm.ports.stores import RequestStore
 from stovepipe_fsm.process.catalog import REGISTRIES, compile_request_machine, load_process_machines
 from stovepipe_fsm.process.lifecycle import QueueChange, RequestLifecycle
 from stovepipe_fsm.process.roles import RequestRoles
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import World
-from stovepipe_fsm.spec.compiler import CompiledLifecycle
-from stovepipe_fsm.spec.loader import parse_machine
-from stovepipe_fsm.spec.yaml_source import parse_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "monorepo/main"
@@ -312,20 +312,20 @@ WITHDRAW_TRANSITION = "  - trigger: withdraw\n    source: accepted\n    dest: ca
 
 
 def _messages(text: str) -> list[str]:
-    from test_spec_lint import lint_text
+    from test_machine_lint import lint_text
 
     return [f"{i.rule}: {i.message}" for i in lint_text(text)]
 
 
 def test_the_withdraw_role_is_optional() -> None:
-    from test_spec_lint import REQUEST, edit
+    from test_machine_lint import REQUEST, edit
 
     assert _messages(REQUEST) == []
     assert _messages(edit(REQUEST, WITHDRAW_ROLE, "")) == []
 
 
 def test_a_withdraw_that_undoes_an_admission_or_validates_is_refused() -> None:
-    from test_spec_lint import REQUEST, edit
+    from test_machine_lint import REQUEST, edit
 
     both = WITHDRAW_TRANSITION.replace("accepted", "[accepted, processing]")
     running = edit(REQUEST, WITHDRAW_TRANSITION, both)

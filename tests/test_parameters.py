@@ -17,8 +17,8 @@ from stovepipe_fsm.adapters.memory import MemoryDelivery
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.domain.entities import Queue, QueueConfig
+from stovepipe_fsm.located.errors import SpecError
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.spec.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")

@@ -23,12 +23,12 @@ import pytest
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.located.errors import SpecError
+from stovepipe_fsm.machine import plugins as plugins_module
+from stovepipe_fsm.machine.compiler import IllegalTransition
+from stovepipe_fsm.machine.diagrams import render_mermaid
 from stovepipe_fsm.process.catalog import REGISTRIES, load_policy, load_process_machines
 from stovepipe_fsm.simulation.world import World
-from stovepipe_fsm.spec import plugins as plugins_module
-from stovepipe_fsm.spec.compiler import IllegalTransition
-from stovepipe_fsm.spec.diagrams import render_mermaid
-from stovepipe_fsm.spec.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "plugins" / "freeze_window"

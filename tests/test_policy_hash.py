@@ -10,8 +10,8 @@ from pathlib import Path
 from fixture_policy import FIXTURES, GATE_YAML, REQUEST_YAML, copy_policy
 
 from stovepipe_fsm.apps.service.operators import render_status
+from stovepipe_fsm.machine.policy_hash import HASH_DIGITS, policy_hash
 from stovepipe_fsm.process.catalog import load_policy
-from stovepipe_fsm.spec.policy_hash import HASH_DIGITS, policy_hash
 
 FREEZE_POLICY = FIXTURES / "plugins" / "freeze_window"
 CONFIG = b"defaults: {gate_wait_delay_ms: 100}\n"

@@ -23,12 +23,12 @@ from fixture_policy import CONFIG, MACHINES, copy_policy
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.domain.entities import Queue, QueueConfig, Request
+from stovepipe_fsm.located.errors import Location
+from stovepipe_fsm.machine.compiler import Step
+from stovepipe_fsm.machine.model import NameRef, TransitionSpec
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import World, hold_reason
-from stovepipe_fsm.spec.compiler import Step
-from stovepipe_fsm.spec.errors import Location
-from stovepipe_fsm.spec.model import NameRef, TransitionSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMELINES = ROOT / "tests" / "timelines"

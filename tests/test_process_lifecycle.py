@@ -14,9 +14,9 @@ import pytest
 from stovepipe_fsm.adapters.memory import MemoryQueueStore, MemoryRequestStore
 from stovepipe_fsm.domain.entities import FULL, Queue, Request
 from stovepipe_fsm.domain.errors import VersionMismatch
+from stovepipe_fsm.machine.compiler import IllegalTransition
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.lifecycle import RequestLifecycle
-from stovepipe_fsm.spec.compiler import IllegalTransition
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")

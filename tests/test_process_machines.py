@@ -17,9 +17,9 @@ from fixture_policy import MACHINES
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.located.errors import SpecError
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 from stovepipe_fsm.simulation.world import World
-from stovepipe_fsm.spec.errors import SpecError
 
 Q = "monorepo/main"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import World
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from stovepipe_fsm.domain.entities import QueueConfig, Request
 from stovepipe_fsm.domain.hooks import VALIDATION_STARTED
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.simulation.runtime import run_sync
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import CRASH_POINTS, World
 
 ROOT = Path(__file__).resolve().parent.parent

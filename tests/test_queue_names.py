@@ -19,7 +19,7 @@ from stovepipe_fsm.domain.queue_names import (
     validate_queue_name,
     validate_stored_queue_name,
 )
-from stovepipe_fsm.spec.errors import SpecError
+from stovepipe_fsm.located.errors import SpecError
 
 CAFE_NFC = "caf\u00e9/main"
 CAFE_NFD = unicodedata.normalize("NFD", CAFE_NFC)

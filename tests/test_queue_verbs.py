@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from stovepipe_fsm.domain.errors import IllegalOperation
-from stovepipe_fsm.domain.trail import OPERATOR, TrailRecord
+from stovepipe_fsm.domain.trail_record import OPERATOR, TrailRecord
 from stovepipe_fsm.pipeline.policy_in_force import (
     PolicyUnavailable,
     initial_state,

@@ -22,7 +22,7 @@ from stovepipe_fsm.apps.service.operators import (
     render_status,
     status_document,
 )
-from stovepipe_fsm.domain.trail import ADMITTED, ENDED, HELD, INGESTED, RECLAIMED, SUPERSEDED
+from stovepipe_fsm.domain.trail_record import ADMITTED, ENDED, HELD, INGESTED, RECLAIMED, SUPERSEDED
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
 

@@ -25,8 +25,8 @@ from stovepipe_fsm.adapters.jetstream.policy_record import read_policy_record
 from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.apps.service.policy import PolicyReloader
-from stovepipe_fsm.apps.service.runtime import Service
 from stovepipe_fsm.apps.service.service_options import ServiceOptions
+from stovepipe_fsm.apps.service.supervisor import Service
 
 QUEUE = "team/app"
 CONFIG = "defaults: {gate_wait_delay_ms: 100}\n"
@@ -256,7 +256,7 @@ async def test_an_alias_bomb_hot_reloaded_into_the_config_is_refused_fast_and_lo
             await task
         # Off the loop: the ticker kept running while the file was parsed (how many ticks
         # depends on the machine's load, so only that it ticked is asserted; the time a
-        # refusal takes is measured by test_spec_yaml's bound on work, not by a clock).
+        # refusal takes is measured by test_located_yaml's bound on work, not by a clock).
         assert len(gaps) >= 1
         assert elapsed < 30.0  # bounded: the unbounded parse did not finish in minutes
         error = run.service.config.last_error

@@ -10,12 +10,12 @@ from test_service_cli import cli, tag  # noqa: F401
 from test_service_pause import options
 from test_service_support import memory_provider, running_service, wait_for
 
+from stovepipe_fsm.adapters.jetstream.decision_trail import JetStreamTrail
 from stovepipe_fsm.adapters.jetstream.policy_record import (
     PolicyRecord,
     read_policy_record,
     write_policy_record,
 )
-from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
 from stovepipe_fsm.apps.service.operators import explain_document, status_document
 
 Q = "monorepo/main"

@@ -21,14 +21,14 @@ import pytest
 from test_service_support import running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream.bulk import kv_snapshot
+from stovepipe_fsm.adapters.jetstream.decision_trail import JetStreamTrail
 from stovepipe_fsm.adapters.jetstream.server import free_port
-from stovepipe_fsm.adapters.jetstream.trail import JetStreamTrail
 from stovepipe_fsm.apps.service import http as http_module
 from stovepipe_fsm.apps.service import status_page
 from stovepipe_fsm.apps.service.http import HttpEndpoint
 from stovepipe_fsm.apps.service.pauses import pause
 from stovepipe_fsm.apps.service.status_page import StatusPage
-from stovepipe_fsm.domain.trail import HELD, INGESTED, TrailRecord, detail
+from stovepipe_fsm.domain.trail_record import HELD, INGESTED, TrailRecord, detail
 from stovepipe_fsm.views import page
 
 HOSTILE = "<script>window.pwned=1</script>\"'&"

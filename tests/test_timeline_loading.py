@@ -20,6 +20,9 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from stovepipe_fsm.adapters.memory import MemorySourceControl
+from stovepipe_fsm.located.errors import Location, SpecError
+from stovepipe_fsm.located.schema import load_schema
+from stovepipe_fsm.located.yaml_source import parse_yaml, parse_yaml_fast
 from stovepipe_fsm.simulation.timeline import (
     Timeline,
     load_timeline,
@@ -32,15 +35,12 @@ from stovepipe_fsm.simulation.timeline_shape import (
     step_decided,
     step_valid,
 )
-from stovepipe_fsm.spec.errors import Location, SpecError
-from stovepipe_fsm.spec.schema import load_schema
-from stovepipe_fsm.spec.yaml_source import parse_yaml, parse_yaml_fast
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted(
     [*(ROOT / "tests" / "timelines").glob("*.yaml"), *ROOT.glob("examples/**/timelines/*.yaml")]
 )
-SCHEMAS = ROOT / "stovepipe_fsm" / "spec" / "schemas"
+SCHEMAS = ROOT / "stovepipe_fsm" / "located" / "schemas"
 
 
 def _step_validator() -> Draft202012Validator:

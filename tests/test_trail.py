@@ -12,11 +12,11 @@ import pytest
 from memory_stages import memory_stages
 
 from stovepipe_fsm.adapters.memory import MemoryPublisher
+from stovepipe_fsm.adapters.memory.decision_trail import MemoryTrail
 from stovepipe_fsm.adapters.memory.delivery import MemoryDelivery
-from stovepipe_fsm.adapters.memory.trail import MemoryTrail
 from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.domain.entities import Queue, Request
-from stovepipe_fsm.domain.trail import (
+from stovepipe_fsm.domain.trail_record import (
     ADMITTED,
     ENDED,
     HELD,
@@ -26,10 +26,10 @@ from stovepipe_fsm.domain.trail import (
     TrailRecord,
 )
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.process.trail import HeldLogLimiter
+from stovepipe_fsm.process.trail_notes import HeldLogLimiter
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
-from stovepipe_fsm.views.trail import render_history, sentence
+from stovepipe_fsm.views.explain import render_history, sentence
 
 ROOT = Path(__file__).resolve().parent.parent
 WALKTHROUGH = ROOT / "examples" / "walkthrough.yaml"

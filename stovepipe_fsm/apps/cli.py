@@ -19,8 +19,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..spec.errors import SpecError, SpecIssue
-from ..spec.model import MachineSpec, ParameterSpec
+from ..located.errors import SpecError, SpecIssue
+from ..machine.model import MachineSpec, ParameterSpec
 from .options import (
     DEFAULT_CONFIG,
     DEFAULT_MACHINES,
@@ -134,8 +134,8 @@ def default_validate_paths() -> list[Path]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
-    from ..spec.parameters import declared_parameters
-    from ..spec.yaml_source import read_yaml
+    from ..located.yaml_source import read_yaml
+    from ..machine.parameters import declared_parameters
 
     paths: list[Path] = []
     for raw in args.paths or default_validate_paths():
@@ -190,8 +190,8 @@ def _check_policy_files(files: list[Path]) -> tuple[list[MachineSpec], list[Spec
     """The machine files of one directory, as one policy: its plugins are imported from
     the directory above (the policy directory). Returns the specs that parsed, every
     issue, and how many files did not parse."""
+    from ..machine.loader import across_machines
     from ..process.catalog import check_policy
-    from ..spec.loader import across_machines
 
     specs, issues = check_policy(files, policy_dir=files[0].resolve().parent.parent)
     names: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """Diagram files on disk: what ``stovepipe-fsm diagram`` writes, the drift check, SVG.
 
-The texts themselves come from :mod:`stovepipe_fsm.spec.diagrams`, a pure function of
+The texts themselves come from :mod:`stovepipe_fsm.machine.diagrams`, a pure function of
 the specs; everything here touches files or runs a program.
 
 SVG is opt-in (``svg=True``, the command's ``--svg``): it needs the Graphviz ``dot``
@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..spec.diagrams import GENERATOR, SUFFIXES, header_line, render_diagrams
-from ..spec.model import MachineSpec
-from ..spec.registry import Registry
+from ..machine.diagrams import GENERATOR, SUFFIXES, header_line, render_diagrams
+from ..machine.model import MachineSpec
+from ..machine.registry import Registry
 
 SVG_SUFFIX = ".svg"
 DOT_TIMEOUT_S = 60

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..adapters.memory.config import StaticConfigStore
 from ..config.loader import load_queue_config
+from ..machine.model import ParameterSpec
 from ..shipped import SHIPPED_CONFIG, SHIPPED_MACHINES
-from ..spec.model import ParameterSpec
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 

@@ -9,8 +9,8 @@ problems, so one ``validate`` run reports everything at once.
 from __future__ import annotations
 
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
-from ..spec.errors import Location, SpecIssue
-from ..spec.yaml_source import SourceDocument
+from ..located.errors import Location, SpecIssue
+from ..located.yaml_source import SourceDocument
 from .globs import STAR, is_pattern
 from .policy import tie_issues
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..domain.entities import RUNTIME_KEYS, QueueConfig
-from ..spec.errors import SpecError, SpecIssue
-from ..spec.model import ParameterSpec
-from ..spec.schema import load_schema, schema_issues
-from ..spec.yaml_source import SourceDocument, read_yaml
+from ..located.errors import SpecError, SpecIssue
+from ..located.schema import load_schema, schema_issues
+from ..located.yaml_source import SourceDocument, read_yaml
+from ..machine.model import ParameterSpec
 from .checks import HOLD_DELAY, LEASE, QUEUES, key_issues, lease_issues
 from .policy import PolicyEntry, QueuePolicy, Settings
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..domain.entities import RUNTIME_KEYS, QueueConfig
 from ..domain.queue_names import validate_stored_queue_name
-from ..spec.errors import Location, SpecError, SpecIssue
+from ..located.errors import Location, SpecError, SpecIssue
 from .globs import common_match, glob_match, is_pattern, specificity
 
 SETTING_NAMES = RUNTIME_KEYS

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from ..domain.entities import Request
 from ..domain.errors import NotFound, VersionMismatch
-from ..domain.trail import DEAD_LETTERED, ENDED
+from ..domain.trail_record import DEAD_LETTERED, ENDED
 from ..process.services import StageServices
-from ..process.trail import note
+from ..process.trail_notes import note
 from .record import announce_end
 
 FAIL_CLOSED_ATTEMPTS = 8

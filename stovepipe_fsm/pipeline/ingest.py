@@ -59,11 +59,11 @@ from ..domain.entities import Queue, Request, evolve
 from ..domain.errors import AlreadyExists, NotFound, VersionMismatch
 from ..domain.ids import compare_request_id, format_request_id
 from ..domain.queue_names import validate_queue_name
-from ..domain.trail import INGESTED, TrailRecord, detail
+from ..domain.trail_record import INGESTED, TrailRecord, detail
 from ..ports.clock import Clock
+from ..ports.decision_trail import DecisionTrail
 from ..ports.publisher import Publisher
 from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
-from ..ports.trail import DecisionTrail
 from ..process.lifecycle import update_queue
 from ..process.services import StageServices
 from ..process.together import all_of, together

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..domain.errors import StovepipeError
+from ..located.errors import SpecError
 from ..process.catalog import ProcessMachines, load_process_machines
-from ..spec.errors import SpecError
 
 __all__ = ["PolicyUnavailable", "initial_state", "terminal_states"]
 

@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 
 from ..config.globs import glob_match
 from ..domain.errors import IllegalOperation
-from ..domain.trail import OPERATOR, TrailRecord, detail
+from ..domain.trail_record import OPERATOR, TrailRecord, detail
 from ..process.gate import PAUSED
 
 __all__ = [

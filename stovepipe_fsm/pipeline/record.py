@@ -15,9 +15,9 @@ from __future__ import annotations
 from ..domain.entities import Request
 from ..domain.errors import NonRetryable
 from ..domain.hooks import ended_event
-from ..domain.trail import ENDED
+from ..domain.trail_record import ENDED
 from ..process.services import StageServices
-from ..process.trail import note
+from ..process.trail_notes import note
 
 __all__ = ["Record", "announce_end"]
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from ..domain.entities import Request
 from ..domain.errors import IllegalOperation, NotFound, VersionMismatch
 from ..domain.ids import compare_request_id
-from ..domain.trail import OPERATOR, TrailRecord, detail
+from ..domain.trail_record import OPERATOR, TrailRecord, detail
 from ..ports.clock import Clock
+from ..ports.decision_trail import DecisionTrail
 from ..ports.stores import RequestStore, UriIndex
-from ..ports.trail import DecisionTrail
 from ..process.lifecycle import IllegalTransition, RequestLifecycle
 from .ingest import Ingest
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 from ..ports.clock import Clock
 from ..ports.config import ConfigStore
+from ..ports.decision_trail import DecisionTrail
 from ..ports.publisher import Publisher
 from ..ports.source_control import SourceControlProvider
 from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
-from ..ports.trail import DecisionTrail
 from ..process.catalog import ProcessMachines
 from ..process.controller import ProcessController
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory, StageServices
-from ..process.trail import DiscardedTrail
+from ..process.trail_notes import DiscardedTrail
 from .dlq import DeadLetterReconciler
 from .ingest import Ingest
 from .record import Record

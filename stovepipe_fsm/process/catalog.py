@@ -15,17 +15,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..spec.compiler import CompiledFlow, CompiledLifecycle
-from ..spec.errors import SpecError, SpecIssue
-from ..spec.lint import lint_machine
-from ..spec.loader import LoadedPolicy, parse_machine
-from ..spec.loader import check_policy as check_spec_policy
-from ..spec.loader import load_policy as load_spec_policy
-from ..spec.model import MachineSpec, ParameterSpec
-from ..spec.parameters import declared_parameters, defaults_of
-from ..spec.plugins import policy_registries
-from ..spec.registry import Registry
-from ..spec.yaml_source import parse_yaml
+from ..located.errors import SpecError, SpecIssue
+from ..located.yaml_source import parse_yaml
+from ..machine.compiler import CompiledFlow, CompiledLifecycle
+from ..machine.lint import lint_machine
+from ..machine.loader import LoadedPolicy, parse_machine
+from ..machine.loader import check_policy as check_spec_policy
+from ..machine.loader import load_policy as load_spec_policy
+from ..machine.model import MachineSpec, ParameterSpec
+from ..machine.parameters import declared_parameters, defaults_of
+from ..machine.plugins import policy_registries
+from ..machine.registry import Registry
 from .gate import GATE
 from .plugins import PluginRegistry
 from .roles import REQUEST_ROLES, RequestRoles

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..domain.entities import NO_STRATEGY, Queue, QueueConfig, Request
+from ..machine.compiler import Step
 from ..ports.delivery import Delivery
-from ..spec.compiler import Step
 from .services import StageServices
 
 DEFAULT_CONFIG = QueueConfig()  # frozen: shared until load_queue resolves the real one
@@ -22,8 +22,10 @@ class DeliveryContext:
     services: StageServices
     delivery: Delivery
     request_id: str
-    request: Request | None = None
-    queue: Queue | None = None
+    #: The rows as loaded (``None`` until ``load_request``/``load_queue``); conditions
+    #: and actions read them as :attr:`request` and :attr:`queue`.
+    loaded_request: Request | None = None
+    loaded_queue: Queue | None = None
     #: The queue row read beside R by ``load_request``, for ``load_queue`` to take.
     queue_read_with_request: Queue | None = None
     config: QueueConfig = DEFAULT_CONFIG
@@ -43,14 +45,16 @@ class DeliveryContext:
     via: Step | None = None
 
     @property
-    def req(self) -> Request:
-        assert self.request is not None, "request not loaded yet"
-        return self.request
+    def request(self) -> Request:
+        """The request being decided (loaded by the flow's first step)."""
+        assert self.loaded_request is not None, "request not loaded yet"
+        return self.loaded_request
 
     @property
-    def q(self) -> Queue:
-        assert self.queue is not None, "queue not loaded yet"
-        return self.queue
+    def queue(self) -> Queue:
+        """Its queue's row, as loaded or last written by this delivery."""
+        assert self.loaded_queue is not None, "queue not loaded yet"
+        return self.loaded_queue
 
     def others_holding(self) -> int:
         """Slots of the loaded queue held by requests other than R: what the gate counts.
@@ -58,5 +62,5 @@ class DeliveryContext:
         Holders whose lease ran out are gone by then: ``reclaim_expired_leases`` frees
         them when the queue row is loaded, before anything is decided on it.
         """
-        request_id = self.req.id
-        return sum(1 for holder in self.q.slot_holders if holder != request_id)
+        request_id = self.request.id
+        return sum(1 for holder in self.queue.slot_holders if holder != request_id)

@@ -39,8 +39,8 @@ import time
 from dataclasses import dataclass
 
 from ..domain.settle import Attempt
+from ..machine.compiler import FlowCursor, Probe, Step
 from ..ports.delivery import Delivery
-from ..spec.compiler import FlowCursor, Probe, Step
 from .catalog import ProcessMachines
 from .context import DeliveryContext
 from .services import StageServices

@@ -23,12 +23,12 @@ from ..domain.hooks import lease_expired_event, started_event
 from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.path_globs import first_match
 from ..domain.settle import ACKED, HELD
+from ..machine.registry import Registry
 from ..ports.source_control import SourceControl
-from ..spec.registry import Registry
 from .context import DeliveryContext
 from .services import StageServices
 from .together import together
-from .trail import note_decision, note_reclaimed
+from .trail_notes import note_decision, note_reclaimed
 
 log = logging.getLogger("stovepipe_fsm.process")
 
@@ -54,13 +54,13 @@ GATE = Registry("queue_gate", kind="flow")
 @GATE.condition()
 def request_is_terminal(ctx: DeliveryContext) -> bool:
     """R is in a terminal state of the request machine."""
-    return ctx.services.lifecycle.is_terminal(ctx.req)
+    return ctx.services.lifecycle.is_terminal(ctx.request)
 
 
 @GATE.condition(provides=[REQUEST_PROCESSING])
 def request_is_processing(ctx: DeliveryContext) -> bool:
     """R is in a state the request machine's admit role leads to: already admitted."""
-    return ctx.services.lifecycle.is_admitted(ctx.req)
+    return ctx.services.lifecycle.is_admitted(ctx.request)
 
 
 @GATE.condition(parameters=[PAUSED])
@@ -76,8 +76,8 @@ def paused(ctx: DeliveryContext) -> bool:
 @GATE.condition()
 def newer_head_exists(ctx: DeliveryContext) -> bool:
     """The queue's latest_request_id is newer than R (ingest order)."""
-    latest = ctx.q.latest_request_id
-    return bool(latest) and compare_request_id(ctx.req.queue, ctx.req.id, latest) < 0
+    latest = ctx.queue.latest_request_id
+    return bool(latest) and compare_request_id(ctx.request.queue, ctx.request.id, latest) < 0
 
 
 @GATE.condition(parameters=[MAX_CONCURRENT])
@@ -94,8 +94,8 @@ def outside_newest_n(ctx: DeliveryContext) -> bool:
 @GATE.condition()
 def latest_not_stamped(ctx: DeliveryContext) -> bool:
     """Ingest has not stamped R (or anything newer) as latest yet."""
-    latest = ctx.q.latest_request_id
-    return not latest or compare_request_id(ctx.req.queue, ctx.req.id, latest) > 0
+    latest = ctx.queue.latest_request_id
+    return not latest or compare_request_id(ctx.request.queue, ctx.request.id, latest) > 0
 
 
 @GATE.condition(parameters=[MAX_CONCURRENT])
@@ -108,8 +108,8 @@ def gate_closed(ctx: DeliveryContext) -> bool:
 
 
 def _rewrite_running(ctx: DeliveryContext) -> bool:
-    holder, queue = ctx.q.serial_holder, ctx.q
-    if not holder or holder == ctx.req.id or not queue.holds(holder):
+    holder, queue = ctx.queue.serial_holder, ctx.queue
+    if not holder or holder == ctx.request.id or not queue.holds(holder):
         return False
     return not queue.is_expired(holder, ctx.services.clock.now_ms())
 
@@ -122,10 +122,10 @@ def baseline_lag_exceeded(ctx: DeliveryContext) -> bool:
     0 sets no bound. With nothing in flight no newer green can come, so R goes ahead.
     """
     bound = int(ctx.config.param(MAX_BASELINE_LAG))
-    green = ctx.q.last_green_request_id
+    green = ctx.queue.last_green_request_id
     if bound <= 0 or not green or ctx.others_holding() == 0:
         return False
-    return baseline_lag(ctx.req.id, green) > bound
+    return baseline_lag(ctx.request.id, green) > bound
 
 
 def baseline_lag(request_id: str, green_request_id: str) -> int:
@@ -170,7 +170,7 @@ async def load_request(ctx: DeliveryContext) -> None:
             f"request {request.id!r} belongs to queue {request.queue!r} but arrived on "
             f"queue {ctx.delivery.queue!r}"
         )
-    ctx.request = request
+    ctx.loaded_request = request
 
 
 async def _queue_row(services: StageServices, name: str) -> Queue | None:
@@ -186,9 +186,11 @@ async def load_queue(ctx: DeliveryContext) -> None:
     services = ctx.services
     read, ctx.queue_read_with_request = ctx.queue_read_with_request, None
     try:
-        ctx.queue = read if read is not None else await services.queues.get(ctx.req.queue)
+        if read is None:
+            read = await services.queues.get(ctx.request.queue)
+        ctx.loaded_queue = read
     except NotFound:
-        raise NonRetryable(f"queue row {ctx.req.queue!r} not found") from None
+        raise NonRetryable(f"queue row {ctx.request.queue!r} not found") from None
     ctx.config = services.config.get(ctx.queue.name)
     ctx.slots = 0
     ctx.slot_conflict = False
@@ -205,9 +207,10 @@ async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
     that also advances last green for a green end, and noted in the trail.
     """
     if gate_closed(ctx):
-        before = ctx.q.slot_holders
-        ctx.queue = await ctx.services.lifecycle.release_stale_holders(ctx.q, keep=ctx.req.id)
-        await note_reclaimed(ctx, [h for h in before if h not in ctx.q.slot_holders])
+        before = ctx.queue.slot_holders
+        lifecycle = ctx.services.lifecycle
+        ctx.loaded_queue = await lifecycle.release_stale_holders(ctx.queue, keep=ctx.request.id)
+        await note_reclaimed(ctx, [h for h in before if h not in ctx.queue.slot_holders])
 
 
 @GATE.action(parameters=[MAX_CONCURRENT])
@@ -220,19 +223,19 @@ async def count_newer_heads(ctx: DeliveryContext) -> None:
     value with no request (spent on a lost ingest race) is skipped.
     """
     ctx.newer_live_heads = 0
-    latest = ctx.q.latest_request_id
-    if not latest or compare_request_id(ctx.req.queue, ctx.req.id, latest) >= 0:
+    latest = ctx.queue.latest_request_id
+    if not latest or compare_request_id(ctx.request.queue, ctx.request.id, latest) >= 0:
         return
     limit = _max_concurrent(ctx)
     ctx.newer_live_heads = 1
     if limit == 1:
         return
-    mine, top = parse_request_id(ctx.req.id).counter, parse_request_id(latest).counter
+    mine, top = parse_request_id(ctx.request.id).counter, parse_request_id(latest).counter
     for counter in range(top - 1, mine, -1):
         if ctx.newer_live_heads >= limit:
             return
         try:
-            head = await ctx.services.requests.get(format_request_id(ctx.req.queue, counter))
+            head = await ctx.services.requests.get(format_request_id(ctx.request.queue, counter))
         except NotFound:
             continue
         if not ctx.services.lifecycle.is_terminal(head):
@@ -261,11 +264,11 @@ async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
     dropped. The request itself is not failed: its late outcome is still recorded, and
     its own release finds nothing to free.
     """
-    queue = ctx.q
+    queue = ctx.queue
     if not queue.leases:
         return  # only a holder claimed under a lease can expire
     now = ctx.services.clock.now_ms()
-    expired = tuple(h for h in queue.expired_holders(now) if h != ctx.req.id)
+    expired = tuple(h for h in queue.expired_holders(now) if h != ctx.request.id)
     if not expired:
         return
     for holder in expired:
@@ -274,7 +277,7 @@ async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
         event = lease_expired_event(queue.name, holder, expires, now)
         await ctx.services.publisher.publish_hook(event)
     log.warning("queue %s: leases of %s expired; slots reclaimed", queue.name, list(expired))
-    ctx.queue = await ctx.services.lifecycle.reclaim_expired(queue.name, expired, now)
+    ctx.loaded_queue = await ctx.services.lifecycle.reclaim_expired(queue.name, expired, now)
     ctx.services.metrics.count("leases_expired", queue.name, len(expired))
     await note_reclaimed(ctx, list(expired), why="lease expired")
 
@@ -283,12 +286,12 @@ async def reclaim_expired_leases(ctx: DeliveryContext) -> None:
 async def supersede(ctx: DeliveryContext) -> None:
     """Mark R superseded by the newer head; frees a slot R may hold from a crash."""
     try:
-        ctx.request = await ctx.services.lifecycle.supersede(
-            ctx.req, ctx.q.latest_request_id, loaded=ctx.q
+        ctx.loaded_request = await ctx.services.lifecycle.supersede(
+            ctx.request, ctx.queue.latest_request_id, loaded=ctx.queue
         )
     except VersionMismatch:
-        raise Retryable(f"request {ctx.req.id!r} changed while superseding") from None
-    ctx.services.metrics.count("supersedes", ctx.req.queue)
+        raise Retryable(f"request {ctx.request.id!r} changed while superseding") from None
+    ctx.services.metrics.count("supersedes", ctx.request.queue)
 
 
 @GATE.action(provides=[STRATEGY_DERIVED])
@@ -302,7 +305,7 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     if the policy declares it, so a policy written without it keeps validating and
     never asks for the diff.
     """
-    request, last_green = ctx.req, ctx.q.last_green_uri
+    request, last_green = ctx.request, ctx.queue.last_green_uri
     ctx.build_strategy, ctx.base_uri, ctx.rewrite = FULL, "", False
     source_control = ctx.services.source_control.for_queue(request.queue)
     if source_control is None and (slots := int(_declared(ctx, MAX_CONCURRENT, 1))) > 1:
@@ -351,7 +354,7 @@ async def _changed_if_needed(
     """The paths changed since last green, asked only when some glob could match them."""
     if not _full_build_paths(ctx):
         return frozenset()
-    return await source_control.changed_paths(last_green, ctx.req.uri)
+    return await source_control.changed_paths(last_green, ctx.request.uri)
 
 
 def _full_build_paths(ctx: DeliveryContext) -> tuple[str, ...]:
@@ -367,8 +370,8 @@ def _touches_build_files(changed: frozenset[str], ctx: DeliveryContext) -> bool:
         return False
     log.info(
         "queue %s request %s: %s changed since last green (matches %s); full build",
-        ctx.req.queue,
-        ctx.req.id,
+        ctx.request.queue,
+        ctx.request.id,
         *hit,
     )
     return True
@@ -384,12 +387,12 @@ async def claim_slot(ctx: DeliveryContext) -> None:
     without leases keeps validating and its slots never expire.
     """
     lifecycle = ctx.services.lifecycle
-    ctx.admit_step = lifecycle.plan_admit(ctx.req)
+    ctx.admit_step = lifecycle.plan_admit(ctx.request)
     lease_ms = int(_declared(ctx, MAX_VALIDATION_MS, 0))
     expires = ctx.services.clock.now_ms() + lease_ms if lease_ms > 0 else None
     try:
-        ctx.queue = await lifecycle.claim_slot(
-            ctx.q, ctx.req, ctx.admit_step, expires_at_ms=expires, serial=ctx.rewrite
+        ctx.loaded_queue = await lifecycle.claim_slot(
+            ctx.queue, ctx.request, ctx.admit_step, expires_at_ms=expires, serial=ctx.rewrite
         )
     except VersionMismatch:
         ctx.slot_conflict = True
@@ -404,13 +407,13 @@ async def mark_processing(ctx: DeliveryContext) -> None:
     """
     assert ctx.admit_step is not None, "claim_slot plans the admission"
     try:
-        ctx.request = await ctx.services.lifecycle.admit(
-            ctx.req, ctx.admit_step, ctx.build_strategy, ctx.base_uri
+        ctx.loaded_request = await ctx.services.lifecycle.admit(
+            ctx.request, ctx.admit_step, ctx.build_strategy, ctx.base_uri
         )
     except VersionMismatch:
         ctx.admit_lost = True
         return
-    ctx.services.metrics.count(f"admits_{ctx.build_strategy}", ctx.req.queue)
+    ctx.services.metrics.count(f"admits_{ctx.build_strategy}", ctx.request.queue)
 
 
 @GATE.action(provides=[REQUEST_PROCESSING])
@@ -426,16 +429,16 @@ async def release_lost_claim(ctx: DeliveryContext) -> None:
     if not ctx.admit_lost:
         return
     lifecycle = ctx.services.lifecycle
-    current = await ctx.services.requests.get(ctx.req.id)
+    current = await ctx.services.requests.get(ctx.request.id)
     if not lifecycle.machine.holds_slot(current.state):
         await lifecycle.release_claim(current)
-    raise Retryable(f"request {ctx.req.id!r} changed while admitting")
+    raise Retryable(f"request {ctx.request.id!r} changed while admitting")
 
 
 @GATE.action(requires=[REQUEST_PROCESSING], provides=[START_ANNOUNCED])
 async def announce(ctx: DeliveryContext) -> None:
     """Publish validation.repository.started; its id is stable for this admission."""
-    request = ctx.req
+    request = ctx.request
     event = started_event(request.queue, request.id, request.version, ctx.services.clock.now_ms())
     await ctx.services.publisher.publish_hook(event)
 
@@ -445,13 +448,13 @@ async def release_slot(ctx: DeliveryContext) -> None:
     """Finish terminal R's end on the queue row: free a slot it still holds (a claim that
     raced R's end) and, for a green end, advance last green as record would; no write when
     nothing is left to do."""
-    await ctx.services.lifecycle.settle_queue(ctx.req)
+    await ctx.services.lifecycle.settle_queue(ctx.request)
 
 
 @GATE.action(requires=[REQUEST_PROCESSING, START_ANNOUNCED])
 async def publish_build(ctx: DeliveryContext) -> None:
     """Hand R to build (deduped downstream on the request id)."""
-    await ctx.services.publisher.publish_build(ctx.req.queue, ctx.req.id)
+    await ctx.services.publisher.publish_build(ctx.request.queue, ctx.request.id)
 
 
 @GATE.action(finishes=True)

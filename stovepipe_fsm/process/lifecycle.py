@@ -28,9 +28,9 @@ from typing import Any
 from ..domain.entities import Queue, Request, evolve
 from ..domain.errors import NotFound, Retryable, VersionMismatch
 from ..domain.ids import compare_request_id
+from ..machine.compiler import CompiledLifecycle, IllegalTransition, Step
 from ..ports.clock import Clock
 from ..ports.stores import QueueStore, RequestStore
-from ..spec.compiler import CompiledLifecycle, IllegalTransition, Step
 from .roles import RequestRoles
 
 log = logging.getLogger("stovepipe_fsm.lifecycle")

@@ -8,12 +8,12 @@ A plugin is a module of your own with one function::
         @plugin.queue_gate.condition()
         def queue_frozen(ctx: DeliveryContext) -> bool:
             \"\"\"The queue's name ends in '-frozen'.\"\"\"
-            return ctx.q.name.endswith("-frozen")
+            return ctx.queue.name.endswith("-frozen")
 
 ``register`` is called once each time a policy that uses the plugin is loaded, with a
 fresh :class:`PluginRegistry`: what it registers belongs to that policy only. It is found
 through a machine file's ``plugins:`` list or an installed entry point (see
-:mod:`stovepipe_fsm.spec.plugins` and docs/machines.md, "Plugins").
+:mod:`stovepipe_fsm.machine.plugins` and docs/machines.md, "Plugins").
 
 What a callable receives is what the built-in ones receive:
 
@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..domain.entities import Request
-from ..spec.plugins import ENTRY_POINT_GROUP, MachineVocabulary
-from ..spec.registry import Registry
+from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
+from ..machine.registry import Registry
 from .context import DeliveryContext
 from .gate import REQUEST_PROCESSING, SLOT_HELD, START_ANNOUNCED, STRATEGY_DERIVED
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..spec.model import MachineSpec
-from ..spec.roles import SLOT_HOLDING, TERMINAL, RoleShape, leads_to
+from ..machine.model import MachineSpec
+from ..machine.roles import SLOT_HOLDING, TERMINAL, RoleShape, leads_to
 
 ADMIT = "admit"
 SUPERSEDE = "supersede"

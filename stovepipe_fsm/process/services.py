@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..machine.compiler import CompiledLifecycle
 from ..ports.clock import Clock
 from ..ports.config import ConfigStore
+from ..ports.decision_trail import DecisionTrail
 from ..ports.publisher import Publisher
 from ..ports.source_control import SourceControlProvider
 from ..ports.stores import QueueStore, RequestStore
-from ..ports.trail import DecisionTrail
-from ..spec.compiler import CompiledLifecycle
 from .effective_config import stage_config
 from .lifecycle import RequestLifecycle
 from .metrics import Metrics

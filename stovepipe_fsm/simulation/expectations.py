@@ -28,9 +28,9 @@ from typing import Any
 
 from ..domain.entities import NO_STRATEGY, Request
 from ..domain.errors import NotFound
-from ..spec.errors import Location, SpecIssue
-from ..spec.yaml_source import JsonPath, SourceDocument
-from .runtime import run_sync
+from ..located.errors import Location, SpecIssue
+from ..located.yaml_source import JsonPath, SourceDocument
+from .broker import run_sync
 from .world import World
 
 REQUEST_CHECKS = ("state", "strategy", "base", "superseded_by", "holds", "hold_reason")

@@ -16,16 +16,16 @@ from ..adapters.memory import MemoryRequestStore
 from ..domain.entities import Request
 from ..domain.errors import IllegalOperation, NotFound, StovepipeError
 from ..domain.ids import parse_request_id
+from ..located.errors import SpecError, SpecIssue
+from ..machine.parameters import as_json
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..process.lifecycle import RequestLifecycle
 from ..process.services import LifecycleFactory
 from ..process.together import stepwise
-from ..spec.errors import SpecError, SpecIssue
-from ..spec.parameters import as_json
 from ..views.entities import queue_json, render_requests_and_queues, request_json
+from .broker import run_sync
 from .expectations import Expectation, Result, evaluate, state_issues
-from .runtime import run_sync
 from .timeline import Timeline, TimelineStep, config_issues, has_expectations
 from .world import DeliveryReport, World
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from ..adapters.memory import MemoryRequestStore
 from ..domain.entities import Request
 from ..domain.errors import StovepipeError
+from ..located.errors import SpecError, SpecIssue
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..process.together import stepwise
-from ..spec.errors import SpecError, SpecIssue
+from .broker import run_sync
 from .replay import apply_step, build_world, input_issues
-from .runtime import run_sync
 from .timeline import Timeline, TimelineStep
 from .world import World
 

@@ -16,17 +16,17 @@ from typing import Any
 from ..adapters.memory.source_control import parents_first
 from ..domain.entities import RUNTIME_KEYS
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
-from ..spec.errors import Location, SpecError, SpecIssue
-from ..spec.model import ParameterSpec
-from ..spec.parameters import as_json, value_problems
-from ..spec.schema import load_schema, schema_issues
-from ..spec.yaml_source import (
+from ..located.errors import Location, SpecError, SpecIssue
+from ..located.schema import load_schema, schema_issues
+from ..located.yaml_source import (
     MAX_VALUES,
     SourceDocument,
     parse_yaml,
     parse_yaml_fast,
     read_text,
 )
+from ..machine.model import ParameterSpec
+from ..machine.parameters import as_json, value_problems
 from .expectations import Expectation, parse_expectation
 from .timeline_lines import is_lines, parse_lines
 from .timeline_shape import BULK_KEYS, commits_valid, header_valid, step_decided, step_valid

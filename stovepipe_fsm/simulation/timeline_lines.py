@@ -27,8 +27,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..spec.errors import Location, SpecError, SpecIssue
-from ..spec.yaml_source import JsonPath, SourceDocument
+from ..located.errors import Location, SpecError, SpecIssue
+from ..located.yaml_source import JsonPath, SourceDocument
 
 FORMAT_KEY = "timeline"
 FORMAT_VERSION = 1

@@ -20,7 +20,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from ..spec.schema import load_schema
+from ..located.schema import load_schema
 
 _TARGET_KINDS = frozenset({"ingest", "redeliver", "dead_letter", "resume", "cancel"})
 _BARE = frozenset({"deliver", "run"})

@@ -49,7 +49,7 @@ from ..adapters.memory import (
     MemorySourceControl,
     MemoryUriIndex,
 )
-from ..adapters.memory.trail import MemoryTrail
+from ..adapters.memory.decision_trail import MemoryTrail
 from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
@@ -66,8 +66,8 @@ from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
-from ..process.trail import hold_reason
-from .runtime import (
+from ..process.trail_notes import hold_reason
+from .broker import (
     Crash,
     Message,
     SimBroker,

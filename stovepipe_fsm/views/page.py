@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..domain.trail import TrailRecord
+from ..domain.trail_record import TrailRecord
 from .entities import age_text
-from .trail import clock_text, sentence
+from .explain import clock_text, sentence
 
 PAGE_SIZE = 50
 #: Seconds between two loads of a page in a browser (``<meta http-equiv="refresh">``).

@@ -16,7 +16,7 @@ from stovepipe_fsm.domain.entities import NO_STRATEGY, Queue
 from stovepipe_fsm.domain.errors import IllegalOperation
 from stovepipe_fsm.pipeline.verbs import CancelResult
 from stovepipe_fsm.ports.clock import Clock
-from stovepipe_fsm.ports.trail import DecisionTrail
+from stovepipe_fsm.ports.decision_trail import DecisionTrail
 from stovepipe_fsm.process.lifecycle import RequestLifecycle, update_queue
 
 

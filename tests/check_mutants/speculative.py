@@ -36,8 +36,8 @@ def register(plugin: PluginRegistry) -> None:
     @plugin.queue_gate.action()
     async def repin_base(ctx: DeliveryContext) -> None:
         """Pin the queue's current last green as R's base (the mistake)."""
-        queue = await ctx.services.queues.get(ctx.req.queue)
-        request = ctx.req
+        queue = await ctx.services.queues.get(ctx.request.queue)
+        request = ctx.request
         if not queue.last_green_uri or request.base_uri == queue.last_green_uri:
             return
         source = ctx.services.source_control.for_queue(request.queue)
@@ -47,7 +47,7 @@ def register(plugin: PluginRegistry) -> None:
             request, build_strategy="incremental_since_green", base_uri=queue.last_green_uri
         )
         await ctx.services.requests.update(moved, request.version, request.version + 1)
-        ctx.request = moved.with_version(request.version + 1)
+        ctx.loaded_request = moved.with_version(request.version + 1)
 '''
 
 

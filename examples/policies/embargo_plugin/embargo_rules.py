@@ -23,9 +23,9 @@ def register(plugin: PluginRegistry) -> None:
     @gate.condition(parameters=[EMBARGO])
     def embargoed(ctx: DeliveryContext) -> bool:
         """R's uri matches a glob of the queue's embargo parameter."""
-        return any(fnmatchcase(ctx.req.uri, glob) for glob in ctx.config.param(EMBARGO))
+        return any(fnmatchcase(ctx.request.uri, glob) for glob in ctx.config.param(EMBARGO))
 
     @gate.action()
     def count_embargo_hold(ctx: DeliveryContext) -> None:
         """Count a head held by the embargo (metric embargo_holds)."""
-        ctx.services.metrics.count("embargo_holds", ctx.req.queue)
+        ctx.services.metrics.count("embargo_holds", ctx.request.queue)

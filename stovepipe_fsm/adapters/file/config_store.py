@@ -32,8 +32,8 @@ from ...config.loader import Declarations, load_queue_config
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
 from ...domain.queue_names import validate_stored_queue_name
+from ...located.errors import SpecError
 from ...ports.clock import Clock
-from ...spec.errors import SpecError
 
 LOGGER = logging.getLogger("stovepipe_fsm.config")
 

@@ -11,7 +11,7 @@ Subjects (``<q>`` is the queue's token from ``names.encode_queue_token``)::
     <prefix>.build.<q>            build work, read by the build stage
     <prefix>.hooks.<event type>   hook events (``validation.repository.started`` ...)
     <prefix>.outcome.<q>          build outcomes, recorded by the service (outcomes.py)
-    <prefix>.trail.<q>.<n>.<kind> the decision trail of request n of queue q (trail.py)
+    <prefix>.trail.<q>.<n>.<kind> the decision trail of request n of queue q (decision_trail.py)
     <prefix>.trail._ops.<digest>  operator verbs about a queue or a glob (pause, resume, ...)
     <prefix>.dlq.<stage>.<q>      dead letters
 

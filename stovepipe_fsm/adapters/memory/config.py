@@ -14,7 +14,7 @@ from ...config.loader import MEMORY_SOURCE, Declarations, policy_from_mapping
 from ...config.policy import QueuePolicy
 from ...domain.entities import QueueConfig
 from ...domain.queue_names import validate_stored_queue_name
-from ...spec.parameters import as_json
+from ...machine.parameters import as_json
 
 
 class StaticConfigStore:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...domain.entities import QueueConfig
+from ...machine.invariants import INVARIANTS, InvariantCatalog
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.effective_config import declared_pairs, effective_config
@@ -58,7 +59,6 @@ from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.together import stepwise
 from ...simulation.collector import rare_collections
 from ...simulation.world import World
-from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
 from .invariants import (
     LEASE_BOUNDS_STALL,

@@ -17,7 +17,7 @@ holders have no identity, so the holder-identity invariants are replaced by thei
 counting form; the point of that mode is to show the counting form is not enough.
 
 What a run checks is what the policy declares: the machine files name invariants of the
-catalogue (:mod:`stovepipe_fsm.spec.invariants`), :data:`CATALOGUE_CHECKS` says which of
+catalogue (:mod:`stovepipe_fsm.machine.invariants`), :data:`CATALOGUE_CHECKS` says which of
 the functions here decide each built-in name, and a :class:`Proof` holds the checks one
 policy selects (plus those of plugin-registered invariants, which bring their own).
 """
@@ -30,10 +30,8 @@ from functools import cached_property
 from typing import Any
 
 from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
-from ...process.catalog import ProcessMachines
-from ...process.gate import PAUSED
-from ...spec.errors import SpecError
-from ...spec.invariants import (
+from ...located.errors import SpecError
+from ...machine.invariants import (
     INVARIANTS,
     STATE,
     InvariantCatalog,
@@ -41,8 +39,10 @@ from ...spec.invariants import (
     policy_invariants,
     unknown_invariant,
 )
-from ...spec.lint import UNKNOWN_INVARIANT
-from ...spec.model import InvariantRef
+from ...machine.lint import UNKNOWN_INVARIANT
+from ...machine.model import InvariantRef
+from ...process.catalog import ProcessMachines
+from ...process.gate import PAUSED
 from .observe import Observation, counter_of
 
 
@@ -654,7 +654,7 @@ PROGRESS = Invariant(
 )
 
 
-# Which checks decide each built-in name of the catalogue (stovepipe_fsm/spec/invariants.py).
+# Which checks decide each built-in name of the catalogue (stovepipe_fsm/machine/invariants.py).
 # Most names are one check; slot_bookkeeping is the holder rules (or, with the bare counter,
 # their counting form). A test holds this table and the catalogue together.
 CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {

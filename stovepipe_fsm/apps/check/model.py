@@ -20,10 +20,10 @@ from dataclasses import astuple, dataclass, replace
 from functools import cache
 from typing import Any
 
+from ...located.errors import Location
+from ...machine.parameters import as_json
 from ...simulation.timeline import DEFAULT_QUEUE, TimelineStep
 from ...simulation.world import STALL_POINTS
-from ...spec.errors import Location
-from ...spec.parameters import as_json
 
 CHECK_LOCATION = Location("check", 0, 0)
 REWRITE_HEAD = "R"

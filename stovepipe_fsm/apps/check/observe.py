@@ -40,10 +40,10 @@ from ...domain.entities import Queue, QueueConfig, Request, evolve
 from ...domain.errors import NotFound
 from ...domain.hooks import VALIDATION_LEASE_EXPIRED, VALIDATION_STARTED
 from ...domain.ids import parse_request_id
+from ...machine.compiler import Step
 from ...process.gate import PAUSED
-from ...simulation.runtime import Message, run_sync
+from ...simulation.broker import Message, run_sync
 from ...simulation.world import InHand, World
-from ...spec.compiler import Step
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -330,7 +330,7 @@ def _current_version(store: MemoryRequestStore | MemoryQueueStore, key: str) -> 
 
 def _in_hand(world: World, held: InHand, now: int) -> InHandView:
     ctx, cursor = held.paused.ctx, held.paused.cursor
-    request, row = ctx.request, ctx.queue
+    request, row = ctx.loaded_request, ctx.loaded_queue
     request_fresh = request is not None and (
         _current_version(world.requests, request.id) == request.version
     )

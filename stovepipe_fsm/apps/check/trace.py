@@ -21,13 +21,13 @@ from typing import Any
 import yaml
 
 from ...domain.errors import StovepipeError
+from ...machine.invariants import INVARIANTS, InvariantCatalog
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS
 from ...simulation.replay import LogRow, Simulation, apply_step, build_world
 from ...simulation.timeline import Timeline
 from ...simulation.world import World
-from ...spec.invariants import INVARIANTS, InvariantCatalog
 from .explorer import STEP_FAILED, Counterexample, Setup, can_finish
 from .invariants import (
     LEASE_BOUNDS_STALL,

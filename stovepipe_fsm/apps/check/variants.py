@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...domain.entities import Queue, Request
+from ...machine.compiler import Step
 from ...process.lifecycle import QueueChange, RequestLifecycle
 from ...process.services import LifecycleFactory
-from ...spec.compiler import Step
 
 COUNT_TOKEN = "in_flight#"
 

@@ -20,11 +20,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...located.errors import SpecError
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines, load_process_machines
 from ...simulation.replay import simulate
 from ...simulation.timeline import has_expectations, load_timeline
-from ...spec.errors import SpecError
 from ..options import (
     DEFAULT_CONFIG,
     DEFAULT_MACHINES,

@@ -16,10 +16,10 @@ from ...adapters.git import GitSourceControlProvider
 from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from ...adapters.jetstream.attempts import AttemptsLedger
 from ...adapters.jetstream.dead_letter import DeadLetter
+from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
-from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.settle import Attempt
 from ...pipeline.dlq import DeadLetterReconciler

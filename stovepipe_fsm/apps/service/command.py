@@ -341,8 +341,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .connect import ConnectionErrors, connect
     from .http import HttpEndpoint
     from .policy import PolicyReloader
-    from .runtime import Service
     from .service_options import ServiceOptions
+    from .supervisor import Service
 
     # What the service creates (the embedded store, by the server it starts) is its own.
     os.umask(0o077)
@@ -505,8 +505,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ...domain.trail import TrailRecord
-    from ...views.trail import render_history
+    from ...domain.trail_record import TrailRecord
+    from ...views.explain import render_history
     from .operators import explain_document
 
     if not one_request(args):

@@ -28,8 +28,8 @@ from ...process.catalog import load_process_machines
 from ...process.roles import RequestRoles
 from .connect import NatsOptions, connect
 from .operators import render_status, status_document
-from .runtime import Service
 from .service_options import ServiceOptions
+from .supervisor import Service
 
 QUEUE = "monorepo/main"
 COMMITS = "ABCDEF"

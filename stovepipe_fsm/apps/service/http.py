@@ -22,8 +22,8 @@ from ...adapters.jetstream.partitions import partitions
 from ...domain.errors import NotFound
 from ...views.page import content_security_policy
 from ..options import installed_version
-from .runtime import Service
 from .status_page import StatusPage
+from .supervisor import Service
 
 log = logging.getLogger("stovepipe_fsm.service")
 LOOPBACK = "127.0.0.1"

@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.codec import decode_queue, decode_request
+from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from ...adapters.jetstream.policy_record import (
     PolicyRecord,
@@ -32,7 +33,6 @@ from ...adapters.jetstream.policy_record import (
 )
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.stores import KvStores
-from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.bounded_text import clip
 from ...domain.entities import Queue, Request
@@ -50,7 +50,7 @@ from ...views.entities import (
     render_request_rows,
     request_json,
 )
-from ...views.trail import history_json
+from ...views.explain import history_json
 from .connect import NatsOptions, connected
 from .pauses import read_pauses
 

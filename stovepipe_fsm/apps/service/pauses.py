@@ -23,10 +23,10 @@ from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology, ensure_topology
 from ...adapters.jetstream.bulk import kv_snapshot
+from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import encode_name_token
 from ...adapters.jetstream.policy_record import read_policy_record
-from ...adapters.jetstream.trail import JetStreamTrail
 from ...config.globs import glob_match, is_pattern
 from ...domain.entities import QueueConfig
 from ...domain.queue_names import normalize_queue_name

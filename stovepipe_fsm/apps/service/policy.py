@@ -21,7 +21,7 @@ between a new machines version and the running service:
 
 Then :class:`PolicyReloader` hands the new machines to the service, which builds new
 stages on them and swaps them in between deliveries. Each change of the machines or of
-the config in force changes the policy hash (:mod:`...spec.policy_hash`), logged here.
+the config in force changes the policy hash (:mod:`...machine.policy_hash`), logged here.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from pathlib import Path
 
 from ...adapters.file import FileConfigStore
 from ...adapters.jetstream.policy_record import PolicyRecord
+from ...located.errors import SpecError
+from ...machine.loader import MACHINE_FILES
+from ...machine.policy_hash import policy_hash, read_machine_file
 from ...process.catalog import ProcessMachines, load_process_machines
-from ...spec.errors import SpecError
-from ...spec.loader import MACHINE_FILES
-from ...spec.policy_hash import policy_hash, read_machine_file
 
 log = logging.getLogger("stovepipe_fsm.service")
 

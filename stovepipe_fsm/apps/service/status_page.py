@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...adapters.jetstream.bulk import kv_snapshot
+from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.policy_record import (
     QUEUE_KEY_PREFIX,
     queue_parameters,
     read_policy_record,
 )
-from ...adapters.jetstream.trail import JetStreamTrail
 from ...domain.errors import NotFound
-from ...domain.trail import TrailRecord
-from ...spec.diagrams import header_line, mermaid_diagram, render_dot
+from ...domain.trail_record import TrailRecord
+from ...machine.diagrams import header_line, mermaid_diagram, render_dot
 from ...views import page
 from ..diagram_files import DiagramError, find_dot, render_svg
 from .operators import request_history, status_document, status_rows
 from .pauses import Pause
-from .runtime import Service
+from .supervisor import Service
 
 log = logging.getLogger("stovepipe_fsm.service")
 

@@ -19,19 +19,19 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import KvStores, Topology, ensure_topology, open_kv_stores
+from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
 from ...adapters.jetstream.publisher import JetStreamPublisher
-from ...adapters.jetstream.trail import JetStreamTrail
 from ...adapters.memory import SystemClock
 from ...domain.errors import IllegalOperation
 from ...domain.queue_names import normalize_queue_name
+from ...located.errors import SpecError
 from ...pipeline.ingest import Ingest
 from ...pipeline.verbs import cancel, retry
 from ...ports.clock import Clock
 from ...process.catalog import compile_request_machine
 from ...process.lifecycle import RequestLifecycle
 from ...process.roles import RequestRoles
-from ...spec.errors import SpecError
 from ...views.entities import request_json
 from .connect import NatsOptions, connected
 from .operators import request_for_uri

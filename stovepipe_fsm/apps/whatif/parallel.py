@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from ...spec.errors import SpecError
+from ...located.errors import SpecError
 from .compare import RunSummary
 
 #: Below this many timeline steps both replays take well under a second: no fork.

@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.trail import (
+from ..domain.trail_record import (
     ADMITTED,
     DEAD_LETTERED,
     ENDED,

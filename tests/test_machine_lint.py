@@ -3,7 +3,7 @@
 Most cases are copies of the tests' own machines (``tests/fixtures/machines``, which
 began as the shipped ones) with one realistic edit (the kind of change a reviewer would
 make in a pull request), so the tests also prove lint catches mistakes in real tables,
-not only in toy ones. A test parses the rule list out of ``spec/lint.py``'s docstring so
+not only in toy ones. A test parses the rule list out of ``machine/lint.py``'s docstring so
 a new rule without a case here fails the suite. The messages docs/machines.md quotes
 are checked against the same edits of the shipped machines, whose lines it cites.
 """
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from fixture_policy import GATE_YAML, MACHINES, REQUEST_YAML
 
+from stovepipe_fsm.located.errors import SpecError, SpecIssue
+from stovepipe_fsm.located.yaml_source import parse_yaml
+from stovepipe_fsm.machine import lint as lint_module
+from stovepipe_fsm.machine.lint import lint_machine
+from stovepipe_fsm.machine.loader import load_machine, parse_machine
+from stovepipe_fsm.machine.registry import Registry
 from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
-from stovepipe_fsm.spec import lint as lint_module
-from stovepipe_fsm.spec.errors import SpecError, SpecIssue
-from stovepipe_fsm.spec.lint import lint_machine
-from stovepipe_fsm.spec.loader import load_machine, parse_machine
-from stovepipe_fsm.spec.registry import Registry
-from stovepipe_fsm.spec.yaml_source import parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "machines"

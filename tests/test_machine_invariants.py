@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from stovepipe_fsm.apps.cli import main
-from stovepipe_fsm.process.catalog import REGISTRIES
-from stovepipe_fsm.spec.errors import SpecError
-from stovepipe_fsm.spec.invariants import (
+from stovepipe_fsm.located.errors import SpecError
+from stovepipe_fsm.located.yaml_source import parse_yaml
+from stovepipe_fsm.machine.invariants import (
     BUILT_IN,
     INVARIANTS,
     STATE,
@@ -26,9 +26,9 @@ from stovepipe_fsm.spec.invariants import (
     InvariantInfo,
     policy_invariants,
 )
-from stovepipe_fsm.spec.lint import lint_machine
-from stovepipe_fsm.spec.loader import load_machine_dir, parse_machine
-from stovepipe_fsm.spec.yaml_source import parse_yaml
+from stovepipe_fsm.machine.lint import lint_machine
+from stovepipe_fsm.machine.loader import load_machine_dir, parse_machine
+from stovepipe_fsm.process.catalog import REGISTRIES
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "machines"

@@ -13,13 +13,13 @@ import pytest
 from fixture_policy import GATE_YAML
 from jsonschema import Draft202012Validator
 
-from stovepipe_fsm.spec.errors import SpecError, SpecIssue
-from stovepipe_fsm.spec.loader import parse_machine
-from stovepipe_fsm.spec.schema import SCHEMA_NAMES, load_schema, schema_issues
-from stovepipe_fsm.spec.yaml_source import parse_yaml, read_yaml
+from stovepipe_fsm.located.errors import SpecError, SpecIssue
+from stovepipe_fsm.located.schema import SCHEMA_NAMES, load_schema, schema_issues
+from stovepipe_fsm.located.yaml_source import parse_yaml, read_yaml
+from stovepipe_fsm.machine.loader import parse_machine
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGED = ROOT / "stovepipe_fsm" / "spec" / "schemas"
+PACKAGED = ROOT / "stovepipe_fsm" / "located" / "schemas"
 PUBLISHED = ROOT / "docs" / "schemas"
 MACHINES = ROOT / "machines"
 NAME = "m.yaml"
@@ -64,7 +64,7 @@ def test_published_schemas_are_byte_identical_to_the_packaged_ones() -> None:
         "timeline-lines.schema.json",
         "timeline.schema.json",
     ]
-    assert packaged == published, "copy stovepipe_fsm/spec/schemas/*.json to docs/schemas/"
+    assert packaged == published, "copy stovepipe_fsm/located/schemas/*.json to docs/schemas/"
     for name in packaged:
         assert (PUBLISHED / name).read_bytes() == (PACKAGED / name).read_bytes(), name
 

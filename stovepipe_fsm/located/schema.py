@@ -1,6 +1,6 @@
 """JSON Schema (draft 2020-12) validation with errors mapped back to YAML locations.
 
-The schemas ship inside the package (``stovepipe_fsm/spec/schemas``) so the loader
+The schemas ship inside the package (``stovepipe_fsm/located/schemas``) so the loader
 never depends on the working directory; ``docs/schemas`` holds published copies that
 a test keeps identical.
 """

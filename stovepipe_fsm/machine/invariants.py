@@ -3,7 +3,7 @@
 A machine file lists under ``invariants:`` the properties the model checker must prove
 for the policy; ``check`` proves exactly those (docs/check.md). The names come from this
 catalogue: a name, a one-line summary, and the parameters a declaration may give, each
-described by a JSON Schema. It lives in the spec layer so that lint can check a
+described by a JSON Schema. It lives in the machine layer so that lint can check a
 declaration without the checker. The checker (``stovepipe_fsm.apps.check``) binds every
 built-in name to its own checking functions, and a test holds the two together.
 
@@ -11,7 +11,7 @@ A plugin module adds an invariant by registering its checking function, which th
 checker calls with what it observed and the declaration's parameters (defaults filled
 in)::
 
-    from stovepipe_fsm.spec.invariants import INVARIANTS
+    from stovepipe_fsm.machine.invariants import INVARIANTS
 
     @INVARIANTS.state(
         summary="at most `limit` requests are built in full",
@@ -38,7 +38,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from .errors import SpecIssue
+from ..located.errors import SpecIssue
 from .model import InvariantRef, MachineSpec
 
 STATE = "state"

@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from .errors import Location, SpecIssue
+from ..located.errors import Location, SpecIssue
 from .invariants import INVARIANTS, InvariantCatalog, unknown_invariant
 from .model import FLOW, MachineSpec, TransitionSpec
 from .parameters import parameter_issues

@@ -45,7 +45,7 @@ from typing import Any, TypeAlias, cast
 from transitions import Machine, MachineError
 
 from ..domain.errors import STEP_NOTE, Retryable, StovepipeError
-from .errors import Location
+from ..located.errors import Location
 from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
 from .registry import Registry
 from .roles import leads_to

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from stovepipe_fsm.spec.errors import Location, SpecError, SpecIssue
-from stovepipe_fsm.spec.loader import load_machine
-from stovepipe_fsm.spec.yaml_source import parse_yaml, read_yaml
+from stovepipe_fsm.located.errors import Location, SpecError, SpecIssue
+from stovepipe_fsm.located.yaml_source import parse_yaml, read_yaml
+from stovepipe_fsm.machine.loader import load_machine
 
 NAME = "machines/m.yaml"
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError, SpecIssue
+from ..located.errors import SpecError, SpecIssue
+from ..located.schema import schema_issues
+from ..located.yaml_source import JsonPath, SourceDocument, read_yaml
 from .invariants import repeated_invariants
 from .lint import DUPLICATE_INVARIANT, lint_machine
 from .model import (
@@ -35,8 +37,6 @@ from .model import (
 from .parameters import clash_issues
 from .plugins import ApiFactory, policy_registries
 from .registry import Registry
-from .schema import schema_issues
-from .yaml_source import JsonPath, SourceDocument, read_yaml
 
 MACHINE_FILES = ("request.yaml", "queue_gate.yaml")
 

@@ -20,7 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..domain.entities import RUNTIME_KEYS
-from .errors import SpecIssue
+from ..located.errors import SpecIssue
 from .model import MachineSpec, NameRef, ParameterSpec
 from .registry import Registry
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import Location, SpecIssue
+from ..located.errors import Location, SpecIssue
 from .model import MachineSpec
 
 SLOT_HOLDING = "slot-holding"

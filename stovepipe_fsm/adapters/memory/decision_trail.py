@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...domain.trail import HELD, TrailRecord
+from ...domain.trail_record import HELD, TrailRecord
 
 
 class MemoryTrail:

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
-from .errors import Location, SpecIssue
+from ..located.errors import Location, SpecIssue
 from .model import NameRef
 from .registry import (
     ActionInfo,

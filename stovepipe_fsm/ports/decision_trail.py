@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..domain.trail import TrailRecord
+from ..domain.trail_record import TrailRecord
 
 
 class DecisionTrail(Protocol):

@@ -2,7 +2,7 @@
 
 The stages note a decision after its durable write and before they settle (ack, hold,
 return), so a crash in between is followed by a redelivery that notes it again under the
-same key (:mod:`stovepipe_fsm.domain.trail`): nothing is lost, nothing doubled. The
+same key (:mod:`stovepipe_fsm.domain.trail_record`): nothing is lost, nothing doubled. The
 process stage notes in its finishing actions (``ack``, ``hold``), through
 :func:`note_decision`: what the delivery decided is read off its context, and why it was
 held off the flow transition that led to the hold (:func:`hold_reason`).
@@ -14,8 +14,8 @@ import logging
 import time
 
 from ..domain.entities import Request
-from ..domain.trail import ADMITTED, HELD, RECLAIMED, SUPERSEDED, TrailRecord, detail
-from ..spec.compiler import Step
+from ..domain.trail_record import ADMITTED, HELD, RECLAIMED, SUPERSEDED, TrailRecord, detail
+from ..machine.compiler import Step
 from .context import DeliveryContext
 from .services import StageServices
 
@@ -115,7 +115,7 @@ def hold_reason(step: Step | None) -> str:
 
 async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
     """Note what this delivery decided (nothing for a request it only acked as done)."""
-    request = ctx.request
+    request = ctx.loaded_request
     if request is None:
         return
     services = ctx.services
@@ -124,7 +124,7 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
     extra = {"queue": request.queue, "request_id": request.id}
     if held:
         reason = hold_reason(ctx.via)
-        queue = ctx.queue
+        queue = ctx.loaded_queue
         holds = HELD_LOG.should_log(request.id, reason)
         if holds:
             log.info("held: %s (%d hold(s) since the last line)", reason, holds, extra=extra)
@@ -174,10 +174,10 @@ async def note_reclaimed(
         await services.trail.append(
             TrailRecord(
                 kind=RECLAIMED,
-                queue=ctx.req.queue,
+                queue=ctx.request.queue,
                 request_id=holder,
                 at_ms=services.clock.now_ms(),
-                detail=detail(by=ctx.req.id, why=why),
+                detail=detail(by=ctx.request.id, why=why),
                 stream_seq=ctx.delivery.stream_seq,
                 policy=services.policy_hash(),
             )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .errors import Location
+from ..located.errors import Location
 
 LIFECYCLE = "lifecycle"
 FLOW = "flow"

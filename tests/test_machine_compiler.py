@@ -19,20 +19,20 @@ import pytest
 from fixture_policy import MACHINES
 
 from stovepipe_fsm.domain.errors import Retryable, StovepipeError, described
-from stovepipe_fsm.process.catalog import REGISTRIES, REQUEST
-from stovepipe_fsm.spec import compiler as compiler_module
-from stovepipe_fsm.spec.compiler import (
+from stovepipe_fsm.located.yaml_source import parse_yaml
+from stovepipe_fsm.machine import compiler as compiler_module
+from stovepipe_fsm.machine.compiler import (
     CompiledFlow,
     CompiledLifecycle,
     FlowDidNotSettle,
     IllegalTransition,
     Step,
 )
-from stovepipe_fsm.spec.lint import lint_machine
-from stovepipe_fsm.spec.loader import load_machine, parse_machine
-from stovepipe_fsm.spec.model import MachineSpec
-from stovepipe_fsm.spec.registry import Registry
-from stovepipe_fsm.spec.yaml_source import parse_yaml
+from stovepipe_fsm.machine.lint import lint_machine
+from stovepipe_fsm.machine.loader import load_machine, parse_machine
+from stovepipe_fsm.machine.model import MachineSpec
+from stovepipe_fsm.machine.registry import Registry
+from stovepipe_fsm.process.catalog import REGISTRIES, REQUEST
 
 
 def spec_of(text: str) -> MachineSpec:

@@ -31,7 +31,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
-from ...domain.trail import HELD, OPERATOR, TrailRecord
+from ...domain.trail_record import HELD, OPERATOR, TrailRecord
 from .errors import translated
 from .publisher import MSG_ID_HEADER
 from .topology import Topology

@@ -1,1 +1,0 @@
-"""Spec layer: machine and config files as data, validated and compiled."""
