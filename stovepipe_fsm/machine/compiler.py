@@ -37,16 +37,26 @@ traceback and a settle reason point at the YAML first.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import FunctionType
 from typing import Any, TypeAlias, cast
 
 from transitions import Machine, MachineError
+from transitions.core import EventData
 
 from ..domain.errors import STEP_NOTE, Retryable, StovepipeError
 from ..located.errors import Location
 from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
+from .plugin_calls import (
+    StepWatch,
+    Worker,
+    contained,
+    contained_async,
+    running_loop,
+    within_budget,
+)
 from .registry import Registry
 from .roles import leads_to
 
@@ -59,9 +69,14 @@ class IllegalTransition(StovepipeError):
 
 
 class _Cursor:
-    """The one model attached to a compiled machine; it only carries ``state``."""
+    """A model attached to a compiled machine: its ``state``, and what the fire in
+    progress on it picked and which condition answers it computed."""
 
     state: str
+
+    def __init__(self) -> None:
+        self.answers: dict[str, bool] = {}
+        self.picked: list[Picked] = []
 
 
 @dataclass(frozen=True)
@@ -85,11 +100,14 @@ class Step:
 @dataclass(frozen=True)
 class ActionCall:
     """One action of a transition, resolved at compile time: its name, and the callable
-    that runs it through a frame labelled with where the YAML names it."""
+    that runs it through a frame labelled with where the YAML names it; ``plugin`` with
+    the YAML step (``where``) when a plugin registered it."""
 
     name: str
     call: Callable[[Any], Any]
     is_async: bool
+    plugin: bool = False
+    where: str = ""
 
 
 #: What one fire decides: the step, and the actions it runs.
@@ -141,30 +159,24 @@ def _noted(exc: BaseException, where: str) -> None:
 class _Guard:
     """A registered condition as one transition names it: asked at most once per fire.
 
-    ``answers`` is shared by every guard of a machine and cleared before each fire.
+    The answers live on the cursor the fire runs on (cleared before each fire).
     """
 
-    __slots__ = ("answers", "call", "fn", "name", "where")
+    __slots__ = ("call", "fn", "name", "where")
 
-    def __init__(
-        self,
-        name: str,
-        fn: Callable[[Any], Any],
-        answers: dict[str, bool],
-        where: str,
-        at: Location,
-    ) -> None:
+    def __init__(self, name: str, fn: Callable[[Any], Any], where: str, at: Location) -> None:
         self.name = name
         self.fn = fn
-        self.answers = answers
         self.where = where
         self.call = _located(_sync_step, at, f"condition {name}")
 
-    def __call__(self, ctx: Any) -> bool:
-        answer = self.answers.get(self.name)
+    def __call__(self, event: EventData) -> bool:
+        answers = cast(_Cursor, event.model).answers
+        answer = answers.get(self.name)
         if answer is None:
             try:
-                answer = self.answers[self.name] = bool(self.call(self.fn, ctx))
+                ctx = cast("tuple[Any, ...]", event.args)[0]
+                answer = answers[self.name] = bool(self.call(self.fn, ctx))
             except Exception as exc:
                 _noted(exc, self.where)
                 raise
@@ -179,10 +191,6 @@ class _Compiled:
         self.registry = registry
         self.terminal = spec.terminal_states
         self.slot_states = spec.slot_states
-        # What the machine picked during the current fire (its recorder's note), and the
-        # condition answers computed in it.
-        self._picked: list[Picked] = []
-        self._answers: dict[str, bool] = {}
         self._cursor = _Cursor()
         #: What each (transition, source) pair decides, in declaration order.
         self.steps: list[Picked] = []
@@ -194,7 +202,7 @@ class _Compiled:
             ],
             initial=spec.initial.name,
             auto_transitions=False,
-            send_event=False,
+            send_event=True,
             ignore_invalid_triggers=False,
         )
         self.machine.add_model(self._cursor, initial=spec.initial.name)
@@ -219,7 +227,6 @@ class _Compiled:
                 _Guard(
                     ref.name,
                     conditions[ref.name].fn,
-                    self._answers,
                     _where(spec, t, source, "condition", ref.name, ref.location),
                     ref.location,
                 )
@@ -236,7 +243,8 @@ class _Compiled:
         }
 
     def _action(self, t: TransitionSpec, source: str, name: str, at: Location) -> ActionCall:
-        fn = self.registry.actions[name].fn
+        info = self.registry.actions[name]
+        fn, plugin = info.fn, bool(info.origin)
         is_async = inspect.iscoroutinefunction(fn)
         step = _located(_async_step if is_async else _sync_step, at, f"action {name}")
         where = _where(self.spec, t, source, "action", name, at)
@@ -250,7 +258,7 @@ class _Compiled:
                     _noted(exc, where)
                     raise
 
-            return ActionCall(name, run_async, True)
+            return ActionCall(name, run_async, True, plugin, where)
 
         def run(ctx: Any) -> Any:
             try:
@@ -259,13 +267,13 @@ class _Compiled:
                 _noted(exc, where)
                 raise
 
-        return ActionCall(name, run, False)
+        return ActionCall(name, run, False, plugin, where)
 
     def _recorder(self, picked: Picked) -> Callable[..., None]:
         self.steps.append(picked)
 
-        def record(*_: Any) -> None:
-            self._picked.append(picked)
+        def record(event: EventData) -> None:
+            cast(_Cursor, event.model).picked.append(picked)
 
         return record
 
@@ -273,7 +281,7 @@ class _Compiled:
         """Fire ``trigger`` from ``state``; atomic (no await inside)."""
         return self._fire(state, trigger, ctx)[0]
 
-    def _fire(self, state: str, trigger: str, ctx: Any) -> Picked:
+    def _fire(self, state: str, trigger: str, ctx: Any, cursor: _Cursor | None = None) -> Picked:
         """Let the machine pick among ``trigger``'s transitions from ``state``.
 
         A trigger or state the machine does not declare (code out of step with the YAML,
@@ -291,22 +299,22 @@ class _Compiled:
                 f"{self.spec.name}: {state!r} is not a state of this machine; declared "
                 f"states: {', '.join(self.spec.state_names)}"
             )
-        cursor = self._cursor
+        cursor = cursor or self._cursor
         machine.set_state(state, model=cursor)
-        self._answers.clear()
-        self._picked.clear()
+        cursor.answers.clear()
+        cursor.picked.clear()
         try:
             fired = cursor.trigger(trigger, ctx)  # type: ignore[attr-defined]
         except MachineError:
             raise IllegalTransition(
                 f"{self.spec.name}: trigger {trigger!r} is not allowed from state {state!r}"
             ) from None
-        if not fired or not self._picked:
+        if not fired or not cursor.picked:
             raise IllegalTransition(
                 f"{self.spec.name}: no transition for trigger {trigger!r} from state "
                 f"{state!r} had its conditions met"
             )
-        return self._picked[-1]
+        return cursor.picked[-1]
 
 
 class CompiledLifecycle(_Compiled):
@@ -358,7 +366,14 @@ class FlowDidNotSettle(Retryable):
 class CompiledFlow(_Compiled):
     """A per-delivery decision procedure (``machines/queue_gate.yaml``)."""
 
-    def __init__(self, spec: MachineSpec, registry: Registry, *, max_steps: int = 64) -> None:
+    def __init__(
+        self,
+        spec: MachineSpec,
+        registry: Registry,
+        *,
+        max_steps: int = 64,
+        watch: StepWatch | None = None,
+    ) -> None:
         if spec.kind != FLOW:
             raise ValueError(f"{spec.name} is a {spec.kind} machine, not a flow")
         super().__init__(spec, registry)
@@ -369,6 +384,23 @@ class CompiledFlow(_Compiled):
             if len(triggers) == 1:
                 self.trigger_for[state] = triggers.pop()
         self._initial = spec.initial.name
+        #: The budget and the counters of this flow's plugin steps.
+        self.watch = watch or StepWatch()
+        # The open states whose way out asks a plugin condition, with where the YAML
+        # declares that way out: a service decides them off its event loop, on a cursor
+        # of their own (the worker's), so a loop fire never shares a cursor with them.
+        plugin_conditions = {n for n, info in registry.conditions.items() if info.origin}
+        self._plugin_states = {
+            state: f"{t.location}: in machine {spec.name!r}, state {state!r}, "
+            f"trigger {t.trigger!r}"
+            for t in spec.transitions
+            if {c.name for c in (*t.conditions, *t.unless)} & plugin_conditions
+            for state in t.source_names
+        }
+        self._worker = Worker(spec.name)
+        self._worker_cursor = _Cursor()
+        if self._plugin_states:
+            self.machine.add_model(self._worker_cursor, initial=spec.initial.name)
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -405,7 +437,9 @@ class CompiledFlow(_Compiled):
             ctx.via = via
         while True:
             for i, action in enumerate(calls):
-                if action.is_async:
+                if action.plugin:
+                    await self._plugin_action(action, ctx)
+                elif action.is_async:
                     await action.call(ctx)
                 else:
                     action.call(ctx)
@@ -425,8 +459,47 @@ class CompiledFlow(_Compiled):
                 raise IllegalTransition(
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )
-            via, calls = self._fire(state, trigger, ctx)
+            where = self._plugin_states.get(state)
+            if where is None:
+                via, calls = self._fire(state, trigger, ctx)
+            else:
+                via, calls = await self._plugin_fire(state, trigger, ctx, where)
             if tell:
                 ctx.via = via
             steps += 1
             state = via.dest
+
+    async def _plugin_fire(self, state: str, trigger: str, ctx: Any, where: str) -> Picked:
+        """A decision that asks a plugin condition: off the event loop where one runs."""
+        fire = self._fire
+        if not running_loop():
+            started = time.perf_counter()
+            try:
+                return contained(where, lambda: fire(state, trigger, ctx))
+            finally:
+                self.watch.timed(where, started)
+        cursor = self._worker_cursor
+        return await self._worker.run(
+            lambda: contained(where, lambda: fire(state, trigger, ctx, cursor)), self.watch, where
+        )
+
+    async def _plugin_action(self, action: ActionCall, ctx: Any) -> None:
+        """A plugin's action: within its budget, and off the event loop if synchronous."""
+        where, call = action.where, action.call
+        if running_loop():
+            if action.is_async:
+                await within_budget(call(ctx), self.watch, where)
+            else:
+                def run() -> Any:
+                    return contained(where, lambda: call(ctx))
+
+                await self._worker.run(run, self.watch, where)
+            return
+        started = time.perf_counter()
+        try:
+            if action.is_async:
+                await contained_async(where, call(ctx))
+            else:
+                contained(where, lambda: call(ctx))
+        finally:
+            self.watch.timed(where, started)

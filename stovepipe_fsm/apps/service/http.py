@@ -87,6 +87,22 @@ async def render_metrics(service: Service) -> str:
     lines.append(f"stovepipe_decision_latency_ms_count {latency.total}")
     family("stovepipe_decision_latency_ms_max", "gauge", "Slowest delivery so far (ms).")
     lines.append(f"stovepipe_decision_latency_ms_max {latency.max_ms:.3f}")
+    watch = service.machines.queue_gate.watch
+    family(
+        "stovepipe_plugin_slow_calls_total",
+        "counter",
+        f"Plugin steps slower than {watch.slow_s:g} s, by the YAML step that called them.",
+    )
+    for step, value in sorted(watch.slow.items()):
+        lines.append(f'stovepipe_plugin_slow_calls_total{{step="{_label(step)}"}} {value}')
+    family(
+        "stovepipe_plugin_over_budget_total",
+        "counter",
+        f"Plugin steps stopped past their budget of {watch.budget_s:g} s (the delivery is "
+        "retried), by the YAML step that called them.",
+    )
+    for step, value in sorted(watch.over_budget.items()):
+        lines.append(f'stovepipe_plugin_over_budget_total{{step="{_label(step)}"}} {value}')
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
     lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
     family(
