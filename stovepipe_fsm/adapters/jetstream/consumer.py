@@ -65,7 +65,7 @@ from nats.js import JetStreamContext, api
 
 from ...domain.bounded_text import clip
 from ...domain.entities import QueueConfig
-from ...domain.errors import NonRetryable
+from ...domain.errors import NonRetryable, described
 from ...domain.ids import parse_request_id
 from ...domain.settle import (
     DEFAULT_RETRY_BASE_S,
@@ -539,6 +539,8 @@ class DeadLetterConsumer(_PullLoop):
         self.observer = observer
         self.fetch_timeout_s = fetch_timeout_s
         self.retry_s = retry_s
+        #: A fixed delay between tries: a reconcile waits on the stores, not on itself.
+        self.backoff = Backoff(retry_s, retry_s)
         self.ack_wait_s = ack_wait_s
         self.durable = "dlq-process-reconciler"
         self._sub: JetStreamContext.PullSubscription | None = None
@@ -557,7 +559,7 @@ class DeadLetterConsumer(_PullLoop):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the mark could not be read: try again later
-            log.warning("dead letter not reconciled yet: %s", clip(_describe(exc), LOG_FIELD_CHARS))
+            log.warning("dead letter not reconciled yet: %s", clip(described(exc), LOG_FIELD_CHARS))
             with contextlib.suppress(Exception):
                 await msg.nak(delay=self.retry_s)
 
@@ -580,28 +582,29 @@ class DeadLetterConsumer(_PullLoop):
             self.observer("ignored", letter.queue, letter.request_id, refusal)
             log.warning("dead letter left as is: %s", refusal, extra=extra)
             return
+        attempt = Attempt.acked()
         if letter.request_id:
             try:
                 await self.reconcile(letter)
-            except NonRetryable as exc:
-                # A stored value no retry can repair (an undecodable row): final.
-                await msg.ack()
-                self.observer("unreconcilable", letter.queue, letter.request_id, str(exc))
-                log.error(
-                    "dead letter cannot be reconciled, left as is: %s",
-                    clip(_describe(exc), LOG_FIELD_CHARS),
-                    extra=extra,
-                )
-                return
             except Exception as exc:
-                log.warning(
-                    "reconcile failed, retrying: %s",
-                    clip(_describe(exc), LOG_FIELD_CHARS),
-                    extra=extra,
-                )
-                await msg.nak(delay=self.retry_s)
-                return
+                attempt = Attempt.raised(exc)
+        # A dead letter is never dead-lettered again: retried without a limit, or, when
+        # no retry can repair it (an undecodable row), left in the stream for an operator.
+        decision = settle(attempt, failures=0, max_attempts=None, backoff=self.backoff)
+        if decision.kind is SettleKind.RETRY:
+            reason = clip(decision.reason, LOG_FIELD_CHARS)
+            log.warning("reconcile failed, retrying: %s", reason, extra=extra)
+            await msg.nak(delay=decision.delay_s)
+            return
         await msg.ack()
+        if decision.kind is SettleKind.DEAD_LETTER:
+            self.observer("unreconcilable", letter.queue, letter.request_id, attempt.error)
+            log.error(
+                "dead letter cannot be reconciled, left as is: %s",
+                clip(decision.reason, LOG_FIELD_CHARS),
+                extra=extra,
+            )
+            return
         self.observer("reconciled", letter.queue, letter.request_id, letter.error)
         log.info("dead letter reconciled: request failed closed", extra=extra)
 
@@ -645,5 +648,3 @@ def _delivered(msg: Msg) -> int:
         return 1
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
