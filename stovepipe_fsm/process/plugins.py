@@ -24,11 +24,13 @@ is not part of the plugin surface.
 from __future__ import annotations
 
 import inspect
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from functools import wraps
 from typing import Any
 
 from ..domain.entities import Request
+from ..domain.errors import PLUGIN_FRAME_NOTE
 from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
 from ..machine.registry import Registry
 from .context import DeliveryContext
@@ -124,20 +126,43 @@ class GateVocabulary:
 def _viewed(fn: Callable[[PluginContext], Any], origin: str) -> Callable[[DeliveryContext], Any]:
     """``fn`` called with a PluginContext over the delivery's context; async if ``fn``
     is (the registry refuses an async condition, the compiler awaits an async action).
-    Name and docstring are ``fn``'s, for the diagrams and error messages."""
+    Name and docstring are ``fn``'s, for the diagrams and error messages. An exception
+    from ``fn`` is noted with the plugin's own frame that raised it (the compiler adds
+    the YAML step), so ``test`` and ``simulate`` name both."""
+    home = getattr(getattr(fn, "__code__", None), "co_filename", "")
     if inspect.iscoroutinefunction(fn):
 
         @wraps(fn)
         async def run_async(ctx: DeliveryContext) -> Any:
-            return await fn(PluginContext(ctx, origin))
+            try:
+                return await fn(PluginContext(ctx, origin))
+            except Exception as exc:
+                _note_frame(exc, home)
+                raise
 
         return run_async
 
     @wraps(fn)
     def run(ctx: DeliveryContext) -> Any:
-        return fn(PluginContext(ctx, origin))
+        try:
+            return fn(PluginContext(ctx, origin))
+        except Exception as exc:
+            _note_frame(exc, home)
+            raise
 
     return run
+
+
+def _note_frame(exc: Exception, home: str) -> None:
+    """Note where in the plugin ``exc`` was raised: the innermost frame of the plugin's
+    module file (the line of plugin code that raised, or called what raised)."""
+    if any(n.startswith(PLUGIN_FRAME_NOTE) for n in getattr(exc, "__notes__", ())):
+        return
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is the wrapper's own
+    own = [f for f in frames if f.filename == home] or frames[:1]
+    if own:
+        frame = own[-1]
+        exc.add_note(f"{PLUGIN_FRAME_NOTE}{frame.filename}:{frame.lineno} in {frame.name}")
 
 
 class PluginRegistry:
