@@ -27,17 +27,18 @@ from .trail_notes import note_plugin
 
 @dataclass(frozen=True)
 class QueueView:
-    """The request's queue row, as this delivery loaded it (or last wrote it)."""
+    """The request's queue row, as this delivery loaded it (or last wrote it).
 
-    #: The queue's name.
+    ``last_green_uri``: the commit of the queue's last successful validation, and
+    ``last_green_request_id`` the request that validated it ("" when none yet);
+    ``latest_request_id``: the newest request ingested on the queue; ``slot_holders``:
+    the requests holding a build slot now.
+    """
+
     name: str
-    #: The commit of the queue's last successful validation ("" when none yet).
     last_green_uri: str
-    #: The request that validated it ("" when none yet).
     last_green_request_id: str
-    #: The newest request ingested on the queue.
     latest_request_id: str
-    #: The requests holding a build slot now.
     slot_holders: tuple[str, ...]
 
 
