@@ -47,6 +47,7 @@ validate: $(STAMP)
 
 diagrams: $(STAMP)
 	$(BIN)/stovepipe-fsm diagram
+	$(BIN)/python -m stovepipe_fsm.apps.plugin_reference
 
 static-checks: $(STAMP)
 	$(BIN)/ruff check .
@@ -54,6 +55,7 @@ static-checks: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/stovepipe-fsm validate
 	$(BIN)/stovepipe-fsm diagram --check
+	$(BIN)/python -m stovepipe_fsm.apps.plugin_reference --check
 	-@$(MAKE) --no-print-directory promtool
 
 test: static-checks

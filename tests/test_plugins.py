@@ -185,9 +185,9 @@ def test_diagrams_show_plugin_docstrings_facts_and_origin(tmp_path: Path) -> Non
         "inside the daily freeze window (00:00-01:00 UTC). |  |"
     ) in page
     assert (
-        "| `log_admission` | action (plugin `freeze_rules`) | `admit` | Read R back from the "
-        "store and log its strategy and base. | requires `request_processing`; provides "
-        "`admission_logged` |"
+        "| `log_admission` | action (plugin `freeze_rules`) | `admit` | Log R's strategy and "
+        "base as admitted, and note the admission in the trail. | requires "
+        "`request_processing`; provides `admission_logged` |"
     ) in page
     # Through the command, from the policy's own directory.
     out = tmp_path / "diagrams"
@@ -246,12 +246,12 @@ def test_check_explores_a_policy_with_plugin_actions_on_the_admit_path(
 
 
 RULES = '''\
-from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry
+from stovepipe_fsm.plugin import PluginContext, PluginRegistry
 
 
 def register(plugin: PluginRegistry) -> None:
     @plugin.queue_gate.condition(name="{name}")
-    def rule(ctx: DeliveryContext) -> bool:
+    def rule(ctx: PluginContext) -> bool:
         """{doc}"""
         return False
 '''
@@ -323,7 +323,7 @@ def test_a_module_listed_by_both_machine_files_is_loaded_once(
 def test_a_request_condition_guards_a_lifecycle_trigger(tmp_path: Path) -> None:
     policy = copy_policy(tmp_path)
     (policy / "cancel_rules.py").write_text(
-        "from stovepipe_fsm.process.plugins import PluginRegistry, Request\n\n\n"
+        "from stovepipe_fsm.plugin import PluginRegistry, Request\n\n\n"
         "def register(plugin: PluginRegistry) -> None:\n"
         "    @plugin.request.condition()\n"
         "    def cancellable(request: Request) -> bool:\n"
@@ -370,7 +370,7 @@ class Case:
 
 def _module(body: str) -> str:
     return (
-        "from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry\n\n\n"
+        "from stovepipe_fsm.plugin import PluginContext, PluginRegistry\n\n\n"
         "def register(plugin: PluginRegistry) -> None:\n" + body
     )
 
@@ -418,7 +418,7 @@ CASES = [
         {
             "audit_rules.py": _module(
                 "    @plugin.queue_gate.condition()\n"
-                "    async def audit_pending(ctx: DeliveryContext) -> bool:\n"
+                "    async def audit_pending(ctx: PluginContext) -> bool:\n"
                 "        return False\n"
             )
         },
@@ -457,7 +457,7 @@ CASES = [
         {
             "audit_rules.py": _module(
                 '    @plugin.queue_gate.action(name="Audit-Log")\n'
-                "    def audit(ctx: DeliveryContext) -> None:\n"
+                "    def audit(ctx: PluginContext) -> None:\n"
                 "        pass\n"
             )
         },
@@ -472,7 +472,7 @@ CASES = [
         {
             "audit_rules.py": _module(
                 "    @plugin.queue_gate.condition()\n"
-                "    def gate_closed(ctx: DeliveryContext) -> bool:\n"
+                "    def gate_closed(ctx: PluginContext) -> bool:\n"
                 "        return False\n"
             )
         },
@@ -487,7 +487,7 @@ CASES = [
         {
             "audit_rules.py": _module(
                 "    @plugin.queue_gate.action()\n"
-                "    def log_admission(ctx: DeliveryContext) -> None:\n"
+                "    def log_admission(ctx: PluginContext) -> None:\n"
                 "        pass\n"
             )
         },
@@ -502,10 +502,10 @@ CASES = [
         {
             "audit_rules.py": _module(
                 "    @plugin.queue_gate.action()\n"
-                "    def audit(ctx: DeliveryContext) -> None:\n"
+                "    def audit(ctx: PluginContext) -> None:\n"
                 "        pass\n\n"
                 '    @plugin.queue_gate.condition(name="audit")\n'
-                "    def audit_condition(ctx: DeliveryContext) -> bool:\n"
+                "    def audit_condition(ctx: PluginContext) -> bool:\n"
                 "        return False\n"
             )
         },
@@ -599,12 +599,12 @@ def test_a_plugin_name_must_be_a_module_name(
 ACME = '''\
 """Quiet hours for every policy installed next to it."""
 
-from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry
+from stovepipe_fsm.plugin import PluginContext, PluginRegistry
 
 
 def register(plugin: PluginRegistry) -> None:
     @plugin.queue_gate.condition()
-    def acme_quiet_hours(ctx: DeliveryContext) -> bool:
+    def acme_quiet_hours(ctx: PluginContext) -> bool:
         """ACME's quiet hours: never, in this test."""
         return False
 '''
@@ -682,7 +682,7 @@ def test_a_yaml_plugin_clashing_with_an_installed_one_is_reported_at_the_yaml(
     (policy / "audit_rules.py").write_text(
         _module(
             "    @plugin.queue_gate.condition()\n"
-            "    def acme_quiet_hours(ctx: DeliveryContext) -> bool:\n"
+            "    def acme_quiet_hours(ctx: PluginContext) -> bool:\n"
             "        return True\n"
         ),
         encoding="utf-8",

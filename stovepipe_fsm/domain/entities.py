@@ -50,6 +50,7 @@ class Request:
         return evolve(self, ingested_at_ms=0, admitted_at_ms=0, ended_at_ms=0)
 
     def with_version(self, version: int) -> Request:
+        """This snapshot as written under ``version``."""
         return evolve(self, version=version)
 
 

@@ -42,12 +42,18 @@ class IllegalOperation(StovepipeError):
 #: How the flow driver notes, on an exception a condition or action raised, where the
 #: YAML declares that step (``file:line:column: in machine ..., state ..., trigger ...``).
 STEP_NOTE = "declared at "
+#: How a plugin's condition or action notes the line of plugin code that raised.
+PLUGIN_FRAME_NOTE = "raised in plugin code at "
 
 
 def described(exc: BaseException) -> str:
     """``Type: message``, led by the YAML location of the step that raised it, when the
-    driver noted one: what a settle reason, a dead letter and ``test`` print."""
+    driver noted one, and followed by the plugin code's line that raised it, when the
+    step is a plugin's: what a settle reason, a dead letter and ``test`` print."""
     text = f"{type(exc).__name__}: {exc}"
     notes: list[str] = getattr(exc, "__notes__", [])
     where = next((n.removeprefix(STEP_NOTE) for n in notes if n.startswith(STEP_NOTE)), "")
+    frame = next((n for n in notes if n.startswith(PLUGIN_FRAME_NOTE)), "")
+    if frame:
+        text = f"{text} ({frame})"
     return f"{where}: {text}" if where else text

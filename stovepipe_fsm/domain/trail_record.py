@@ -4,10 +4,11 @@ Every decision of the process stage (held, superseded, admitted, a slot reclaime
 request whose end had not freed it), every recorded end (an outcome, a request failed
 closed), ingest and every operator verb (``pause``, ``resume``, ``cancel``, ``retry``,
 ``dlq replay``, ``dlq prune``: kind ``operator``, with the verb and who ran it) append one
-:class:`TrailRecord`. A verb about a queue or a glob of queues (pause, resume, dlq prune)
-has no request: its ``request_id`` is empty and ``queue`` holds the pattern. Each
-carries the time (clock port), the queue, the request, the delivery's stream sequence (0
-when no delivery made it) and the policy hash in force.
+:class:`TrailRecord`, and so does a plugin's trail note (kind ``plugin``: the plugin,
+what it noted, and its own detail pairs). A verb about a queue or a glob of queues
+(pause, resume, dlq prune) has no request: its ``request_id`` is empty and ``queue``
+holds the pattern. Each carries the time (clock port), the queue, the request, the
+delivery's stream sequence (0 when no delivery made it) and the policy hash in force.
 
 A record's :attr:`~TrailRecord.key` says which decision it is, so writing it twice (a
 redelivery after a crash between the decision's write and the trail's) is one record.
@@ -28,7 +29,18 @@ ENDED = "ended"
 DEAD_LETTERED = "dead_lettered"
 RECLAIMED = "reclaimed"
 OPERATOR = "operator"
-KINDS = (INGESTED, HELD, SUPERSEDED, ADMITTED, ENDED, DEAD_LETTERED, RECLAIMED, OPERATOR)
+PLUGIN = "plugin"
+KINDS = (
+    INGESTED,
+    HELD,
+    SUPERSEDED,
+    ADMITTED,
+    ENDED,
+    DEAD_LETTERED,
+    RECLAIMED,
+    OPERATOR,
+    PLUGIN,
+)
 
 
 @dataclass(frozen=True)

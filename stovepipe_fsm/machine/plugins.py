@@ -79,6 +79,7 @@ class MachineVocabulary(Generic[Ctx]):
 
     @property
     def machine(self) -> str:
+        """The machine these names belong to."""
         return self._registry.machine
 
     def condition(

@@ -7,7 +7,8 @@ out to the world (see :mod:`.services`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..domain.entities import NO_STRATEGY, Queue, QueueConfig, Request
 from ..machine.compiler import Step
@@ -43,6 +44,8 @@ class DeliveryContext:
     hold_ms: int = 0
     #: The flow transition being run (set by the flow driver): why a hold holds.
     via: Step | None = None
+    #: Plugins' per-delivery scratch (``PluginContext.scratch``): gone with the delivery.
+    scratch: dict[str, Any] = field(default_factory=dict)
 
     @property
     def request(self) -> Request:

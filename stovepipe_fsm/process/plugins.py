@@ -1,45 +1,41 @@
-"""The API a plugin module uses to add conditions and actions to a policy.
+"""How a plugin's ``register(plugin)`` adds conditions and actions to a policy.
 
-A plugin is a module of your own with one function::
-
-    from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry
-
-    def register(plugin: PluginRegistry) -> None:
-        @plugin.queue_gate.condition()
-        def queue_frozen(ctx: DeliveryContext) -> bool:
-            \"\"\"The queue's name ends in '-frozen'.\"\"\"
-            return ctx.queue.name.endswith("-frozen")
+Plugins import what they use from :mod:`stovepipe_fsm.plugin`, the public surface that
+re-exports :class:`PluginRegistry` and :class:`~.plugin_context.PluginContext`; this
+module is its implementation and may change.
 
 ``register`` is called once each time a policy that uses the plugin is loaded, with a
 fresh :class:`PluginRegistry`: what it registers belongs to that policy only. It is found
 through a machine file's ``plugins:`` list or an installed entry point (see
 :mod:`stovepipe_fsm.machine.plugins` and docs/machines.md, "Plugins").
 
-What a callable receives is what the built-in ones receive:
-
-- ``queue_gate`` conditions and actions get the delivery's :class:`DeliveryContext`.
-  ``ctx.services`` (:class:`~.services.StageServices`) is everything they may touch:
-  stores, config, source control, publisher, clock, the request lifecycle, metrics.
-  Conditions must be synchronous and free of I/O (the machine may evaluate one for every
-  candidate transition; an ``async def`` condition is refused when it is registered);
-  they read what earlier actions loaded into the context. Actions may be ``async``.
+- ``queue_gate`` conditions and actions receive a :class:`PluginContext` over the
+  delivery: each registered function is wrapped so it gets the view, never the
+  delivery's internal context. Conditions must be synchronous (an ``async def``
+  condition is refused when it is registered); actions may be ``async``.
 - ``request`` conditions get the :class:`~stovepipe_fsm.domain.entities.Request` being
   moved and guard its lifecycle triggers. The request machine runs no actions (its
   writes are the lifecycle's compare-and-set), so registering one is refused.
 
-The facts the built-in steps establish (``REQUEST_PROCESSING``, ``SLOT_HELD``,
-``STRATEGY_DERIVED``, ``START_ANNOUNCED``) are re-exported here for ``requires=``.
+The project's own tests reach the internal context through :func:`internal_gate`; it
+is not part of the plugin surface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from functools import wraps
+from typing import Any
 
 from ..domain.entities import Request
+from ..domain.errors import PLUGIN_FRAME_NOTE
 from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
 from ..machine.registry import Registry
 from .context import DeliveryContext
 from .gate import REQUEST_PROCESSING, SLOT_HELD, START_ANNOUNCED, STRATEGY_DERIVED
+from .plugin_context import PluginContext
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -48,9 +44,12 @@ __all__ = [
     "START_ANNOUNCED",
     "STRATEGY_DERIVED",
     "DeliveryContext",
+    "GateVocabulary",
     "MachineVocabulary",
+    "PluginContext",
     "PluginRegistry",
     "Request",
+    "internal_gate",
 ]
 
 REQUEST_RUNS_NO_ACTIONS = (
@@ -59,20 +58,132 @@ REQUEST_RUNS_NO_ACTIONS = (
 )
 
 
+PluginCondition = Callable[[PluginContext], bool]
+PluginAction = Callable[[PluginContext], Any]
+
+
+class GateVocabulary:
+    """Registers ``queue_gate`` conditions and actions that receive a PluginContext.
+
+    Same arguments and checks as the built-in registrations (``process/gate.py``): an
+    optional name (default: the function's name); ``provides`` / ``provides_unless``
+    facts for a condition, ``provides`` / ``requires`` facts and ``finishes`` for an
+    action; ``parameters``: the machine parameters it reads (the machine must declare
+    them). The first paragraph of the docstring is what the diagrams show.
+    """
+
+    def __init__(self, inner: MachineVocabulary[DeliveryContext], origin: str) -> None:
+        self._inner = inner
+        self._origin = origin
+
+    @property
+    def machine(self) -> str:
+        """The machine these names belong to (``queue_gate``)."""
+        return self._inner.machine
+
+    def condition(
+        self,
+        name: str | None = None,
+        *,
+        provides: Iterable[str] = (),
+        provides_unless: Iterable[str] = (),
+        parameters: Iterable[str] = (),
+    ) -> Callable[[PluginCondition], PluginCondition]:
+        """Register a synchronous predicate over the delivery; ``provides[_unless]``:
+        facts when true/false; ``parameters``: the machine parameters it reads."""
+        inner = self._inner.condition(
+            name, provides=provides, provides_unless=provides_unless, parameters=parameters
+        )
+
+        def register(fn: PluginCondition) -> PluginCondition:
+            inner(_viewed(fn, self._origin))
+            return fn
+
+        return register
+
+    def action(
+        self,
+        name: str | None = None,
+        *,
+        provides: Iterable[str] = (),
+        requires: Iterable[str] = (),
+        finishes: bool = False,
+        parameters: Iterable[str] = (),
+    ) -> Callable[[PluginAction], PluginAction]:
+        """Register a step (a function or a coroutine function) that may do I/O through
+        the context; ``parameters``: the machine parameters it reads."""
+        inner = self._inner.action(
+            name, provides=provides, requires=requires, finishes=finishes, parameters=parameters
+        )
+
+        def register(fn: PluginAction) -> PluginAction:
+            inner(_viewed(fn, self._origin))
+            return fn
+
+        return register
+
+
+def _viewed(fn: Callable[[PluginContext], Any], origin: str) -> Callable[[DeliveryContext], Any]:
+    """``fn`` called with a PluginContext over the delivery's context; async if ``fn``
+    is (the registry refuses an async condition, the compiler awaits an async action).
+    Name and docstring are ``fn``'s, for the diagrams and error messages. An exception
+    from ``fn`` is noted with the plugin's own frame that raised it (the compiler adds
+    the YAML step), so ``test`` and ``simulate`` name both."""
+    home = getattr(getattr(fn, "__code__", None), "co_filename", "")
+    if inspect.iscoroutinefunction(fn):
+
+        @wraps(fn)
+        async def run_async(ctx: DeliveryContext) -> Any:
+            try:
+                return await fn(PluginContext(ctx, origin))
+            except Exception as exc:
+                _note_frame(exc, home)
+                raise
+
+        return run_async
+
+    @wraps(fn)
+    def run(ctx: DeliveryContext) -> Any:
+        try:
+            return fn(PluginContext(ctx, origin))
+        except Exception as exc:
+            _note_frame(exc, home)
+            raise
+
+    return run
+
+
+def _note_frame(exc: Exception, home: str) -> None:
+    """Note where in the plugin ``exc`` was raised: the innermost frame of the plugin's
+    module file (the line of plugin code that raised, or called what raised)."""
+    if any(n.startswith(PLUGIN_FRAME_NOTE) for n in getattr(exc, "__notes__", ())):
+        return
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is the wrapper's own
+    own = [f for f in frames if f.filename == home] or frames[:1]
+    if own:
+        frame = own[-1]
+        exc.add_note(f"{PLUGIN_FRAME_NOTE}{frame.filename}:{frame.lineno} in {frame.name}")
+
+
 class PluginRegistry:
     """What a plugin's ``register(plugin)`` receives: one vocabulary per machine.
 
-    ``plugin.queue_gate.condition(...)`` / ``.action(...)`` take the same arguments as
-    the built-in registrations in ``process/gate.py``: an optional name (default: the
-    function's name), ``provides`` / ``provides_unless`` facts for a condition,
-    ``provides`` / ``requires`` facts and ``finishes`` for an action. The first paragraph
-    of the docstring is what the diagrams show.
+    ``plugin.queue_gate``: conditions and actions of the delivery flow, which receive a
+    :class:`PluginContext`. ``plugin.request``: conditions over the
+    :class:`~stovepipe_fsm.domain.entities.Request` that guard its lifecycle triggers
+    (no actions). Both take the same arguments as the built-in registrations.
     """
 
     def __init__(self, registries: Mapping[str, Registry]) -> None:
-        self.queue_gate: MachineVocabulary[DeliveryContext] = MachineVocabulary(
-            registries["queue_gate"]
-        )
+        gate = registries["queue_gate"]
+        self._gate: MachineVocabulary[DeliveryContext] = MachineVocabulary(gate)
+        self.queue_gate = GateVocabulary(self._gate, gate.origin)
         self.request: MachineVocabulary[Request] = MachineVocabulary(
             registries["request"], no_actions=REQUEST_RUNS_NO_ACTIONS
         )
+
+
+def internal_gate(plugin: PluginRegistry) -> MachineVocabulary[DeliveryContext]:
+    """The ``queue_gate`` vocabulary over the internal DeliveryContext: for the project's
+    own test plugins (mutants the model checker must catch), never for a policy's."""
+    return plugin._gate

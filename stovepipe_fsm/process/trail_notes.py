@@ -5,7 +5,9 @@ return), so a crash in between is followed by a redelivery that notes it again u
 same key (:mod:`stovepipe_fsm.domain.trail_record`): nothing is lost, nothing doubled. The
 process stage notes in its finishing actions (``ack``, ``hold``), through
 :func:`note_decision`: what the delivery decided is read off its context, and why it was
-held off the flow transition that led to the hold (:func:`hold_reason`).
+held off the flow transition that led to the hold (:func:`hold_reason`). A plugin's
+action notes through :func:`note_plugin`, keyed by the request's version so a redelivery
+writes the same record.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import logging
 import time
 
 from ..domain.entities import Request
-from ..domain.trail_record import ADMITTED, HELD, RECLAIMED, SUPERSEDED, TrailRecord, detail
+from ..domain.trail_record import (
+    ADMITTED,
+    HELD,
+    PLUGIN,
+    RECLAIMED,
+    SUPERSEDED,
+    TrailRecord,
+    detail,
+)
 from ..machine.compiler import Step
 from .context import DeliveryContext
 from .services import StageServices
@@ -182,3 +192,31 @@ async def note_reclaimed(
                 policy=services.policy_hash(),
             )
         )
+
+
+#: Detail keys a plugin note sets itself; a plugin's own pairs may not use them.
+PLUGIN_NOTE_KEYS = ("plugin", "note")
+
+
+async def note_plugin(ctx: DeliveryContext, origin: str, what: str, **why: object) -> None:
+    """A plugin's note about the delivery's request: ``what`` it noted and why.
+
+    Keyed by plugin, ``what`` and the request's version: noting the same thing again
+    (a redelivery, a later hold of the unchanged request) is the same record.
+    """
+    taken = sorted(set(PLUGIN_NOTE_KEYS) & set(why))
+    if taken:
+        raise ValueError(f"a trail note's detail may not use the key(s) {taken}")
+    if not what.strip():
+        raise ValueError("a trail note needs a non-empty 'what'")
+    request = ctx.request
+    await note(
+        ctx.services,
+        PLUGIN,
+        request,
+        tag=f"{origin}:{what}@{request.version}",
+        stream_seq=ctx.delivery.stream_seq,
+        plugin=origin,
+        note=what,
+        **why,
+    )

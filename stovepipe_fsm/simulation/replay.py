@@ -107,7 +107,12 @@ def _run(sim: Simulation, timeline: Timeline) -> None:
             results = apply_step(sim.world, step)
         except (StovepipeError, ValueError) as exc:
             message = f"step {number} ({step.describe()}): {exc}"
-            raise SpecError([SpecIssue(step.location, message)]) from None
+            # The causes, not only the consequence: what deliveries raised before it.
+            causes = [
+                SpecIssue(step.location, f"before step {number}, {request_id} raised {error}")
+                for request_id, error in dict.fromkeys(sim.world.raised)
+            ]
+            raise SpecError([SpecIssue(step.location, message), *causes]) from None
         said, now = step.describe(), clock.now_ms()
         sim.rows += [LogRow(number, now, said, result) for result in results or ["-"]]
 

@@ -13,6 +13,7 @@ from ..domain.trail_record import (
     HELD,
     INGESTED,
     OPERATOR,
+    PLUGIN,
     RECLAIMED,
     SUPERSEDED,
     TrailRecord,
@@ -56,6 +57,11 @@ def sentence(record: TrailRecord) -> str:
     if record.kind == OPERATOR:
         who = d.get("by") or "unknown user"
         return f"operator {who} ran {d.get('verb', '?')}: {d.get('what', '')}"
+    if record.kind == PLUGIN:
+        own = ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if k not in ("plugin", "note"))
+        return f"plugin {d.get('plugin', '?')} noted: {d.get('note', '')}" + (
+            f" ({own})" if own else ""
+        )
     return record.kind
 
 

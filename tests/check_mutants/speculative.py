@@ -29,11 +29,11 @@ REPIN_PLUGIN = '''"""Re-derive and re-pin the base of a request that is already 
 
 from dataclasses import replace
 
-from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry
+from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry, internal_gate
 
 
 def register(plugin: PluginRegistry) -> None:
-    @plugin.queue_gate.action()
+    @internal_gate(plugin).action()
     async def repin_base(ctx: DeliveryContext) -> None:
         """Pin the queue's current last green as R's base (the mistake)."""
         queue = await ctx.services.queues.get(ctx.request.queue)

@@ -1,0 +1,154 @@
+"""What a plugin's ``queue_gate`` condition or action receives: a view of one delivery.
+
+:class:`PluginContext` wraps the delivery's :class:`~.context.DeliveryContext` and shows
+only what a plugin may rely on, under names that stay when the context's internals
+change: the request, its queue's row (:class:`QueueView`), the queue's resolved
+parameters, the clock, source control (ancestry and changed paths), the request
+lifecycle's roles, metrics, trail notes and a per-delivery scratch dict.
+
+Conditions are synchronous and do no I/O: they read the properties and ``scratch``.
+The ``async`` methods (source control, trail notes) are for actions; an action that
+runs before a condition stores what the condition needs in ``scratch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ..domain.entities import Request
+from ..domain.errors import NotFound
+from ..ports.source_control import SourceControl
+from .context import DeliveryContext
+from .trail_notes import note_plugin
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """The request's queue row, as this delivery loaded it (or last wrote it).
+
+    ``last_green_uri``: the commit of the queue's last successful validation, and
+    ``last_green_request_id`` the request that validated it ("" when none yet);
+    ``latest_request_id``: the newest request ingested on the queue; ``slot_holders``:
+    the requests holding a build slot now.
+    """
+
+    name: str
+    last_green_uri: str
+    last_green_request_id: str
+    latest_request_id: str
+    slot_holders: tuple[str, ...]
+
+
+class PluginContext:
+    """One delivery of one request, as a plugin's condition or action sees it."""
+
+    __slots__ = ("_ctx", "_origin")
+
+    def __init__(self, ctx: DeliveryContext, origin: str) -> None:
+        self._ctx = ctx
+        self._origin = origin
+
+    # --- what a condition may read -------------------------------------------------
+
+    @property
+    def request(self) -> Request:
+        """The request being decided (a frozen value: id, queue, uri, state, ...)."""
+        return self._ctx.request
+
+    @property
+    def queue(self) -> QueueView:
+        """The request's queue row: last green, latest head, slot holders."""
+        row = self._ctx.queue
+        return QueueView(
+            name=row.name,
+            last_green_uri=row.last_green_uri,
+            last_green_request_id=row.last_green_request_id,
+            latest_request_id=row.latest_request_id,
+            slot_holders=tuple(row.slot_holders),
+        )
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        """The queue's parameters, resolved (config over the machines' defaults); list
+        values are tuples. Read-only."""
+        return MappingProxyType(dict(self._ctx.config.parameters))
+
+    def param(self, name: str) -> Any:
+        """Parameter ``name`` of the queue; ``KeyError`` naming the set ones if unset.
+        Declare it in the registration's ``parameters=`` so lint checks the machine
+        declares it."""
+        return self._ctx.config.param(name)
+
+    def now_ms(self) -> int:
+        """The clock (epoch milliseconds); simulated in ``simulate``, ``test`` and
+        ``check``, so read time here, never from the ``time`` module."""
+        return self._ctx.services.clock.now_ms()
+
+    @property
+    def is_terminal(self) -> bool:
+        """The request is in a terminal state of the request machine."""
+        return self._ctx.services.lifecycle.is_terminal(self._ctx.request)
+
+    @property
+    def is_admitted(self) -> bool:
+        """The request is in a state the request machine's ``admit`` role leads to."""
+        return self._ctx.services.lifecycle.is_admitted(self._ctx.request)
+
+    @property
+    def scratch(self) -> dict[str, Any]:
+        """A dict for this delivery only: an action stores, a later condition reads.
+        Empty at the start of every delivery; never persisted. Use it instead of
+        module-level state, which would leak between deliveries and timelines."""
+        return self._ctx.scratch
+
+    # --- what an action may do ------------------------------------------------------
+
+    @property
+    def has_source_control(self) -> bool:
+        """A repository is configured for the queue (else the source-control methods
+        raise ``NotFound``)."""
+        return self._ctx.services.source_control.for_queue(self._ctx.request.queue) is not None
+
+    async def is_ancestor(self, ancestor: str, descendant: str | None = None) -> bool:
+        """Commit ``ancestor`` is an ancestor of (or equal to) ``descendant`` (default:
+        the request's commit). ``NotFound``: a commit (or the repository) is unknown;
+        ``Retryable``: a transient failure."""
+        source = self._source_control()
+        return await source.is_ancestor(ancestor, descendant or self._ctx.request.uri)
+
+    async def changed_paths(self, base: str, head: str | None = None) -> frozenset[str]:
+        """The paths (repository-relative, ``/``-separated) whose content differs
+        between commits ``base`` and ``head`` (default: the request's commit).
+        ``NotFound``: a commit (or the repository) is unknown; ``Retryable``: a
+        transient failure."""
+        source = self._source_control()
+        return await source.changed_paths(base, head or self._ctx.request.uri)
+
+    async def changed_paths_since_green(self) -> frozenset[str]:
+        """The paths changed from the queue's last green to the request's commit: the
+        diff an incremental build reuses, never the previous head's. ``NotFound`` when
+        the queue has no last green or its commit is unknown (treat as "everything
+        changed")."""
+        last_green = self._ctx.queue.last_green_uri
+        if not last_green:
+            raise NotFound(f"queue {self._ctx.queue.name!r} has no last green")
+        return await self.changed_paths(last_green)
+
+    def count(self, metric: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``metric`` of the request's queue (``/metrics``)."""
+        self._ctx.services.metrics.count(metric, self._ctx.request.queue, amount)
+
+    async def note(self, what: str, **detail: object) -> None:
+        """Write a trail note about the request that ``explain`` shows: ``what`` (a
+        short phrase) and ``detail`` pairs. Idempotent: the same ``what`` for the same
+        request version is one record, so a redelivery writes nothing twice."""
+        await note_plugin(self._ctx, self._origin, what, **detail)
+
+    def _source_control(self) -> SourceControl:
+        source = self._ctx.services.source_control.for_queue(self._ctx.request.queue)
+        if source is None:
+            raise NotFound(f"queue {self._ctx.request.queue!r} has no repository configured")
+        return source
