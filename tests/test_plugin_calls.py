@@ -1,8 +1,8 @@
 """A plugin step cannot stop the service: off the event loop, within a budget, timed.
 
 A flow whose way out of one state asks a plugin condition, and whose transitions run a
-plugin's sync and async actions, is driven on a real event loop (the service's case) and
-without one (``simulate``, ``check``). A step that blocks fails its delivery retryably
+plugin's sync and async actions, is driven as a service drives it (``offload``, on a real
+event loop) and as the simulated world does (inline, coroutines driven by hand). A step that blocks fails its delivery retryably
 while it still blocks, with the event loop free; a step that calls exit fails its
 delivery instead of stopping the process; slow and over-budget steps are counted per
 YAML step.
@@ -116,16 +116,27 @@ def flow(watch: StepWatch) -> CompiledFlow:
     return CompiledFlow(spec, registry(), watch=watch)
 
 
-async def test_on_an_event_loop_plugin_steps_run_off_it_and_decide_the_same() -> None:
+async def test_offloaded_plugin_steps_run_off_the_event_loop_and_decide_the_same() -> None:
     compiled = flow(StepWatch())
     ctx = Ctx()
-    assert await compiled.run(ctx) == "done"
+    assert await compiled.run(ctx, offload=True) == "done"
     loop_thread = threading.current_thread().name
     assert ctx.log[0] == f"builtin on {loop_thread}"
     assert ctx.log[1].startswith("condition on plugin steps: guarded")
     assert ctx.log[2].startswith("sync action on plugin steps: guarded")
     assert ctx.log[3:] == ["async action", "finish"]
-    assert await compiled.run(Ctx(answer=False)) == "refused"
+    assert await compiled.run(Ctx(answer=False), offload=True) == "refused"
+
+
+async def test_without_offload_plugin_steps_run_inline_even_on_an_event_loop() -> None:
+    compiled = flow(StepWatch())
+    ctx = Ctx()
+    coro = compiled.run(ctx)  # the simulated world's way: never suspends
+    with pytest.raises(StopIteration) as stopped:
+        coro.send(None)
+    assert stopped.value.value == "done"
+    here = threading.current_thread().name
+    assert ctx.log[:3] == [f"builtin on {here}", f"condition on {here}", f"sync action on {here}"]
 
 
 def test_without_an_event_loop_plugin_steps_run_inline() -> None:
@@ -144,7 +155,7 @@ async def test_a_blocking_plugin_condition_fails_its_delivery_while_the_loop_run
     compiled = flow(watch)
     release = threading.Event()
     ctx = Ctx(block=release)
-    delivery = asyncio.ensure_future(compiled.run(ctx))
+    delivery = asyncio.ensure_future(compiled.run(ctx, offload=True))
     # The condition is in its thread, blocked; the loop still runs this coroutine.
     assert await asyncio.get_running_loop().run_in_executor(None, ctx.entered.wait, 10)
     ticks = 0
@@ -161,20 +172,20 @@ async def test_a_blocking_plugin_condition_fails_its_delivery_while_the_loop_run
     assert count == 1 and where.startswith("guarded.yaml:")
     # A delivery that needs no plugin step is decided meanwhile; one that does waits
     # behind the stuck step and fails the same way, until it returns.
-    queued = asyncio.ensure_future(compiled.run(Ctx()))
+    queued = asyncio.ensure_future(compiled.run(Ctx(), offload=True))
     with pytest.raises(StepOverBudget):
         await queued
     release.set()
-    assert await compiled.run(Ctx()) == "done"
+    assert await compiled.run(Ctx(), offload=True) == "done"
 
 
 @pytest.mark.parametrize("where", ["condition", "sync", "async"])
 async def test_a_plugin_step_that_exits_fails_its_delivery_not_the_process(where: str) -> None:
     compiled = flow(StepWatch())
     with pytest.raises(PluginExited, match="the plugin called exit") as failed:
-        await compiled.run(Ctx(exit_in=where))
+        await compiled.run(Ctx(exit_in=where), offload=True)
     assert isinstance(failed.value, Retryable)
-    assert await compiled.run(Ctx()) == "done"
+    assert await compiled.run(Ctx(), offload=True) == "done"
 
 
 def test_a_plugin_step_that_exits_without_a_loop_fails_its_delivery() -> None:
@@ -187,7 +198,7 @@ def test_a_plugin_step_that_exits_without_a_loop_fails_its_delivery() -> None:
 async def test_slow_plugin_steps_are_counted_at_their_yaml_step() -> None:
     watch = StepWatch(slow_s=0.01)
     compiled = flow(watch)
-    assert await compiled.run(Ctx(sleep_s=0.05)) == "done"
+    assert await compiled.run(Ctx(sleep_s=0.05), offload=True) == "done"
     slow_steps: dict[str, Any] = dict(watch.slow)
     assert len(slow_steps) == 1
     [(where, count)] = slow_steps.items()

@@ -121,10 +121,12 @@ async def running_service(
     provider: Any = None,
     options: ServiceOptions = FAST,
     warmed: bool = True,
+    policy: ProcessMachines | None = None,
     **connect_options: Any,
 ) -> AsyncIterator[Running]:
-    """A started service; with ``warmed``, once every queue has its consumer too (start
-    itself waits only for the queues that can have work)."""
+    """A started service (on ``policy``, the shipped machines by default); with
+    ``warmed``, once every queue has its consumer too (start itself waits only for the
+    queues that can have work)."""
     # Wired as the service command wires it: the connection's errors reach the service.
     errors = ConnectionErrors()
     nc = await connect(server, error_cb=errors.hear, **connect_options)
@@ -132,7 +134,7 @@ async def running_service(
     service = Service(
         nc,
         topology,
-        machines(),
+        policy if policy is not None else machines(),
         StaticConfigStore(config),
         source_control=provider if provider is not None else memory_provider()[1],
         options=options,

@@ -54,7 +54,6 @@ from .plugin_calls import (
     Worker,
     contained,
     contained_async,
-    running_loop,
     within_budget,
 )
 from .registry import Registry
@@ -406,13 +405,15 @@ class CompiledFlow(_Compiled):
         """The cursor of a delivery that has not run anything yet."""
         return FlowCursor(self._initial)
 
-    async def run(self, ctx: Any, *, probe: Probe | None = None) -> str:
+    async def run(self, ctx: Any, *, probe: Probe | None = None, offload: bool = False) -> str:
         """Drive ``ctx`` from the initial state to a terminal one; return that state."""
-        return (await self.advance(ctx, self.start(), probe=probe)).state
+        return (await self.advance(ctx, self.start(), probe=probe, offload=offload)).state
 
-    async def settle(self, ctx: Any, *, probe: Probe | None = None) -> Step | None:
+    async def settle(
+        self, ctx: Any, *, probe: Probe | None = None, offload: bool = False
+    ) -> Step | None:
         """:meth:`run`, answering the step into the terminal state (``None``: none taken)."""
-        return (await self.advance(ctx, self.start(), probe=probe)).via
+        return (await self.advance(ctx, self.start(), probe=probe, offload=offload)).via
 
     async def advance(
         self,
@@ -421,6 +422,7 @@ class CompiledFlow(_Compiled):
         *,
         pause_after: str = "",
         probe: Probe | None = None,
+        offload: bool = False,
     ) -> FlowCursor:
         """Run ``cursor``'s pending actions, then fire the way out of each open state and
         run its actions, until a terminal state: the one driver of every delivery.
@@ -429,7 +431,9 @@ class CompiledFlow(_Compiled):
         returns where it stopped, with what that transition has left to run; otherwise
         returns a ``finished`` cursor in the terminal state. The step budget carries
         over, so pausing never buys a flow extra steps. A context with a ``via``
-        attribute is told the step whose actions run.
+        attribute is told the step whose actions run. ``offload``: run plugin steps off
+        the event loop, within their budget (a service); otherwise inline (a driver with
+        no event loop of its own, such as the simulated world).
         """
         state, calls, steps, via = cursor.state, cursor.pending, cursor.steps, cursor.via
         tell = hasattr(ctx, "via")
@@ -438,7 +442,7 @@ class CompiledFlow(_Compiled):
         while True:
             for i, action in enumerate(calls):
                 if action.plugin:
-                    await self._plugin_action(action, ctx)
+                    await self._plugin_action(action, ctx, offload)
                 elif action.is_async:
                     await action.call(ctx)
                 else:
@@ -463,16 +467,18 @@ class CompiledFlow(_Compiled):
             if where is None:
                 via, calls = self._fire(state, trigger, ctx)
             else:
-                via, calls = await self._plugin_fire(state, trigger, ctx, where)
+                via, calls = await self._plugin_fire(state, trigger, ctx, where, offload)
             if tell:
                 ctx.via = via
             steps += 1
             state = via.dest
 
-    async def _plugin_fire(self, state: str, trigger: str, ctx: Any, where: str) -> Picked:
-        """A decision that asks a plugin condition: off the event loop where one runs."""
+    async def _plugin_fire(
+        self, state: str, trigger: str, ctx: Any, where: str, offload: bool
+    ) -> Picked:
+        """A decision that asks a plugin condition: off the event loop with ``offload``."""
         fire = self._fire
-        if not running_loop():
+        if not offload:
             started = time.perf_counter()
             try:
                 return contained(where, lambda: fire(state, trigger, ctx))
@@ -483,10 +489,11 @@ class CompiledFlow(_Compiled):
             lambda: contained(where, lambda: fire(state, trigger, ctx, cursor)), self.watch, where
         )
 
-    async def _plugin_action(self, action: ActionCall, ctx: Any) -> None:
-        """A plugin's action: within its budget, and off the event loop if synchronous."""
+    async def _plugin_action(self, action: ActionCall, ctx: Any, offload: bool) -> None:
+        """A plugin's action: with ``offload``, within its budget, and off the event loop
+        if synchronous."""
         where, call = action.where, action.call
-        if running_loop():
+        if offload:
             if action.is_async:
                 await within_budget(call(ctx), self.watch, where)
             else:

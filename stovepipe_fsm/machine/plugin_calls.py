@@ -3,13 +3,14 @@
 A condition or action a plugin registered is code the policy's authors wrote, run on
 every delivery. On a service, a plugin step that blocks (a slow network call in a
 condition, a sleep, a loop) must not freeze the event loop every queue of the replica,
-its health check and its status page run on. So where an event loop runs, a flow runs
+its health check and its status page run on. So a service's flows (``offload``) run
 each decision that asks a plugin condition, and each plugin action, in a worker thread
-of its own and waits for it at most the budget; past it, the delivery fails retryably
-(:class:`StepOverBudget`) and the loop goes on. A plugin step that exits the
-interpreter (``SystemExit``) fails its delivery the same way instead of stopping the
-service. Where no event loop runs (``simulate``, ``test``, ``check`` drive coroutines by
-hand), steps run inline: the decisions are the same either way.
+of the flow (a coroutine action as a task) and wait for it at most the budget; past it,
+the delivery fails retryably (:class:`StepOverBudget`) and the loop goes on. A plugin
+step that exits the interpreter (``SystemExit``) fails its delivery the same way instead
+of stopping the service. The simulated world (``simulate``, ``test``, ``whatif``,
+``check``) drives coroutines by hand, never suspending: there steps run inline, and the
+decisions are the same either way.
 
 Every plugin step is timed; :class:`StepWatch` counts the slow ones and the ones over
 budget per YAML step, for ``/metrics``.
@@ -70,15 +71,6 @@ class StepWatch:
         self.over_budget[where] += 1
         log.warning("plugin step over its budget of %.3f s at %s", self.budget_s, where)
         return StepOverBudget(f"{where}: over its budget of {self.budget_s:g} s")
-
-
-def running_loop() -> bool:
-    """Whether an event loop runs here (a service), so a plugin step must leave it free."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def contained(where: str, call: Callable[[], T]) -> T:

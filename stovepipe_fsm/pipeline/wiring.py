@@ -67,8 +67,10 @@ def build_stages(
     *,
     metrics: Metrics | None = None,
     lifecycle_factory: LifecycleFactory = RequestLifecycle,
+    offload_plugins: bool = False,
 ) -> Stages:
-    """Every stage on ``ports``, sharing one :class:`StageServices`."""
+    """Every stage on ``ports``, sharing one :class:`StageServices`; ``offload_plugins``
+    for a service, whose event loop a plugin step must not hold."""
     services = StageServices.build(
         machines.request,
         machines.roles,
@@ -86,7 +88,7 @@ def build_stages(
     )
     return Stages(
         services=services,
-        controller=ProcessController(machines, services),
+        controller=ProcessController(machines, services, offload_plugins=offload_plugins),
         ingest=Ingest.on(services, uri_index=ports.uri_index, counter=ports.counter),
         record=Record(services),
         reconciler=DeadLetterReconciler(services),

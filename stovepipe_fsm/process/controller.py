@@ -76,9 +76,14 @@ class Decision:
 class ProcessController:
     """Runs deliveries through the compiled ``queue_gate`` flow on fixed services."""
 
-    def __init__(self, machines: ProcessMachines, services: StageServices) -> None:
+    def __init__(
+        self, machines: ProcessMachines, services: StageServices, *, offload_plugins: bool = False
+    ) -> None:
         self.machines = machines
         self.services = services
+        #: A service's controller runs plugin steps off its event loop, within a budget
+        #: (machine/plugin_calls.py); a simulated world's runs them inline.
+        self.offload_plugins = offload_plugins
 
     async def handle(self, delivery: Delivery, *, probe: Probe | None = None) -> Attempt:
         """Run one delivery to the end of its flow; return what it decided, to settle."""
@@ -88,7 +93,8 @@ class ProcessController:
         """:meth:`handle`, answering the flow transition that settled the delivery too."""
         ctx = DeliveryContext(self.services, delivery, delivery.request_id)
         started = time.perf_counter()
-        via = await self.machines.queue_gate.settle(ctx, probe=probe)
+        flow = self.machines.queue_gate
+        via = await flow.settle(ctx, probe=probe, offload=self.offload_plugins)
         self._observe(ctx, started)
         return Decision(ctx.outcome, via, ctx.hold_ms)
 
@@ -115,7 +121,9 @@ class ProcessController:
         self, ctx: DeliveryContext, cursor: FlowCursor, pause_after: str, probe: Probe | None
     ) -> PausedDelivery | Decision:
         flow = self.machines.queue_gate
-        cursor = await flow.advance(ctx, cursor, pause_after=pause_after, probe=probe)
+        cursor = await flow.advance(
+            ctx, cursor, pause_after=pause_after, probe=probe, offload=self.offload_plugins
+        )
         if not cursor.finished:
             return PausedDelivery(ctx, cursor)
         self.services.metrics.count(f"deliveries_{ctx.outcome}", ctx.delivery.queue)

@@ -60,7 +60,9 @@ class Pipeline:
     def swap(self, machines: ProcessMachines) -> None:
         """Build the stages on ``machines`` (same ports) and put them in force."""
         assert self.ports is not None, "a pipeline opened by open_pipeline"
-        self.stages = build_stages(machines, self.ports, metrics=self.metrics)
+        self.stages = build_stages(
+            machines, self.ports, metrics=self.metrics, offload_plugins=True
+        )
 
     async def handle(self, delivery: Any) -> Attempt:
         """A delivery, run by the controller in force when it starts: what it decided."""
@@ -131,7 +133,7 @@ async def open_pipeline(
     return Pipeline(
         js=js,
         topology=topology,
-        stages=build_stages(machines, ports, metrics=metrics),
+        stages=build_stages(machines, ports, metrics=metrics, offload_plugins=True),
         ledger=AttemptsLedger(attempts_kv),
         terminations=TerminationLedger(attempts_kv),
         ports=ports,
