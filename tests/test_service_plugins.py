@@ -38,7 +38,10 @@ def blocking_policy(tmp_path: Path) -> tuple[Path, Path]:
     flag = tmp_path / "blocked"
     rules = policy / "freeze_rules.py"
     text = rules.read_text(encoding="utf-8")
-    body = "        hour = ctx.now_ms() % DAY_MS // HOUR_MS\n        return hour in FREEZE_HOURS_UTC\n"
+    body = (
+        "        hour = ctx.now_ms() % DAY_MS // HOUR_MS\n"
+        "        return hour in FREEZE_HOURS_UTC\n"
+    )
     assert body in text, "the fixture's condition changed; update this test's edit"
     rules.write_text(text.replace(body, BLOCKING_CONDITION.format(flag=str(flag))[1:]))
     return policy, flag
