@@ -11,7 +11,8 @@ A plugin is a module of your own with one function::
             return ctx.queue.name.endswith("-frozen")
 
 ``register`` is called once each time a policy that uses the plugin is loaded, with a
-fresh :class:`PluginRegistry`: what it registers belongs to that policy only. It is found
+fresh :class:`PluginRegistry`: what it registers belongs to that policy only (a module in
+the policy directory is even imported afresh for each load). It is found
 through a machine file's ``plugins:`` list or an installed entry point (see
 :mod:`stovepipe_fsm.machine.plugins` and docs/machines.md, "Plugins").
 
@@ -26,6 +27,8 @@ What a callable receives is what the built-in ones receive:
 - ``request`` conditions get the :class:`~stovepipe_fsm.domain.entities.Request` being
   moved and guard its lifecycle triggers. The request machine runs no actions (its
   writes are the lifecycle's compare-and-set), so registering one is refused.
+- ``plugin.invariants.state()`` / ``.transition()`` add a property ``check`` can prove
+  for this policy (docs/check.md, "Adding an invariant").
 
 The facts the built-in steps establish (``REQUEST_PROCESSING``, ``SLOT_HELD``,
 ``STRATEGY_DERIVED``, ``START_ANNOUNCED``) are re-exported here for ``requires=``.
@@ -36,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..domain.entities import Request
+from ..machine.invariants import InvariantCatalog
 from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
 from ..machine.registry import Registry
 from .context import DeliveryContext
@@ -48,6 +52,7 @@ __all__ = [
     "START_ANNOUNCED",
     "STRATEGY_DERIVED",
     "DeliveryContext",
+    "InvariantCatalog",
     "MachineVocabulary",
     "PluginRegistry",
     "Request",
@@ -66,10 +71,14 @@ class PluginRegistry:
     the built-in registrations in ``process/gate.py``: an optional name (default: the
     function's name), ``provides`` / ``provides_unless`` facts for a condition,
     ``provides`` / ``requires`` facts and ``finishes`` for an action. The first paragraph
-    of the docstring is what the diagrams show.
+    of the docstring is what the diagrams show. ``plugin.invariants`` takes the
+    invariants the plugin adds (``state`` / ``transition``, as docs/check.md shows).
     """
 
-    def __init__(self, registries: Mapping[str, Registry]) -> None:
+    def __init__(
+        self, registries: Mapping[str, Registry], invariants: InvariantCatalog | None = None
+    ) -> None:
+        self.invariants = invariants if invariants is not None else InvariantCatalog()
         self.queue_gate: MachineVocabulary[DeliveryContext] = MachineVocabulary(
             registries["queue_gate"]
         )
