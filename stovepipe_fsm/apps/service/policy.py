@@ -4,7 +4,9 @@ The config file reloads itself (:class:`~...adapters.file.FileConfigStore`); the
 directory is watched here, on the same rules: a new version of a machine file is loaded,
 validated and linted first (:func:`~...process.catalog.load_process_machines`), and only
 a version that passes every check replaces the one in force. A bad version is logged
-with its ``file:line:col`` issues and the last good policy stays. Two more checks stand
+with its ``file:line:col`` issues and the last good policy stays; so is a plugin whose
+import raises, whatever it raises (``SystemExit`` included: a plugin never ends the
+service). Plugin modules are imported afresh for each version (:mod:`...machine.plugins`). Two more checks stand
 between a new machines version and the running service:
 
 - **No request state may disappear.** Stored requests keep their state in the requests
