@@ -6,8 +6,8 @@ validated and linted first (:func:`~...process.catalog.load_process_machines`), 
 a version that passes every check replaces the one in force. A bad version is logged
 with its ``file:line:col`` issues and the last good policy stays; so is a plugin whose
 import raises, whatever it raises (``SystemExit`` included: a plugin never ends the
-service). Plugin modules are imported afresh for each version (:mod:`...machine.plugins`). Two more checks stand
-between a new machines version and the running service:
+service). Plugin modules are imported afresh for each version (:mod:`...machine.plugins`).
+Two more checks stand between a new machines version and the running service:
 
 - **No request state may disappear.** Stored requests keep their state in the requests
   bucket for good (terminal ones included), and a request machine that does not declare
