@@ -51,9 +51,11 @@ def test_each_machine_is_what_the_readme_says_it_is(name: str) -> None:
     wrong = []
     for file, claim in sorted(declared.items()):
         shipped = SHIPPED_MACHINES / file
-        keys = differing_keys(data(example / "machines" / file), data(shipped)) if (
-            shipped.is_file()
-        ) else ["(no shipped machine of that name)"]
+        keys = (
+            differing_keys(data(example / "machines" / file), data(shipped))
+            if (shipped.is_file())
+            else ["(no shipped machine of that name)"]
+        )
         if claim == "shipped" and keys:
             wrong.append(f"{file} is declared shipped but differs in: {', '.join(keys)}")
         if claim == "own" and not keys:

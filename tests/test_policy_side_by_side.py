@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stovepipe_fsm.apps.cli import main
+from stovepipe_fsm.apps.service.policy import PolicyReloader
 from stovepipe_fsm.machine.invariants import INVARIANTS
 from stovepipe_fsm.process.catalog import load_policy, load_process_machines
 
@@ -162,3 +163,20 @@ def test_a_plugin_invariant_named_as_a_shipped_one_is_a_duplicate(
         "catalogue already has; choose another name"
     )
     assert all("embargo_respected" in line for line in out[1:])  # declared, not registered
+
+
+def test_the_service_reloader_takes_up_an_edit_of_a_plugin_module_alone(tmp_path: Path) -> None:
+    policy = policy_copy(tmp_path, "a", "Version 1.")
+    reloader = PolicyReloader.open(policy / "machines", policy / "config" / "queues.yaml")
+    before = reloader.hash
+    assert reloader.check() is None  # nothing edited
+    rules = policy / RULES
+    rules.write_text(
+        rules.read_text(encoding="utf-8").replace("Version 1.", "Version 2."), encoding="utf-8"
+    )
+    change = reloader.check()
+    assert change is not None and change.machines is not None
+    info = change.machines.invariants.get("embargo_respected")
+    assert info is not None and info.summary == "Version 2."
+    assert change.hash != before and reloader.last_error is None
+    assert reloader.check() is None  # taken up once

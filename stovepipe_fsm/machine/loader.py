@@ -15,7 +15,7 @@ again as unknown: the plugin's own issue says what to fix.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +275,8 @@ class LoadedPolicy:
     specs: dict[str, MachineSpec]
     registries: dict[str, Registry]
     invariants: InvariantCatalog = INVARIANTS
+    plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
+    plugin_files: tuple[Path, ...] = ()
 
 
 def policy_dir_of(machines_dir: str | Path) -> Path:
@@ -338,7 +340,13 @@ def load_policy(
     issues += duplicates + across_machines(by_name.values(), lint=lint)
     if issues:
         raise SpecError(issues)
-    return LoadedPolicy(by_name, vocabulary.registries, vocabulary.invariants)
+    return LoadedPolicy(
+        by_name,
+        vocabulary.registries,
+        vocabulary.invariants,
+        vocabulary.plugin_sources,
+        vocabulary.plugin_files,
+    )
 
 
 def across_machines(specs: Iterable[MachineSpec], *, lint: bool = True) -> list[SpecIssue]:

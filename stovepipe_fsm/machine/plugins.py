@@ -41,9 +41,10 @@ import importlib.util
 import itertools
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from importlib import metadata
 from importlib.machinery import ModuleSpec, PathFinder
@@ -174,6 +175,11 @@ class PolicyVocabulary:
     registries: dict[str, Registry]
     invariants: InvariantCatalog
     issues: tuple[SpecIssue, ...] = ()
+    #: Each listed module that loaded, by name: the bytes of its source file as this load
+    #: imported it (empty for a module without one). Part of the policy hash.
+    plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
+    #: The source files of those modules: an edit of one is a new version of the policy.
+    plugin_files: tuple[Path, ...] = ()
 
     @property
     def failed_plugins(self) -> bool:
@@ -203,10 +209,15 @@ def policy_registries(
     registries = {name: registry.copy() for name, registry in builtins.items()}
     catalog = invariants.copy()
     issues: list[SpecIssue] = []
+    sources: dict[str, bytes] = {}
+    files: list[Path] = []
     seen: set[int] = set()  # register functions already run (one module listed twice)
     for plugin in [*_installed(), *_listed(plugins, policy_dir)]:
         try:
-            register = _register_function(plugin)
+            register, module = _register_function(plugin)
+            if plugin.module_name and module is not None:
+                sources[plugin.module_name], file = _source_of(module)
+                files += [file] if file is not None else []
             if id(register) in seen:
                 continue
             seen.add(id(register))
@@ -216,7 +227,7 @@ def policy_registries(
             continue
         issues += _merge(plugin, staged, registries)
         issues += _merge_invariants(plugin, staged_invariants, catalog)
-    return PolicyVocabulary(registries, catalog, tuple(issues))
+    return PolicyVocabulary(registries, catalog, tuple(issues), sources, tuple(files))
 
 
 def _listed(refs: Sequence[NameRef], policy_dir: Path | None) -> Iterator[_Plugin]:
@@ -246,7 +257,8 @@ def _installed() -> Iterator[_Plugin]:
         )
 
 
-def _register_function(plugin: _Plugin) -> Callable[[object], object]:
+def _register_function(plugin: _Plugin) -> tuple[Callable[[object], object], ModuleType | None]:
+    """The plugin's ``register`` function, and the module it was found in (if one)."""
     try:
         loaded = plugin.load()
     except _PluginFailed:
@@ -266,14 +278,14 @@ def _register_function(plugin: _Plugin) -> Callable[[object], object]:
                 f"'def {REGISTER}(plugin: PluginRegistry) -> None' in "
                 f"{plugin.module_name or loaded.__name__}",
             )
-        return register  # type: ignore[no-any-return]
+        return register, loaded
     if not callable(loaded):
         raise _PluginFailed(
             "plugin-entry",
             f"{plugin.label} names a {type(loaded).__name__}, not a module or a "
             f"{REGISTER}(plugin) function",
         )
-    return loaded
+    return loaded, None
 
 
 def _run(
@@ -356,6 +368,28 @@ def _merge_invariants(
 
 # --- importing a listed module ------------------------------------------------------------
 
+# The source of each plugin module object, read the first time it is asked for (right
+# after a policy directory's module is imported; a shared installed module may have been
+# imported long before): an edit of the file after that is not code in force.
+_SOURCES: weakref.WeakKeyDictionary[ModuleType, tuple[bytes, Path | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _source_of(module: ModuleType) -> tuple[bytes, Path | None]:
+    """The bytes of ``module``'s source file, and the file (``b""``, None without one)."""
+    cached = _SOURCES.get(module)
+    if cached is None:
+        spec = getattr(module, "__spec__", None)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        try:
+            cached = (Path(origin).read_bytes(), Path(origin)) if origin else (b"", None)
+        except OSError:
+            cached = (b"", None)
+        _SOURCES[module] = cached
+    return cached
+
+
 
 def _import(name: str, policy_dir: Path | None) -> ModuleType:
     """Import ``name`` for this load of a policy: from ``policy_dir`` first, then ``sys.path``.
@@ -376,15 +410,14 @@ def _import(name: str, policy_dir: Path | None) -> ModuleType:
     top = name.partition(".")[0]
     with _search_path(policy_dir):
         importlib.invalidate_caches()
-        if policy_dir is None or PathFinder.find_spec(top, [str(policy_dir)]) is None:
-            return importlib.import_module(name)
-        private = _private_package(policy_dir)
+        own = policy_dir is not None and PathFinder.find_spec(top, [str(policy_dir)]) is not None
+        private = _private_package(policy_dir) if own and policy_dir is not None else ""
         writes_bytecode = sys.dont_write_bytecode
-        sys.dont_write_bytecode = True  # no cached bytecode to outlive an edit of the source
+        sys.dont_write_bytecode = own  # no cached bytecode to outlive an edit of the source
         try:
-            return importlib.import_module(f"{private}.{name}")
+            return importlib.import_module(f"{private}.{name}" if private else name)
         except BaseException:
-            for key in [k for k in sys.modules if k == private or k.startswith(f"{private}.")]:
+            for key in [k for k in sys.modules if private and k.partition(".")[0] == private]:
                 del sys.modules[key]
             raise
         finally:

@@ -10,7 +10,7 @@ policy sees another's names.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -41,14 +41,17 @@ DEFAULT_MACHINES_DIR = Path("machines")
 
 @dataclass(frozen=True)
 class ProcessMachines:
-    """The two compiled machines the process stage runs on, the request's roles, and the
-    invariants the policy may declare (the shipped ones and its plugins')."""
+    """The two compiled machines the process stage runs on, the request's roles, the
+    invariants the policy may declare (the shipped ones and its plugins'), and the source
+    of each plugin module as it was imported (:class:`~..machine.plugins.PolicyVocabulary`)."""
 
     request: CompiledLifecycle
     queue_gate: CompiledFlow
     roles: RequestRoles
     parameters: Mapping[str, ParameterSpec]
     invariants: InvariantCatalog = INVARIANTS
+    plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
+    plugin_files: tuple[Path, ...] = ()
 
     @classmethod
     def from_specs(
@@ -56,6 +59,9 @@ class ProcessMachines:
         specs: Mapping[str, MachineSpec],
         registries: Mapping[str, Registry] = REGISTRIES,
         invariants: InvariantCatalog = INVARIANTS,
+        *,
+        plugin_sources: Mapping[str, bytes] | None = None,
+        plugin_files: tuple[Path, ...] = (),
     ) -> ProcessMachines:
         return cls(
             request=CompiledLifecycle(specs["request"], registries["request"]),
@@ -63,6 +69,8 @@ class ProcessMachines:
             roles=RequestRoles.from_spec(specs["request"]),
             parameters=declared_parameters(specs.values()),
             invariants=invariants,
+            plugin_sources=dict(plugin_sources or {}),
+            plugin_files=plugin_files,
         )
 
     @cached_property
@@ -99,7 +107,13 @@ def load_process_machines(
     run a machine lint would reject to show the checker catches it independently.
     """
     policy = load_policy(directory, lint=lint)
-    return ProcessMachines.from_specs(policy.specs, policy.registries, policy.invariants)
+    return ProcessMachines.from_specs(
+        policy.specs,
+        policy.registries,
+        policy.invariants,
+        plugin_sources=policy.plugin_sources,
+        plugin_files=policy.plugin_files,
+    )
 
 
 def compile_request_machine(source: str, file: str = "request.yaml") -> CompiledLifecycle:

@@ -145,6 +145,7 @@ class PolicyReloader:
         if stamps == self._stamps:
             return None
         self._stamps = stamps
+        old_files = self.machines.plugin_files
         sources = self._read()
         try:
             machines = load_process_machines(self.machines_dir)
@@ -165,16 +166,25 @@ class PolicyReloader:
             log.info("%s: valid again, error cleared", self.machines_dir)
         self.last_error = None
         self.machines, self._sources = machines, sources
+        if machines.plugin_files != old_files:  # watch the new version's plugin files
+            self._stamps = self._stat()
         return machines
 
     def _hash(self) -> str:
         specs = [self.machines.request.spec, self.machines.queue_gate.spec]
         return policy_hash(
-            self.machines_dir, specs, self.config.source, machine_sources=self._sources
+            self.machines_dir,
+            specs,
+            self.config.source,
+            machine_sources=self._sources,
+            plugin_sources=self.machines.plugin_sources,
         )
 
     def _stat(self) -> tuple[Stamp, ...]:
-        return tuple(_stamp(self.machines_dir / name) for name in MACHINE_FILES)
+        """The machine files' stamps and those of the plugin modules in force: an edit of
+        either is a new version to load."""
+        files = [self.machines_dir / name for name in MACHINE_FILES]
+        return tuple(_stamp(path) for path in [*files, *self.machines.plugin_files])
 
     def _read(self) -> dict[str, bytes]:
         return {name: read_machine_file(self.machines_dir / name) for name in MACHINE_FILES}
