@@ -324,3 +324,37 @@ def test_a_registered_transition_invariant_is_checked_on_every_step(tmp_path: Pa
         "deliver",
         "complete A1 succeeded",
     ]
+
+
+FULL_LIMITS = '''
+from stovepipe_fsm.plugin import PluginRegistry
+
+
+def register(plugin: PluginRegistry) -> None:
+    @plugin.invariants.state(
+        parameters={"limit": {"type": "integer", "minimum": 0, "default": 0}}
+    )
+    def few_full_builds(obs, rules, params):
+        """At most `limit` requests are built in full."""
+        full = [r.id for r in obs.requests if r.build_strategy == "full"]
+        if len(full) > params["limit"]:
+            yield f"{len(full)} full builds: {full}"
+'''
+
+
+def test_check_proves_an_invariant_the_policys_plugin_registers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machines = policy(tmp_path / "policy" / "machines", add=[{"name": "few_full_builds"}])
+    (tmp_path / "policy" / "full_limits.py").write_text(FULL_LIMITS, encoding="utf-8")
+    gate = machines / "queue_gate.yaml"
+    doc = yaml.safe_load(gate.read_text(encoding="utf-8"))
+    doc["plugins"] = [*doc.get("plugins", []), "full_limits"]
+    gate.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    out_file = tmp_path / "cx.yaml"
+    args = ["--machines", str(machines), "--out", str(out_file), "--heads", "1", *SMALL[2:]]
+    code, out = run_check(capsys, *args)
+    assert code == 1, out
+    assert "few_full_builds" in out.splitlines()[1]  # what it proves
+    assert "1 full builds: ['request/monorepo/main/1']" in out
+    assert out_file.exists()

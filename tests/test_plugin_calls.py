@@ -3,9 +3,9 @@
 A flow whose way out of one state asks a plugin condition, and whose transitions run a
 plugin's sync and async actions, is driven as a service drives it (``offload``, on a real
 event loop) and as the simulated world does (inline, coroutines driven by hand). A step
-that blocks fails its delivery retryably while it still blocks, with the event loop free; a step that calls exit fails its
-delivery instead of stopping the process; slow and over-budget steps are counted per
-YAML step.
+that blocks fails its delivery retryably while it still blocks, with the event loop
+free; a step that calls exit fails its delivery instead of stopping the process; slow
+and over-budget steps are counted per YAML step.
 """
 
 from __future__ import annotations

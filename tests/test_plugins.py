@@ -394,6 +394,14 @@ CASES = [
         "audit_rules",
     ),
     Case(
+        "import-exits",
+        "plugin-import",
+        ("freeze_rules", "audit_rules"),
+        {"audit_rules.py": "import sys\n\nsys.exit(3)\n"},
+        "plugin 'audit_rules' cannot be imported: SystemExit: 3",
+        "audit_rules",
+    ),
+    Case(
         "import-own-package",
         "plugin-import",
         ("freeze_rules", "stovepipe_fsm.process.gate"),
@@ -433,6 +441,14 @@ CASES = [
         ("freeze_rules", "audit_rules"),
         {"audit_rules.py": _module('    raise KeyError("audit_queue")\n')},
         "plugin 'audit_rules': register() raised KeyError: 'audit_queue'",
+        "audit_rules",
+    ),
+    Case(
+        "register-exits",
+        "plugin-register",
+        ("freeze_rules", "audit_rules"),
+        {"audit_rules.py": "import sys\n\n\ndef register(plugin):\n    sys.exit('no audit')\n"},
+        "plugin 'audit_rules': register() raised SystemExit: no audit",
         "audit_rules",
     ),
     Case(

@@ -10,6 +10,7 @@ from pathlib import Path
 from fixture_policy import FIXTURES, GATE_YAML, REQUEST_YAML, copy_policy
 
 from stovepipe_fsm.apps.service.operators import render_status
+from stovepipe_fsm.machine.loader import LoadedPolicy
 from stovepipe_fsm.machine.policy_hash import HASH_DIGITS, policy_hash
 from stovepipe_fsm.process.catalog import load_policy
 
@@ -17,9 +18,13 @@ FREEZE_POLICY = FIXTURES / "plugins" / "freeze_window"
 CONFIG = b"defaults: {gate_wait_delay_ms: 100}\n"
 
 
-def hash_of(policy: Path, config: bytes | None = CONFIG) -> str:
+def hash_of(policy: Path, config: bytes | None = CONFIG, loaded: LoadedPolicy | None = None) -> str:
+    """The hash of ``policy`` as loaded now (or as ``loaded``, an earlier load of it)."""
     machines = policy / "machines"
-    return policy_hash(machines, load_policy(machines).specs.values(), config)
+    loaded = loaded or load_policy(machines)
+    return policy_hash(
+        machines, loaded.specs.values(), config, plugin_sources=loaded.plugin_sources
+    )
 
 
 def test_one_policy_one_hash_wherever_it_lives(tmp_path: Path) -> None:
@@ -50,18 +55,16 @@ def test_a_listed_plugin_counts_with_its_source_as_imported(tmp_path: Path) -> N
     shutil.copytree(FREEZE_POLICY, second)
     source = second / f"{module}.py"
     source.write_text(source.read_text() + "# another version of the plugin\n")
-    saved = sys.modules.pop(module, None)
-    try:
-        in_first = hash_of(first)
-        in_second = hash_of(second)
-        assert in_second != in_first  # only the plugin's source differs
-        # An edit after the import is not code in force (the module is reused): same hash.
-        source.write_text(source.read_text() + "# edited after the import\n")
-        assert hash_of(second) == in_second
-    finally:
-        sys.modules.pop(module, None)
-        if saved is not None:
-            sys.modules[module] = saved
+    in_first = hash_of(first)
+    loaded = load_policy(second / "machines")
+    in_second = hash_of(second, loaded=loaded)
+    assert in_second != in_first  # only the plugin's source differs
+    # An edit after the import is not code in force (that load runs what it imported):
+    # same hash for that load; the next load imports the edit, and its hash says so.
+    source.write_text(source.read_text() + "# edited after the import\n")
+    assert hash_of(second, loaded=loaded) == in_second
+    assert hash_of(second) not in (in_first, in_second)
+    assert module not in sys.modules  # the policy's own copy, not the process's
 
 
 def test_status_shows_the_policy_line_first() -> None:

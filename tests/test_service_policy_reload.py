@@ -266,3 +266,35 @@ async def test_an_alias_bomb_hot_reloaded_into_the_config_is_refused_fast_and_lo
         # The queue runs on the policy in force.
         a = await run.ingest(QUEUE, "A")
         await run.wait_state(a, "processing")
+
+
+async def test_a_plugin_that_exits_on_import_is_refused_and_the_service_keeps_serving(
+    js_env, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A new version lists a plugin whose import raises SystemExit: a located
+    # plugin-import error; the process, the policy in force and its hash stay.
+    policy = policy_copy(tmp_path / "policy")
+    gate = policy / "machines" / GATE_YAML.name
+    (policy / "exiting_rules.py").write_text("import sys\n\nsys.exit(3)\n")
+    async with serving(js_env, policy) as run:
+        before = run.service.policy_hash
+        machines = run.service.machines
+        edit(gate, "initial: received\n", "initial: received\nplugins: [exiting_rules]\n")
+        with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
+            assert not await run.service.reload_policy()
+        line = gate.read_text().splitlines().index("plugins: [exiting_rules]") + 1
+        expected = f"{gate}:{line}:11: plugin 'exiting_rules' cannot be imported: SystemExit: 3"
+        warning = "\n".join(r.getMessage() for r in caplog.records)
+        assert "new version not loaded, keeping the policy in force" in warning
+        assert expected in warning
+        reloader = run.service.reloader
+        assert reloader is not None and reloader.last_error == expected
+        assert run.service.machines is machines and run.service.policy_hash == before
+        assert await shown_hash(js_env) == before
+        a = await run.ingest(QUEUE, "A")  # the policy in force still serves
+        await run.wait_state(a, "processing")
+        # The plugin fixed (and the machine touched): the new version is taken up.
+        (policy / "exiting_rules.py").write_text("def register(plugin):\n    pass\n")
+        edit(gate, ONE_SLOT, TWO_SLOTS)
+        assert await run.service.reload_policy()
+        assert reloader.last_error is None and run.service.machines is not machines

@@ -24,15 +24,17 @@ from ..machine.model import MachineSpec, ParameterSpec
 from .options import (
     DEFAULT_CONFIG,
     DEFAULT_MACHINES,
+    DIAGRAM_DIRS,
     EXIT_FAIL,
     EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USAGE,
+    first_existing,
     installed_version,
+    machines_of_config,
 )
 
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
-DEFAULT_DIAGRAMS = "docs/diagrams"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,15 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument(
         "--machines",
-        default=DEFAULT_MACHINES,
-        help="where the parameters a config file may set are declared, when no machine "
-        "file is validated in the same run (default: machines)",
+        help="where the parameters a config file may set are declared (default: the "
+        "machines of the config's own policy directory, P/machines for "
+        "P/config/queues.yaml, else those validated in the same run, else machines)",
     )
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("diagram", help="write state diagrams to docs/diagrams")
     p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--out", default=DEFAULT_DIAGRAMS)
+    p.add_argument(
+        "--out",
+        help=f"default: the first of {', '.join(DIAGRAM_DIRS)} that exists, else {DIAGRAM_DIRS[0]}",
+    )
     p.add_argument("--check", action="store_true", help="exit 1 if the diagrams are stale")
     p.add_argument(
         "--svg",
@@ -135,7 +140,6 @@ def default_validate_paths() -> list[Path]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..config.loader import check_queue_config
     from ..located.yaml_source import read_yaml
-    from ..machine.parameters import declared_parameters
 
     paths: list[Path] = []
     for raw in args.paths or default_validate_paths():
@@ -150,19 +154,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
             paths.append(path)
     kinds = {path: _file_kind(path, read_yaml) for path in paths}
     policies: dict[Path, list[Path]] = {}  # machine files by directory: one policy each
+    shown: dict[Path, str] = {}  # each such directory as the command line names it
     for path in paths:
         if kinds[path] == "machine":
             policies.setdefault(path.resolve().parent, []).append(path)
+            shown.setdefault(path.resolve().parent, str(path.parent))
     checked = {directory: _check_policy_files(files) for directory, files in policies.items()}
-    specs = [spec for found, _, _ in checked.values() for spec in found]
     unreadable = sum(count for _, _, count in checked.values())
-    declarations: dict[str, ParameterSpec] | None = None
-    if any(kind == "config" for kind in kinds.values()):
-        declarations = declared_parameters(specs) if specs else _declared_in(args.machines)
     issues: list[SpecIssue] = []
     reported: set[Path] = set()
     for path in paths:  # in the order given; a policy is reported at its first file
         if kinds[path] == "config":
+            against, declarations = _declarations_for(path, args.machines, checked, shown)
+            if against:  # not the policy's own machines validated beside it: say whose
+                print(f"{path}: checked against the machines in {against}", file=sys.stderr)
             # A machine file of this run that did not load declares nothing we can see:
             # flagging the keys it may declare would only repeat that one mistake.
             issues += check_queue_config(
@@ -213,6 +218,35 @@ def _check_policy_files(files: list[Path]) -> tuple[list[MachineSpec], list[Spec
     return specs, issues, len(files) - len(specs)
 
 
+def _declarations_for(
+    config: Path,
+    machines: str | None,
+    checked: dict[Path, tuple[list[MachineSpec], list[SpecIssue], int]],
+    shown: dict[Path, str],
+) -> tuple[str, dict[str, ParameterSpec] | None]:
+    """Which machines declare what ``config`` may set, and their declarations.
+
+    ``--machines`` when given; else the machines of the config's own policy directory
+    (validated in this run, or loaded now); else the machine files of this run; else the
+    default machines directory. The first is ``""`` for the policy's own machines
+    validated in this run (nothing to point out), else the machines directories.
+    """
+    from ..machine.parameters import declared_parameters
+
+    if machines is not None:
+        return machines, _declared_in(machines)
+    own = machines_of_config(config)
+    if own is not None:
+        in_run = checked.get(own.resolve())
+        if in_run is not None:
+            return "", declared_parameters(in_run[0])
+        return str(own), _declared_in(str(own))
+    specs = [spec for found, _, _ in checked.values() for spec in found]
+    if specs:
+        return ", ".join(shown[d] for d in checked), declared_parameters(specs)
+    return DEFAULT_MACHINES, _declared_in(DEFAULT_MACHINES)
+
+
 def _declared_in(machines: str) -> dict[str, ParameterSpec] | None:
     """The parameters the machines in ``machines`` declare; ``None`` (any key accepted)
     when they do not load, which ``validate`` of those files would report."""
@@ -255,7 +289,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     except DiagramError as exc:
         print(f"stovepipe-fsm diagram: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    out_dir = Path(args.out)
+    out_dir = Path(args.out or first_existing(DIAGRAM_DIRS) or DIAGRAM_DIRS[0])
     rerun = "stovepipe-fsm diagram --svg" if args.svg else "stovepipe-fsm diagram"
     if args.check:
         stale = stale_diagrams(files, out_dir)

@@ -37,6 +37,26 @@ def here_or_shipped(relative: str, shipped: Path) -> str:
 DEFAULT_MACHINES = here_or_shipped("machines", SHIPPED_MACHINES)
 DEFAULT_CONFIG = here_or_shipped("config/queues.yaml", SHIPPED_CONFIG)
 
+#: Where a policy directory keeps its timelines and its generated diagrams, in the order
+#: they are looked for in the working directory (:func:`first_existing`): an example
+#: policy's ``timelines/`` and ``docs/``, the repository's ``tests/timelines/`` and
+#: ``docs/diagrams/``.
+TIMELINE_DIRS = ("timelines", "tests/timelines")
+DIAGRAM_DIRS = ("docs/diagrams", "docs")
+
+
+def first_existing(candidates: tuple[str, ...]) -> str | None:
+    """The first of ``candidates`` that is a directory here, or None."""
+    return next((c for c in candidates if Path(c).is_dir()), None)
+
+
+def machines_of_config(config_path: str | Path) -> Path | None:
+    """The machines directory of the policy a config file belongs to: ``P/machines`` for
+    ``P/config/queues.yaml``, when it exists; None for a config kept elsewhere."""
+    config_dir = Path(config_path).parent
+    machines = config_dir.parent / "machines"
+    return machines if config_dir.name == "config" and machines.is_dir() else None
+
 
 def load_policy_store(
     config_path: str, parameters: Mapping[str, ParameterSpec] | None = None

@@ -7,20 +7,24 @@ described by a JSON Schema. It lives in the machine layer so that lint can check
 declaration without the checker. The checker (``stovepipe_fsm.apps.check``) binds every
 built-in name to its own checking functions, and a test holds the two together.
 
-A plugin module adds an invariant by registering its checking function, which the
-checker calls with what it observed and the declaration's parameters (defaults filled
-in)::
+A plugin adds an invariant to the policy that loads it by registering its checking
+function in ``register(plugin)``, on ``plugin.invariants`` (a catalogue of that policy's
+own); the checker calls it with what it observed and the declaration's parameters
+(defaults filled in)::
 
-    from stovepipe_fsm.machine.invariants import INVARIANTS
+    def register(plugin):
+        @plugin.invariants.state(
+            summary="at most `limit` requests are built in full",
+            parameters={"limit": {"type": "integer", "minimum": 0, "default": 0}},
+        )
+        def few_full_builds(obs, rules, params):
+            full = [r.id for r in obs.requests if r.build_strategy == "full"]
+            if len(full) > params["limit"]:
+                yield f"{len(full)} full builds: {full}"
 
-    @INVARIANTS.state(
-        summary="at most `limit` requests are built in full",
-        parameters={"limit": {"type": "integer", "minimum": 0, "default": 0}},
-    )
-    def few_full_builds(obs, rules, params):
-        full = [r.id for r in obs.requests if r.build_strategy == "full"]
-        if len(full) > params["limit"]:
-            yield f"{len(full)} full builds: {full}"
+The shipped catalogue :data:`INVARIANTS` is read-only: a registration on it would belong
+to the process, not to one policy (two versions of a policy loaded side by side would
+register the name twice).
 
 A state invariant is called as ``check(obs, rules, params)`` in every explored state, a
 transition invariant as ``check(pre, post, rules, params)`` on every explored step; each
@@ -40,6 +44,7 @@ from jsonschema import Draft202012Validator
 
 from ..located.errors import SpecIssue
 from .model import InvariantRef, MachineSpec
+from .registry import DuplicateName, RegistrationRefused
 
 STATE = "state"
 TRANSITION = "transition"
@@ -116,14 +121,22 @@ class InvariantInfo:
 class InvariantCatalog:
     """The invariants a policy may declare, in registration order.
 
-    Registering a name twice raises ``ValueError``, whoever registers it: a plugin cannot
-    silently replace a shipped property.
+    Registering a name twice raises ``ValueError`` (:class:`.registry.DuplicateName`),
+    whoever registers it: a plugin cannot silently replace a shipped property. A frozen
+    catalogue (:meth:`freeze`; the shipped one) refuses every registration; its
+    :meth:`copy` does not.
     """
 
     def __init__(self, entries: Iterable[InvariantInfo] = ()) -> None:
         self._entries: dict[str, InvariantInfo] = {}
+        self._frozen = False
         for info in entries:
             self.add(info)
+
+    def freeze(self) -> InvariantCatalog:
+        """Refuse any further registration; returns this catalogue."""
+        self._frozen = True
+        return self
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
@@ -142,21 +155,29 @@ class InvariantCatalog:
         return InvariantCatalog(self)
 
     def add(self, info: InvariantInfo) -> InvariantInfo:
+        if self._frozen:
+            raise RegistrationRefused(
+                f"invariant {info.name!r}: the shipped invariant catalogue is read-only; a "
+                "plugin registers an invariant in register(plugin) with "
+                "plugin.invariants.state() or plugin.invariants.transition()"
+            )
         if not NAME_PATTERN.match(info.name):
-            raise ValueError(f"invariant name {info.name!r} must match {NAME_PATTERN.pattern}")
+            raise RegistrationRefused(
+                f"invariant name {info.name!r} must match {NAME_PATTERN.pattern}"
+            )
         if info.name in self._entries:
-            raise ValueError(f"invariant {info.name!r} is registered twice")
+            raise DuplicateName(f"invariant {info.name!r} is registered twice")
         if info.scope not in (STATE, TRANSITION, BUILT_IN):
-            raise ValueError(f"invariant {info.name!r}: unknown scope {info.scope!r}")
+            raise RegistrationRefused(f"invariant {info.name!r}: unknown scope {info.scope!r}")
         if (info.check is None) != (info.scope == BUILT_IN):
-            raise ValueError(
+            raise RegistrationRefused(
                 f"invariant {info.name!r}: a {info.scope} invariant "
                 + ("needs a check function" if info.check is None else "takes no function")
             )
         for name, schema in info.parameters.items():
             if not NAME_PATTERN.match(name) or name == "name":
-                raise ValueError(f"invariant {info.name!r}: bad parameter name {name!r}")
-            Draft202012Validator.check_schema(schema)
+                raise RegistrationRefused(f"invariant {info.name!r}: bad parameter name {name!r}")
+            Draft202012Validator.check_schema(dict(schema))
         parameters = {k: MappingProxyType(dict(v)) for k, v in info.parameters.items()}
         entry = InvariantInfo(
             info.name, info.summary, info.scope, MappingProxyType(parameters), info.check
@@ -331,3 +352,4 @@ INVARIANTS.built_in(
     "with deliveries, clock advances and build completions only, every state reaches one "
     "with no message pending and no accepted request waiting",
 )
+INVARIANTS.freeze()

@@ -52,6 +52,7 @@ from .roles import role_issues
 
 MAX_TRUTH_TABLE_VARIABLES = 12
 UNKNOWN_INVARIANT = "unknown-invariant"
+UNREGISTERED = "unregistered"
 INVARIANT_PARAMETER = "invariant-parameter"
 DUPLICATE_INVARIANT = "duplicate-invariant"
 
@@ -65,7 +66,7 @@ def lint_machine(
     """Every lint issue of ``spec``; empty when the machine is sound.
 
     ``invariants`` is the catalogue its ``invariants:`` names come from (the shipped one,
-    with whatever plugins registered in it).
+    or a policy's copy with what its plugins registered).
     """
     issues = _structure(spec) + _invariants(spec, invariants)
     if any(i.rule in ("duplicate-state", "undeclared-state") for i in issues):
@@ -188,7 +189,7 @@ def _unregistered(name: str, location: Location, kind: str, registry: Registry) 
         location,
         f"no {kind} named {name!r} is registered for machine {registry.machine!r}; "
         f"registered {kind}s: {', '.join(sorted(pool)) or 'none'}",
-        "unregistered",
+        UNREGISTERED,
     )
 
 

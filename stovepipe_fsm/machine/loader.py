@@ -7,21 +7,23 @@ gets a :class:`MachineSpec` back can compile it; anything else raises
 
 A *policy* is the machine files of one directory: :func:`load_policy` and
 :func:`check_policy` read them all, load the plugins they list (:mod:`.plugins`) into
-registries of the policy's own, and lint every file against those.
+registries and an invariant catalogue of the policy's own, and lint every file against
+those. When a plugin fails to load, the names it would have registered are not reported
+again as unknown: the plugin's own issue says what to fix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..located.errors import SpecError, SpecIssue
 from ..located.schema import schema_issues
 from ..located.yaml_source import JsonPath, SourceDocument, read_yaml
-from .invariants import repeated_invariants
-from .lint import DUPLICATE_INVARIANT, lint_machine
+from .invariants import INVARIANTS, InvariantCatalog, repeated_invariants
+from .lint import DUPLICATE_INVARIANT, UNKNOWN_INVARIANT, UNREGISTERED, lint_machine
 from .model import (
     LIFECYCLE,
     InvariantParameter,
@@ -35,7 +37,7 @@ from .model import (
     TransitionSpec,
 )
 from .parameters import clash_issues
-from .plugins import ApiFactory, policy_registries
+from .plugins import ApiFactory, PolicyVocabulary, policy_registries
 from .registry import Registry
 
 MACHINE_FILES = ("request.yaml", "queue_gate.yaml")
@@ -266,11 +268,15 @@ def _by_name(specs: Iterable[MachineSpec]) -> tuple[dict[str, MachineSpec], list
 
 @dataclass(frozen=True)
 class LoadedPolicy:
-    """The machines of one policy, keyed by name, and the registries they were checked
-    against: the built-in ones plus what this policy's plugins registered."""
+    """The machines of one policy, keyed by name, and the registries and invariant
+    catalogue they were checked against: the built-in ones plus what this policy's
+    plugins registered."""
 
     specs: dict[str, MachineSpec]
     registries: dict[str, Registry]
+    invariants: InvariantCatalog = INVARIANTS
+    plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
+    plugin_files: tuple[Path, ...] = ()
 
 
 def policy_dir_of(machines_dir: str | Path) -> Path:
@@ -286,12 +292,12 @@ def check_policy(
     *,
     policy_dir: Path | None,
     lint: bool = True,
-) -> tuple[list[MachineSpec], dict[str, Registry], list[SpecIssue]]:
+) -> tuple[list[MachineSpec], PolicyVocabulary, list[SpecIssue]]:
     """Every issue of the machine files of one policy, without raising.
 
     Each file is parsed and schema-checked, the plugins listed by all of them (and the
-    installed ones) are loaded into the policy's registries, and each file is linted
-    against those. A file that does not parse contributes its issues and no plugins.
+    installed ones) are loaded into the policy's vocabulary, and each file is linted
+    against it. A file that does not parse contributes its issues and no plugins.
     """
     specs: list[MachineSpec] = []
     issues: list[SpecIssue] = []
@@ -301,14 +307,16 @@ def check_policy(
         except SpecError as exc:
             issues.extend(exc.issues)
     refs = [ref for spec in specs for ref in spec.plugins]
-    registries, plugin_issues = policy_registries(builtins, refs, api, policy_dir=policy_dir)
-    issues += plugin_issues
+    vocabulary = policy_registries(builtins, refs, api, policy_dir=policy_dir)
+    issues += vocabulary.issues
     if lint:
+        follow_on = {UNREGISTERED, UNKNOWN_INVARIANT} if vocabulary.failed_plugins else set()
         for spec in specs:
-            issues += lint_machine(spec, registries)
+            found = lint_machine(spec, vocabulary.registries, invariants=vocabulary.invariants)
+            issues += [issue for issue in found if issue.rule not in follow_on]
     order = {str(path): index for index, path in enumerate(paths)}  # issues file by file
     issues.sort(key=lambda issue: order.get(issue.location.file, len(order)))
-    return specs, registries, issues
+    return specs, vocabulary, issues
 
 
 def load_policy(
@@ -325,14 +333,20 @@ def load_policy(
     registered.
     """
     paths = [Path(directory) / filename for filename in files]
-    specs, registries, issues = check_policy(
+    specs, vocabulary, issues = check_policy(
         paths, builtins, api, policy_dir=policy_dir_of(directory), lint=lint
     )
     by_name, duplicates = _by_name(specs)
     issues += duplicates + across_machines(by_name.values(), lint=lint)
     if issues:
         raise SpecError(issues)
-    return LoadedPolicy(by_name, registries)
+    return LoadedPolicy(
+        by_name,
+        vocabulary.registries,
+        vocabulary.invariants,
+        vocabulary.plugin_sources,
+        vocabulary.plugin_files,
+    )
 
 
 def across_machines(specs: Iterable[MachineSpec], *, lint: bool = True) -> list[SpecIssue]:

@@ -10,43 +10,50 @@ A plugin is a module with a ``register(plugin)`` function. It is found two ways:
   (``name = package.module`` or ``name = package.module:register``); every policy
   loaded in that environment uses it.
 
-Registries are never changed in place: :func:`policy_registries` copies the built-in
-ones and adds what this policy's plugins register, so two policies loaded by one
-process (two example directories, one test and the next) never see each other's names.
-A module a policy imports from its own directory replaces a module of the same name
-that another policy imported from elsewhere, for the same reason.
+What a plugin registers belongs to the policy that loaded it, never to the process:
+:func:`policy_registries` copies the built-in registries and invariant catalogue and
+adds what this policy's plugins register, so two policies (or two versions of one)
+load side by side in one process (``validate A B``, ``whatif``, a hot reload). A module
+found in the policy directory is imported afresh for every load, under a private name
+(:func:`_import`): each load runs that version's code, and nothing it does at import
+reaches another policy's copy.
 
 ``register`` receives the object ``api`` builds over a fresh, empty registry per
-machine; the names it registers are then added to the policy's registries. Anything
-that goes wrong is a located issue, at the ``plugins:`` item that names the module (or
-at the entry point's line in the distribution's ``entry_points.txt``):
+machine and an empty invariant catalogue; what it registers is then added to the
+policy's own. Anything that goes wrong is a located issue, at the ``plugins:`` item that
+names the module (or at the entry point's line in the distribution's
+``entry_points.txt``):
 
-- ``plugin-import``    the module or entry point cannot be imported (the exception, on
-                       one line), or it names a module of stovepipe-fsm itself
+- ``plugin-import``    the module or entry point cannot be imported (whatever its
+                       import raised, ``SystemExit`` included, on one line), or it
+                       names a module of stovepipe-fsm itself
 - ``plugin-entry``     the module has no ``register`` function
 - ``plugin-register``  ``register`` raised, or registered something the policy cannot
                        use (an async condition, a name that is not an identifier)
 - ``plugin-duplicate`` a name registered twice for one machine: by one plugin, by two,
-                       or by a plugin and the built-in vocabulary
+                       or by a plugin and the built-in vocabulary (invariants alike)
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import importlib.util
+import itertools
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from importlib import metadata
-from importlib.machinery import ModuleSpec
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from ..located.errors import Location, SpecIssue
+from .invariants import INVARIANTS, InvariantCatalog
 from .model import NameRef
 from .registry import (
     ActionInfo,
@@ -62,7 +69,11 @@ PACKAGE = "stovepipe_fsm"
 IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
 
 Ctx = TypeVar("Ctx")
-ApiFactory = Callable[[Mapping[str, Registry]], object]
+ApiFactory = Callable[[Mapping[str, Registry], InvariantCatalog], object]
+#: Where a listed module found in a policy directory is imported: ``<prefix><n>.<name>``,
+#: a new ``n`` for every load.
+PRIVATE_PREFIX = "_stovepipe_fsm_policy_"
+_loads = itertools.count(1)
 
 
 class MachineVocabulary(Generic[Ctx]):
@@ -156,34 +167,68 @@ class _PluginFailed(Exception):
         self.message = message
 
 
+@dataclass(frozen=True)
+class PolicyVocabulary:
+    """What one loaded policy's machines may name: conditions and actions by machine,
+    and the invariants ``invariants:`` may declare. Built-ins plus this policy's plugins;
+    no other policy sees them."""
+
+    registries: dict[str, Registry]
+    invariants: InvariantCatalog
+    issues: tuple[SpecIssue, ...] = ()
+    #: Each listed module that loaded, by name: the bytes of its source file as this load
+    #: imported it (empty for a module without one). Part of the policy hash.
+    plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
+    #: The source files of those modules: an edit of one is a new version of the policy.
+    plugin_files: tuple[Path, ...] = ()
+
+    @property
+    def failed_plugins(self) -> bool:
+        """Whether a plugin did not load or register: the names it would have added are
+        missing, so an unknown name is no news of its own."""
+        return any(issue.rule in _FAILED_TO_LOAD for issue in self.issues)
+
+
+_FAILED_TO_LOAD = frozenset({"plugin-import", "plugin-entry", "plugin-register"})
+
+
 def policy_registries(
     builtins: Mapping[str, Registry],
     plugins: Sequence[NameRef],
     api: ApiFactory,
     *,
     policy_dir: Path | None,
-) -> tuple[dict[str, Registry], list[SpecIssue]]:
-    """The built-in registries plus what the installed and listed plugins register.
+    invariants: InvariantCatalog = INVARIANTS,
+) -> PolicyVocabulary:
+    """The built-in registries and invariants plus what the installed and listed plugins
+    register.
 
     ``plugins`` are the ``plugins:`` items of every machine file of the policy, in file
     order (a module listed in two files is loaded once and reported at both items);
     ``policy_dir`` is put first on the module search path while they are imported.
     """
     registries = {name: registry.copy() for name, registry in builtins.items()}
+    catalog = invariants.copy()
     issues: list[SpecIssue] = []
+    sources: dict[str, bytes] = {}
+    files: list[Path] = []
     seen: set[int] = set()  # register functions already run (one module listed twice)
     for plugin in [*_installed(), *_listed(plugins, policy_dir)]:
         try:
-            register = _register_function(plugin)
+            register, module = _register_function(plugin)
+            if plugin.module_name and module is not None:
+                sources[plugin.module_name], file = _source_of(module)
+                files += [file] if file is not None else []
             if id(register) in seen:
                 continue
             seen.add(id(register))
-            staged = _run(plugin, register, registries, api, policy_dir)
+            staged, staged_invariants = _run(plugin, register, registries, api, policy_dir)
         except _PluginFailed as failed:
             issues += [SpecIssue(where, failed.message, failed.rule) for where in plugin.locations]
             continue
         issues += _merge(plugin, staged, registries)
-    return registries, issues
+        issues += _merge_invariants(plugin, staged_invariants, catalog)
+    return PolicyVocabulary(registries, catalog, tuple(issues), sources, tuple(files))
 
 
 def _listed(refs: Sequence[NameRef], policy_dir: Path | None) -> Iterator[_Plugin]:
@@ -213,12 +258,15 @@ def _installed() -> Iterator[_Plugin]:
         )
 
 
-def _register_function(plugin: _Plugin) -> Callable[[object], object]:
+def _register_function(plugin: _Plugin) -> tuple[Callable[[object], object], ModuleType | None]:
+    """The plugin's ``register`` function, and the module it was found in (if one)."""
     try:
         loaded = plugin.load()
     except _PluginFailed:
         raise
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a plugin never ends the process
         raise _PluginFailed(
             "plugin-import", f"{plugin.label} cannot be imported: {_one_line(exc)}"
         ) from None
@@ -228,16 +276,17 @@ def _register_function(plugin: _Plugin) -> Callable[[object], object]:
             raise _PluginFailed(
                 "plugin-entry",
                 f"{plugin.label} has no {REGISTER}(plugin) function; define "
-                f"'def {REGISTER}(plugin: PluginRegistry) -> None' in {loaded.__name__}",
+                f"'def {REGISTER}(plugin: PluginRegistry) -> None' in "
+                f"{plugin.module_name or loaded.__name__}",
             )
-        return register  # type: ignore[no-any-return]
+        return register, loaded
     if not callable(loaded):
         raise _PluginFailed(
             "plugin-entry",
             f"{plugin.label} names a {type(loaded).__name__}, not a module or a "
             f"{REGISTER}(plugin) function",
         )
-    return loaded
+    return loaded, None
 
 
 def _run(
@@ -246,23 +295,26 @@ def _run(
     registries: Mapping[str, Registry],
     api: ApiFactory,
     policy_dir: Path | None,
-) -> dict[str, Registry]:
+) -> tuple[dict[str, Registry], InvariantCatalog]:
     staged = {
         name: registry.copy(origin=plugin.origin, empty=True)
         for name, registry in registries.items()
     }
+    invariants = InvariantCatalog()
     try:
         with _search_path(policy_dir if plugin.module_name else None):
-            register(api(staged))
+            register(api(staged, invariants))
     except DuplicateName as exc:
         raise _PluginFailed("plugin-duplicate", f"{plugin.label}: {exc}") from None
     except RegistrationRefused as exc:
         raise _PluginFailed("plugin-register", f"{plugin.label}: {exc}") from None
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a plugin never ends the process
         raise _PluginFailed(
             "plugin-register", f"{plugin.label}: {REGISTER}() raised {_one_line(exc)}"
         ) from None
-    return staged
+    return staged, invariants
 
 
 def _merge(
@@ -295,15 +347,60 @@ def _merge(
     ]
 
 
+def _merge_invariants(
+    plugin: _Plugin, staged: InvariantCatalog, catalog: InvariantCatalog
+) -> list[SpecIssue]:
+    """Add the invariants ``plugin`` registered; a name the catalogue has is an issue."""
+    problems: list[str] = []
+    for info in staged:
+        if info.name in catalog:
+            problems.append(
+                f"{plugin.label} registers invariant {info.name!r}, which the policy's "
+                "invariant catalogue already has; choose another name"
+            )
+        else:
+            catalog.add(info)
+    return [
+        SpecIssue(where, problem, "plugin-duplicate")
+        for problem in problems
+        for where in plugin.locations
+    ]
+
+
 # --- importing a listed module ------------------------------------------------------------
+
+# The source of each plugin module object, read the first time it is asked for (right
+# after a policy directory's module is imported; a shared installed module may have been
+# imported long before): an edit of the file after that is not code in force.
+_SOURCES: weakref.WeakKeyDictionary[ModuleType, tuple[bytes, Path | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _source_of(module: ModuleType) -> tuple[bytes, Path | None]:
+    """The bytes of ``module``'s source file, and the file (``b""``, None without one)."""
+    cached = _SOURCES.get(module)
+    if cached is None:
+        spec = getattr(module, "__spec__", None)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        try:
+            cached = (Path(origin).read_bytes(), Path(origin)) if origin else (b"", None)
+        except OSError:
+            cached = (b"", None)
+        _SOURCES[module] = cached
+    return cached
+
 
 
 def _import(name: str, policy_dir: Path | None) -> ModuleType:
-    """Import ``name`` for this policy: from ``policy_dir`` first, then ``sys.path``.
+    """Import ``name`` for this load of a policy: from ``policy_dir`` first, then ``sys.path``.
 
-    A module already imported under that name from somewhere else (another policy's
-    directory) is dropped from ``sys.modules`` first, with its submodules, so this
-    policy gets its own; the other policy keeps the functions it registered.
+    A module found in ``policy_dir`` is executed afresh, as ``<private package>.<name>``
+    where the private package is new for this load and searches ``policy_dir`` only:
+    two policies with a module of the same name, or two versions of one policy, each get
+    their own module objects, and ``sys.modules`` entries of that name are left alone.
+    Relative imports inside the plugin work as in any package. A module found on
+    ``sys.path`` only (installed) is imported as usual and shared.
     """
     if name == PACKAGE or name.startswith(f"{PACKAGE}."):
         raise _PluginFailed(
@@ -314,21 +411,28 @@ def _import(name: str, policy_dir: Path | None) -> ModuleType:
     top = name.partition(".")[0]
     with _search_path(policy_dir):
         importlib.invalidate_caches()
-        cached = sys.modules.get(top)
-        if cached is not None and not _same_source(cached, _find(top)):
-            for key in [k for k in sys.modules if k == top or k.startswith(f"{top}.")]:
+        own = policy_dir is not None and PathFinder.find_spec(top, [str(policy_dir)]) is not None
+        private = _private_package(policy_dir) if own and policy_dir is not None else ""
+        writes_bytecode = sys.dont_write_bytecode
+        sys.dont_write_bytecode = own  # no cached bytecode to outlive an edit of the source
+        try:
+            return importlib.import_module(f"{private}.{name}" if private else name)
+        except BaseException:
+            for key in [k for k in sys.modules if private and k.partition(".")[0] == private]:
                 del sys.modules[key]
-        return importlib.import_module(name)
+            raise
+        finally:
+            sys.dont_write_bytecode = writes_bytecode
 
 
-def _find(top: str) -> ModuleSpec | None:
-    """Where importing the top-level ``top`` would find it now, ignoring ``sys.modules``."""
-    for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        spec = find_spec(top, None) if find_spec is not None else None
-        if spec is not None:
-            return spec  # type: ignore[no-any-return]
-    return None
+def _private_package(policy_dir: Path) -> str:
+    """A new, empty package whose modules are the files of ``policy_dir``."""
+    name = f"{PRIVATE_PREFIX}{next(_loads)}"
+    spec = ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(policy_dir)]
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    return name
 
 
 @contextmanager
@@ -345,25 +449,6 @@ def _search_path(policy_dir: Path | None) -> Iterator[None]:
     finally:
         if entry in sys.path:
             sys.path.remove(entry)
-
-
-def _same_source(module: ModuleType, found: ModuleSpec | None) -> bool:
-    """Whether the imported ``module`` is the one the search path gives now.
-
-    A module not loaded from a file (built in, or put in place by hand) is kept: there is
-    nothing to compare. One loaded from a file the path no longer leads to (another
-    policy's directory) is not.
-    """
-    spec = getattr(module, "__spec__", None)
-    if spec is None or not (spec.has_location or spec.submodule_search_locations):
-        return True
-    return found is not None and _where(spec) == _where(found)
-
-
-def _where(spec: ModuleSpec) -> tuple[str, tuple[str, ...]]:
-    origin = os.path.realpath(spec.origin) if spec.origin and spec.has_location else ""
-    locations = tuple(os.path.realpath(p) for p in spec.submodule_search_locations or ())
-    return origin, locations
 
 
 # --- entry points ---------------------------------------------------------------------------

@@ -9,9 +9,10 @@ this order:
 1. each machine file the policy loads (``request.yaml``, ``queue_gate.yaml``), by
    file name, with its bytes;
 2. each plugin module the machines list under ``plugins:`` (sorted by module name),
-   with the bytes of its source file *as this process imported it*: a module already
-   imported is reused, not re-run, so the source in force is the one read at first
-   sight (a module with no source file counts by name alone);
+   with the bytes of its source file *as the load of the policy imported it*
+   (``plugin_sources``, which :mod:`.plugins` reads at import): an edit after that load
+   is not code in force (a module with no source file, or one the caller gives no source
+   for, counts by name alone);
 3. each installed plugin entry point (sorted), by distribution, version and entry
    point, as those are what an installed plugin is known by;
 4. the queue config, with its bytes (the version in force; none when there is none).
@@ -24,22 +25,15 @@ two directories has the same hash.
 from __future__ import annotations
 
 import hashlib
-import sys
-import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from types import ModuleType
 
 from .loader import MACHINE_FILES
 from .model import MachineSpec
 from .plugins import ENTRY_POINT_GROUP
 
 HASH_DIGITS = 16
-
-# The source digest of each plugin module object, taken the first time it is hashed:
-# an edit of the file after the import is not code in force.
-_SOURCES: weakref.WeakKeyDictionary[ModuleType, bytes] = weakref.WeakKeyDictionary()
 
 
 def policy_hash(
@@ -48,11 +42,14 @@ def policy_hash(
     config_source: bytes | None,
     *,
     machine_sources: dict[str, bytes] | None = None,
+    plugin_sources: Mapping[str, bytes] | None = None,
 ) -> str:
     """The hash of the policy whose machines ``specs`` were loaded from ``machines_dir``.
 
     ``machine_sources`` are the machine files' bytes when the caller read them already
-    (the exact version it loaded); otherwise they are read now.
+    (the exact version it loaded); otherwise they are read now. ``plugin_sources`` are
+    the listed plugin modules' sources as the load imported them
+    (``LoadedPolicy.plugin_sources``, ``ProcessMachines.plugin_sources``).
     """
     digest = hashlib.sha256()
     for name in MACHINE_FILES:
@@ -61,7 +58,7 @@ def policy_hash(
             raw = read_machine_file(Path(machines_dir) / name)
         _record(digest, "machine", name, raw)
     for module in sorted({ref.name for spec in specs for ref in spec.plugins}):
-        _record(digest, "plugin", module, _plugin_source(module))
+        _record(digest, "plugin", module, (plugin_sources or {}).get(module, b""))
     for entry in installed_plugins():
         _record(digest, "entry-point", entry, b"")
     if config_source is not None:
@@ -86,21 +83,6 @@ def installed_plugins() -> list[str]:
         owner = f"{dist.name} {dist.version}" if dist is not None else "?"
         described.append(f"{owner}: {ep.name} = {ep.value}")
     return sorted(described)
-
-
-def _plugin_source(name: str) -> bytes:
-    module = sys.modules.get(name)
-    if module is None:
-        return b""
-    cached = _SOURCES.get(module)
-    if cached is None:
-        origin = getattr(getattr(module, "__spec__", None), "origin", None)
-        try:
-            cached = Path(origin).read_bytes() if origin else b""
-        except OSError:
-            cached = b""
-        _SOURCES[module] = cached
-    return cached
 
 
 def _record(digest: hashlib._Hash, kind: str, name: str, raw: bytes) -> None:

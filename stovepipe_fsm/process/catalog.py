@@ -1,15 +1,16 @@
 """The registries the shipped machines are checked against, and their compiled form.
 
 ``REGISTRIES`` maps a machine name to the built-in Python callables its YAML may name.
-It is read-only: a policy is loaded by :func:`load_policy`, which copies it and adds what
-the policy's plugins register (:mod:`.plugins`), so no policy sees another's names.
+It is read-only: a policy is loaded by :func:`load_policy`, which copies it (and the
+invariant catalogue) and adds what the policy's plugins register (:mod:`.plugins`), so no
+policy sees another's names.
 :func:`load_process_machines` compiles a policy and refuses anything that does not pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +19,7 @@ from typing import Any
 from ..located.errors import SpecError, SpecIssue
 from ..located.yaml_source import parse_yaml
 from ..machine.compiler import CompiledFlow, CompiledLifecycle
+from ..machine.invariants import INVARIANTS, InvariantCatalog
 from ..machine.lint import lint_machine
 from ..machine.loader import LoadedPolicy, parse_machine
 from ..machine.loader import check_policy as check_spec_policy
@@ -39,22 +41,36 @@ DEFAULT_MACHINES_DIR = Path("machines")
 
 @dataclass(frozen=True)
 class ProcessMachines:
-    """The two compiled machines the process stage runs on, and the request's roles."""
+    """The two compiled machines the process stage runs on, the request's roles, the
+    invariants the policy may declare (the shipped ones and its plugins'), and the source
+    of each plugin module as it was imported (:class:`~..machine.plugins.PolicyVocabulary`)."""
 
     request: CompiledLifecycle
     queue_gate: CompiledFlow
     roles: RequestRoles
     parameters: Mapping[str, ParameterSpec]
+    invariants: InvariantCatalog = INVARIANTS
+    plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
+    plugin_files: tuple[Path, ...] = ()
 
     @classmethod
     def from_specs(
-        cls, specs: Mapping[str, MachineSpec], registries: Mapping[str, Registry] = REGISTRIES
+        cls,
+        specs: Mapping[str, MachineSpec],
+        registries: Mapping[str, Registry] = REGISTRIES,
+        invariants: InvariantCatalog = INVARIANTS,
+        *,
+        plugin_sources: Mapping[str, bytes] | None = None,
+        plugin_files: tuple[Path, ...] = (),
     ) -> ProcessMachines:
         return cls(
             request=CompiledLifecycle(specs["request"], registries["request"]),
             queue_gate=CompiledFlow(specs["queue_gate"], registries["queue_gate"]),
             roles=RequestRoles.from_spec(specs["request"]),
             parameters=declared_parameters(specs.values()),
+            invariants=invariants,
+            plugin_sources=dict(plugin_sources or {}),
+            plugin_files=plugin_files,
         )
 
     @cached_property
@@ -91,7 +107,13 @@ def load_process_machines(
     run a machine lint would reject to show the checker catches it independently.
     """
     policy = load_policy(directory, lint=lint)
-    return ProcessMachines.from_specs(policy.specs, policy.registries)
+    return ProcessMachines.from_specs(
+        policy.specs,
+        policy.registries,
+        policy.invariants,
+        plugin_sources=policy.plugin_sources,
+        plugin_files=policy.plugin_files,
+    )
 
 
 def compile_request_machine(source: str, file: str = "request.yaml") -> CompiledLifecycle:
@@ -102,10 +124,11 @@ def compile_request_machine(source: str, file: str = "request.yaml") -> Compiled
     take the one the service records). ``SpecError`` when the text does not load.
     """
     spec = parse_machine(parse_yaml(source, file))
-    registries, issues = policy_registries(
-        REGISTRIES, spec.plugins, PluginRegistry, policy_dir=None
-    )
-    issues += lint_machine(spec, registries)
+    vocabulary = policy_registries(REGISTRIES, spec.plugins, PluginRegistry, policy_dir=None)
+    issues = [
+        *vocabulary.issues,
+        *lint_machine(spec, vocabulary.registries, invariants=vocabulary.invariants),
+    ]
     if issues:
         raise SpecError(issues)
-    return CompiledLifecycle(spec, registries["request"])
+    return CompiledLifecycle(spec, vocabulary.registries["request"])

@@ -5,7 +5,8 @@ re-exports :class:`PluginRegistry` and :class:`~.plugin_context.PluginContext`; 
 module is its implementation and may change.
 
 ``register`` is called once each time a policy that uses the plugin is loaded, with a
-fresh :class:`PluginRegistry`: what it registers belongs to that policy only. It is found
+fresh :class:`PluginRegistry`: what it registers belongs to that policy only (a module in
+the policy directory is even imported afresh for each load). It is found
 through a machine file's ``plugins:`` list or an installed entry point (see
 :mod:`stovepipe_fsm.machine.plugins` and docs/machines.md, "Plugins").
 
@@ -16,6 +17,8 @@ through a machine file's ``plugins:`` list or an installed entry point (see
 - ``request`` conditions get the :class:`~stovepipe_fsm.domain.entities.Request` being
   moved and guard its lifecycle triggers. The request machine runs no actions (its
   writes are the lifecycle's compare-and-set), so registering one is refused.
+- ``plugin.invariants.state()`` / ``.transition()`` add a property ``check`` can prove
+  for this policy (docs/check.md, "Adding an invariant").
 
 The project's own tests reach the internal context through :func:`internal_gate`; it
 is not part of the plugin surface.
@@ -31,6 +34,7 @@ from typing import Any
 
 from ..domain.entities import Request
 from ..domain.errors import PLUGIN_FRAME_NOTE
+from ..machine.invariants import InvariantCatalog
 from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
 from ..machine.registry import Registry
 from .context import DeliveryContext
@@ -45,6 +49,7 @@ __all__ = [
     "STRATEGY_DERIVED",
     "DeliveryContext",
     "GateVocabulary",
+    "InvariantCatalog",
     "MachineVocabulary",
     "PluginContext",
     "PluginRegistry",
@@ -172,9 +177,14 @@ class PluginRegistry:
     :class:`PluginContext`. ``plugin.request``: conditions over the
     :class:`~stovepipe_fsm.domain.entities.Request` that guard its lifecycle triggers
     (no actions). Both take the same arguments as the built-in registrations.
+    ``plugin.invariants`` takes the invariants the plugin adds (``state`` /
+    ``transition``, as docs/check.md shows).
     """
 
-    def __init__(self, registries: Mapping[str, Registry]) -> None:
+    def __init__(
+        self, registries: Mapping[str, Registry], invariants: InvariantCatalog | None = None
+    ) -> None:
+        self.invariants = invariants if invariants is not None else InvariantCatalog()
         gate = registries["queue_gate"]
         self._gate: MachineVocabulary[DeliveryContext] = MachineVocabulary(gate)
         self.queue_gate = GateVocabulary(self._gate, gate.origin)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...domain.entities import QueueConfig
-from ...machine.invariants import INVARIANTS, InvariantCatalog
+from ...machine.invariants import InvariantCatalog
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.effective_config import declared_pairs, effective_config
@@ -98,7 +98,7 @@ class Setup:
     bounds: Bounds
     max_concurrent: int
     variant: Variant = field(default_factory=Variant)
-    catalog: InvariantCatalog = INVARIANTS  # where declared names not built in are found
+    catalog: InvariantCatalog | None = None  # where declared names are found (the policy's)
 
     @property
     def queue_config(self) -> QueueConfig:

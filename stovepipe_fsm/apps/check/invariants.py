@@ -89,7 +89,7 @@ class Rules:
         max_concurrent: int,
         history: Mapping[str, Sequence[str]],
         bare_counter: bool = False,
-        catalog: InvariantCatalog = INVARIANTS,
+        catalog: InvariantCatalog | None = None,
         max_baseline_lag: int = 0,
         max_validation_ms: int = 0,
     ) -> Rules:
@@ -706,10 +706,13 @@ class Proof:
 
     @classmethod
     def declared_by(
-        cls, machines: ProcessMachines, catalog: InvariantCatalog = INVARIANTS
+        cls, machines: ProcessMachines, catalog: InvariantCatalog | None = None
     ) -> Proof:
+        """The checks the machines declare, found in ``catalog`` (by default the policy's
+        own: the shipped invariants and those its plugins registered)."""
         specs = (machines.request.spec, machines.queue_gate.spec)
-        return cls.of(policy_invariants(specs), catalog)
+        found = catalog if catalog is not None else machines.invariants
+        return cls.of(policy_invariants(specs), found)
 
     @classmethod
     def of(cls, refs: Sequence[InvariantRef], catalog: InvariantCatalog = INVARIANTS) -> Proof:

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from ...domain.errors import StovepipeError
-from ...machine.invariants import INVARIANTS, InvariantCatalog
+from ...machine.invariants import InvariantCatalog
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS
@@ -64,7 +64,7 @@ def replay(
     config: ConfigStore,
     *,
     variant: Variant | None = None,
-    catalog: InvariantCatalog = INVARIANTS,
+    catalog: InvariantCatalog | None = None,
 ) -> Replay:
     """Run ``timeline`` step by step, stopping at the first broken declared property."""
     variant = variant or Variant()

@@ -31,10 +31,11 @@ from ..options import (
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
+    TIMELINE_DIRS,
+    first_existing,
     load_policy_store,
 )
 
-DEFAULT_TIMELINES = "tests/timelines"
 SUFFIXES = (".yaml", ".yml")
 
 
@@ -51,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "paths",
         nargs="*",
         metavar="PATH",
-        help=f"timeline files or directories ({DEFAULT_TIMELINES})",
+        help=f"timeline files or directories (default: the first of {', '.join(TIMELINE_DIRS)} "
+        "that exists)",
     )
     p.add_argument("--machines", default=DEFAULT_MACHINES)
     p.add_argument("--config", default=DEFAULT_CONFIG)
@@ -82,7 +84,12 @@ class Tally:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    paths = timeline_paths(args.paths or [DEFAULT_TIMELINES])
+    found = args.paths or [first_existing(TIMELINE_DIRS)]
+    if found == [None]:
+        looked = " or ".join(f"{d}/" for d in TIMELINE_DIRS)
+        print(f"error: no timelines given, and no {looked} here", file=sys.stderr)
+        return EXIT_USAGE
+    paths = timeline_paths([str(path) for path in found])
     machines = load_process_machines(args.machines)
     config = load_policy_store(args.config)
     tally = Tally()

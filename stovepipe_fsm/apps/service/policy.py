@@ -4,8 +4,10 @@ The config file reloads itself (:class:`~...adapters.file.FileConfigStore`); the
 directory is watched here, on the same rules: a new version of a machine file is loaded,
 validated and linted first (:func:`~...process.catalog.load_process_machines`), and only
 a version that passes every check replaces the one in force. A bad version is logged
-with its ``file:line:col`` issues and the last good policy stays. Two more checks stand
-between a new machines version and the running service:
+with its ``file:line:col`` issues and the last good policy stays; so is a plugin whose
+import raises, whatever it raises (``SystemExit`` included: a plugin never ends the
+service). Plugin modules are imported afresh for each version (:mod:`...machine.plugins`).
+Two more checks stand between a new machines version and the running service:
 
 - **No request state may disappear.** Stored requests keep their state in the requests
   bucket for good (terminal ones included), and a request machine that does not declare
@@ -143,6 +145,7 @@ class PolicyReloader:
         if stamps == self._stamps:
             return None
         self._stamps = stamps
+        old_files = self.machines.plugin_files
         sources = self._read()
         try:
             machines = load_process_machines(self.machines_dir)
@@ -163,16 +166,25 @@ class PolicyReloader:
             log.info("%s: valid again, error cleared", self.machines_dir)
         self.last_error = None
         self.machines, self._sources = machines, sources
+        if machines.plugin_files != old_files:  # watch the new version's plugin files
+            self._stamps = self._stat()
         return machines
 
     def _hash(self) -> str:
         specs = [self.machines.request.spec, self.machines.queue_gate.spec]
         return policy_hash(
-            self.machines_dir, specs, self.config.source, machine_sources=self._sources
+            self.machines_dir,
+            specs,
+            self.config.source,
+            machine_sources=self._sources,
+            plugin_sources=self.machines.plugin_sources,
         )
 
     def _stat(self) -> tuple[Stamp, ...]:
-        return tuple(_stamp(self.machines_dir / name) for name in MACHINE_FILES)
+        """The machine files' stamps and those of the plugin modules in force: an edit of
+        either is a new version to load."""
+        files = [self.machines_dir / name for name in MACHINE_FILES]
+        return tuple(_stamp(path) for path in [*files, *self.machines.plugin_files])
 
     def _read(self) -> dict[str, bytes]:
         return {name: read_machine_file(self.machines_dir / name) for name in MACHINE_FILES}
