@@ -124,7 +124,7 @@ class SimBroker:
 
 def _copied(message: Message) -> Message:
     """An independent copy of ``message`` (a plain record: its attributes are all of it),
-    several times cheaper than ``dataclasses.replace``; ``check`` forks many worlds."""
+    without ``dataclasses.replace``'s per-field work; ``check`` forks many worlds."""
     twin = object.__new__(Message)
     twin.__dict__ = message.__dict__.copy()
     return twin

@@ -3,8 +3,8 @@
 A replay of a large timeline, or a model-check search, allocates millions of objects
 that live to the end of the run (rows, records, observed states) and creates few cycles
 (a crash's traceback). At the collector's default pace (a young collection every 700
-allocations, the older generations re-scanned as they grow) a fifth to a quarter of such
-a run goes to re-scanning objects that are still alive. :func:`rare_collections` lets
+allocations, the older generations re-scanned as they grow) much of such a run goes to
+re-scanning objects that are still alive. :func:`rare_collections` lets
 the allocations pile up further between collections; :func:`settled_heap` also moves
 what exists now (a loaded timeline, the compiled machines) out of the collector's sight,
 which also keeps a forked child from copying every page it merely scans.

@@ -58,7 +58,7 @@ def export_format(requested: str | None, out: str | None) -> str:
 
 def render_timeline(timeline: dict[str, Any], fmt: str) -> str:
     """The timeline as a file's text: YAML, or JSON lines (one header, a line per commit
-    and per step), which ``simulate`` and ``whatif`` read many times faster."""
+    and per step), which ``simulate`` and ``whatif`` read without a YAML parser."""
     if fmt == "jsonl":
         return "".join(f"{line}\n" for line in timeline_lines(timeline))
     return yaml.safe_dump(timeline, sort_keys=False, allow_unicode=True)
