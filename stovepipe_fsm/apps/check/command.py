@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ...process.catalog import ProcessMachines, load_process_machines
@@ -26,6 +26,7 @@ from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
 from ...simulation.world import STALL_POINTS
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
+from .coverage import describe_step, tracker
 from .explorer import (
     DEFAULT_MAX_STATES,
     SPLIT_FRONTIER,
@@ -63,7 +64,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="machine directory")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="queue policy file")
-    p.add_argument("--queue", default=DEFAULT_QUEUE, help="queue to check (its policy applies)")
+    p.add_argument(
+        "--queue",
+        nargs="+",
+        metavar="Q",
+        help=f"queues to check, each with its own policy from --config: its max_concurrent "
+        f"and the invariants declared for it (default {DEFAULT_QUEUE}, at max_concurrent "
+        "1 and 2)",
+    )
     p.add_argument(
         "--heads", type=_positive, default=3, help="linear heads A1..AN ingested (default 3)"
     )
@@ -77,9 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--max-concurrent",
         type=_positive,
         nargs="+",
-        default=list(DEFAULT_MAX_CONCURRENT),
         metavar="K",
-        help="explore with each of these max_concurrent values (default 1 2)",
+        help="explore with each of these max_concurrent values, whatever the config says "
+        "(default: with --queue, each queue's own; else 1 2)",
     )
     p.add_argument(
         "--crashes",
@@ -253,46 +261,26 @@ def _command_gone() -> Callable[[], bool]:
 def cmd_check(args: argparse.Namespace) -> int:
     machines = load_process_machines(args.machines, lint=args.lint)
     variant = Variant(bare_counter=args.bare_counter)
-    proof = Proof.declared_by(machines)
     if args.replay:
-        print(describe_proof(proof))
+        queue = load_timeline(args.replay).queue
+        proof = Proof.declared_by(machines, queue=queue)
+        print(describe_proof(proof, queue if proof.out_of_scope else None))
         return _replay(args, machines, variant, proof)
-    bounds = Bounds(
-        heads=args.heads,
-        rewrite=args.rewrite,
-        max_crashes=args.max_crashes if args.crashes else 0,
-        max_duplicates=args.max_duplicates,
-        max_dead_letters=args.max_dead_letters,
-        max_outages=args.max_outages,
-        max_attempts=args.max_attempts,
-        queue=args.queue,
-        max_overlaps=args.max_overlaps if args.overlaps else 0,
-        stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
-        pauses=args.pauses,
-        max_cancels=args.max_cancels,
-    )
-    values = sorted(set(args.max_concurrent))
+    queues = list(dict.fromkeys(args.queue or [DEFAULT_QUEUE]))
     # An exploration forks once a core is idle (the others ended) and its frontier is wide.
     split = args.split and args.jobs > 1 and can_fork()
-    cores = Cores(args.jobs - len(values)) if split else None
-    jobs = [
-        Job(
-            args.machines,
-            args.lint,
-            args.config,
-            bounds,
-            k,
-            variant,
-            Tuning(max_states=args.max_states, split_at=SPLIT_FRONTIER if split else None),
-            not args.quiet,
-        )
-        for k in values
-    ]
-    pausable = PAUSED in machines.parameters
-    withdrawable = bool(machines.roles.withdrawn_states)
-    shown = describe_bounds(bounds, pausable=pausable, withdrawable=withdrawable)
-    print(f"check: {shown}; max_concurrent {' '.join(map(str, values))}")
-    print(describe_proof(proof))
+    tuning = Tuning(max_states=args.max_states, split_at=SPLIT_FRONTIER if split else None)
+    jobs: list[Job] = []
+    for queue in queues:
+        bounds = _bounds(args, queue)
+        first = Job(args.machines, args.lint, args.config, bounds, 1, variant, tuning)
+        setup = first.setup(machines)
+        values = _max_concurrent(args, setup)
+        jobs += [replace(first, max_concurrent=k, progress=not args.quiet) for k in values]
+        print(f"check: {describe_setup(setup, machines)}; max_concurrent {_joined(values)}")
+        proof = setup.rules().proof
+        print(describe_proof(proof, queue if len(queues) > 1 or proof.out_of_scope else None))
+    cores = Cores(args.jobs - len(jobs)) if split else None
     started = time.perf_counter()
     try:
         results = _run_all(jobs, machines, min(args.jobs, len(jobs)), cores)
@@ -304,8 +292,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         return EXIT_FAIL
     elapsed = time.perf_counter() - started
-    for result in results:
-        print(_result_line(result))
+    for job, result in zip(jobs, results, strict=True):
+        print(_result_line(result, job.bounds.queue if len(queues) > 1 else ""))
     failed = [(job, r) for job, r in zip(jobs, results, strict=True) if r.counterexample]
     if failed:
         job, result = failed[0]
@@ -316,6 +304,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             "raise --max-states or lower the bounds",
         )
         return EXIT_FAIL
+    for line in never_taken(machines, results):
+        print(line)
     states = sum(r.states for r in results)
     transitions = sum(r.transitions for r in results)
     cpu = sum(r.cpu_seconds for r in results)
@@ -326,14 +316,70 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def describe_proof(proof: Proof) -> str:
-    """The one line saying what this run proves: the invariants the policy declares."""
+def _bounds(args: argparse.Namespace, queue: str) -> Bounds:
+    return Bounds(
+        heads=args.heads,
+        rewrite=args.rewrite,
+        max_crashes=args.max_crashes if args.crashes else 0,
+        max_duplicates=args.max_duplicates,
+        max_dead_letters=args.max_dead_letters,
+        max_outages=args.max_outages,
+        max_attempts=args.max_attempts,
+        queue=queue,
+        max_overlaps=args.max_overlaps if args.overlaps else 0,
+        stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
+        pauses=args.pauses,
+        max_cancels=args.max_cancels,
+    )
+
+
+def _max_concurrent(args: argparse.Namespace, setup: Setup) -> list[int]:
+    """The values explored: those given; else, for a queue named with ``--queue``, the
+    one its config gives (no other value can occur on it); else 1 and 2."""
+    if args.max_concurrent:
+        return sorted(set(args.max_concurrent))
+    if args.queue:
+        return [int(setup.queue_config.param("max_concurrent"))]
+    return list(DEFAULT_MAX_CONCURRENT)
+
+
+def _joined(values: list[int]) -> str:
+    return " ".join(map(str, values))
+
+
+def describe_proof(proof: Proof, queue: str | None = None) -> str:
+    """The line saying what this run proves: the invariants the policy declares (for
+    ``queue``: those declared for it, and which are not)."""
+    where = f" for {queue}" if queue else ""
+    left = f" (not declared for {queue}: {', '.join(proof.out_of_scope)})" if queue else ""
     if not proof.names:
         return (
-            "proves: nothing - the machines declare no invariants (docs/check.md); "
-            "only that every step applies"
+            f"proves{where}: nothing - the machines declare no invariants"
+            f"{' for it' if queue else ''} (docs/check.md); only that every step applies"
+            + (left if proof.out_of_scope else "")
         )
-    return f"proves: {', '.join(proof.names)}"
+    return f"proves{where}: {', '.join(proof.names)}" + (left if proof.out_of_scope else "")
+
+
+def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
+    """The bounds of an exploration, and what its heads may change."""
+    pausable = PAUSED in machines.parameters
+    withdrawable = bool(machines.roles.withdrawn_states)
+    shown = describe_bounds(setup.bounds, pausable=pausable, withdrawable=withdrawable)
+    classes = setup.path_classes()
+    if classes:
+        shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
+    return shown
+
+
+def never_taken(machines: ProcessMachines, results: list[Result]) -> list[str]:
+    """A line for each transition of the delivery flow no exploration of the run took."""
+    flow = machines.queue_gate
+    taken = frozenset().union(*(r.taken for r in results))
+    return [
+        f"never taken: {describe_step(flow.spec.name, step)}"
+        for step in tracker(flow).never_taken(taken)
+    ]
 
 
 def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: bool = False) -> str:
@@ -369,7 +415,7 @@ def _run_all(
         return pool.map(run_job, jobs, chunksize=1)
 
 
-def _result_line(result: Result) -> str:
+def _result_line(result: Result, queue: str = "") -> str:
     verdict = "ok"
     if result.counterexample:
         verdict = f"VIOLATED {result.counterexample.violation.invariant}"
@@ -380,8 +426,9 @@ def _result_line(result: Result) -> str:
         how = ", split over 2 processes"
     elif result.searched_again:
         how = ", searched again unsplit for the shortest counterexample"
+    where = f"{queue} " if queue else ""
     return (
-        f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
+        f"  {where}max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
         f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
         f"{result.seconds:.1f} s, "
         f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"

@@ -25,10 +25,11 @@ policy selects (plus those of plugin-registered invariants, which bring their ow
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from ...config.globs import glob_match
 from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
 from ...located.errors import SpecError
 from ...machine.invariants import (
@@ -44,6 +45,7 @@ from ...machine.model import InvariantRef
 from ...process.catalog import ProcessMachines
 from ...process.gate import PAUSED
 from .observe import Observation, counter_of
+from .paths import PathClass
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class Rules:
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
     #: Where the ``withdraw`` role leads (an operator's cancel); empty: the policy has none.
     withdrawn_states: frozenset[str] = frozenset()
+    #: What a head ingested after the first may change (:mod:`.paths`); empty: nothing
+    #: the policy reads, so no head changes anything.
+    path_classes: tuple[PathClass, ...] = ()
 
     @cached_property
     def state_checks(self) -> tuple[Invariant, ...]:
@@ -92,8 +97,11 @@ class Rules:
         catalog: InvariantCatalog = INVARIANTS,
         max_baseline_lag: int = 0,
         max_validation_ms: int = 0,
+        queue: str | None = None,
+        path_classes: tuple[PathClass, ...] = (),
     ) -> Rules:
-        """The rules of ``machines``, checking the invariants they declare."""
+        """The rules of ``machines``, checking the invariants they declare (for ``queue``,
+        those declared for it)."""
         request, roles = machines.request, machines.roles
         return cls(
             max_concurrent=max_concurrent,
@@ -104,12 +112,13 @@ class Rules:
             superseded_states=roles.superseded_states,
             outcomes=tuple(roles.outcomes),
             history={k: tuple(v) for k, v in history.items()},
-            proof=Proof.declared_by(machines, catalog),
+            proof=Proof.declared_by(machines, catalog, queue=queue),
             bare_counter=bare_counter,
             max_baseline_lag=max_baseline_lag,
             max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
+            path_classes=path_classes,
         )
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -545,9 +554,7 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         _idle_counter_exact,
         holders=False,
     ),
-    Invariant(
-        "max_concurrent", "never more than max_concurrent unexpired slots held", _within_max
-    ),
+    Invariant("max_concurrent", "never more than max_concurrent unexpired slots held", _within_max),
     Invariant(
         "newest_not_superseded",
         "the newest ingested head is never superseded",
@@ -703,13 +710,26 @@ class Proof:
     edge: tuple[Invariant, ...]
     progress: bool
     lease_bounds_stall: bool = False
+    #: Declared invariants whose ``queues:`` match none of the checked queue's names.
+    out_of_scope: tuple[str, ...] = ()
 
     @classmethod
     def declared_by(
-        cls, machines: ProcessMachines, catalog: InvariantCatalog = INVARIANTS
+        cls,
+        machines: ProcessMachines,
+        catalog: InvariantCatalog = INVARIANTS,
+        *,
+        queue: str | None = None,
     ) -> Proof:
+        """The checks of what ``machines`` declare; with ``queue``, only of the invariants
+        declared for that queue (an entry without ``queues:`` is for every queue)."""
         specs = (machines.request.spec, machines.queue_gate.spec)
-        return cls.of(policy_invariants(specs), catalog)
+        refs = policy_invariants(specs)
+        if queue is None:
+            return cls.of(refs, catalog)
+        kept = tuple(ref for ref in refs if in_scope(ref, queue))
+        left = tuple(ref.name for ref in refs if not in_scope(ref, queue))
+        return replace(cls.of(kept, catalog), out_of_scope=left)
 
     @classmethod
     def of(cls, refs: Sequence[InvariantRef], catalog: InvariantCatalog = INVARIANTS) -> Proof:
@@ -735,6 +755,12 @@ class Proof:
             progress=PROGRESS.name in chosen,
             lease_bounds_stall=LEASE_BOUNDS_STALL.name in chosen,
         )
+
+
+def in_scope(ref: InvariantRef, queue: str) -> bool:
+    """Whether the invariant ``ref`` declares is held to ``queue``: it names no queues,
+    or one of its names or ``*`` patterns matches (``config/queues.yaml``'s globs)."""
+    return not ref.queues or any(glob_match(p, queue) for p in ref.queue_patterns)
 
 
 def _bind(check: InvariantCheck, params: Mapping[str, Any], in_state: bool) -> InvariantCheck:
