@@ -16,6 +16,7 @@ from check_mutants.mutants import write_mutant
 
 from stovepipe_fsm.apps.check.invariants import Proof, in_scope
 from stovepipe_fsm.apps.cli import main
+from stovepipe_fsm.config import load_queue_config
 from stovepipe_fsm.machine.invariants import INVARIANTS
 from stovepipe_fsm.machine.loader import load_machine
 from stovepipe_fsm.process.catalog import load_process_machines
@@ -146,3 +147,47 @@ def test_check_queue_takes_its_max_concurrent_from_the_config(
     # Without --queue: the default queue at 1 and 2, as always.
     code, out = run_check(capsys, "--config", str(config), *FAST)
     assert [m[1:] for m in RESULT.findall(out)] == [("1", "ok"), ("2", "ok")]
+
+
+# --- scopes in the config -------------------------------------------------------------
+
+
+def test_the_config_scopes_what_the_machines_declare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The machines declare admits_latest for every queue; the config narrows it, so a
+    policy of shipped machines and config alone scopes it per queue."""
+    machines = scoped(tmp_path / "m", {}, mutant="no_coalesce")
+    config = tmp_path / "queues.yaml"
+    config.write_text("invariants:\n  admits_latest: ['monorepo/*']\n", encoding="utf-8")
+    policy = load_queue_config(config)
+    (scope,) = policy.invariant_scopes
+    assert (scope.name, scope.queues) == ("admits_latest", ("monorepo/*",))
+    assert scope.location is not None and scope.location.line == 2
+    where = ["--machines", str(machines), "--config", str(config), "--out", str(tmp_path / "cx")]
+    code, out = run_check(capsys, *where, "--queue", "release/one", *FAST)
+    assert code == 0, out
+    assert "(not declared for release/one: admits_latest)" in out
+    code, out = run_check(capsys, *where, "--queue", "monorepo/main", *FAST)
+    assert code == 1
+    assert "invariant admits_latest:" in out
+    # The config's list replaces the machine entry's.
+    machines = scoped(tmp_path / "m2", {"admits_latest": ["release/*"]}, mutant="no_coalesce")
+    where[1] = str(machines)
+    code, out = run_check(capsys, *where, "--queue", "release/one", *FAST)
+    assert code == 0, out
+
+
+def test_a_config_scope_of_an_undeclared_invariant_is_a_located_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "queues.yaml"
+    config.write_text("invariants:\n  admits_latst: [monorepo/main]\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["check", "--config", str(config), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}:2:3: invariants: 'admits_latst' is not declared by the machines" in err
+    config.write_text("invariants:\n  admits_latest: [' main']\n", encoding="utf-8")
+    assert main(["check", "--config", str(config), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}:2:19: invariants: admits_latest: invalid queue name ' main'" in err

@@ -20,6 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ...adapters.memory.config import StaticConfigStore
+from ...located.errors import Location, SpecError, SpecIssue
+from ...machine.invariants import policy_invariants
+from ...machine.lint import UNKNOWN_INVARIANT
 from ...process.catalog import ProcessMachines, load_process_machines
 from ...process.gate import PAUSED
 from ...simulation.replay import render_table
@@ -37,7 +41,7 @@ from .explorer import (
     rate,
     stderr_progress,
 )
-from .invariants import Proof
+from .invariants import Proof, Scopes
 from .model import Bounds
 from .split import Cores, PartKilled, can_fork
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
@@ -224,7 +228,33 @@ class Job:
     def setup(self, machines: ProcessMachines | None = None) -> Setup:
         loaded = machines or load_process_machines(self.machines, lint=self.lint)
         store = load_policy_store(self.config, loaded.parameters)
-        return Setup(loaded, store, self.bounds, self.max_concurrent, self.variant)
+        return Setup(
+            loaded, store, self.bounds, self.max_concurrent, self.variant, scopes=scopes_of(store)
+        )
+
+
+def scopes_of(store: StaticConfigStore) -> Scopes:
+    """The config's ``invariants:``, as the checker takes them."""
+    return tuple((scope.name, scope.queues) for scope in store.policy.invariant_scopes)
+
+
+def check_scopes(store: StaticConfigStore, machines: ProcessMachines) -> None:
+    """Refuse a config that scopes an invariant the machines do not declare: a typo
+    would otherwise leave the invariant proved for every queue, silently."""
+    specs = (machines.request.spec, machines.queue_gate.spec)
+    declared = [ref.name for ref in policy_invariants(specs)]
+    issues = [
+        SpecIssue(
+            scope.location or Location(store.policy.source, 1, 1),
+            f"invariants: {scope.name!r} is not declared by the machines; they declare: "
+            f"{', '.join(declared) or 'none'}",
+            UNKNOWN_INVARIANT,
+        )
+        for scope in store.policy.invariant_scopes
+        if scope.name not in declared
+    ]
+    if issues:
+        raise SpecError(issues)
 
 
 _cores: Cores | None = None  # this run's idle cores, in each process of the pool
@@ -261,9 +291,11 @@ def _command_gone() -> Callable[[], bool]:
 def cmd_check(args: argparse.Namespace) -> int:
     machines = load_process_machines(args.machines, lint=args.lint)
     variant = Variant(bare_counter=args.bare_counter)
+    store = load_policy_store(args.config, machines.parameters)
+    check_scopes(store, machines)
     if args.replay:
         queue = load_timeline(args.replay).queue
-        proof = Proof.declared_by(machines, queue=queue)
+        proof = Proof.declared_by(machines, queue=queue, scopes=scopes_of(store))
         print(describe_proof(proof, queue if proof.out_of_scope else None))
         return _replay(args, machines, variant, proof)
     queues = list(dict.fromkeys(args.queue or [DEFAULT_QUEUE]))
@@ -455,7 +487,12 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
     violation = counterexample.violation
     timeline = as_timeline(setup, counterexample)
     confirmed = replay(
-        timeline, setup.machines, setup.config, variant=setup.variant, catalog=setup.catalog
+        timeline,
+        setup.machines,
+        setup.config,
+        variant=setup.variant,
+        catalog=setup.catalog,
+        scopes=setup.scopes,
     )
     print()
     print(f"invariant {violation.invariant}: {violation.summary}")
@@ -489,7 +526,7 @@ def _replay(
 ) -> int:
     timeline = load_timeline(args.replay)
     store = load_policy_store(args.config, machines.parameters)
-    result = replay(timeline, machines, store, variant=variant)
+    result = replay(timeline, machines, store, variant=variant, scopes=scopes_of(store))
     print(render_table(result.simulation()))
     print()
     if result.violation is None:

@@ -66,6 +66,7 @@ from .invariants import (
     PROGRESS,
     Invariant,
     Rules,
+    Scopes,
     Violation,
     check_edge,
     check_state,
@@ -101,6 +102,8 @@ class Setup:
     max_concurrent: int
     variant: Variant = field(default_factory=Variant)
     catalog: InvariantCatalog = INVARIANTS  # where declared names not built in are found
+    #: The config's ``invariants:`` (which queues each invariant is proved for).
+    scopes: Scopes = ()
 
     @property
     def queue_config(self) -> QueueConfig:
@@ -153,6 +156,7 @@ class Setup:
             max_validation_ms=self.max_validation_ms,
             queue=self.bounds.queue,
             path_classes=self.path_classes(),
+            scopes=self.scopes,
         )
 
     def path_classes(self) -> tuple[PathClass, ...]:

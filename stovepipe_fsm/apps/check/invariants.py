@@ -99,6 +99,7 @@ class Rules:
         max_validation_ms: int = 0,
         queue: str | None = None,
         path_classes: tuple[PathClass, ...] = (),
+        scopes: Scopes = (),
     ) -> Rules:
         """The rules of ``machines``, checking the invariants they declare (for ``queue``,
         those declared for it)."""
@@ -112,7 +113,7 @@ class Rules:
             superseded_states=roles.superseded_states,
             outcomes=tuple(roles.outcomes),
             history={k: tuple(v) for k, v in history.items()},
-            proof=Proof.declared_by(machines, catalog, queue=queue),
+            proof=Proof.declared_by(machines, catalog, queue=queue, scopes=scopes),
             bare_counter=bare_counter,
             max_baseline_lag=max_baseline_lag,
             max_validation_ms=max_validation_ms,
@@ -720,15 +721,19 @@ class Proof:
         catalog: InvariantCatalog = INVARIANTS,
         *,
         queue: str | None = None,
+        scopes: Scopes = (),
     ) -> Proof:
         """The checks of what ``machines`` declare; with ``queue``, only of the invariants
-        declared for that queue (an entry without ``queues:`` is for every queue)."""
+        declared for that queue (an entry without ``queues:`` is for every queue).
+        ``scopes`` (the config's ``invariants:``) replace the queues of the entries they
+        name."""
         specs = (machines.request.spec, machines.queue_gate.spec)
         refs = policy_invariants(specs)
         if queue is None:
             return cls.of(refs, catalog)
-        kept = tuple(ref for ref in refs if in_scope(ref, queue))
-        left = tuple(ref.name for ref in refs if not in_scope(ref, queue))
+        given = dict(scopes)
+        kept = tuple(ref for ref in refs if in_scope(ref, queue, given.get(ref.name)))
+        left = tuple(ref.name for ref in refs if not in_scope(ref, queue, given.get(ref.name)))
         return replace(cls.of(kept, catalog), out_of_scope=left)
 
     @classmethod
@@ -757,10 +762,16 @@ class Proof:
         )
 
 
-def in_scope(ref: InvariantRef, queue: str) -> bool:
-    """Whether the invariant ``ref`` declares is held to ``queue``: it names no queues,
-    or one of its names or ``*`` patterns matches (``config/queues.yaml``'s globs)."""
-    return not ref.queues or any(glob_match(p, queue) for p in ref.queue_patterns)
+#: The config's ``invariants:``: invariant name -> the queue names and patterns it is for.
+Scopes = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def in_scope(ref: InvariantRef, queue: str, patterns: Sequence[str] | None = None) -> bool:
+    """Whether the invariant ``ref`` declares is held to ``queue``: its queues (or
+    ``patterns``, when the config gives them) are none, or one of those names or ``*``
+    patterns matches (``config/queues.yaml``'s globs)."""
+    chosen = ref.queue_patterns if patterns is None else tuple(patterns)
+    return not chosen or any(glob_match(p, queue) for p in chosen)
 
 
 def _bind(check: InvariantCheck, params: Mapping[str, Any], in_state: bool) -> InvariantCheck:

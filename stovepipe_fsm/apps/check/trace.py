@@ -34,6 +34,7 @@ from .invariants import (
     LEASE_BOUNDS_STALL,
     PROGRESS,
     Rules,
+    Scopes,
     Violation,
     check_edge,
     check_state,
@@ -66,6 +67,7 @@ def replay(
     *,
     variant: Variant | None = None,
     catalog: InvariantCatalog = INVARIANTS,
+    scopes: Scopes = (),
 ) -> Replay:
     """Run ``timeline`` step by step, stopping at the first broken declared property."""
     variant = variant or Variant()
@@ -81,6 +83,7 @@ def replay(
         max_baseline_lag=int(declared.get(MAX_BASELINE_LAG, 0)),
         max_validation_ms=int(declared.get(MAX_VALIDATION_MS, 0)),
         queue=timeline.queue,
+        scopes=scopes,
     )
     result = Replay(world)
     obs = observe(world)
