@@ -191,3 +191,10 @@ def test_a_config_scope_of_an_undeclared_invariant_is_a_located_error(
     assert main(["check", "--config", str(config), *FAST]) == 2
     err = capsys.readouterr().err
     assert f"{config}:2:19: invariants: admits_latest: invalid queue name ' main'" in err
+
+
+def test_a_pattern_is_no_queue_to_check(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--queue", "release/*", *FAST])
+    assert exited.value.code == 2
+    assert "name one queue the pattern matches" in capsys.readouterr().err

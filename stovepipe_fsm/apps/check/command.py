@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ...adapters.memory.config import StaticConfigStore
+from ...domain.queue_names import InvalidQueueName, validate_queue_name
 from ...located.errors import Location, SpecError, SpecIssue
 from ...machine.invariants import policy_invariants
 from ...machine.lint import UNKNOWN_INVARIANT
@@ -71,6 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--queue",
         nargs="+",
+        type=_queue_name,
         metavar="Q",
         help=f"queues to check, each with its own policy from --config: its max_concurrent "
         f"and the invariants declared for it (default {DEFAULT_QUEUE}, at max_concurrent "
@@ -196,6 +198,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="replay a timeline with every invariant checked after each step, then exit",
     )
     p.set_defaults(handler=cmd_check)
+
+
+def _queue_name(text: str) -> str:
+    """A queue name as ingest accepts it: a pattern names no queue to explore."""
+    try:
+        validate_queue_name(text)
+    except InvalidQueueName as exc:
+        hint = "; name one queue the pattern matches" if "*" in text else ""
+        raise argparse.ArgumentTypeError(f"{exc}{hint}") from None
+    return text
 
 
 def _positive(text: str) -> int:
