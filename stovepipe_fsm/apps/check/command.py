@@ -1,12 +1,15 @@
 """``stovepipe-fsm check``: the command line of the model checker.
 
-One exploration per ``--max-concurrent`` value; with more than one value and more than
-one ``--jobs``, they run in parallel processes (each loads the machines itself: compiled
-machines hold callables and are not sent between processes). With more than one job,
-an exploration still running when a core is idle forks into two processes (``--split``,
-:mod:`.split`). The report is printed in ``max_concurrent`` order whatever finished
-first, and the counterexample written is the one of the smallest ``max_concurrent``
-that has one, so a run is deterministic.
+One exploration per queue (``--queue``) and ``max_concurrent`` value (``--max-concurrent``,
+else the queue's configured one when ``--queue`` names it, else 1 and 2); with more than
+one exploration and more than one ``--jobs``, they run in parallel processes (each loads
+the machines itself: compiled machines hold callables and are not sent between
+processes). With more than one job, an exploration still running when a core is idle
+forks into two processes (``--split``, :mod:`.split`). The report is printed in queue
+and ``max_concurrent`` order whatever finished first, and the counterexample written is
+the one of the first exploration in that order that has one, so a run is
+deterministic. A passing run then names the transitions of the delivery flow that no
+exploration took (:mod:`.coverage`).
 """
 
 from __future__ import annotations
