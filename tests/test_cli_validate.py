@@ -301,5 +301,6 @@ def test_a_misspelt_queue_config_is_checked_as_config(
     code, out, _ = run(capsys, "config/queues.yaml")
     assert code == 1
     assert out.strip() == (
-        "config/queues.yaml:1:1: unknown key 'queue' in document; allowed: defaults, queues"
+        "config/queues.yaml:1:1: unknown key 'queue' in document; "
+        "allowed: defaults, invariants, queues"
     )

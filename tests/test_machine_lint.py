@@ -533,6 +533,16 @@ def _cases(request: str, gate: str) -> list[Case]:
         "invariant 'progress' has no parameter 'held_by'; its parameters: none",
         column=column_of(text, line_of(text, "held_by: paused"), "held_by"),
     )
+    text = edit(GATE, "  - admits_latest ", "  - {name: admits_latest, queues: [' main']} ")
+    add(
+        "invariant-queues",
+        "invariant-queues",
+        text,
+        line_of(text, "queues: [' main']"),
+        "invariant 'admits_latest': ' main' is neither a queue name nor a pattern that can "
+        "match one",
+        column=column_of(text, line_of(text, "queues: [' main']"), "' main'"),
+    )
     text = edit(GATE, "  - progress ", "  - max_concurrent\n  - progress ")
     add(
         "duplicate-invariant",

@@ -37,6 +37,26 @@ def key_issues(doc: SourceDocument) -> list[SpecIssue]:
     return issues
 
 
+INVARIANTS = "invariants"
+
+
+def invariant_scope_issues(doc: SourceDocument) -> list[SpecIssue]:
+    """Queue names or patterns under ``invariants:`` that can name no queue, located."""
+    data = doc.data
+    if not isinstance(data, dict) or not isinstance(data.get(INVARIANTS), dict):
+        return []
+    issues: list[SpecIssue] = []
+    for name, queues in data[INVARIANTS].items():
+        for i, key in enumerate(queues if isinstance(queues, list) else ()):
+            if not isinstance(key, str) or not key:
+                continue  # the schema reports it
+            problem = pattern_problem(key) if is_pattern(key) else name_problem(key)
+            if problem is not None:
+                where = doc.locate((INVARIANTS, name, i))
+                issues.append(SpecIssue(where, f"invariants: {name}: {problem}", "queue-name"))
+    return issues
+
+
 def name_problem(key: str) -> str | None:
     """Why ``key`` is not a valid exact queue name, or None."""
     try:

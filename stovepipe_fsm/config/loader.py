@@ -18,8 +18,16 @@ from ..located.errors import SpecError, SpecIssue
 from ..located.schema import load_schema, schema_issues
 from ..located.yaml_source import SourceDocument, read_yaml
 from ..machine.model import ParameterSpec
-from .checks import HOLD_DELAY, LEASE, QUEUES, key_issues, lease_issues
-from .policy import PolicyEntry, QueuePolicy, Settings
+from .checks import (
+    HOLD_DELAY,
+    INVARIANTS,
+    LEASE,
+    QUEUES,
+    invariant_scope_issues,
+    key_issues,
+    lease_issues,
+)
+from .policy import InvariantScope, PolicyEntry, QueuePolicy, Settings
 
 DEFAULT_CONFIG_PATH = Path("config") / "queues.yaml"
 DEFAULTS = "defaults"
@@ -94,6 +102,7 @@ def document_issues(
     """Schema violations plus key problems of a parsed document."""
     schema = settings_schema(parameters, other_keys=other_keys)
     issues = [*schema_issues(doc, SCHEMA_NAME, schema=schema), *key_issues(doc)]
+    issues += invariant_scope_issues(doc)
     if parameters is not None and LEASE in parameters and HOLD_DELAY in parameters:
         issues += lease_issues(doc, parameters[HOLD_DELAY].default)
     return issues
@@ -119,6 +128,10 @@ def policy_from_document(doc: SourceDocument, parameters: Declarations = None) -
         entries=entries,
         source=doc.file,
         parameter_defaults=defaults.parameters,
+        invariant_scopes=tuple(
+            InvariantScope(name, tuple(queues), doc.locate((INVARIANTS, name), key=True))
+            for name, queues in (data.get(INVARIANTS) or {}).items()
+        ),
     )
 
 

@@ -82,6 +82,16 @@ class PolicyEntry:
 
 
 @dataclass(frozen=True)
+class InvariantScope:
+    """An ``invariants:`` entry of the config: the queues (names and patterns) an
+    invariant the machines declare is proved for, in place of what the machines say."""
+
+    name: str
+    queues: tuple[str, ...]
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
 class QueuePolicy:
     """Defaults plus entries; answers "what config does this queue get?".
 
@@ -93,6 +103,8 @@ class QueuePolicy:
     entries: tuple[PolicyEntry, ...] = ()
     source: str = "<built-in>"
     parameter_defaults: tuple[tuple[str, Any], ...] = ()
+    #: What ``stovepipe-fsm check`` proves for which queues (it alone reads them).
+    invariant_scopes: tuple[InvariantScope, ...] = ()
     _exact: dict[str, PolicyEntry] = field(init=False, repr=False, compare=False)
     _patterns: tuple[PolicyEntry, ...] = field(init=False, repr=False, compare=False)
     #: Resolved configs by queue name: a policy never changes (a reload makes a new one)

@@ -42,8 +42,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..located.errors import SpecIssue
-from .model import InvariantRef, MachineSpec
+from .model import INVARIANT_QUEUES, InvariantRef, MachineSpec
 from .registry import DuplicateName, RegistrationRefused
 
 STATE = "state"
@@ -175,7 +176,7 @@ class InvariantCatalog:
                 + ("needs a check function" if info.check is None else "takes no function")
             )
         for name, schema in info.parameters.items():
-            if not NAME_PATTERN.match(name) or name == "name":
+            if not NAME_PATTERN.match(name) or name in ("name", INVARIANT_QUEUES):
                 raise RegistrationRefused(f"invariant {info.name!r}: bad parameter name {name!r}")
             Draft202012Validator.check_schema(dict(schema))
         parameters = {k: MappingProxyType(dict(v)) for k, v in info.parameters.items()}
@@ -238,6 +239,32 @@ def unknown_invariant(ref: InvariantRef, catalog: InvariantCatalog, rule: str) -
         f"{', '.join(sorted(catalog.names())) or 'none'}",
         rule,
     )
+
+
+def queue_scope_issues(ref: InvariantRef, rule: str) -> list[SpecIssue]:
+    """The ``queues:`` entries of ``ref`` that no valid queue name can be (nor match).
+
+    ``*`` matches any run of characters, as in ``config/queues.yaml``: a pattern can
+    match a valid name exactly when it does with every ``*`` standing for one ordinary
+    character (``docs/config.md``)."""
+    issues: list[SpecIssue] = []
+    for pattern in ref.queues:
+        probe = pattern.name.replace("*", "0")
+        try:
+            if "**" in pattern.name:
+                raise InvalidQueueName("'**' means the same as '*' here; write a single '*'")
+            validate_queue_name(probe)
+        except InvalidQueueName as exc:
+            reason = str(exc).replace(repr(probe), repr(pattern.name))
+            issues.append(
+                SpecIssue(
+                    pattern.location,
+                    f"invariant {ref.name!r}: {pattern.name!r} is neither a queue name nor a "
+                    f"pattern that can match one: {reason}",
+                    rule,
+                )
+            )
+    return issues
 
 
 def policy_invariants(specs: Iterable[MachineSpec]) -> tuple[InvariantRef, ...]:

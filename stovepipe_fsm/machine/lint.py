@@ -32,6 +32,8 @@ needs the edit. Rules:
                              refuses, or a required parameter left out
 - ``duplicate-invariant``    an invariant declared twice in the policy (in one file, or
                              again in a later file of the machine directory)
+- ``invariant-queues``       an invariant's ``queues:`` entry that is neither a valid queue
+                             name nor a pattern that can match one
 
 Non-determinism and exhaustiveness are decided exactly by enumerating the truth table of
 the conditions involved (treated as independent), so the YAML must say ``unless`` where
@@ -44,7 +46,7 @@ import itertools
 from collections.abc import Mapping
 
 from ..located.errors import Location, SpecIssue
-from .invariants import INVARIANTS, InvariantCatalog, unknown_invariant
+from .invariants import INVARIANTS, InvariantCatalog, queue_scope_issues, unknown_invariant
 from .model import FLOW, MachineSpec, TransitionSpec
 from .parameters import parameter_issues
 from .registry import Registry
@@ -55,6 +57,7 @@ UNKNOWN_INVARIANT = "unknown-invariant"
 UNREGISTERED = "unregistered"
 INVARIANT_PARAMETER = "invariant-parameter"
 DUPLICATE_INVARIANT = "duplicate-invariant"
+INVARIANT_QUEUES = "invariant-queues"
 
 
 def lint_machine(
@@ -153,6 +156,7 @@ def _invariants(spec: MachineSpec, catalog: InvariantCatalog) -> list[SpecIssue]
             )
             continue
         seen[ref.name] = ref.location
+        issues += queue_scope_issues(ref, INVARIANT_QUEUES)
         info = catalog.get(ref.name)
         if info is None:
             issues.append(unknown_invariant(ref, catalog, UNKNOWN_INVARIANT))

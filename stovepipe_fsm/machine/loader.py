@@ -25,6 +25,7 @@ from ..located.yaml_source import JsonPath, SourceDocument, read_yaml
 from .invariants import INVARIANTS, InvariantCatalog, repeated_invariants
 from .lint import DUPLICATE_INVARIANT, UNKNOWN_INVARIANT, UNREGISTERED, lint_machine
 from .model import (
+    INVARIANT_QUEUES,
     LIFECYCLE,
     InvariantParameter,
     InvariantRef,
@@ -94,7 +95,7 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
 
 
 def _invariant(doc: SourceDocument, item: str | dict[str, Any], path: JsonPath) -> InvariantRef:
-    """A bare name, or ``{name: ..., <parameter>: <value>, ...}``."""
+    """A bare name, or ``{name: ..., queues: [...], <parameter>: <value>, ...}``."""
     if isinstance(item, str):
         return InvariantRef(item, doc.locate(path))
     return InvariantRef(
@@ -105,7 +106,11 @@ def _invariant(doc: SourceDocument, item: str | dict[str, Any], path: JsonPath) 
                 key, value, doc.locate((*path, key), key=True), doc.locate((*path, key))
             )
             for key, value in item.items()
-            if key != "name"
+            if key not in ("name", INVARIANT_QUEUES)
+        ),
+        tuple(
+            NameRef(pattern, doc.locate((*path, INVARIANT_QUEUES, i)))
+            for i, pattern in enumerate(item.get(INVARIANT_QUEUES, ()))
         ),
     )
 

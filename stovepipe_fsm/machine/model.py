@@ -16,6 +16,8 @@ from ..located.errors import Location
 
 LIFECYCLE = "lifecycle"
 FLOW = "flow"
+#: The key of an ``invariants:`` entry that scopes it to queue names and patterns.
+INVARIANT_QUEUES = "queues"
 
 
 @dataclass(frozen=True)
@@ -118,15 +120,26 @@ class InvariantParameter:
 
 @dataclass(frozen=True)
 class InvariantRef:
-    """An entry of ``invariants:``: a catalogue name, where it is written, its parameters."""
+    """An entry of ``invariants:``: a catalogue name, where it is written, its parameters,
+    and the queues it is held to.
+
+    ``queues`` are queue names or ``*`` patterns (as in ``config/queues.yaml``); empty:
+    every queue. ``check`` proves the invariant only for a queue one of them matches, so
+    one policy can promise coalescing on some queues and not on others.
+    """
 
     name: str
     location: Location
     parameters: tuple[InvariantParameter, ...] = ()
+    queues: tuple[NameRef, ...] = ()
 
     @property
     def values(self) -> dict[str, Any]:
         return {p.name: p.value for p in self.parameters}
+
+    @property
+    def queue_patterns(self) -> tuple[str, ...]:
+        return tuple(q.name for q in self.queues)
 
 
 @dataclass(frozen=True)

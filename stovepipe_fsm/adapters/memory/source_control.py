@@ -118,6 +118,21 @@ class MemorySourceControl:
     def commits(self) -> tuple[str, ...]:
         return tuple(sorted(self._parents))
 
+    def set_changes(self, sha: str, paths: Iterable[str]) -> None:
+        """Say which paths ``sha`` changed (replacing what it had). Clones share the
+        changes until one of them sets some: this one then gets its own."""
+        if sha not in self._parents:
+            raise ValueError(f"changes of {sha!r}: no such commit in the graph")
+        if isinstance(paths, str):
+            raise TypeError(f"changes of {sha!r} must be a sequence of paths, not a string")
+        self._changes = {**self._changes, sha: frozenset(paths)}
+
+    def changes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Every commit given changes, with its paths, sorted: a hashable value."""
+        if not self._changes:
+            return ()
+        return tuple(sorted((sha, tuple(sorted(p))) for sha, p in self._changes.items() if p))
+
     def parents_of(self, sha: str) -> tuple[str, ...]:
         try:
             return self._parents[sha]

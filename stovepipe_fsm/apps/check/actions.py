@@ -11,20 +11,21 @@ Enabled actions, for the one checked queue:
   request whose build was published, with each outcome; bring source control back up
   (only reachable from a replayed timeline that left it down);
 - bounded (the environment may do these, a few times per path): ingest the next head
-  (A1..AN, then the rewrite head R); arm a crash point and deliver (kept only when the
-  delivery reaches the point); a delivery during a source-control outage (down, deliver,
-  up - kept only when the delivery asked source control), a retryable failure that the
-  settle policy counts and retries with backoff; once a path had its outage, a head that
-  has failed may fail again the same way (the outage goes on), free of the outage bound
-  because the policy dead-letters it at the queue's ``max_attempts`` (check's default
-  is 2, so that exhaustion is within reach); a duplicate process message
-  for an accepted head (ingest publishes only while a request is accepted; a message
-  redelivered after the work was done is the ``after_publish_build`` crash);
-  dead-letter reconcile of a non-terminal request; when the policy declares the
-  ``paused`` parameter, pause the queue when its head is due (a ``config`` step), and
-  once paused resume it when its head is due, a delivery is in hand or nothing waits -
-  free, as whether the queue is paused is part of the state, but never fair: a paused
-  queue may stay paused, and its holds are no wedge;
+  (A1..AN, then the rewrite head R; each but the first changing the paths of one of the
+  policy's path classes in turn, when it has any, :mod:`.paths`); arm a crash point and
+  deliver (kept only when the delivery reaches the point); a delivery during a source-
+  control outage (down, deliver, up - kept only when the delivery asked source control),
+  a retryable failure that the settle policy counts and retries with backoff; once a
+  path had its outage, a head that has failed may fail again the same way (the outage
+  goes on), free of the outage bound because the policy dead-letters it at the queue's
+  ``max_attempts`` (check's default is 2, so that exhaustion is within reach); a
+  duplicate process message for an accepted head (ingest publishes only while a request
+  is accepted; a message redelivered after the work was done is the
+  ``after_publish_build`` crash); dead-letter reconcile of a non-terminal request; when
+  the policy declares the ``paused`` parameter, pause the queue when its head is due (a
+  ``config`` step), and once paused resume it when its head is due, a delivery is in
+  hand or nothing waits - free, as whether the queue is paused is part of the state, but
+  never fair: a paused queue may stay paused, and its holds are no wedge;
 - when the policy declares the ``withdraw`` role, an operator's ``cancel`` of any head
   not yet ended (``--max-cancels``): the verb ends a waiting one and refuses a running one,
   so what is explored is every moment the operator may run it, the race with an
@@ -94,6 +95,12 @@ def failed_delivery(kind: str, queue: str) -> Action:
     """A delivery while source control is down."""
     down = step("source_control", queue, value="down")
     return Action(kind, (down, step("deliver", queue), step("source_control", queue, value="up")))
+
+
+@cache
+def ingest_changing(queue: str, uri: str, paths: tuple[str, ...]) -> Action:
+    """Ingest ``uri``, a commit that changed ``paths``."""
+    return Action(INGEST, (step("ingest", queue, uri=uri),), paths)
 
 
 class StepFailed(Exception):
@@ -215,7 +222,14 @@ def enabled(
 
     heads = bounds.ingest_order()
     if others and budget.heads < len(heads):
-        actions.append(one_step(INGEST, "ingest", q, uri=heads[budget.heads]))
+        uri = heads[budget.heads]
+        if budget.heads and rules.path_classes:
+            # The head changes the paths of each class in turn; the first head is the
+            # root of the history, in no diff since a last green (.paths).
+            for kind in rules.path_classes:
+                actions.append(ingest_changing(q, uri, kind.paths))
+        else:
+            actions.append(one_step(INGEST, "ingest", q, uri=uri))
     if head_due and budget.crashes < bounds.max_crashes:
         for point in CRASH_POINTS:
             actions.append(crash_action(q, point))
@@ -274,6 +288,8 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     twin = world if in_place else world.clone()
     asked, stalled = twin.graph.calls, len(twin.in_hand)
     rows = twin.requests.snapshot() if action.kind == CANCEL else ()
+    for commit, paths in action.changed().items():
+        twin.graph.set_changes(commit, paths)
     for item in action.steps:
         try:
             apply_step(twin, item, rows=False)

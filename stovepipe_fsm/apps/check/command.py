@@ -1,12 +1,15 @@
 """``stovepipe-fsm check``: the command line of the model checker.
 
-One exploration per ``--max-concurrent`` value; with more than one value and more than
-one ``--jobs``, they run in parallel processes (each loads the machines itself: compiled
-machines hold callables and are not sent between processes). With more than one job,
-an exploration still running when a core is idle forks into two processes (``--split``,
-:mod:`.split`). The report is printed in ``max_concurrent`` order whatever finished
-first, and the counterexample written is the one of the smallest ``max_concurrent``
-that has one, so a run is deterministic.
+One exploration per queue (``--queue``) and ``max_concurrent`` value (``--max-concurrent``,
+else the queue's configured one when ``--queue`` names it, else 1 and 2); with more than
+one exploration and more than one ``--jobs``, they run in parallel processes (each loads
+the machines itself: compiled machines hold callables and are not sent between
+processes). With more than one job, an exploration still running when a core is idle
+forks into two processes (``--split``, :mod:`.split`). The report is printed in queue
+and ``max_concurrent`` order whatever finished first, and the counterexample written is
+the one of the first exploration in that order that has one, so a run is
+deterministic. A passing run then names the transitions of the delivery flow that no
+exploration took (:mod:`.coverage`).
 """
 
 from __future__ import annotations
@@ -17,15 +20,21 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ...adapters.memory.config import StaticConfigStore
+from ...domain.queue_names import InvalidQueueName, validate_queue_name
+from ...located.errors import Location, SpecError, SpecIssue
+from ...machine.invariants import policy_invariants
+from ...machine.lint import UNKNOWN_INVARIANT
 from ...process.catalog import ProcessMachines, load_process_machines
 from ...process.gate import PAUSED
 from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
 from ...simulation.world import STALL_POINTS
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
+from .coverage import describe_step, tracker
 from .explorer import (
     DEFAULT_MAX_STATES,
     SPLIT_FRONTIER,
@@ -36,7 +45,7 @@ from .explorer import (
     rate,
     stderr_progress,
 )
-from .invariants import Proof
+from .invariants import Proof, Scopes
 from .model import Bounds
 from .split import Cores, PartKilled, can_fork
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
@@ -63,7 +72,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="machine directory")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="queue policy file")
-    p.add_argument("--queue", default=DEFAULT_QUEUE, help="queue to check (its policy applies)")
+    p.add_argument(
+        "--queue",
+        nargs="+",
+        type=_queue_name,
+        metavar="Q",
+        help=f"queues to check, each with its own policy from --config: its max_concurrent "
+        f"and the invariants declared for it (default {DEFAULT_QUEUE}, at max_concurrent "
+        "1 and 2)",
+    )
     p.add_argument(
         "--heads", type=_positive, default=3, help="linear heads A1..AN ingested (default 3)"
     )
@@ -77,9 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--max-concurrent",
         type=_positive,
         nargs="+",
-        default=list(DEFAULT_MAX_CONCURRENT),
         metavar="K",
-        help="explore with each of these max_concurrent values (default 1 2)",
+        help="explore with each of these max_concurrent values, whatever the config says "
+        "(default: with --queue, each queue's own; else 1 2)",
     )
     p.add_argument(
         "--crashes",
@@ -186,6 +203,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(handler=cmd_check)
 
 
+def _queue_name(text: str) -> str:
+    """A queue name as ingest accepts it: a pattern names no queue to explore."""
+    try:
+        validate_queue_name(text)
+    except InvalidQueueName as exc:
+        hint = "; name one queue the pattern matches" if "*" in text else ""
+        raise argparse.ArgumentTypeError(f"{exc}{hint}") from None
+    return text
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -216,7 +243,33 @@ class Job:
     def setup(self, machines: ProcessMachines | None = None) -> Setup:
         loaded = machines or load_process_machines(self.machines, lint=self.lint)
         store = load_policy_store(self.config, loaded.parameters)
-        return Setup(loaded, store, self.bounds, self.max_concurrent, self.variant)
+        return Setup(
+            loaded, store, self.bounds, self.max_concurrent, self.variant, scopes=scopes_of(store)
+        )
+
+
+def scopes_of(store: StaticConfigStore) -> Scopes:
+    """The config's ``invariants:``, as the checker takes them."""
+    return tuple((scope.name, scope.queues) for scope in store.policy.invariant_scopes)
+
+
+def check_scopes(store: StaticConfigStore, machines: ProcessMachines) -> None:
+    """Refuse a config that scopes an invariant the machines do not declare: a typo
+    would otherwise leave the invariant proved for every queue, silently."""
+    specs = (machines.request.spec, machines.queue_gate.spec)
+    declared = [ref.name for ref in policy_invariants(specs)]
+    issues = [
+        SpecIssue(
+            scope.location or Location(store.policy.source, 1, 1),
+            f"invariants: {scope.name!r} is not declared by the machines; they declare: "
+            f"{', '.join(declared) or 'none'}",
+            UNKNOWN_INVARIANT,
+        )
+        for scope in store.policy.invariant_scopes
+        if scope.name not in declared
+    ]
+    if issues:
+        raise SpecError(issues)
 
 
 _cores: Cores | None = None  # this run's idle cores, in each process of the pool
@@ -253,46 +306,28 @@ def _command_gone() -> Callable[[], bool]:
 def cmd_check(args: argparse.Namespace) -> int:
     machines = load_process_machines(args.machines, lint=args.lint)
     variant = Variant(bare_counter=args.bare_counter)
-    proof = Proof.declared_by(machines)
+    store = load_policy_store(args.config, machines.parameters)
+    check_scopes(store, machines)
     if args.replay:
-        print(describe_proof(proof))
+        queue = load_timeline(args.replay).queue
+        proof = Proof.declared_by(machines, queue=queue, scopes=scopes_of(store))
+        print(describe_proof(proof, queue if proof.out_of_scope else None))
         return _replay(args, machines, variant, proof)
-    bounds = Bounds(
-        heads=args.heads,
-        rewrite=args.rewrite,
-        max_crashes=args.max_crashes if args.crashes else 0,
-        max_duplicates=args.max_duplicates,
-        max_dead_letters=args.max_dead_letters,
-        max_outages=args.max_outages,
-        max_attempts=args.max_attempts,
-        queue=args.queue,
-        max_overlaps=args.max_overlaps if args.overlaps else 0,
-        stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
-        pauses=args.pauses,
-        max_cancels=args.max_cancels,
-    )
-    values = sorted(set(args.max_concurrent))
+    queues = list(dict.fromkeys(args.queue or [DEFAULT_QUEUE]))
     # An exploration forks once a core is idle (the others ended) and its frontier is wide.
     split = args.split and args.jobs > 1 and can_fork()
-    cores = Cores(args.jobs - len(values)) if split else None
-    jobs = [
-        Job(
-            args.machines,
-            args.lint,
-            args.config,
-            bounds,
-            k,
-            variant,
-            Tuning(max_states=args.max_states, split_at=SPLIT_FRONTIER if split else None),
-            not args.quiet,
-        )
-        for k in values
-    ]
-    pausable = PAUSED in machines.parameters
-    withdrawable = bool(machines.roles.withdrawn_states)
-    shown = describe_bounds(bounds, pausable=pausable, withdrawable=withdrawable)
-    print(f"check: {shown}; max_concurrent {' '.join(map(str, values))}")
-    print(describe_proof(proof))
+    tuning = Tuning(max_states=args.max_states, split_at=SPLIT_FRONTIER if split else None)
+    jobs: list[Job] = []
+    for queue in queues:
+        bounds = _bounds(args, queue)
+        first = Job(args.machines, args.lint, args.config, bounds, 1, variant, tuning)
+        setup = first.setup(machines)
+        values = _max_concurrent(args, setup)
+        jobs += [replace(first, max_concurrent=k, progress=not args.quiet) for k in values]
+        print(f"check: {describe_setup(setup, machines)}; max_concurrent {_joined(values)}")
+        proof = setup.rules().proof
+        print(describe_proof(proof, queue if len(queues) > 1 or proof.out_of_scope else None))
+    cores = Cores(args.jobs - len(jobs)) if split else None
     started = time.perf_counter()
     try:
         results = _run_all(jobs, machines, min(args.jobs, len(jobs)), cores)
@@ -304,8 +339,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         return EXIT_FAIL
     elapsed = time.perf_counter() - started
-    for result in results:
-        print(_result_line(result))
+    for job, result in zip(jobs, results, strict=True):
+        print(_result_line(result, job.bounds.queue if len(queues) > 1 else ""))
     failed = [(job, r) for job, r in zip(jobs, results, strict=True) if r.counterexample]
     if failed:
         job, result = failed[0]
@@ -316,6 +351,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             "raise --max-states or lower the bounds",
         )
         return EXIT_FAIL
+    for line in never_taken(machines, results):
+        print(line)
     states = sum(r.states for r in results)
     transitions = sum(r.transitions for r in results)
     cpu = sum(r.cpu_seconds for r in results)
@@ -326,14 +363,70 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def describe_proof(proof: Proof) -> str:
-    """The one line saying what this run proves: the invariants the policy declares."""
+def _bounds(args: argparse.Namespace, queue: str) -> Bounds:
+    return Bounds(
+        heads=args.heads,
+        rewrite=args.rewrite,
+        max_crashes=args.max_crashes if args.crashes else 0,
+        max_duplicates=args.max_duplicates,
+        max_dead_letters=args.max_dead_letters,
+        max_outages=args.max_outages,
+        max_attempts=args.max_attempts,
+        queue=queue,
+        max_overlaps=args.max_overlaps if args.overlaps else 0,
+        stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
+        pauses=args.pauses,
+        max_cancels=args.max_cancels,
+    )
+
+
+def _max_concurrent(args: argparse.Namespace, setup: Setup) -> list[int]:
+    """The values explored: those given; else, for a queue named with ``--queue``, the
+    one its config gives (no other value can occur on it); else 1 and 2."""
+    if args.max_concurrent:
+        return sorted(set(args.max_concurrent))
+    if args.queue:
+        return [int(setup.queue_config.param("max_concurrent"))]
+    return list(DEFAULT_MAX_CONCURRENT)
+
+
+def _joined(values: list[int]) -> str:
+    return " ".join(map(str, values))
+
+
+def describe_proof(proof: Proof, queue: str | None = None) -> str:
+    """The line saying what this run proves: the invariants the policy declares (for
+    ``queue``: those declared for it, and which are not)."""
+    where = f" for {queue}" if queue else ""
+    left = f" (not declared for {queue}: {', '.join(proof.out_of_scope)})" if queue else ""
     if not proof.names:
         return (
-            "proves: nothing - the machines declare no invariants (docs/check.md); "
-            "only that every step applies"
+            f"proves{where}: nothing - the machines declare no invariants"
+            f"{' for it' if queue else ''} (docs/check.md); only that every step applies"
+            + (left if proof.out_of_scope else "")
         )
-    return f"proves: {', '.join(proof.names)}"
+    return f"proves{where}: {', '.join(proof.names)}" + (left if proof.out_of_scope else "")
+
+
+def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
+    """The bounds of an exploration, and what its heads may change."""
+    pausable = PAUSED in machines.parameters
+    withdrawable = bool(machines.roles.withdrawn_states)
+    shown = describe_bounds(setup.bounds, pausable=pausable, withdrawable=withdrawable)
+    classes = setup.path_classes()
+    if classes:
+        shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
+    return shown
+
+
+def never_taken(machines: ProcessMachines, results: list[Result]) -> list[str]:
+    """A line for each transition of the delivery flow no exploration of the run took."""
+    flow = machines.queue_gate
+    taken = frozenset().union(*(r.taken for r in results))
+    return [
+        f"never taken: {describe_step(flow.spec.name, step)}"
+        for step in tracker(flow).never_taken(taken)
+    ]
 
 
 def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: bool = False) -> str:
@@ -369,7 +462,7 @@ def _run_all(
         return pool.map(run_job, jobs, chunksize=1)
 
 
-def _result_line(result: Result) -> str:
+def _result_line(result: Result, queue: str = "") -> str:
     verdict = "ok"
     if result.counterexample:
         verdict = f"VIOLATED {result.counterexample.violation.invariant}"
@@ -380,8 +473,9 @@ def _result_line(result: Result) -> str:
         how = ", split over 2 processes"
     elif result.searched_again:
         how = ", searched again unsplit for the shortest counterexample"
+    where = f"{queue} " if queue else ""
     return (
-        f"  max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
+        f"  {where}max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
         f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
         f"{result.seconds:.1f} s, "
         f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
@@ -408,7 +502,12 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
     violation = counterexample.violation
     timeline = as_timeline(setup, counterexample)
     confirmed = replay(
-        timeline, setup.machines, setup.config, variant=setup.variant, catalog=setup.catalog
+        timeline,
+        setup.machines,
+        setup.config,
+        variant=setup.variant,
+        catalog=setup.catalog,
+        scopes=setup.scopes,
     )
     print()
     print(f"invariant {violation.invariant}: {violation.summary}")
@@ -442,7 +541,7 @@ def _replay(
 ) -> int:
     timeline = load_timeline(args.replay)
     store = load_policy_store(args.config, machines.parameters)
-    result = replay(timeline, machines, store, variant=variant)
+    result = replay(timeline, machines, store, variant=variant, scopes=scopes_of(store))
     print(render_table(result.simulation()))
     print()
     if result.violation is None:

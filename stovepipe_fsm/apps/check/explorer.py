@@ -60,11 +60,13 @@ from ...process.together import stepwise
 from ...simulation.collector import rare_collections
 from ...simulation.world import World
 from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
+from .coverage import tracker
 from .invariants import (
     LEASE_BOUNDS_STALL,
     PROGRESS,
     Invariant,
     Rules,
+    Scopes,
     Violation,
     check_edge,
     check_state,
@@ -73,6 +75,7 @@ from .invariants import (
 )
 from .model import COMPLETE, DELIVER, Action, Bounds, Budget
 from .observe import Observation, observe
+from .paths import PathClass, path_classes
 from .split import PIECES, Cores, Fork, PartReport, cut, tails
 from .variants import Variant
 
@@ -99,6 +102,8 @@ class Setup:
     max_concurrent: int
     variant: Variant = field(default_factory=Variant)
     catalog: InvariantCatalog | None = None  # where declared names are found (the policy's)
+    #: The config's ``invariants:`` (which queues each invariant is proved for).
+    scopes: Scopes = ()
 
     @property
     def queue_config(self) -> QueueConfig:
@@ -149,7 +154,15 @@ class Setup:
             catalog=self.catalog,
             max_baseline_lag=self.max_baseline_lag,
             max_validation_ms=self.max_validation_ms,
+            queue=self.bounds.queue,
+            path_classes=self.path_classes(),
+            scopes=self.scopes,
         )
+
+    def path_classes(self) -> tuple[PathClass, ...]:
+        """What a head of the checked queue may change (:mod:`.paths`)."""
+        values = dict(self.queue_config.parameters)
+        return path_classes(self.machines.parameters, values)
 
     def new_world(self) -> World:
         return World(
@@ -181,6 +194,8 @@ class Result:
     covered: int = 0  # states not expanded: a state of their observation covers them
     processes: int = 1  # 2 when the search was split (``Tuning.split_at``)
     searched_again: bool = False  # a split search found a violation: this is the unsplit one
+    #: The flow's transitions the search fired, as indices into ``queue_gate.steps``.
+    taken: frozenset[int] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -389,6 +404,8 @@ class Explorer:
 
     def run(self) -> Result:
         started, cpu = time.perf_counter(), time.process_time()
+        steps = tracker(self.setup.machines.queue_gate)
+        steps.reset()
         with quiet_logs(), rare_collections(), stepwise():
             try:
                 counterexample, complete = self._search(started)
@@ -422,6 +439,7 @@ class Explorer:
             cpu_seconds=time.process_time() - cpu + (part.cpu_seconds if part else 0.0),
             covered=self.covered + (part.covered if part else 0),
             processes=2 if part else 1,
+            taken=frozenset(steps.taken) | (part.taken if part else frozenset()),
         )
 
     def _search_again(self, started: float, cpu: float) -> Result:
@@ -514,9 +532,7 @@ class Explorer:
                     continue
                 if action.kind == DELIVER:
                     effect = outcome.effect
-                    if not self.explore_paused_holds and held_while_paused(
-                        obs, post, bounds.queue
-                    ):
+                    if not self.explore_paused_holds and held_while_paused(obs, post, bounds.queue):
                         self.paused_holds += 1
                         continue
                 self.transitions += 1
@@ -635,6 +651,7 @@ class Explorer:
             complete=complete,
             violated=counterexample is not None,
             cpu_seconds=time.process_time(),  # the forked process's own, from zero
+            taken=frozenset(tracker(self.setup.machines.queue_gate).taken),
             quiescent=bytes(quiescent(obs, self.rules) for obs in self.observations[known:]),
             fair_into=self.fair_into[known:],
             fair_tails=tails(self.fair_into, self._fair_lengths),

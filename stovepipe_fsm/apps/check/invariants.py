@@ -25,10 +25,11 @@ policy selects (plus those of plugin-registered invariants, which bring their ow
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from ...config.globs import glob_match
 from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
 from ...located.errors import SpecError
 from ...machine.invariants import (
@@ -44,6 +45,7 @@ from ...machine.model import InvariantRef
 from ...process.catalog import ProcessMachines
 from ...process.gate import PAUSED
 from .observe import Observation, counter_of
+from .paths import PathClass
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class Rules:
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
     #: Where the ``withdraw`` role leads (an operator's cancel); empty: the policy has none.
     withdrawn_states: frozenset[str] = frozenset()
+    #: What a head ingested after the first may change (:mod:`.paths`); empty: nothing
+    #: the policy reads, so no head changes anything.
+    path_classes: tuple[PathClass, ...] = ()
 
     @cached_property
     def state_checks(self) -> tuple[Invariant, ...]:
@@ -92,8 +97,12 @@ class Rules:
         catalog: InvariantCatalog | None = None,
         max_baseline_lag: int = 0,
         max_validation_ms: int = 0,
+        queue: str | None = None,
+        path_classes: tuple[PathClass, ...] = (),
+        scopes: Scopes = (),
     ) -> Rules:
-        """The rules of ``machines``, checking the invariants they declare."""
+        """The rules of ``machines``, checking the invariants they declare (for ``queue``,
+        those declared for it)."""
         request, roles = machines.request, machines.roles
         return cls(
             max_concurrent=max_concurrent,
@@ -104,12 +113,13 @@ class Rules:
             superseded_states=roles.superseded_states,
             outcomes=tuple(roles.outcomes),
             history={k: tuple(v) for k, v in history.items()},
-            proof=Proof.declared_by(machines, catalog),
+            proof=Proof.declared_by(machines, catalog, queue=queue, scopes=scopes),
             bare_counter=bare_counter,
             max_baseline_lag=max_baseline_lag,
             max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
+            path_classes=path_classes,
         )
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -545,9 +555,7 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         _idle_counter_exact,
         holders=False,
     ),
-    Invariant(
-        "max_concurrent", "never more than max_concurrent unexpired slots held", _within_max
-    ),
+    Invariant("max_concurrent", "never more than max_concurrent unexpired slots held", _within_max),
     Invariant(
         "newest_not_superseded",
         "the newest ingested head is never superseded",
@@ -703,16 +711,32 @@ class Proof:
     edge: tuple[Invariant, ...]
     progress: bool
     lease_bounds_stall: bool = False
+    #: Declared invariants whose ``queues:`` match none of the checked queue's names.
+    out_of_scope: tuple[str, ...] = ()
 
     @classmethod
     def declared_by(
-        cls, machines: ProcessMachines, catalog: InvariantCatalog | None = None
+        cls,
+        machines: ProcessMachines,
+        catalog: InvariantCatalog | None = None,
+        *,
+        queue: str | None = None,
+        scopes: Scopes = (),
     ) -> Proof:
-        """The checks the machines declare, found in ``catalog`` (by default the policy's
-        own: the shipped invariants and those its plugins registered)."""
+        """The checks of what ``machines`` declare, found in ``catalog`` (by default the
+        policy's own: the shipped invariants and those its plugins registered); with
+        ``queue``, only of the invariants declared for that queue (an entry without
+        ``queues:`` is for every queue). ``scopes`` (the config's ``invariants:``) replace
+        the queues of the entries they name."""
         specs = (machines.request.spec, machines.queue_gate.spec)
+        refs = policy_invariants(specs)
         found = catalog if catalog is not None else machines.invariants
-        return cls.of(policy_invariants(specs), found)
+        if queue is None:
+            return cls.of(refs, found)
+        given = dict(scopes)
+        kept = tuple(ref for ref in refs if in_scope(ref, queue, given.get(ref.name)))
+        left = tuple(ref.name for ref in refs if not in_scope(ref, queue, given.get(ref.name)))
+        return replace(cls.of(kept, found), out_of_scope=left)
 
     @classmethod
     def of(cls, refs: Sequence[InvariantRef], catalog: InvariantCatalog = INVARIANTS) -> Proof:
@@ -738,6 +762,18 @@ class Proof:
             progress=PROGRESS.name in chosen,
             lease_bounds_stall=LEASE_BOUNDS_STALL.name in chosen,
         )
+
+
+#: The config's ``invariants:``: invariant name -> the queue names and patterns it is for.
+Scopes = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def in_scope(ref: InvariantRef, queue: str, patterns: Sequence[str] | None = None) -> bool:
+    """Whether the invariant ``ref`` declares is held to ``queue``: its queues (or
+    ``patterns``, when the config gives them) are none, or one of those names or ``*``
+    patterns matches (``config/queues.yaml``'s globs)."""
+    chosen = ref.queue_patterns if patterns is None else tuple(patterns)
+    return not chosen or any(glob_match(p, queue) for p in chosen)
 
 
 def _bind(check: InvariantCheck, params: Mapping[str, Any], in_state: bool) -> InvariantCheck:

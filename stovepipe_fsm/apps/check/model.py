@@ -182,14 +182,20 @@ _SPENDS = {
 
 @dataclass(frozen=True)
 class Action:
-    """One edge: a kind and the timeline steps that perform it."""
+    """One edge: a kind and the timeline steps that perform it.
+
+    ``changes`` are the paths the commit an ingest brings changed (:mod:`.paths`): the
+    world's history learns them before the step runs, and a counterexample's timeline
+    lists them under ``changes:``.
+    """
 
     kind: str
     steps: tuple[TimelineStep, ...]
+    changes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Hashed once, here: an action is a key of the search's known outcomes.
-        object.__setattr__(self, "_hash", hash((self.kind, self.steps)))
+        object.__setattr__(self, "_hash", hash((self.kind, self.steps, self.changes)))
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[no-any-return,attr-defined]
@@ -199,7 +205,14 @@ class Action:
         return self.kind in FAIR_KINDS
 
     def describe(self) -> str:
-        return "; ".join(step.describe() for step in self.steps)
+        told = "; ".join(step.describe() for step in self.steps)
+        return f"{told} (changes {' '.join(self.changes)})" if self.changes else told
+
+    def changed(self) -> dict[str, tuple[str, ...]]:
+        """The commit this action brings and its changes, as a timeline's ``changes:``."""
+        if not self.changes:
+            return {}
+        return {step.uri: self.changes for step in self.steps if step.kind == "ingest"}
 
 
 def step(kind: str, queue: str, **fields: Any) -> TimelineStep:

@@ -16,6 +16,8 @@ influence what the world does next, and nothing that cannot:
 - requests the runtime dead-lettered, the source-control switch and the crash armed;
 - the queues whose ``paused`` parameter is set (the checker pauses and resumes the
   checked queue; a paused queue holds every head, and may do so for ever);
+- the paths each ingested commit changed (``check`` draws them from the policy's path
+  classes at ingest, :mod:`.paths`): the diff since last green depends on them;
 - every delivery stalled in hand (:class:`InHandView`): where its flow stands, what it
   loaded, and whether what it loaded is still current. Absolute CAS versions are not
   observed, but whether a stalled delivery's request or queue row is stale is: that
@@ -93,6 +95,8 @@ class Observation:
     in_hand: tuple[InHandView, ...] = ()
     paused: frozenset[str] = frozenset()
     lease_expired: frozenset[str] = frozenset()  # requests whose slot lease was reclaimed
+    #: The paths each commit ingested so far changed (``check`` gives them at ingest).
+    changes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         # Hashed once, here: the search looks each observation up several times (its
@@ -109,6 +113,7 @@ class Observation:
             self.in_hand,
             self.paused,
             self.lease_expired,
+            self.changes,
         )
         object.__setattr__(self, "_hash", hash(fields))
 
@@ -224,8 +229,7 @@ def observe(world: World) -> Observation:
         requests=_request_rows(world.requests.snapshot()),
         queues=queues if queues is not None else tuple(_relative(row, now) for row in rows),
         pending=tuple(
-            _pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures)
-            for m in messages
+            _pending(m.queue, m.request_id, max(0, m.due_ms - now), m.failures) for m in messages
         ),
         builds=builds,
         hooks=hooks,
@@ -239,6 +243,7 @@ def observe(world: World) -> Observation:
         else (),
         paused=_paused(world, rows, messages),
         lease_expired=lease_expired,
+        changes=world.graph.changes(),
     )
 
 

@@ -58,6 +58,7 @@ class PartReport:
     fair_tails: dict[int, list[int]]  # fair edges it found into states known at the fork
     stall_into: list[list[int]] | None = None
     stall_tails: dict[int, list[int]] | None = None
+    taken: frozenset[int] = frozenset()  # the flow transitions it fired (``.coverage``)
 
 
 class Cores:

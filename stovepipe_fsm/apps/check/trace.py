@@ -2,7 +2,8 @@
 
 A counterexample is written as an ordinary ``simulate`` timeline: the queue, the config
 the run used (``max_concurrent``, ``gate_wait_delay_ms``, ``max_attempts``), the commit
-history and the steps of the shortest path. Each step carries, as a comment, what it did
+history (with the paths the ingested commits changed, when the policy has path classes)
+and the steps of the shortest path. Each step carries, as a comment, what it did
 when the checker replayed it, so the file reads as the story of the failure.
 
 :func:`replay` is ``simulate`` with the checker's eyes: the same world builder and the
@@ -33,6 +34,7 @@ from .invariants import (
     LEASE_BOUNDS_STALL,
     PROGRESS,
     Rules,
+    Scopes,
     Violation,
     check_edge,
     check_state,
@@ -65,6 +67,7 @@ def replay(
     *,
     variant: Variant | None = None,
     catalog: InvariantCatalog | None = None,
+    scopes: Scopes = (),
 ) -> Replay:
     """Run ``timeline`` step by step, stopping at the first broken declared property."""
     variant = variant or Variant()
@@ -79,6 +82,8 @@ def replay(
         catalog=catalog,
         max_baseline_lag=int(declared.get(MAX_BASELINE_LAG, 0)),
         max_validation_ms=int(declared.get(MAX_VALIDATION_MS, 0)),
+        queue=timeline.queue,
+        scopes=scopes,
     )
     result = Replay(world)
     obs = observe(world)
@@ -111,9 +116,7 @@ def replay(
         and not can_finish(world, rules, timeline.queue, completions=False)
     ):
         detail = "no fair continuation finishes: " + waiting(obs, rules)
-        result.violation = Violation(
-            LEASE_BOUNDS_STALL.name, LEASE_BOUNDS_STALL.summary, detail
-        )
+        result.violation = Violation(LEASE_BOUNDS_STALL.name, LEASE_BOUNDS_STALL.summary, detail)
         result.step = len(timeline.steps)
     return result
 
@@ -122,20 +125,39 @@ def as_timeline(setup: Setup, counterexample: Counterexample) -> Timeline:
     """The counterexample as a parsed timeline, to replay it before writing it out."""
     steps = tuple(s for action in counterexample.trace for s in action.steps)
     history = {k: tuple(v) for k, v in setup.bounds.history().items()}
-    return Timeline("check", setup.bounds.queue, steps, setup.knobs(), history)
+    return Timeline(
+        "check",
+        setup.bounds.queue,
+        steps,
+        setup.knobs(),
+        history,
+        changes=changes_of(counterexample),
+    )
+
+
+def changes_of(counterexample: Counterexample) -> dict[str, tuple[str, ...]]:
+    """The paths each commit the trace ingested changed (none without path classes)."""
+    changes: dict[str, tuple[str, ...]] = {}
+    for action in counterexample.trace:
+        changes.update(action.changed())
+    return changes
 
 
 def timeline_document(setup: Setup, counterexample: Counterexample) -> dict[str, Any]:
     """The counterexample as timeline data (what ``load_timeline`` reads back)."""
     queue = setup.bounds.queue
     violation = counterexample.violation
-    return {
+    document: dict[str, Any] = {
         "description": f"check counterexample - {violation.invariant}: {violation.detail}",
         "queue": queue,
         "config": setup.knobs(),
         "history": setup.bounds.history(),
-        "steps": [step_data(s, queue) for a in counterexample.trace for s in a.steps],
     }
+    changes = changes_of(counterexample)
+    if changes:
+        document["changes"] = {commit: list(paths) for commit, paths in changes.items()}
+    document["steps"] = [step_data(s, queue) for a in counterexample.trace for s in a.steps]
+    return document
 
 
 def render_timeline(
@@ -153,6 +175,8 @@ def render_timeline(
     ]
     body = [f"{key}: {_flow(document[key])}" for key in ("description", "queue", "config")]
     body.append(f"history: {_flow(document['history'])}")
+    if "changes" in document:
+        body.append(f"changes: {_flow(document['changes'])}")
     body.append("steps:" if document["steps"] else "steps: []")
     notes = notes or []
     for index, item in enumerate(document["steps"]):
