@@ -31,7 +31,7 @@ INVARIANT = '''
         """{summary}"""
         yield from ()
 
-    @gate.action()'''
+    @gate.action('''
 
 
 def policy_copy(tmp_path: Path, name: str, summary: str) -> Path:
@@ -40,9 +40,9 @@ def policy_copy(tmp_path: Path, name: str, summary: str) -> Path:
     shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
     rules = target / RULES
     text = rules.read_text(encoding="utf-8")
-    assert text.count("\n    @gate.action()") == 1
+    assert text.count("\n    @gate.action(") == 1
     rules.write_text(
-        text.replace("\n    @gate.action()", INVARIANT.format(summary=summary)), encoding="utf-8"
+        text.replace("\n    @gate.action(", INVARIANT.format(summary=summary)), encoding="utf-8"
     )
     gate = target / GATE
     text = gate.read_text(encoding="utf-8")

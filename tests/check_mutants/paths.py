@@ -27,11 +27,11 @@ INVARIANT = "builds_full_on_paths"
 
 ANCESTRY_PLUGIN = '''"""Derive the strategy from ancestry alone: full_build_paths is never read."""
 
-from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry
+from stovepipe_fsm.process.plugins import DeliveryContext, PluginRegistry, internal_gate
 
 
 def register(plugin: PluginRegistry) -> None:
-    @plugin.queue_gate.action(provides=["strategy_derived"])
+    @internal_gate(plugin).action(provides=["strategy_derived"])
     async def derive_strategy_by_ancestry(ctx: DeliveryContext) -> None:
         """Incremental on last green when it is an ancestor (the mistake: paths unread)."""
         request, last_green = ctx.request, ctx.queue.last_green_uri
