@@ -782,3 +782,25 @@ def test_the_worked_example_in_the_docs_is_the_fixture_plugin() -> None:
         for line in excerpt.splitlines():
             if line.strip() not in ("", "..."):
                 assert line in remaining, f"{line!r} is not in the fixture, in this order"
+
+
+def test_check_reports_what_a_failing_plugin_condition_raised_at_its_yaml_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = copy_policy(tmp_path)
+    edit(
+        policy / "freeze_rules.py",
+        "        hour = ctx.now_ms() % DAY_MS // HOUR_MS\n        return hour in FREEZE_HOURS_UTC",
+        '        raise RuntimeError("calendar service down")',
+    )
+    capsys.readouterr()
+    args = ["--machines", str(policy / "machines"), "--out", str(tmp_path / "cx.yaml")]
+    code = main(["check", *args, "--heads", "1", "--max-concurrent", "1", "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out  # every delivery fails and is dead-lettered: no invariant breaks
+    [line] = [ln for ln in out.splitlines() if ln.startswith("raised while exploring: ")]
+    gate = policy / GATE_FILE
+    step = f"{gate}:{line_of(gate, 'conditions: in_freeze_window')}:"
+    assert line.startswith(f"raised while exploring: {step}")
+    assert "condition 'in_freeze_window': RuntimeError: calendar service down" in line
+    assert f"raised in plugin code at {policy / 'freeze_rules.py'}:" in line

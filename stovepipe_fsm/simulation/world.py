@@ -50,6 +50,7 @@ from ..adapters.memory import (
     MemoryUriIndex,
 )
 from ..adapters.memory.decision_trail import MemoryTrail
+from ..adapters.memory.source_control import SourceControlOutage
 from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
@@ -160,11 +161,14 @@ class World:
         overrides: Mapping[str, Any] | None = None,
         keep_trail: bool = True,
         requests: MemoryRequestStore | None = None,
+        errors_seen: set[str] | None = None,
     ) -> None:
         """``config`` is the policy, fixed for the run; ``overrides`` are values every
         queue resolves over it (a timeline's ``config:``), ``config`` steps change it
         per queue (:meth:`ResolvedConfigs.set`). ``requests``: the request store to run
-        on, when not an empty one (a what-if's logs its writes)."""
+        on, when not an empty one (a what-if's logs its writes). ``errors_seen``: where
+        every distinct error a delivery raises is added, in this world and every world
+        forked from it (the model checker's report of what failed anywhere)."""
         self.machines = machines
         #: The decision trail, as the service keeps it (none for the model checker,
         #: whose states must not carry a growing history).
@@ -189,6 +193,7 @@ class World:
         # What each delivery that failed raised (request id, error described with the
         # YAML step that raised it), in order: what ``test`` shows beside failed checks.
         self.raised: list[tuple[str, str]] = []
+        self.errors_seen = errors_seen if errors_seen is not None else set()
         self.in_hand: list[InHand] = []
         self._stages: Stages | None = None
 
@@ -219,6 +224,7 @@ class World:
         twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
         twin.raised = list(self.raised)
+        twin.errors_seen = self.errors_seen  # shared: what failed in any fork
         twin._stages = None
         twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
         return twin
@@ -311,6 +317,8 @@ class World:
         attempt = Attempt.raised(exc, crashed=isinstance(exc, Crash))
         if not attempt.crashed:
             self.raised.append((message.request_id, attempt.error))
+            if not isinstance(exc, SourceControlOutage):  # the world's own fault
+                self.errors_seen.add(attempt.error)
         # A crash is reported by its crash point; a failure by what the policy says.
         detail = str(exc) if isinstance(exc, Crash) else ""
         return self._settle(message, attempt, before, detail)

@@ -18,6 +18,11 @@ from ...ports.source_control import SourceControl
 UNAVAILABLE_MESSAGE = "source control unavailable"
 
 
+class SourceControlOutage(Retryable):
+    """The outage a simulation set (a timeline's ``source_control: down``, or one the
+    model checker injects): a fault of the world, not of the policy under test."""
+
+
 def parents_first(
     graph: Mapping[str, Sequence[str]],
 ) -> tuple[list[str], dict[str, Sequence[str]]]:
@@ -142,7 +147,7 @@ class MemorySourceControl:
     async def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         self.calls += 1
         if not self._available:
-            raise Retryable(UNAVAILABLE_MESSAGE)
+            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
         for sha in (ancestor, descendant):
             if sha not in self._parents:
                 raise NotFound(f"commit {sha!r} not found")
@@ -167,7 +172,7 @@ class MemorySourceControl:
         """
         self.calls += 1
         if not self._available:
-            raise Retryable(UNAVAILABLE_MESSAGE)
+            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
         for sha in (base, head):
             if sha not in self._parents:
                 raise NotFound(f"commit {sha!r} not found")

@@ -353,6 +353,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     for line in never_taken(machines, results):
         print(line)
+    for line in raised_while_exploring(results):
+        print(line)
     states = sum(r.states for r in results)
     transitions = sum(r.transitions for r in results)
     cpu = sum(r.cpu_seconds for r in results)
@@ -417,6 +419,21 @@ def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
     if classes:
         shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
     return shown
+
+
+#: How many distinct errors raised during a search are printed.
+RAISED_SHOWN = 10
+
+
+def raised_while_exploring(results: list[Result]) -> list[str]:
+    """The errors deliveries raised anywhere in the search (a plugin that fails, a step
+    that cannot run), each led by the YAML step that raised it: the invariants may all
+    hold while a step fails and its delivery is retried, then dead-lettered."""
+    raised = sorted(frozenset().union(*(r.raised for r in results)))
+    lines = [f"raised while exploring: {error}" for error in raised[:RAISED_SHOWN]]
+    if len(raised) > RAISED_SHOWN:
+        lines.append(f"raised while exploring: ... and {len(raised) - RAISED_SHOWN} more")
+    return lines
 
 
 def never_taken(machines: ProcessMachines, results: list[Result]) -> list[str]:

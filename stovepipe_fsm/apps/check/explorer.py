@@ -164,7 +164,7 @@ class Setup:
         values = dict(self.queue_config.parameters)
         return path_classes(self.machines.parameters, values)
 
-    def new_world(self) -> World:
+    def new_world(self, errors_seen: set[str] | None = None) -> World:
         return World(
             self.machines,
             self.config,
@@ -172,6 +172,7 @@ class Setup:
             lifecycle_factory=self.variant.lifecycle_factory,
             overrides=self.knobs(),
             keep_trail=False,
+            errors_seen=errors_seen,
         )
 
 
@@ -196,6 +197,9 @@ class Result:
     searched_again: bool = False  # a split search found a violation: this is the unsplit one
     #: The flow's transitions the search fired, as indices into ``queue_gate.steps``.
     taken: frozenset[int] = frozenset()
+    #: Every distinct error a delivery raised anywhere in the search (each was retried,
+    #: then dead-lettered, as the settle policy says): a plugin that fails shows here.
+    raised: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -376,6 +380,7 @@ class Explorer:
         self._part: PartReport | None = None  # the forked process's report, once joined
         self._covers: _Covers | None = _Covers() if tuning.prune_covered else None
         self.covered = 0  # states kept but not expanded, their budget covered
+        self.errors_seen: set[str] = set()  # what deliveries raised, in any world
         #: Told every explored edge (source and destination state ids), for tools that
         #: study the graph itself (``bench.check_split``); the search keeps only fair
         #: edges, backwards.
@@ -440,6 +445,7 @@ class Explorer:
             covered=self.covered + (part.covered if part else 0),
             processes=2 if part else 1,
             taken=frozenset(steps.taken) | (part.taken if part else frozenset()),
+            raised=frozenset(self.errors_seen) | (part.raised if part else frozenset()),
         )
 
     def _search_again(self, started: float, cpu: float) -> Result:
@@ -459,7 +465,7 @@ class Explorer:
 
     def _search(self, started: float) -> tuple[Counterexample | None, bool]:
         setup, rules, bounds = self.setup, self.rules, self.setup.bounds
-        root = setup.new_world()
+        root = setup.new_world(self.errors_seen)
         root_obs = observe(root)
         index: dict[tuple[Observation, Budget], int] = {}
         self._add(index, root_obs, Budget(), -1, None)
@@ -652,6 +658,7 @@ class Explorer:
             violated=counterexample is not None,
             cpu_seconds=time.process_time(),  # the forked process's own, from zero
             taken=frozenset(tracker(self.setup.machines.queue_gate).taken),
+            raised=frozenset(self.errors_seen),
             quiescent=bytes(quiescent(obs, self.rules) for obs in self.observations[known:]),
             fair_into=self.fair_into[known:],
             fair_tails=tails(self.fair_into, self._fair_lengths),

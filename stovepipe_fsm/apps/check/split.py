@@ -59,6 +59,7 @@ class PartReport:
     stall_into: list[list[int]] | None = None
     stall_tails: dict[int, list[int]] | None = None
     taken: frozenset[int] = frozenset()  # the flow transitions it fired (``.coverage``)
+    raised: frozenset[str] = frozenset()  # the errors its deliveries raised
 
 
 class Cores:
