@@ -18,12 +18,19 @@ import shutil
 from pathlib import Path
 
 import pytest
+from memory_stages import memory_stages
 
 from stovepipe_fsm import plugin
+from stovepipe_fsm.adapters.memory import (
+    MemoryDelivery,
+    MemorySourceControl,
+    MemorySourceControlProvider,
+)
 from stovepipe_fsm.apps import plugin_reference
 from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.domain import errors
+from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.trail_record import PLUGIN, TrailRecord
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.context import DeliveryContext
@@ -298,3 +305,24 @@ def test_the_walkthrough_validates_tests_and_checks(
     code = main(["check", *policy_args, *small, "--out", out_file])
     out = capsys.readouterr().out
     assert code == 0 and "ok: every invariant holds" in out, out
+
+
+async def test_a_plugin_reads_the_paths_a_commit_changed_since_its_parent_and_since_green() -> (
+    None
+):
+    graph = MemorySourceControl(
+        {"G": [], "P": ["G"], "H": ["P"]}, {"P": ["lib/a.py"], "H": ["docs/x.md"]}
+    )
+    stages = memory_stages(
+        load_process_machines(ROOT / "machines"),
+        source_control=MemorySourceControlProvider(default=graph),
+    )
+    ctx = DeliveryContext(stages.services, MemoryDelivery("q/main", "request/q/main/1"), "r")
+    ctx.loaded_request = Request(id="request/q/main/1", queue="q/main", uri="H", state="accepted")
+    ctx.loaded_queue = Queue("q/main", last_green_uri="G")
+    view = PluginContext(ctx, "p")
+    assert await view.changed_paths_since_parent() == {"docs/x.md"}
+    assert await view.changed_paths_since_green() == {"lib/a.py", "docs/x.md"}
+    ctx.loaded_request = Request(id="request/q/main/1", queue="q/main", uri="G", state="accepted")
+    with pytest.raises(errors.NotFound, match="root commit"):
+        await view.changed_paths_since_parent()

@@ -3,7 +3,8 @@
 ``is_ancestor(a, b)`` answers whether commit ``a`` is an ancestor of (or equal to)
 commit ``b``. ``changed_paths(a, b)`` is the set of file paths (relative to the
 repository root, ``/``-separated) whose content differs between commits ``a`` and ``b``.
-Both raise ``NotFound`` when either commit is unknown (uncertainty: the caller falls
+``first_parent(c)`` is commit ``c``'s first parent (``""`` for a root commit). All three
+raise ``NotFound`` when either commit is unknown (uncertainty: the caller falls
 back to a full build) and ``Retryable`` for anything transient (connection, timeout).
 """
 
@@ -16,6 +17,8 @@ class SourceControl(Protocol):
     async def is_ancestor(self, ancestor: str, descendant: str) -> bool: ...
 
     async def changed_paths(self, base: str, head: str) -> frozenset[str]: ...
+
+    async def first_parent(self, commit: str) -> str: ...
 
 
 class SourceControlProvider(Protocol):

@@ -137,6 +137,17 @@ class PluginContext:
             raise NotFound(f"queue {self._ctx.queue.name!r} has no last green")
         return await self.changed_paths(last_green)
 
+    async def changed_paths_since_parent(self) -> frozenset[str]:
+        """The paths the request's commit itself changed: the diff from its first
+        parent. ``NotFound`` for a root commit or an unknown one (treat as "everything
+        changed")."""
+        source = self._source_control()
+        commit = self._ctx.request.uri
+        parent = await source.first_parent(commit)
+        if not parent:
+            raise NotFound(f"commit {commit!r} is a root commit: it has no parent")
+        return await source.changed_paths(parent, commit)
+
     def count(self, metric: str, amount: int = 1) -> None:
         """Add ``amount`` to the counter ``metric`` of the request's queue (``/metrics``)."""
         self._ctx.services.metrics.count(metric, self._ctx.request.queue, amount)

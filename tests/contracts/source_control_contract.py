@@ -94,6 +94,29 @@ class SourceControlContract:
         with pytest.raises(NotFound):
             await graph.source_control.is_ancestor(graph.missing, graph.missing)
 
+    @pytest.mark.parametrize(
+        ("commit", "parent"), [("a", "root"), ("c", "b"), ("y", "x"), ("m", "c"), ("r2", "r1")]
+    )
+    async def test_first_parent_is_the_first_listed(
+        self, build_graph: GraphBuilder, commit: str, parent: str
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        assert await graph.source_control.first_parent(graph.ids[commit]) == graph.ids[parent]
+
+    @pytest.mark.parametrize("root", ["root", "r1"])
+    async def test_a_root_commit_has_no_first_parent(
+        self, build_graph: GraphBuilder, root: str
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        assert await graph.source_control.first_parent(graph.ids[root]) == ""
+
+    async def test_first_parent_of_an_unknown_commit_raises_not_found(
+        self, build_graph: GraphBuilder
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        with pytest.raises(NotFound):
+            await graph.source_control.first_parent(graph.missing)
+
     async def test_answers_are_stable_when_asked_again(self, build_graph: GraphBuilder) -> None:
         graph = await build_graph(GRAPH)
         pairs = [("a", "m"), ("m", "a"), ("r1", "c")]

@@ -148,6 +148,24 @@ class GitSourceControl:
         await self._raise_if_unresolvable(result, (base, head))
         raise _failure("diff --name-only", self._repo_path, result)
 
+    async def first_parent(self, commit: str) -> str:
+        """The first parent of ``commit`` (``""`` for a root commit)."""
+        check_commitish(commit)
+        if ".." in commit:
+            raise NotFound(f"commit {commit!r} is not a revision name (a range)")
+        command = [self._git, "-C", self._repo_path, "rev-list", "--parents", "-n", "1"]
+        result = await self._run([*command, f"{commit}^{{commit}}", "--"], self._timeout_s)
+        if result.returncode == 0:
+            ids = result.stdout.split()
+            return ids[1] if len(ids) > 1 else ""
+        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES):
+            raise NotFound(
+                f"commit not found in {self._repo_path!r} (asked the parent of {commit!r}): "
+                f"{result.stderr}"
+            )
+        await self._raise_if_unresolvable(result, (commit,))
+        raise _failure("rev-list --parents", self._repo_path, result)
+
     async def _raise_if_unresolvable(self, result: GitResult, names: tuple[str, ...]) -> None:
         if result.returncode != 128:
             return

@@ -163,6 +163,14 @@ class MemorySourceControl:
             frontier.extend(self._parents[sha])
         return False
 
+    async def first_parent(self, commit: str) -> str:
+        """The first parent the graph lists for ``commit`` (``""``: a root commit)."""
+        self.calls += 1
+        if not self._available:
+            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        parents = self.parents_of(commit)
+        return parents[0] if parents else ""
+
     async def changed_paths(self, base: str, head: str) -> frozenset[str]:
         """Paths changed by the commits one side reaches and the other does not.
 
