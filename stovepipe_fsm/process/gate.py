@@ -44,6 +44,9 @@ PAUSED = "paused"
 FULL_BUILD_PATHS = "full_build_paths"
 MAX_BASELINE_LAG = "max_baseline_lag"
 MAX_VALIDATION_MS = "max_validation_ms"
+EVERY_HEAD = "every_head"
+KEEP_NEWEST = "keep_newest"
+SKIP_PATHS = "skip_paths"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -82,13 +85,27 @@ def newer_head_exists(ctx: DeliveryContext) -> bool:
 
 @GATE.condition(parameters=[MAX_CONCURRENT])
 def outside_newest_n(ctx: DeliveryContext) -> bool:
-    """R is no longer among the newest max_concurrent heads of its queue.
+    """R is no longer among the newest N heads its queue keeps; never with ``every_head``.
 
-    The newest N are the N highest in ingest order among the heads not yet terminal,
-    the queue's latest head always counted (``count_newer_heads`` counts those newer
-    than R). With N = 1 this is exactly "a newer head exists".
+    N is ``keep_newest``, or max_concurrent when that is 0 (or undeclared). The newest
+    N are the N highest in ingest order among the heads not yet terminal, the queue's
+    latest head always counted (``count_newer_heads`` counts those newer than R). With
+    N = 1 this is exactly "a newer head exists". With ``every_head`` every head is kept:
+    it waits for a slot, and the queue's message order admits the oldest first.
     """
-    return ctx.newer_live_heads >= _max_concurrent(ctx)
+    return not every_head(ctx) and ctx.newer_live_heads >= kept_heads(ctx)
+
+
+def every_head(ctx: DeliveryContext) -> bool:
+    """The queue keeps every head (``every_head``; false when the policy does not declare
+    it)."""
+    return bool(_declared(ctx, EVERY_HEAD, False))
+
+
+def kept_heads(ctx: DeliveryContext) -> int:
+    """How many of the newest heads not yet terminal the queue keeps when it coalesces:
+    ``keep_newest``, or max_concurrent when that is 0 or undeclared."""
+    return int(_declared(ctx, KEEP_NEWEST, 0)) or _max_concurrent(ctx)
 
 
 @GATE.condition()
@@ -216,17 +233,20 @@ async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
 @GATE.action(parameters=[MAX_CONCURRENT])
 async def count_newer_heads(ctx: DeliveryContext) -> None:
     """Count the heads newer than R that are not yet terminal (the latest always
-    counts), up to max_concurrent: what ``outside_newest_n`` decides on.
+    counts), up to the number kept: what ``outside_newest_n`` decides on.
 
-    With one slot the latest head alone decides, from the queue row: no read. With N
+    Keeping one head, the latest alone decides, from the queue row: no read. Keeping N
     the walk goes down from the latest head and stops at the N-th such head; a counter
-    value with no request (spent on a lost ingest race) is skipped.
+    value with no request (spent on a lost ingest race) is skipped. A queue keeping
+    every head counts nothing.
     """
     ctx.newer_live_heads = 0
     latest = ctx.queue.latest_request_id
     if not latest or compare_request_id(ctx.request.queue, ctx.request.id, latest) >= 0:
         return
-    limit = _max_concurrent(ctx)
+    if every_head(ctx):
+        return
+    limit = kept_heads(ctx)
     ctx.newer_live_heads = 1
     if limit == 1:
         return

@@ -149,6 +149,7 @@ class Setup:
             catalog=self.catalog,
             max_baseline_lag=self.max_baseline_lag,
             max_validation_ms=self.max_validation_ms,
+            parameters=dict(self.queue_config.parameters),
         )
 
     def new_world(self) -> World:

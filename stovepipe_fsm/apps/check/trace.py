@@ -79,6 +79,7 @@ def replay(
         catalog=catalog,
         max_baseline_lag=int(declared.get(MAX_BASELINE_LAG, 0)),
         max_validation_ms=int(declared.get(MAX_VALIDATION_MS, 0)),
+        parameters=declared,
     )
     result = Replay(world)
     obs = observe(world)
