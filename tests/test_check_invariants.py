@@ -184,6 +184,37 @@ def test_admitting_a_stale_head(rules: Rules) -> None:
     assert check_edge(before, latest, rules) is None
 
 
+def test_every_head_queue_may_admit_an_older_head_but_supersedes_none(rules: Rules) -> None:
+    every = replace(rules, every_head=True)
+    before = obs(req(1, "A1"), req(2, "A2"), pending=(rid(1), rid(2)))
+    oldest_first = obs(admitted(1, "A1"), req(2, "A2"), holders=(rid(1),), pending=(rid(2),))
+    assert check_edge(before, oldest_first, every) is None
+    superseded = obs(req(1, "A1", "superseded"), req(2, "A2"), pending=(rid(2),))
+    violation = check_edge(before, superseded, every)
+    assert violation is not None and violation.invariant == "keeps_newest_n"
+    assert check_edge(before, superseded, rules) is None
+
+
+def test_keep_newest_sets_the_heads_kept_apart_from_the_slots(rules: Rules) -> None:
+    before = obs(req(1, "A1"), req(2, "A2"), pending=(rid(1), rid(2)))
+    superseded = obs(req(1, "A1", "superseded"), req(2, "A2"), pending=(rid(2),))
+    keep_two = replace(rules, keep_newest=2)
+    violation = check_edge(before, superseded, keep_two)
+    assert violation is not None and violation.invariant == "keeps_newest_n"
+    older = obs(admitted(1, "A1"), req(2, "A2"), holders=(rid(1),), pending=(rid(2),))
+    assert check_edge(before, older, keep_two) is None
+    assert keep_two.kept == 2 and keep_two.max_concurrent == 1
+
+
+def test_rules_read_the_checked_queue_mode() -> None:
+    machines = load_process_machines(ROOT / "machines")
+    plain = Rules.for_machines(machines, max_concurrent=2, history=HISTORY)
+    assert (plain.every_head, plain.kept) == (False, 2)
+    chosen = {"every_head": True, "keep_newest": 3}
+    moded = Rules.for_machines(machines, max_concurrent=2, history=HISTORY, parameters=chosen)
+    assert (moded.every_head, moded.kept) == (True, 3)
+
+
 def test_bare_counter_swaps_holder_identity_for_counting(rules: Rules) -> None:
     bare = replace(rules, bare_counter=True)
     anonymous = obs(admitted(1, "A1"), holders=("in_flight#1",), builds=(rid(1),))

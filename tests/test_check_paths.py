@@ -181,7 +181,7 @@ def never_taken(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
 def test_transitions_no_exploration_took_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     lag = (
         "never taken: queue_gate gate: latest -> held (conditions baseline_lag_exceeded; "
-        "unless gate_closed) machines/queue_gate.yaml:"
+        "unless only_skip_paths_changed, gate_closed) machines/queue_gate.yaml:"
     )
     rewrite = (
         "never taken: queue_gate claim: derived -> held (conditions rewrite_waits_for_drain) "

@@ -42,6 +42,9 @@ EXAMPLE_LIST = (
     Example("serial_every_head", SMALL),
     Example("pause_and_full_build", (*SMALL, "--no-rewrite", "--max-concurrent", "2")),
     Example("embargo_plugin", SMALL),
+    Example(
+        "monorepo_trial", ("--queue", "mono/main", *SMALL, "--no-rewrite", "--max-concurrent", "2")
+    ),
 )
 
 
@@ -87,14 +90,33 @@ def test_check_proves_what_it_declares(
 
 
 @pytest.mark.slow  # explorations of an example policy
-def test_serial_every_head_does_not_claim_admits_latest(
+def test_serial_every_head_proves_the_coalescing_invariants_in_its_mode(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The example declares the shipped invariants; check reads its queue's every_head,
+    so admitting older heads passes admits_latest and keeps_newest_n."""
     example = EXAMPLE_LIST[0]
     assert main(["check", *example.policy(), *SMALL, "--no-rewrite"]) == 0
     lines = capsys.readouterr().out.splitlines()
     proves = next(line for line in lines if line.startswith("proves"))
-    assert "admits_latest" not in proves and "progress" in proves
+    assert "admits_latest" in proves and "keeps_newest_n" in proves and "progress" in proves
+
+
+def test_the_trial_release_queue_keeps_every_head_in_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    example = next(e for e in EXAMPLE_LIST if e.name == "monorepo_trial")
+    args = ["--queue", "mono/release-1", "--no-rewrite", *SMALL]
+    assert main(["check", *example.policy(), *args]) == 0, capsys.readouterr().out
+    proves = next(line for line in capsys.readouterr().out.splitlines() if "proves" in line)
+    assert "admits_latest" in proves and "keeps_newest_n" in proves
+
+
+def test_the_trial_uses_the_shipped_machines_unchanged() -> None:
+    for name in ("queue_gate.yaml", "request.yaml"):
+        shipped = (ROOT / "machines" / name).read_text(encoding="utf-8")
+        for example in ("monorepo_trial", "serial_every_head"):
+            assert (EXAMPLES / example / "machines" / name).read_text(encoding="utf-8") == shipped
 
 
 def test_the_paused_release_queue_is_at_rest_in_check(capsys: pytest.CaptureFixture[str]) -> None:

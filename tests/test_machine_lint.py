@@ -279,7 +279,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         text,
         line_of(text, "  retry: admit"),
         "role 'retry' is not one the code of machine 'request' uses; its roles: admit, "
-        "dead_letter, supersede",
+        "dead_letter, skip, supersede, withdraw",
         column=3,
     )
     text = edit(request, "  supersede: supersede ", "  supersede: succeed ")
@@ -379,10 +379,17 @@ def _cases(request: str, gate: str) -> list[Case]:
         column=len("    source: ") + 1,
     )
 
+    # The shipped gate tests skip_paths first; a gate without it holds right away.
+    skip_first = "    unless: only_skip_paths_changed\n"
+    closed, excluded = (
+        (skip_first, "[only_skip_paths_changed, gate_closed]")
+        if "    conditions: gate_closed\n" + skip_first in gate
+        else ("", "gate_closed")
+    )
     text = edit(
         gate,
-        "    conditions: gate_closed\n    after: hold\n",
-        "    conditions: gate_closed\n    unless: gate_closed\n    after: hold\n",
+        "    conditions: gate_closed\n" + closed + "    after: hold\n",
+        f"    conditions: gate_closed\n    unless: {excluded}\n    after: hold\n",
     )
     add(
         "never-fires",
@@ -435,9 +442,13 @@ def _cases(request: str, gate: str) -> list[Case]:
     # The shipped gate also holds on a lag bound before it derives the strategy.
     admit_from_latest = "    unless: gate_closed\n"
     also_false = ""
+    also_after = ""
     if admit_from_latest not in gate:
-        admit_from_latest = "    unless: [gate_closed, baseline_lag_exceeded]\n"
+        admit_from_latest = (
+            "    unless: [only_skip_paths_changed, gate_closed, baseline_lag_exceeded]\n"
+        )
         also_false = "baseline_lag_exceeded=false, "
+        also_after = "only_skip_paths_changed=false, "
     text = edit(
         gate,
         admit_from_latest,
@@ -449,7 +460,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         text,
         line_of(text, "- name: latest"),
         f"flow state 'latest' has no transition when {also_false}gate_closed=false, "
-        "request_is_processing=false; the delivery would stop there",
+        f"{also_after}request_is_processing=false; the delivery would stop there",
     )
 
     text = edit(gate, "    after: [supersede, ack]\n", "    after: supersede\n")

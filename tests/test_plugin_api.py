@@ -264,13 +264,21 @@ def follow_the_walkthrough(policy: Path) -> None:
         ("states:\n", parameter + "states:\n"),
         ("  - trigger: gate\n", transition + "  - trigger: gate\n"),
         (
-            "    conditions: gate_closed\n",
-            "    conditions: gate_closed\n    unless: in_quiet_hours\n",
+            "    conditions: only_skip_paths_changed\n",
+            "    conditions: only_skip_paths_changed\n    unless: in_quiet_hours\n",
         ),
-        ("unless: [gate_closed]\n", "unless: [gate_closed, in_quiet_hours]\n"),
         (
-            "unless: [gate_closed, baseline_lag_exceeded]\n",
-            "unless: [gate_closed, baseline_lag_exceeded, in_quiet_hours]\n",
+            "    unless: only_skip_paths_changed\n",
+            "    unless: [only_skip_paths_changed, in_quiet_hours]\n",
+        ),
+        (
+            "unless: [only_skip_paths_changed, gate_closed]\n",
+            "unless: [only_skip_paths_changed, gate_closed, in_quiet_hours]\n",
+        ),
+        (
+            "unless: [only_skip_paths_changed, gate_closed, baseline_lag_exceeded]\n",
+            "unless: [only_skip_paths_changed, gate_closed, baseline_lag_exceeded, "
+            "in_quiet_hours]\n",
         ),
     ]
     text = gate.read_text(encoding="utf-8")

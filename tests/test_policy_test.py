@@ -258,7 +258,7 @@ def test_a_failed_timeline_shows_what_deliveries_raised_at_their_yaml_step(
     assert raised == [
         f"{path}: request/monorepo/main/2 raised {MACHINES / 'queue_gate.yaml'}:"
         f"{derive_strategy_line()}: in machine 'queue_gate', state 'latest', trigger 'gate', "
-        "action 'derive_strategy': Retryable: source control unavailable"
+        "action 'derive_strategy': SourceControlOutage: source control unavailable"
     ]
 
 

@@ -125,7 +125,7 @@ def test_table_shows_crash_retry_and_redelivery(
     ) in results
     assert (
         f"request/monorepo/main/2 (B): retry ({derive_strategy_step()}: "
-        "Retryable: source control unavailable)"
+        "SourceControlOutage: source control unavailable)"
     ) in results
     assert "duplicate process message for request/monorepo/main/1" in results
 
@@ -142,7 +142,7 @@ def test_table_shows_retries_backing_off_until_a_dead_letter(
     assert dead == (
         3000,  # 2000 ms after the second: the backoff doubled
         "request/monorepo/main/2 (B): dead_letter (gave up after 3 attempts: "
-        f"{derive_strategy_step()}: Retryable: source control unavailable); request failed; "
+        f"{derive_strategy_step()}: SourceControlOutage: source control unavailable); request failed; "
         "in_flight=0",
     )
 

@@ -53,7 +53,7 @@ async def test_the_walkthrough_tells_the_story_of_every_head() -> None:
     trail, ids = walkthrough_trail()
     a = await trail.history(ids["A"])
     assert [r.kind for r in a] == [INGESTED, ADMITTED, ENDED]
-    assert a[1].details == {"strategy": "full"}
+    assert a[1].details == {"strategy": "full", "why": "no last green"}
     assert a[2].details == {"outcome": "succeeded", "by": "build"}
     for uri, by in (("B", "D"), ("C", "D"), ("D", "F"), ("E", "F")):
         kinds = [r.kind for r in await trail.history(ids[uri])]
@@ -67,8 +67,14 @@ async def test_the_walkthrough_tells_the_story_of_every_head() -> None:
     assert "max_concurrent=1" in d[1].details["parameters"]
     f = await trail.history(ids["F"])
     assert [r.kind for r in f] == [INGESTED, HELD, ADMITTED]
-    assert f[2].details == {"strategy": "incremental_since_green", "base": "A"}
-    assert sentence(f[2]) == "admitted: incremental_since_green build on A"
+    assert f[2].details == {
+        "strategy": "incremental_since_green",
+        "base": "A",
+        "why": "descends from last green A",
+    }
+    assert sentence(f[2]) == (
+        "admitted: incremental_since_green build on A (descends from last green A)"
+    )
 
 
 async def test_holds_for_one_reason_are_one_record_with_a_count_and_both_times() -> None:

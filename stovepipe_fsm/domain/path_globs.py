@@ -48,3 +48,16 @@ def first_match(paths: Iterable[str], globs: Iterable[str]) -> tuple[str, str] |
             if path_matches(path, glob):
                 return path, glob
     return None
+
+
+def all_match(paths: Iterable[str], globs: Iterable[str]) -> tuple[tuple[str, str], ...] | None:
+    """Each path with the first glob it matches, in sorted path order, when every path
+    matches one; ``None`` when some path matches none, or there are no paths."""
+    patterns = tuple(globs)
+    pairs: list[tuple[str, str]] = []
+    for path in sorted(paths):
+        glob = next((g for g in patterns if path_matches(path, g)), None)
+        if glob is None:
+            return None
+        pairs.append((path, glob))
+    return tuple(pairs) or None

@@ -313,13 +313,14 @@ INVARIANTS.built_in(
 )
 INVARIANTS.built_in(
     "admits_latest",
-    "a request is admitted only while it is among the newest max_concurrent heads of its "
-    "queue not yet terminal, the latest always counted (no stale admission)",
+    "a request is admitted only while it is among the newest keep_newest heads of its "
+    "queue not yet terminal, the latest always counted (no stale admission); a queue "
+    "with every_head may admit any head",
 )
 INVARIANTS.built_in(
     "keeps_newest_n",
     "a waiting head is superseded only when it is no longer among the newest "
-    "max_concurrent heads of its queue not yet terminal",
+    "keep_newest heads of its queue not yet terminal; with every_head, never",
 )
 INVARIANTS.built_in(
     "newest_not_superseded",

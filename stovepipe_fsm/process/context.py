@@ -37,6 +37,13 @@ class DeliveryContext:
     slot_conflict: bool = False
     newer_live_heads: int = 0
     rewrite: bool = False
+    #: Why ``derive_strategy`` chose the strategy it did (noted in the trail).
+    strategy_reason: str = ""
+    #: Paths changed from a last green to R, once asked: (last green uri, paths).
+    changed_since_green: tuple[str, frozenset[str]] | None = None
+    #: Each path changed since last green with the skip_paths glob it matches, when all
+    #: do (empty: R is built).
+    skip_matches: tuple[tuple[str, str], ...] = ()
     admit_step: Step | None = None
     admit_lost: bool = False
     #: What the flow's finishing action decided: ``acked``, or ``held`` for ``hold_ms``.

@@ -21,7 +21,7 @@ from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue
 from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 from ..domain.hooks import lease_expired_event, started_event
 from ..domain.ids import compare_request_id, format_request_id, parse_request_id
-from ..domain.path_globs import first_match
+from ..domain.path_globs import all_match, first_match
 from ..domain.settle import ACKED, HELD
 from ..machine.registry import Registry
 from ..ports.source_control import SourceControl
@@ -44,6 +44,9 @@ PAUSED = "paused"
 FULL_BUILD_PATHS = "full_build_paths"
 MAX_BASELINE_LAG = "max_baseline_lag"
 MAX_VALIDATION_MS = "max_validation_ms"
+EVERY_HEAD = "every_head"
+KEEP_NEWEST = "keep_newest"
+SKIP_PATHS = "skip_paths"
 
 GATE = Registry("queue_gate", kind="flow")
 
@@ -82,13 +85,27 @@ def newer_head_exists(ctx: DeliveryContext) -> bool:
 
 @GATE.condition(parameters=[MAX_CONCURRENT])
 def outside_newest_n(ctx: DeliveryContext) -> bool:
-    """R is no longer among the newest max_concurrent heads of its queue.
+    """R is no longer among the newest N heads its queue keeps; never with ``every_head``.
 
-    The newest N are the N highest in ingest order among the heads not yet terminal,
-    the queue's latest head always counted (``count_newer_heads`` counts those newer
-    than R). With N = 1 this is exactly "a newer head exists".
+    N is ``keep_newest``, or max_concurrent when that is 0 (or undeclared). The newest
+    N are the N highest in ingest order among the heads not yet terminal, the queue's
+    latest head always counted (``count_newer_heads`` counts those newer than R). With
+    N = 1 this is exactly "a newer head exists". With ``every_head`` every head is kept:
+    it waits for a slot, and the queue's message order admits the oldest first.
     """
-    return ctx.newer_live_heads >= _max_concurrent(ctx)
+    return not every_head(ctx) and ctx.newer_live_heads >= kept_heads(ctx)
+
+
+def every_head(ctx: DeliveryContext) -> bool:
+    """The queue keeps every head (``every_head``; false when the policy does not declare
+    it)."""
+    return bool(_declared(ctx, EVERY_HEAD, False))
+
+
+def kept_heads(ctx: DeliveryContext) -> int:
+    """How many of the newest heads not yet terminal the queue keeps when it coalesces:
+    ``keep_newest``, or max_concurrent when that is 0 or undeclared."""
+    return int(_declared(ctx, KEEP_NEWEST, 0)) or _max_concurrent(ctx)
 
 
 @GATE.condition()
@@ -131,6 +148,13 @@ def baseline_lag_exceeded(ctx: DeliveryContext) -> bool:
 def baseline_lag(request_id: str, green_request_id: str) -> int:
     """How many heads (ingest order) ``request_id`` is past ``green_request_id``."""
     return parse_request_id(request_id).counter - parse_request_id(green_request_id).counter
+
+
+@GATE.condition()
+def only_skip_paths_changed(ctx: DeliveryContext) -> bool:
+    """Every path changed from the queue's last green to R matches a skip_paths glob
+    (``match_skip_paths`` found them): R needs no build."""
+    return bool(ctx.skip_matches)
 
 
 @GATE.condition()
@@ -216,17 +240,20 @@ async def reclaim_ended_holders(ctx: DeliveryContext) -> None:
 @GATE.action(parameters=[MAX_CONCURRENT])
 async def count_newer_heads(ctx: DeliveryContext) -> None:
     """Count the heads newer than R that are not yet terminal (the latest always
-    counts), up to max_concurrent: what ``outside_newest_n`` decides on.
+    counts), up to the number kept: what ``outside_newest_n`` decides on.
 
-    With one slot the latest head alone decides, from the queue row: no read. With N
+    Keeping one head, the latest alone decides, from the queue row: no read. Keeping N
     the walk goes down from the latest head and stops at the N-th such head; a counter
-    value with no request (spent on a lost ingest race) is skipped.
+    value with no request (spent on a lost ingest race) is skipped. A queue keeping
+    every head counts nothing.
     """
     ctx.newer_live_heads = 0
     latest = ctx.queue.latest_request_id
     if not latest or compare_request_id(ctx.request.queue, ctx.request.id, latest) >= 0:
         return
-    limit = _max_concurrent(ctx)
+    if every_head(ctx):
+        return
+    limit = kept_heads(ctx)
     ctx.newer_live_heads = 1
     if limit == 1:
         return
@@ -294,6 +321,58 @@ async def supersede(ctx: DeliveryContext) -> None:
     ctx.services.metrics.count("supersedes", ctx.request.queue)
 
 
+@GATE.action(parameters=[SKIP_PATHS])
+async def match_skip_paths(ctx: DeliveryContext) -> None:
+    """Note, for ``only_skip_paths_changed``, each path changed since the queue's last
+    green with the skip_paths glob it matches, when every one matches.
+
+    The diff is from last green, never from the previous head, as for
+    ``full_build_paths``: a head superseded after changing code leaves that change in
+    the next head's diff. R is built (nothing noted) when the queue sets no skip_paths,
+    has no last green or no repository, when R does not descend from last green or its
+    ancestry is unknown, and when nothing changed.
+    """
+    ctx.skip_matches = ()
+    globs = tuple(ctx.config.param(SKIP_PATHS))
+    last_green = ctx.queue.last_green_uri
+    source_control = ctx.services.source_control.for_queue(ctx.request.queue)
+    if not globs or not last_green or source_control is None:
+        return
+    await ctx.delivery.in_progress()
+    try:
+        if not await source_control.is_ancestor(last_green, ctx.request.uri):
+            return
+        changed = await _changed_since_green(ctx, source_control, last_green)
+    except NotFound:
+        return  # unknown ancestry: build
+    ctx.skip_matches = all_match(changed, globs) or ()
+
+
+@GATE.action()
+async def skip(ctx: DeliveryContext) -> None:
+    """End R unbuilt through the request machine's ``skip`` role: no slot, no build, last
+    green unchanged; frees a slot R may hold from a crash."""
+    try:
+        ctx.loaded_request = await ctx.services.lifecycle.skip(ctx.request, loaded=ctx.queue)
+    except VersionMismatch:
+        raise Retryable(f"request {ctx.request.id!r} changed while skipping") from None
+    except ValueError as exc:
+        raise NonRetryable(str(exc)) from None
+    ctx.services.metrics.count("skips", ctx.request.queue)
+
+
+async def _changed_since_green(
+    ctx: DeliveryContext, source_control: SourceControl, last_green: str
+) -> frozenset[str]:
+    """The paths changed from ``last_green`` to R, asked once per delivery and last green."""
+    known = ctx.changed_since_green
+    if known is not None and known[0] == last_green:
+        return known[1]
+    changed = await source_control.changed_paths(last_green, ctx.request.uri)
+    ctx.changed_since_green = (last_green, changed)
+    return changed
+
+
 @GATE.action(provides=[STRATEGY_DERIVED])
 async def derive_strategy(ctx: DeliveryContext) -> None:
     """Full or incremental-since-green, from ancestry of the queue's last green; full
@@ -317,8 +396,10 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
             slots,
         )
     if not last_green:
+        ctx.strategy_reason = "no last green"
         return
     if source_control is None:
+        ctx.strategy_reason = "no repository configured"
         ctx.services.warnings.warning(
             f"no-repository:{request.queue}",
             "queue %s has no repository configured; every admit is a full build",
@@ -328,9 +409,8 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
     await ctx.delivery.in_progress()
     try:
         is_ancestor = await source_control.is_ancestor(last_green, request.uri)
-        if is_ancestor and _touches_build_files(
-            await _changed_if_needed(ctx, source_control, last_green), ctx
-        ):
+        if is_ancestor and (hit := await _build_file_changed(ctx, source_control, last_green)):
+            ctx.strategy_reason = f"{hit[0]} changed since last green (full_build_paths {hit[1]})"
             return
     except NotFound as exc:
         log.warning(
@@ -340,41 +420,39 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
             last_green,
             exc,
         )
+        ctx.strategy_reason = f"unknown commit: ancestry of last green {last_green} unknown"
         ctx.rewrite = True
         return
     if is_ancestor:
         ctx.build_strategy, ctx.base_uri = INCREMENTAL_SINCE_GREEN, last_green
+        ctx.strategy_reason = f"descends from last green {last_green}"
     else:
+        ctx.strategy_reason = f"last green {last_green} is not an ancestor (rewrite)"
         ctx.rewrite = True
 
 
-async def _changed_if_needed(
+async def _build_file_changed(
     ctx: DeliveryContext, source_control: SourceControl, last_green: str
-) -> frozenset[str]:
-    """The paths changed since last green, asked only when some glob could match them."""
-    if not _full_build_paths(ctx):
-        return frozenset()
-    return await source_control.changed_paths(last_green, ctx.request.uri)
+) -> tuple[str, str] | None:
+    """The first (path, glob) of full_build_paths changed since last green, if any; the
+    diff is asked only when the queue has such globs."""
+    globs = _full_build_paths(ctx)
+    if not globs:
+        return None
+    hit = first_match(await _changed_since_green(ctx, source_control, last_green), globs)
+    if hit is not None:
+        log.info(
+            "queue %s request %s: %s changed since last green (matches %s); full build",
+            ctx.request.queue,
+            ctx.request.id,
+            *hit,
+        )
+    return hit
 
 
 def _full_build_paths(ctx: DeliveryContext) -> tuple[str, ...]:
     """The queue's full_build_paths globs; none when the policy does not declare them."""
     return tuple(dict(ctx.config.parameters).get(FULL_BUILD_PATHS, ()))
-
-
-def _touches_build_files(changed: frozenset[str], ctx: DeliveryContext) -> bool:
-    if not changed:
-        return False
-    hit = first_match(changed, _full_build_paths(ctx))
-    if hit is None:
-        return False
-    log.info(
-        "queue %s request %s: %s changed since last green (matches %s); full build",
-        ctx.request.queue,
-        ctx.request.id,
-        *hit,
-    )
-    return True
 
 
 @GATE.action(requires=[STRATEGY_DERIVED])

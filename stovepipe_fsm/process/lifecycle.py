@@ -139,6 +139,19 @@ class RequestLifecycle:
             request, self.roles.supersede, settled_in=loaded, superseded_by=by
         )
 
+    async def skip(self, request: Request, *, loaded: Queue | None = None) -> Request:
+        """End ``request`` unbuilt (the ``skip`` role): nothing it changed needs a build.
+
+        ``loaded`` as for :meth:`supersede`. Raises ``ValueError`` when the policy's
+        request machine declares no ``skip`` role.
+        """
+        if not self.roles.skip:
+            raise ValueError(
+                f"machine {self.machine.spec.name!r} declares no role 'skip'; a queue with "
+                "skip_paths needs one (a terminal state for heads ended unbuilt)"
+            )
+        return await self.apply(request, self.roles.skip, settled_in=loaded)
+
     async def fail_closed(self, request: Request) -> Request:
         return await self.apply(request, self.roles.dead_letter)
 

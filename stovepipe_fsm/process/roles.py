@@ -20,6 +20,7 @@ ADMIT = "admit"
 SUPERSEDE = "supersede"
 DEAD_LETTER = "dead_letter"
 WITHDRAW = "withdraw"
+SKIP = "skip"
 
 REQUEST_ROLES: Mapping[str, RoleShape] = {
     ADMIT: RoleShape(
@@ -38,6 +39,16 @@ REQUEST_ROLES: Mapping[str, RoleShape] = {
     # Optional: without it ``cancel`` is refused, naming the missing role.
     WITHDRAW: RoleShape(
         "an operator's cancel fires it to end a head still waiting for admission",
+        TERMINAL,
+        from_initial=True,
+        optional=True,
+        only_from_initial=True,
+        never_green=True,
+    ),
+    # Optional: without it a queue's ``skip_paths`` is refused when a head would be skipped.
+    SKIP: RoleShape(
+        "process fires it to end, unbuilt, a head whose changes since last green all match "
+        "skip_paths; it takes no slot",
         TERMINAL,
         from_initial=True,
         optional=True,
@@ -68,6 +79,9 @@ class RequestRoles:
     #: The trigger ``cancel`` fires on a waiting head; ``""`` when the policy has none.
     withdraw: str
     withdrawn_states: frozenset[str]
+    #: The trigger that ends a head skip_paths covers; ``""`` when the policy has none.
+    skip: str
+    skipped_states: frozenset[str]
     admitted_states: frozenset[str]
     superseded_states: frozenset[str]
     outcomes: Mapping[str, Outcome]
@@ -82,6 +96,7 @@ class RequestRoles:
 
         admit, supersede = trigger(ADMIT), trigger(SUPERSEDE)
         withdraw = spec.role_trigger(WITHDRAW) or ""
+        skip = spec.role_trigger(SKIP) or ""
         return cls(
             initial=spec.initial.name,
             admit=admit,
@@ -89,6 +104,8 @@ class RequestRoles:
             dead_letter=trigger(DEAD_LETTER),
             withdraw=withdraw,
             withdrawn_states=leads_to(spec, withdraw) if withdraw else frozenset(),
+            skip=skip,
+            skipped_states=leads_to(spec, skip) if skip else frozenset(),
             admitted_states=leads_to(spec, admit),
             superseded_states=leads_to(spec, supersede),
             outcomes={

@@ -21,6 +21,7 @@ from ..domain.trail_record import (
     HELD,
     PLUGIN,
     RECLAIMED,
+    SKIPPED,
     SUPERSEDED,
     TrailRecord,
     detail,
@@ -157,11 +158,17 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
     if request.state in roles.superseded_states:
         log.info("superseded by %s", request.superseded_by, extra=extra)
         await note(services, SUPERSEDED, request, stream_seq=seq, by=request.superseded_by)
+    elif request.state in roles.skipped_states:
+        matched = skip_matches_text(ctx.skip_matches)
+        log.info("skipped: %s", matched, extra=extra)
+        green = ctx.loaded_queue.last_green_uri if ctx.loaded_queue is not None else ""
+        await note(services, SKIPPED, request, stream_seq=seq, green=green, matched=matched)
     elif request.state in roles.admitted_states:
         log.info(
-            "admitted: %s build on %s",
+            "admitted: %s build on %s (%s)",
             request.build_strategy,
             request.base_uri or "no base",
+            ctx.strategy_reason or "no reason recorded",
             extra=extra,
         )
         await note(
@@ -171,7 +178,16 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             stream_seq=seq,
             strategy=request.build_strategy,
             base=request.base_uri,
+            why=ctx.strategy_reason,
         )
+
+
+def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:
+    """Which skip_paths glob matched which changed paths: ``docs/** (docs/a.md, docs/b.md)``."""
+    by_glob: dict[str, list[str]] = {}
+    for path, glob in matches:
+        by_glob.setdefault(glob, []).append(path)
+    return "; ".join(f"{glob} ({', '.join(paths)})" for glob, paths in by_glob.items())
 
 
 async def note_reclaimed(

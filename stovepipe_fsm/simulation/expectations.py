@@ -6,6 +6,7 @@ request (named by its uri) or one queue::
     - expect: {request: D, state: processing, strategy: incremental_since_green, base: A}
     - expect: {request: B, state: superseded, superseded_by: D}
     - expect: {request: D, holds: 1, hold_reason: gate_closed}
+    - expect: {request: E, state: processing, strategy: full, why: no last green}
     - expect: {in_flight: 1, last_green: A, latest: D, builds: [A, D], holds: 2}
 
 Every key but ``request`` and ``queue`` is one check, reported on its own at the key's
@@ -28,12 +29,13 @@ from typing import Any
 
 from ..domain.entities import NO_STRATEGY, Request
 from ..domain.errors import NotFound
+from ..domain.trail_record import ADMITTED, SKIPPED
 from ..located.errors import Location, SpecIssue
 from ..located.yaml_source import JsonPath, SourceDocument
 from .broker import run_sync
 from .world import World
 
-REQUEST_CHECKS = ("state", "strategy", "base", "superseded_by", "holds", "hold_reason")
+REQUEST_CHECKS = ("state", "strategy", "base", "superseded_by", "holds", "hold_reason", "why")
 QUEUE_CHECKS = ("in_flight", "last_green", "latest", "builds", "holds")
 NONE = "none"  # how an absent value (null in YAML) is shown
 
@@ -176,12 +178,25 @@ def _request_value(world: World, request: Request, key: str) -> Value:
         return request.base_uri or None
     if key == "superseded_by":
         return _uri_of(world, request.superseded_by) if request.superseded_by else None
+    if key == "why":
+        return _why(world, request.id)
     holds = [h for h in world.hold_log if h.request_id == request.id]
     if key == "holds":
         return len(holds)
     if key == "hold_reason":
         return holds[-1].reason if holds else None
     raise ValueError(f"unknown request check {key!r}")
+
+
+def _why(world: World, request_id: str) -> str | None:
+    """The reason the trail notes for the request's last admission or skip."""
+    if world.trail is None:
+        return None
+    for record in reversed(world.trail.records):
+        if record.request_id == request_id and record.kind in (ADMITTED, SKIPPED):
+            d = record.details
+            return d.get("why") or d.get("matched") or None
+    return None
 
 
 def _queue_result(world: World, expectation: Expectation, check: Check) -> Result:

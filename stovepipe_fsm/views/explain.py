@@ -15,6 +15,7 @@ from ..domain.trail_record import (
     OPERATOR,
     PLUGIN,
     RECLAIMED,
+    SKIPPED,
     SUPERSEDED,
     TrailRecord,
 )
@@ -43,9 +44,16 @@ def sentence(record: TrailRecord) -> str:
         )
     if record.kind == SUPERSEDED:
         return f"superseded by {d.get('by') or 'a newer head'} (never built)"
+    if record.kind == SKIPPED:
+        green = d.get("green") or "last green"
+        return (
+            f"skipped: every change since {green} matches skip_paths: "
+            f"{d.get('matched', '')} (never built, last green unchanged)"
+        )
     if record.kind == ADMITTED:
         base = d.get("base") or "no base"
-        return f"admitted: {d.get('strategy', '')} build on {base}"
+        why = f" ({d['why']})" if d.get("why") else ""
+        return f"admitted: {d.get('strategy', '')} build on {base}{why}"
     if record.kind == ENDED:
         return f"ended {d.get('outcome', '')} (reported by {d.get('by', '')})"
     if record.kind == RECLAIMED:

@@ -157,6 +157,7 @@ class Setup:
             queue=self.bounds.queue,
             path_classes=self.path_classes(),
             scopes=self.scopes,
+            parameters=dict(self.queue_config.parameters),
         )
 
     def path_classes(self) -> tuple[PathClass, ...]:

@@ -43,7 +43,7 @@ from ...machine.invariants import (
 from ...machine.lint import UNKNOWN_INVARIANT
 from ...machine.model import InvariantRef
 from ...process.catalog import ProcessMachines
-from ...process.gate import PAUSED
+from ...process.gate import EVERY_HEAD, KEEP_NEWEST, PAUSED
 from .observe import Observation, counter_of
 from .paths import PathClass
 
@@ -70,6 +70,13 @@ class Rules:
     #: What a head ingested after the first may change (:mod:`.paths`); empty: nothing
     #: the policy reads, so no head changes anything.
     path_classes: tuple[PathClass, ...] = ()
+    every_head: bool = False  # the checked queue keeps every head (none superseded)
+    keep_newest: int = 0  # the checked queue's heads kept when coalescing (0: max_concurrent)
+
+    @property
+    def kept(self) -> int:
+        """How many of the newest heads the checked queue keeps when it coalesces."""
+        return self.keep_newest or self.max_concurrent
 
     @cached_property
     def state_checks(self) -> tuple[Invariant, ...]:
@@ -100,10 +107,14 @@ class Rules:
         queue: str | None = None,
         path_classes: tuple[PathClass, ...] = (),
         scopes: Scopes = (),
+        parameters: Mapping[str, Any] | None = None,
     ) -> Rules:
         """The rules of ``machines``, checking the invariants they declare (for ``queue``,
-        those declared for it)."""
+        those declared for it). ``parameters``: the checked queue's resolved parameters,
+        for how it chooses heads (``every_head``, ``keep_newest``); the machines'
+        defaults when not given."""
         request, roles = machines.request, machines.roles
+        chosen = {**machines.parameter_defaults, **(parameters or {})}
         return cls(
             max_concurrent=max_concurrent,
             slot_states=frozenset(request.slot_states),
@@ -120,6 +131,8 @@ class Rules:
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
             path_classes=path_classes,
+            every_head=bool(chosen.get(EVERY_HEAD, False)),
+            keep_newest=int(chosen.get(KEEP_NEWEST, 0)),
         )
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -401,14 +414,15 @@ def _decided_as_latest(pre: Observation, request: Request, rules: Rules) -> bool
         and held.queue_row.latest_request_id
         and (
             held.queue_row.latest_request_id == request.id
-            or _newer_live(pre, request, rules, held.queue_row.latest_request_id)
-            < rules.max_concurrent
+            or _newer_live(pre, request, rules, held.queue_row.latest_request_id) < rules.kept
         )
         for held in pre.in_hand
     )
 
 
 def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    if rules.every_head:
+        return  # every head is kept: any waiting head may be admitted
     for after in post.requests:
         before = pre.by_id.get(after.id)
         newly = after.state in rules.admitted_states and (
@@ -420,14 +434,14 @@ def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterato
         latest = row.latest_request_id if row else ""
         if latest == after.id or _decided_as_latest(pre, before, rules):
             continue
-        within = latest and _newer_live(pre, before, rules) < rules.max_concurrent
-        if rules.max_concurrent > 1 and within and counter_of(before.id) < counter_of(latest):
+        within = latest and _newer_live(pre, before, rules) < rules.kept
+        if rules.kept > 1 and within and counter_of(before.id) < counter_of(latest):
             continue
         yield (
             f"{_label(after)} was admitted while the latest head was {latest or 'unset'}"
             + (
                 f" and {_newer_live(pre, before, rules)} newer heads were not yet terminal"
-                if rules.max_concurrent > 1
+                if rules.kept > 1
                 else ""
             )
         )
@@ -454,11 +468,14 @@ def _keeps_newest_n(pre: Observation, post: Observation, rules: Rules) -> Iterat
     for before in _newly(pre, post, rules.superseded_states):
         if pre.in_hand_for(before.id):
             continue  # decided on an older row; heads terminal now may have been live then
+        if rules.every_head:
+            yield f"{_label(before)} was superseded, but its queue keeps every head"
+            continue
         newer = _newer_live(pre, before, rules)
-        if newer < rules.max_concurrent:
+        if newer < rules.kept:
             yield (
                 f"{_label(before)} was superseded while among the newest "
-                f"{rules.max_concurrent} heads not yet terminal ({newer} newer)"
+                f"{rules.kept} heads not yet terminal ({newer} newer)"
             )
 
 
@@ -618,15 +635,16 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "admits_latest",
-        "a request is only admitted while it is among the newest max_concurrent heads of "
-        "its queue not yet terminal, the latest always counted (a delivery stalled in "
-        "hand: while it was, among the heads the queue row it decided on knew)",
+        "a request is only admitted while it is among the newest keep_newest heads of its "
+        "queue not yet terminal, the latest always counted (a delivery stalled in hand: "
+        "while it was, among the heads the queue row it decided on knew); any head of a "
+        "queue that keeps every head",
         _admits_latest,
     ),
     Invariant(
         "keeps_newest_n",
-        "a waiting head is superseded only when no longer among the newest max_concurrent "
-        "heads not yet terminal",
+        "a waiting head is superseded only when no longer among the newest keep_newest "
+        "heads not yet terminal; never in a queue that keeps every head",
         _keeps_newest_n,
     ),
     Invariant(

@@ -84,6 +84,7 @@ def replay(
         max_validation_ms=int(declared.get(MAX_VALIDATION_MS, 0)),
         queue=timeline.queue,
         scopes=scopes,
+        parameters=declared,
     )
     result = Replay(world)
     obs = observe(world)
