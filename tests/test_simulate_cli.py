@@ -142,8 +142,8 @@ def test_table_shows_retries_backing_off_until_a_dead_letter(
     assert dead == (
         3000,  # 2000 ms after the second: the backoff doubled
         "request/monorepo/main/2 (B): dead_letter (gave up after 3 attempts: "
-        f"{derive_strategy_step()}: SourceControlOutage: source control unavailable); request failed; "
-        "in_flight=0",
+        f"{derive_strategy_step()}: SourceControlOutage: source control unavailable); "
+        "request failed; in_flight=0",
     )
 
 
