@@ -62,6 +62,9 @@ def test_shipped_config_passes_schema_and_loads() -> None:
         full_build_paths=[],
         max_baseline_lag=0,
         max_validation_ms=0,
+        every_head=False,
+        keep_newest=0,
+        skip_paths=[],
     )
 
 
@@ -94,9 +97,9 @@ def test_declared_parameters_are_the_only_keys_beyond_the_runtime_ones(tmp_path:
     path = write(tmp_path, "defaults:\n  max_concurent: 2\n")
     [issue] = issues_of(path)
     assert str(issue) == (
-        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: full_build_paths, "
-        "gate_wait_delay_ms, max_attempts, max_baseline_lag, max_concurrent, max_validation_ms, "
-        "paused, ref, repository"
+        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: every_head, "
+        "full_build_paths, gate_wait_delay_ms, keep_newest, max_attempts, max_baseline_lag, "
+        "max_concurrent, max_validation_ms, paused, ref, repository, skip_paths"
     )
     # Loaded without the declarations (an operator command), any further key is kept.
     policy = load_queue_config(path)
@@ -114,6 +117,9 @@ def _all_fields() -> list[tuple[str, object]]:
         ("full_build_paths", "[WORKSPACE]"),
         ("max_baseline_lag", 4),
         ("max_validation_ms", 60000),
+        ("every_head", "true"),
+        ("keep_newest", 2),
+        ("skip_paths", '["docs/**"]'),
     ]
 
 
@@ -130,6 +136,9 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         full_build_paths=["WORKSPACE"],
         max_baseline_lag=4,
         max_validation_ms=60000,
+        every_head=True,
+        keep_newest=2,
+        skip_paths=["docs/**"],
     )
 
 
@@ -240,6 +249,9 @@ def test_null_blocks_set_nothing(tmp_path: Path) -> None:
         full_build_paths=[],
         max_baseline_lag=0,
         max_validation_ms=0,
+        every_head=False,
+        keep_newest=0,
+        skip_paths=[],
     )
 
 
