@@ -250,3 +250,21 @@ async def test_complete_wait_gives_up_with_a_clear_error_when_no_service_records
         await running.wait_state(request_id, "processing")
     with pytest.raises(NotRecorded, match=r"is stored but was not recorded within 0\.5s"):
         await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", 0.5)
+
+
+async def test_an_outcome_reported_before_its_head_is_admitted_is_applied_on_admission(
+    js_env,
+) -> None:
+    """B's build is reported while B still waits for A's slot: the outcome is kept (retried
+    shortly) rather than refused, and B ends with it as soon as it is admitted."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        second = await running.ingest(QUEUE, "B")
+        assert await running.state(second) == "accepted"
+        early = await complete(options(js_env), js_env.topology, QUEUE, "B", "succeeded", 0)
+        assert (early["request_id"], early["duplicate"]) == (second, False)
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        await running.wait_state(second, "succeeded")
+        assert await dead_letters(js_env, "record") == []
+        assert (await running.queue(QUEUE)).slot_holders == ()
