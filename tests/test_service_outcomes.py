@@ -268,3 +268,21 @@ async def test_an_outcome_reported_before_its_head_is_admitted_is_applied_on_adm
         await running.wait_state(second, "succeeded")
         assert await dead_letters(js_env, "record") == []
         assert (await running.queue(QUEUE)).slot_holders == ()
+
+
+async def test_an_early_outcome_waits_and_is_moot_once_its_head_is_superseded(js_env) -> None:
+    """``--wait`` on a head not admitted yet says the outcome is kept, not that no service
+    runs; when the head is superseded instead, the outcome is refused as moot."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        second = await running.ingest(QUEUE, "B")
+        with pytest.raises(NotRecorded, match="the head is not admitted yet"):
+            await complete(options(js_env), js_env.topology, QUEUE, "B", "failed", 0.6)
+        third = await running.ingest(QUEUE, "C")
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        await running.wait_state(second, "superseded")
+        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
+        assert [d.request_id for d in letters] == [second]
+        assert "already superseded; cannot record failed" in letters[0].error
+        await running.wait_state(third, "processing")

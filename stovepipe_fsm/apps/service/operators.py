@@ -158,6 +158,11 @@ async def _wait_for_outcome(
             queue = await stores.queues.get(request.queue)
             if request_id not in queue.slot_holders:
                 return request
+        if time.monotonic() >= deadline and request.state == record.request_initial:
+            raise NotRecorded(
+                f"outcome {outcome} of {request_id!r} is stored and kept: the head is not "
+                f"admitted yet (request is {request.state}); it is recorded on admission"
+            )
         if time.monotonic() >= deadline:
             raise NotRecorded(
                 f"outcome {outcome} of {request_id!r} is stored but was not recorded within "
