@@ -286,3 +286,18 @@ async def test_an_early_outcome_waits_and_is_moot_once_its_head_is_superseded(js
         assert [d.request_id for d in letters] == [second]
         assert "already superseded; cannot record failed" in letters[0].error
         await running.wait_state(third, "processing")
+
+
+async def test_complete_by_uri_names_the_request_building_that_commit(js_env) -> None:
+    """Trunk returns to P0 while P0's first build still runs: ``--uri P0`` names the
+    request that is building, not the newer one waiting behind it."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        building = await running.ingest(QUEUE, "P0")
+        await running.wait_state(building, "processing")
+        await running.ingest(QUEUE, "P1")
+        returned = await running.pipeline.ingest.ingest(QUEUE, "P0", at_head=True)
+        assert returned.returned and returned.request_id != building
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "P0", "failed", WAIT_S)
+        assert answer["request_id"] == building
+        assert answer["request"]["state"] == "failed"
+        await running.wait_state(returned.request_id, "processing")
