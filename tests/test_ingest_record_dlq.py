@@ -24,10 +24,9 @@ from stovepipe_fsm.adapters.memory import (
     MemoryUriIndex,
 )
 from stovepipe_fsm.domain.entities import FULL, Queue, Request
-from stovepipe_fsm.domain.errors import NonRetryable, Retryable, VersionMismatch
+from stovepipe_fsm.domain.errors import NonRetryable, NotYetAdmitted, Retryable, VersionMismatch
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.domain.queue_names import InvalidQueueName
-from stovepipe_fsm.machine.compiler import IllegalTransition
 from stovepipe_fsm.pipeline.ingest import Ingest, InvalidUri
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.lifecycle import QUEUE_CAS_ATTEMPTS
@@ -334,10 +333,12 @@ async def test_recording_on_a_superseded_request_fails() -> None:
         await p.record.complete(rid(1), "succeeded")
 
 
-async def test_recording_before_admit_is_illegal() -> None:
+async def test_recording_before_admit_is_not_applied_and_retryable() -> None:
+    """An outcome for a head not yet admitted is early, not wrong: retried, never applied
+    to the accepted head."""
     p = Pipeline()
     await p.ingester.ingest(Q, "A")
-    with pytest.raises(IllegalTransition, match="'succeed' is not allowed from state 'accepted'"):
+    with pytest.raises(NotYetAdmitted, match="is accepted, not yet admitted; succeeded is kept"):
         await p.record.complete(rid(1), "succeeded")
     assert (await p.request(1)).state == "accepted"
 
@@ -494,7 +495,10 @@ def crashing_pipeline(budget: Budget) -> Pipeline:
             await super().publish_process(queue, request_id, partition)
 
     return Pipeline(
-        requests=Requests(), queues=Queues(), uri_index=Uris(), counter=Counter(),
+        requests=Requests(),
+        queues=Queues(),
+        uri_index=Uris(),
+        counter=Counter(),
         publisher=Publisher(),
     )
 

@@ -250,3 +250,54 @@ async def test_complete_wait_gives_up_with_a_clear_error_when_no_service_records
         await running.wait_state(request_id, "processing")
     with pytest.raises(NotRecorded, match=r"is stored but was not recorded within 0\.5s"):
         await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", 0.5)
+
+
+async def test_an_outcome_reported_before_its_head_is_admitted_is_applied_on_admission(
+    js_env,
+) -> None:
+    """B's build is reported while B still waits for A's slot: the outcome is kept (retried
+    shortly) rather than refused, and B ends with it as soon as it is admitted."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        second = await running.ingest(QUEUE, "B")
+        assert await running.state(second) == "accepted"
+        early = await complete(options(js_env), js_env.topology, QUEUE, "B", "succeeded", 0)
+        assert (early["request_id"], early["duplicate"]) == (second, False)
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        await running.wait_state(second, "succeeded")
+        assert await dead_letters(js_env, "record") == []
+        assert (await running.queue(QUEUE)).slot_holders == ()
+
+
+async def test_an_early_outcome_waits_and_is_moot_once_its_head_is_superseded(js_env) -> None:
+    """``--wait`` on a head not admitted yet says the outcome is kept, not that no service
+    runs; when the head is superseded instead, the outcome is refused as moot."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        second = await running.ingest(QUEUE, "B")
+        with pytest.raises(NotRecorded, match="the head is not admitted yet"):
+            await complete(options(js_env), js_env.topology, QUEUE, "B", "failed", 0.6)
+        third = await running.ingest(QUEUE, "C")
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        await running.wait_state(second, "superseded")
+        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
+        assert [d.request_id for d in letters] == [second]
+        assert "already superseded; cannot record failed" in letters[0].error
+        await running.wait_state(third, "processing")
+
+
+async def test_complete_by_uri_names_the_request_building_that_commit(js_env) -> None:
+    """Trunk returns to P0 while P0's first build still runs: ``--uri P0`` names the
+    request that is building, not the newer one waiting behind it."""
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        building = await running.ingest(QUEUE, "P0")
+        await running.wait_state(building, "processing")
+        await running.ingest(QUEUE, "P1")
+        returned = await running.pipeline.ingest.ingest(QUEUE, "P0", at_head=True)
+        assert returned.returned and returned.request_id != building
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "P0", "failed", WAIT_S)
+        assert answer["request_id"] == building
+        assert answer["request"]["state"] == "failed"
+        await running.wait_state(returned.request_id, "processing")

@@ -208,7 +208,7 @@ BAD_TIMELINES = {
         "steps:\n  - ingest: A\n  - complete: {uri: A, outcome: succeeded}\n",
         3,
         5,
-        "not allowed from state 'accepted'",
+        "is accepted, not yet admitted",
     ),
     "unknown_parent": ("history: {A: [Q]}\nsteps:\n  - ingest: A\n", 1, 15, "parent 'Q'"),
     "parent_cycle": (

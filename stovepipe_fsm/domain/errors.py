@@ -30,6 +30,11 @@ class Retryable(StovepipeError):
     """A transient failure (connection, timeout, lost race); redeliver later."""
 
 
+class NotYetAdmitted(Retryable):
+    """An outcome for a request still in the initial state: its head may yet be admitted,
+    so the outcome is retried shortly rather than refused."""
+
+
 class NonRetryable(StovepipeError):
     """A failure redelivery cannot fix (missing row, bad payload); dead-letter it."""
 

@@ -7,13 +7,15 @@ head than the current bookmark never moves it back. After both writes the end of
 validation is announced on the hook topic (:func:`announce_end`). Repeating a record with
 the same outcome is a no-op that still makes sure the slot is released, the bookmark
 applied and the end announced (a crash anywhere in between); recording a *different*
-outcome for a request that already ended is refused (``NonRetryable``), never applied.
+outcome for a request that already ended is refused (``NonRetryable``), never applied;
+so is one for a head that ended without being admitted (superseded, cancelled): the outcome
+is moot. An outcome for a head not yet admitted raises ``NotYetAdmitted`` (retryable).
 """
 
 from __future__ import annotations
 
 from ..domain.entities import Request
-from ..domain.errors import NonRetryable
+from ..domain.errors import NonRetryable, NotYetAdmitted
 from ..domain.hooks import ended_event
 from ..domain.trail_record import ENDED
 from ..process.services import StageServices
@@ -51,9 +53,15 @@ class Record:
     async def complete(self, request_id: str, outcome: str, *, by: str = "build") -> Request:
         """Record ``outcome`` for ``request_id`` as reported ``by`` (build, operator);
         ``ValueError`` for an undeclared outcome, ``NonRetryable`` when the request already
-        ended with another outcome."""
+        ended with another outcome, ``NotYetAdmitted`` while it is still in the initial
+        state (it may yet be admitted; a caller retries)."""
         declared = self.roles.outcome(outcome)
         request = await self.lifecycle.requests.get(request_id)
+        if request.state == self.roles.initial:
+            raise NotYetAdmitted(
+                f"request {request_id!r} is {request.state}, not yet admitted; "
+                f"{outcome} is kept until it is"
+            )
         if self.lifecycle.is_terminal(request):
             if request.state not in declared.states:
                 raise NonRetryable(

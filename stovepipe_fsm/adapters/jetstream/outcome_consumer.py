@@ -11,6 +11,10 @@ consumer only says which refusals are final (:func:`refused_for_good`) and perfo
   the policy does not declare, a request that already ended with *another* outcome, or
   one that was never admitted: a ``record`` dead-letter record saying why, then term.
   Nothing was applied;
+- early - the request is still in the machine's initial state (its head is not admitted
+  yet): NAK with a short backoff (:data:`EARLY_BACKOFF`), without limit, so the outcome is
+  applied within seconds of the admission; once the head ends another way (superseded,
+  cancelled) the outcome is moot and refused for good as above;
 - anything else (the broker or a store hiccups): NAK with backoff, without limit. An
   outcome is never given up on for a transient fault, since a lost outcome would keep
   its request's slot.
@@ -28,6 +32,7 @@ from ...domain.bounded_text import clip
 from ...domain.errors import (
     NonRetryable,
     NotFound,
+    NotYetAdmitted,
     Retryable,
     StovepipeError,
     VersionMismatch,
@@ -52,6 +57,11 @@ RECORD_STAGE = "record"
 OUTCOME_CONSUMER = "record-outcomes"
 #: How much of a refused message's text a log line or dead letter repeats.
 _QUOTE_CHARS = 300
+
+#: Retry delays for an outcome whose head is not admitted yet: short, so the outcome
+#: lands soon after the admission, and bounded, so a long wait costs a redelivery every
+#: few seconds only.
+EARLY_BACKOFF = Backoff(0.25, 2.0)
 
 RecordOutcome = Callable[[str, str], Awaitable[object]]
 
@@ -126,9 +136,10 @@ class OutcomeConsumer(_PullLoop):
             await self.record(message.request_id, message.outcome)
         except Exception as exc:
             attempt = Attempt.raised(exc, final=refused_for_good(exc))
+            backoff = EARLY_BACKOFF if isinstance(exc, NotYetAdmitted) else self.backoff
         else:
-            attempt = Attempt.acked()
-        decision = settle(attempt, failures=failures, max_attempts=None, backoff=self.backoff)
+            attempt, backoff = Attempt.acked(), self.backoff
+        decision = settle(attempt, failures=failures, max_attempts=None, backoff=backoff)
         if decision.kind is SettleKind.DEAD_LETTER:
             reason = f"outcome {message.outcome}: {decision.reason}"
             await self._refuse(msg, seq, queue, message.request_id, reason)

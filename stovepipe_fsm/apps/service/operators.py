@@ -96,6 +96,30 @@ async def request_for_uri(uri_index: UriIndex, queue: str, uri: str) -> str:
     return request_id
 
 
+async def building_request_for_uri(stores: KvStores, queue: str, uri: str) -> str:
+    """The request whose build of ``uri`` a reported outcome ends.
+
+    The dedup index names the newest request for ``uri``; when trunk returned to ``uri``
+    while an older request for it still builds, that older one (a slot holder of the
+    queue) is the build being reported, and wins over the newer one still waiting.
+    """
+    request_id = await request_for_uri(stores.uris, queue, uri)
+    try:
+        holders = (await stores.queues.get(queue)).slot_holders
+    except NotFound:
+        return request_id
+    if request_id in holders:
+        return request_id
+    for holder in holders:
+        try:
+            request = await stores.requests.get(holder)
+        except NotFound:
+            continue
+        if request.uri == uri:
+            return holder
+    return request_id
+
+
 def check_outcome_name(record: PolicyRecord | None, outcome: str) -> None:
     """``ValueError`` for an outcome the policy in force does not declare.
 
@@ -119,7 +143,7 @@ async def complete(
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
-        request_id = await request_for_uri(stores.uris, queue, uri)
+        request_id = await building_request_for_uri(stores, queue, uri)
         record = await read_policy_record(js, topology)
         check_outcome_name(record, outcome)
         if wait_s > 0 and (record is None or outcome not in record.outcomes):
@@ -158,6 +182,11 @@ async def _wait_for_outcome(
             queue = await stores.queues.get(request.queue)
             if request_id not in queue.slot_holders:
                 return request
+        if time.monotonic() >= deadline and request.state == record.request_initial:
+            raise NotRecorded(
+                f"outcome {outcome} of {request_id!r} is stored and kept: the head is not "
+                f"admitted yet (request is {request.state}); it is recorded on admission"
+            )
         if time.monotonic() >= deadline:
             raise NotRecorded(
                 f"outcome {outcome} of {request_id!r} is stored but was not recorded within "
