@@ -47,7 +47,7 @@ async def test_a_retry_racing_a_new_head_never_becomes_latest(js_env) -> None:
             if isinstance(retried, RetryResult):  # admitted before the new head, or not
                 again = retried.request_id
 
-                async def settled() -> bool:
+                async def settled(again: str = again) -> bool:
                     return await run.state(again) in ("processing", "superseded")
 
                 await wait_for(settled, f"{again} admitted or superseded")
