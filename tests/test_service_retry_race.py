@@ -17,7 +17,7 @@ CONFIG = {"defaults": {"max_concurrent": 1, "gate_wait_delay_ms": 100, "max_atte
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWX"
 
 
-async def test_a_retry_racing_a_new_head_never_becomes_latest(js_env) -> None:
+async def test_a_retry_racing_a_new_head_never_becomes_latest(js_env) -> None:  # type: ignore[no-untyped-def]
     async with running_service(js_env.server, js_env.topology, CONFIG) as run:
         pipeline = run.pipeline
 
