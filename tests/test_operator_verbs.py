@@ -475,3 +475,19 @@ def test_the_service_records_the_machine_it_runs_and_status_shows_the_rest() -> 
     assert facts == ("cafe", "accepted", "cancelled")
     shown = record.shown()
     assert "request_machine" not in shown and shown["hash"] == "cafe"
+
+
+def test_a_policy_that_validates_every_head_retries_one_behind_a_newer_head() -> None:
+    serial = load_process_machines(ROOT / "examples/policies/serial_every_head/machines")
+    assert MACHINES.coalesces and not serial.coalesces
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+    w.ingest(Q, "A2")
+    again = run_sync(
+        retry(lifecycle(w), w.ingester, w.uri_index, A1, coalesces=serial.coalesces)
+    )
+    assert again.created and again.request_id == A3
+    assert run_sync(w.requests.get(A3)).retry_of == A1
+    assert run_sync(w.requests.get(A2)).state == "accepted"  # still validated in turn

@@ -304,7 +304,7 @@ class Ingest:
         await self.publisher.publish_process(queue, request_id, partition)
         return IngestResult(request_id, False, published=True)
 
-    async def again(self, old: Request) -> IngestResult:
+    async def again(self, old: Request, *, newest: bool = True) -> IngestResult:
         """A new request for ``old``'s commit, linked to it by ``retry_of``.
 
         The dedup entry is re-pointed from ``old`` to a fresh id by compare-and-set, so a
@@ -314,14 +314,20 @@ class Ingest:
         newer head was ingested since. The id is minted only if the counter still stands
         at ``old``'s number, in one compare-and-set: a head that took an id since (even
         one not yet written) refuses the retry (``IllegalOperation``), so a retry never
-        takes an id above a newer head's and ``latest`` never moves backwards.
+        takes an id above a newer head's and ``latest`` never moves backwards. With
+        ``newest`` False (a policy that validates every head) the id is minted as any
+        head's is.
         """
         queue, uri = old.queue, old.uri
         request_id = await self.uri_index.get(queue, uri)
         created = False
         if request_id in (None, old.id):
             last = parse_request_id(old.id).counter
-            number = await self.counter.next_after(queue, last)
+            number = (
+                await self.counter.next_after(queue, last)
+                if newest
+                else await self.counter.next(queue)
+            )
             if number is None:
                 request_id = await self.uri_index.get(queue, uri)
                 if request_id in (None, old.id):  # not a racing retry of the same head
