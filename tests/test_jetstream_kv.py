@@ -122,6 +122,19 @@ async def test_counter_gives_up_after_bounded_lost_races(js_env: JsEnv) -> None:
     assert await KvCounter(cell).next(QUEUE) == 101
 
 
+async def test_counter_hands_out_the_next_value_only_after_the_one_named(js_env: JsEnv) -> None:
+    cell = await open_cell(js_env.js, js_env.topology.counters_bucket)
+    counter = KvCounter(cell)
+    assert await counter.next_after(QUEUE, 0) == 1  # a queue's first value
+    assert await counter.next_after(QUEUE, 0) is None
+    assert await KvCounter(cell).next(QUEUE) == 2  # another writer takes 2
+    assert await counter.next_after(QUEUE, 1) is None
+    assert await counter.next_after(QUEUE, 2) == 3
+    racing = _WriterAfterRead(cell, await _raw(js_env, js_env.topology.counters_bucket), b"9")
+    assert await KvCounter(racing).next_after(QUEUE, 3) is None  # lost the CAS to 9
+    assert await counter.next(QUEUE) == 10
+
+
 async def test_counter_survives_concurrent_minters_on_separate_connections(
     js_env: JsEnv,
 ) -> None:

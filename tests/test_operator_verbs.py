@@ -364,7 +364,7 @@ def test_two_retries_at_once_make_one_request() -> None:
         retry's read of the entry and its compare-and-set."""
 
         def __init__(self) -> None:
-            self.other = None
+            self.other: object = None
 
         async def get(self, queue: str, uri: str) -> str | None:
             return await w.uri_index.get(queue, uri)
@@ -374,19 +374,65 @@ def test_two_retries_at_once_make_one_request() -> None:
 
         async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
             if self.other is None:
-                self.other = await retry(lifecycle(w), w.ingester, w.uri_index, A1)
+                try:
+                    self.other = await retry(lifecycle(w), w.ingester, w.uri_index, A1)
+                except IllegalOperation as refused:
+                    self.other = refused
             return await w.uri_index.repoint(queue, uri, expected, request_id)
 
     index = RacingIndex()
     racing = replace_index(w, index)
     mine = run_sync(retry(lifecycle(w), racing, index, A1))
-    assert index.other is not None and index.other.created
-    # The loser minted A2 first, then lost the compare-and-set to the other's A3.
-    assert not mine.created and mine.request_id == index.other.request_id == A3
-    with pytest.raises(NotFound):  # the counter value the loser spent names no request
-        run_sync(w.requests.get(A2))
-    assert run_sync(w.requests.get(A3)).retry_of == A1
-    assert run_sync(w.queues.get(Q)).latest_request_id == A3
+    # This retry minted A2 first: the other found the counter moved past A1 before the
+    # entry was re-pointed, and was refused rather than take a second id.
+    assert isinstance(index.other, IllegalOperation)
+    assert mine.created and mine.request_id == A2
+    with pytest.raises(NotFound):  # no second request was made
+        run_sync(w.requests.get(A3))
+    assert run_sync(w.requests.get(A2)).retry_of == A1
+    assert run_sync(w.queues.get(Q)).latest_request_id == A2
+
+
+def test_a_retry_that_finds_the_same_head_retried_since_joins_it() -> None:
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+    first = run_sync(retry(lifecycle(w), w.ingester, w.uri_index, A1))
+    second = run_sync(retry(lifecycle(w), w.ingester, w.uri_index, A1))
+    assert first.created and not second.created
+    assert first.request_id == second.request_id == A2
+
+
+def test_a_retry_racing_a_new_head_never_takes_an_id_above_it() -> None:
+    """A new head mints its id between the retry's check of ``latest`` and the retry's
+    own mint (its row and ``latest`` not yet written): the retry is refused and writes
+    nothing, so the new head stays the latest and is validated."""
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+    counter = w.ingester.counter
+
+    class RacingCounter:
+        async def next(self, queue: str) -> int:
+            return await counter.next(queue)
+
+        async def reserve(self, queue: str, count: int) -> int:
+            return await counter.reserve(queue, count)
+
+        async def next_after(self, queue: str, last: int) -> int | None:
+            await counter.next(queue)  # a new head takes A2 right now
+            return await counter.next_after(queue, last)
+
+    racing = replace_index(w, w.uri_index)
+    racing.counter = RacingCounter()  # type: ignore[assignment]
+    with pytest.raises(IllegalOperation, match="backwards"):
+        run_sync(retry(lifecycle(w), racing, w.uri_index, A1))
+    assert run_sync(w.uri_index.get(Q, "A1")) == A1
+    assert run_sync(w.queues.get(Q)).latest_request_id == A1
+    with pytest.raises(NotFound):
+        run_sync(w.requests.get(A3))
 
 
 def replace_index(w: World, index: object):  # type: ignore[no-untyped-def]
@@ -429,3 +475,19 @@ def test_the_service_records_the_machine_it_runs_and_status_shows_the_rest() -> 
     assert facts == ("cafe", "accepted", "cancelled")
     shown = record.shown()
     assert "request_machine" not in shown and shown["hash"] == "cafe"
+
+
+def test_a_policy_that_validates_every_head_retries_one_behind_a_newer_head() -> None:
+    serial = load_process_machines(ROOT / "examples/policies/serial_every_head/machines")
+    assert MACHINES.coalesces and not serial.coalesces
+    w = world()
+    w.ingest(Q, "A1")
+    w.deliver_next()
+    w.complete(A1, "failed")
+    w.ingest(Q, "A2")
+    again = run_sync(
+        retry(lifecycle(w), w.ingester, w.uri_index, A1, coalesces=serial.coalesces)
+    )
+    assert again.created and again.request_id == A3
+    assert run_sync(w.requests.get(A3)).retry_of == A1
+    assert run_sync(w.requests.get(A2)).state == "accepted"  # still validated in turn

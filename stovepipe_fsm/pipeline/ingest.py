@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..domain.entities import Queue, Request, evolve
-from ..domain.errors import AlreadyExists, NotFound, VersionMismatch
-from ..domain.ids import compare_request_id, format_request_id
+from ..domain.errors import AlreadyExists, IllegalOperation, NotFound, VersionMismatch
+from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.queue_names import validate_queue_name
 from ..domain.trail_record import INGESTED, TrailRecord, detail
 from ..ports.clock import Clock
@@ -304,22 +304,42 @@ class Ingest:
         await self.publisher.publish_process(queue, request_id, partition)
         return IngestResult(request_id, False, published=True)
 
-    async def again(self, old: Request) -> IngestResult:
+    async def again(self, old: Request, *, newest: bool = True) -> IngestResult:
         """A new request for ``old``'s commit, linked to it by ``retry_of``.
 
         The dedup entry is re-pointed from ``old`` to a fresh id by compare-and-set, so a
         second call (or a racing one) finds that request (``created`` False) instead of
         making another; an entry already re-pointed whose request was never written (a
         crash) is healed as the retry. The caller checked that ``old`` ended and that no
-        newer head was ingested since.
+        newer head was ingested since. The id is minted only if the counter still stands
+        at ``old``'s number, in one compare-and-set: a head that took an id since (even
+        one not yet written) refuses the retry (``IllegalOperation``), so a retry never
+        takes an id above a newer head's and ``latest`` never moves backwards. With
+        ``newest`` False (a policy that validates every head) the id is minted as any
+        head's is.
         """
         queue, uri = old.queue, old.uri
         request_id = await self.uri_index.get(queue, uri)
         created = False
         if request_id in (None, old.id):
-            minted = format_request_id(queue, await self.counter.next(queue))
-            request_id = await self.uri_index.repoint(queue, uri, old.id, minted)
-            created = request_id == minted
+            last = parse_request_id(old.id).counter
+            number = (
+                await self.counter.next_after(queue, last)
+                if newest
+                else await self.counter.next(queue)
+            )
+            if number is None:
+                request_id = await self.uri_index.get(queue, uri)
+                if request_id in (None, old.id):  # not a racing retry of the same head
+                    raise IllegalOperation(
+                        f"an id of queue {queue} was taken after {old.id} (a newer head, "
+                        "possibly being ingested right now); retrying it would move "
+                        "trunk validation backwards"
+                    )
+            else:
+                minted = format_request_id(queue, number)
+                request_id = await self.uri_index.repoint(queue, uri, old.id, minted)
+                created = request_id == minted
         assert request_id is not None
         request = await self._ensure_request(request_id, queue, uri, retry_of=old.id)
         if self.trail is not None:

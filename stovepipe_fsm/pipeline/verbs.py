@@ -142,13 +142,15 @@ async def retry(
     *,
     by: str = "",
     verb: str = "retry",
+    coalesces: bool = True,
 ) -> RetryResult:
     """A new request for the commit of ``request_id``, which ended failed or cancelled.
 
     ``verb`` is what the trail record says ran (``dlq replay`` retries this way too).
     ``IllegalOperation`` when it has not ended, ended otherwise (succeeded, superseded),
     or a newer head of its queue was ingested since (validating an older commit again
-    would move trunk validation backwards); ``NotFound`` for no such request.
+    would move trunk validation backwards); ``NotFound`` for no such request. Where the
+    policy does not ``coalesce`` (it validates every head), a newer head refuses nothing.
     """
     requests, queues = ingest.requests, ingest.queues
     retryable = lifecycle.roles.retryable_states
@@ -170,9 +172,9 @@ async def retry(
                 f"the commit {old.uri} of {request_id} was ingested again since, as "
                 f"{current}; retry that one if it ended"
             )
-        return await _retried(ingest, old, by, verb)
+        return await _retried(ingest, old, by, verb, coalesces)
     latest = (await queues.get(old.queue)).latest_request_id
-    if latest and compare_request_id(old.queue, latest, old.id) > 0:
+    if coalesces and latest and compare_request_id(old.queue, latest, old.id) > 0:
         try:
             newer = (await requests.get(latest)).state
         except NotFound:
@@ -191,11 +193,13 @@ async def retry(
             f"request {request_id} ended {old.state}; only a head that ended "
             f"{' or '.join(sorted(retryable)) or 'failed or cancelled'} is retried"
         )
-    return await _retried(ingest, old, by, verb)
+    return await _retried(ingest, old, by, verb, coalesces)
 
 
-async def _retried(ingest: Ingest, old: Request, by: str, verb: str) -> RetryResult:
-    result = await ingest.again(old)
+async def _retried(
+    ingest: Ingest, old: Request, by: str, verb: str, coalesces: bool
+) -> RetryResult:
+    result = await ingest.again(old, newest=coalesces)
     what = f"retried as {result.request_id}"
     await _note(ingest.trail, old, verb, by, what, ingest.clock, retry=result.request_id)
     return RetryResult(old, result.request_id, result.created, result.published)

@@ -64,3 +64,9 @@ class Counter(Protocol):
     async def reserve(self, queue: str, count: int) -> int:
         """Hand out ``count`` consecutive values in one step; return the last of them."""
         ...
+
+    async def next_after(self, queue: str, last: int) -> int | None:
+        """Hand out ``last + 1`` only if ``last`` is the last value handed out, in one
+        step; ``None`` when another value was handed out since. A retry mints this way,
+        so no head can take an id between the one it checked against and its own."""
+        ...

@@ -78,6 +78,17 @@ class ProcessMachines:
         """Each declared parameter's default: what a queue gets that config leaves unset."""
         return MappingProxyType(defaults_of(self.parameters))
 
+    @cached_property
+    def coalesces(self) -> bool:
+        """The gate supersedes heads (some transition runs ``supersede``): only the
+        newest head is validated, so a retry of an older one would move validation
+        backwards. A gate that never supersedes validates every head."""
+        return any(
+            ref.name == "supersede"
+            for t in self.queue_gate.spec.transitions
+            for ref in (*t.before, *t.after)
+        )
+
     @property
     def registries(self) -> dict[str, Registry]:
         """The registries the machines were compiled against (built-ins and plugins)."""

@@ -33,6 +33,25 @@ class KvCounter:
     async def next(self, queue: str) -> int:
         return await self.reserve(queue, 1)
 
+    async def next_after(self, queue: str, last: int) -> int | None:
+        """``last + 1`` by one compare-and-set on the counter's entry, or ``None`` when
+        its value is not ``last`` (another value was handed out since)."""
+        key = queue_key(queue)
+        self._last.pop(queue, None)
+        entry = await self._cell.read_optional(key)
+        current = 0 if entry is None else _parse(queue, entry.value)
+        if current != last:
+            return None
+        encoded = str(last + 1).encode("ascii")
+        try:
+            if entry is None:
+                await self._cell.create(key, encoded)
+            else:
+                await self._cell.replace(key, encoded, entry.revision)
+        except (AlreadyExists, VersionMismatch):
+            return None
+        return last + 1
+
     async def reserve(self, queue: str, count: int) -> int:
         """Hand out ``count`` consecutive values at once; return the last of them.
 

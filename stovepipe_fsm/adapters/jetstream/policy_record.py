@@ -46,6 +46,8 @@ class PolicyRecord:
     parameters: list[str] = field(default_factory=list)
     #: The outcome whose recording advances last green (``retry`` never retries it).
     green_outcome: str = ""
+    #: The gate supersedes older heads (a record written before this was recorded: yes).
+    coalesces: bool = True
     #: The trigger of the optional ``withdraw`` role and the state it leads to (``cancel``);
     #: empty when the policy declares none.
     withdraw: str = ""
@@ -93,6 +95,7 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
             terminal_states=[str(state) for state in data.get("terminal_states", [])],
             parameters=[str(name) for name in data.get("parameters", [])],
             green_outcome=str(data.get("green_outcome", "")),
+            coalesces=bool(data.get("coalesces", True)),
             withdraw=str(data.get("withdraw", "")),
             withdrawn=str(data.get("withdrawn", "")),
             request_machine=str(data.get("request_machine", "")),

@@ -208,6 +208,12 @@ class MemoryCounter:
         self._last[queue] = value
         return value
 
+    async def next_after(self, queue: str, last: int) -> int | None:
+        if self._last.get(queue, 0) != last:
+            return None
+        self._last[queue] = last + 1
+        return last + 1
+
     def peek(self, queue: str) -> int:
         """The last value issued for ``queue`` (0 when none was)."""
         return self._last.get(queue, 0)

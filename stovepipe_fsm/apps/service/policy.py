@@ -75,6 +75,7 @@ def policy_record(
         terminal_states=sorted(machines.request.terminal),
         parameters=sorted(machines.parameters),
         green_outcome=roles.green_outcome.name,
+        coalesces=machines.coalesces,
         withdraw=roles.withdraw,
         # Shown by status: a withdraw whose conditions choose among several states shows
         # none (cancel runs the machine itself, so it is not limited to one).

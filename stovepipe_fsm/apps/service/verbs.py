@@ -72,6 +72,8 @@ class VerbContext:
     lifecycle: RequestLifecycle
     policy_hash: str
     trail: JetStreamTrail
+    #: The policy in force supersedes older heads (``retry`` refuses one behind a newer).
+    coalesces: bool = True
 
     def ingest(self) -> Ingest:
         return Ingest(
@@ -96,7 +98,8 @@ async def verb_context(options: NatsOptions, topology: Topology) -> AsyncIterato
         lifecycle = recorded_lifecycle(record, stores, SystemClock())
         policy_hash = record.hash if record is not None else ""
         trail = JetStreamTrail(js, topology)
-        yield VerbContext(js, topology, stores, lifecycle, policy_hash, trail)
+        coalesces = record.coalesces if record is not None else True
+        yield VerbContext(js, topology, stores, lifecycle, policy_hash, trail, coalesces)
 
 
 async def resolve_request(ctx: VerbContext, request_id: str, queue: str, uri: str) -> str:
@@ -125,7 +128,15 @@ async def cancel_request(
 async def retry_with(
     ctx: VerbContext, request_id: str, by: str, *, verb: str = "retry"
 ) -> dict[str, Any]:
-    result = await retry(ctx.lifecycle, ctx.ingest(), ctx.stores.uris, request_id, by=by, verb=verb)
+    result = await retry(
+        ctx.lifecycle,
+        ctx.ingest(),
+        ctx.stores.uris,
+        request_id,
+        by=by,
+        verb=verb,
+        coalesces=ctx.coalesces,
+    )
     said = (
         f"request {request_id} retried as {result.request_id}"
         if result.created
