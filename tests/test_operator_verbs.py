@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
 from stovepipe_fsm.domain.trail_record import OPERATOR
 from stovepipe_fsm.located.yaml_source import parse_yaml
 from stovepipe_fsm.machine.compiler import CompiledLifecycle
 from stovepipe_fsm.machine.loader import parse_machine
-from stovepipe_fsm.pipeline.verbs import cancel, retry
+from stovepipe_fsm.pipeline.verbs import cancel, queue_coalesces, retry
 from stovepipe_fsm.ports.stores import RequestStore
 from stovepipe_fsm.process.catalog import REGISTRIES, compile_request_machine, load_process_machines
 from stovepipe_fsm.process.lifecycle import QueueChange, RequestLifecycle
@@ -477,16 +478,27 @@ def test_the_service_records_the_machine_it_runs_and_status_shows_the_rest() -> 
     assert "request_machine" not in shown and shown["hash"] == "cafe"
 
 
-def test_a_policy_that_validates_every_head_retries_one_behind_a_newer_head() -> None:
-    serial = load_process_machines(ROOT / "examples/policies/serial_every_head/machines")
-    assert MACHINES.coalesces and not serial.coalesces
+def test_a_queue_that_validates_every_head_retries_one_behind_a_newer_head() -> None:
+    serial = ROOT / "examples/policies/serial_every_head"
+    machines = load_process_machines(serial / "machines")
+    config = load_queue_config(serial / "config" / "queues.yaml", parameters=machines.parameters)
+    keeps_every_head = dict(config.resolve(Q).parameters)
+    assert MACHINES.coalesces and machines.coalesces  # the shipped gate, either way
+    assert queue_coalesces(MACHINES.coalesces, dict(MACHINES.parameter_defaults))
+    assert not queue_coalesces(machines.coalesces, keeps_every_head)
     w = world()
     w.ingest(Q, "A1")
     w.deliver_next()
     w.complete(A1, "failed")
     w.ingest(Q, "A2")
     again = run_sync(
-        retry(lifecycle(w), w.ingester, w.uri_index, A1, coalesces=serial.coalesces)
+        retry(
+            lifecycle(w),
+            w.ingester,
+            w.uri_index,
+            A1,
+            coalesces=queue_coalesces(machines.coalesces, keeps_every_head),
+        )
     )
     assert again.created and again.request_id == A3
     assert run_sync(w.requests.get(A3)).retry_of == A1

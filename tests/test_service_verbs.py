@@ -224,3 +224,30 @@ async def test_pause_resume_and_dlq_prune_are_one_trail_record_each(js_env) -> N
         d = await run.ingest(Q, "D")  # after the resume: no pause in its history
         after = await explain_document(options(js_env), js_env.topology, d, "", "")
         assert [h["kind"] for h in after["history"] if h["kind"] == "operator"] == []
+
+
+async def test_retry_behind_a_newer_head_on_a_queue_that_keeps_every_head(js_env) -> None:  # type: ignore[no-untyped-def]
+    """A release queue (every_head) validates each head: an operator's retry of a failed
+    head is accepted behind a newer one, which stays waiting its turn; on a coalescing
+    queue of the same policy the same retry is refused."""
+    where = broker(js_env)
+    config = {
+        "defaults": {"max_concurrent": 1, "gate_wait_delay_ms": 100},
+        "queues": {"rel/1": {"every_head": True}},
+    }
+    async with running_service(js_env.server, js_env.topology, config) as run:
+        for queue in ("rel/1", Q):
+            a = await run.ingest(queue, "A")
+            await run.wait_state(a, "processing")
+            await run.pipeline.record.complete(a, "failed")
+            b = await run.ingest(queue, "B")
+            await run.wait_state(b, "processing")
+            answer = await run_cli("retry", a, *where)
+            if queue == Q:
+                assert answer.returncode == 2
+                assert f"a newer head {b} was ingested since {a}" in answer.stderr
+                continue
+            assert answer.returncode == 0, answer.stderr
+            retried = json.loads(answer.stdout)["request_id"]
+            assert await run.state(retried) == "accepted"  # waits behind B, in order
+            assert await run.state(b) == "processing"

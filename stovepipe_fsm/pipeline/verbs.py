@@ -25,6 +25,7 @@ verb, so a repeated verb is one record.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..domain.entities import Request
@@ -34,8 +35,16 @@ from ..domain.trail_record import OPERATOR, TrailRecord, detail
 from ..ports.clock import Clock
 from ..ports.decision_trail import DecisionTrail
 from ..ports.stores import RequestStore, UriIndex
+from ..process.gate import EVERY_HEAD
 from ..process.lifecycle import IllegalTransition, RequestLifecycle
 from .ingest import Ingest
+
+
+def queue_coalesces(policy_coalesces: bool, parameters: Mapping[str, object]) -> bool:
+    """Whether a queue supersedes older heads: its policy's gate supersedes, and the
+    queue does not keep every head (``every_head``, a release queue validating each)."""
+    return policy_coalesces and not parameters.get(EVERY_HEAD, False)
+
 
 #: How often ``cancel`` re-reads a row that changed under it before giving up.
 CAS_ATTEMPTS = 8
@@ -150,7 +159,8 @@ async def retry(
     ``IllegalOperation`` when it has not ended, ended otherwise (succeeded, superseded),
     or a newer head of its queue was ingested since (validating an older commit again
     would move trunk validation backwards); ``NotFound`` for no such request. Where the
-    policy does not ``coalesce`` (it validates every head), a newer head refuses nothing.
+    queue does not ``coalesce`` (:func:`queue_coalesces`: it validates every head), a
+    newer head refuses nothing.
     """
     requests, queues = ingest.requests, ingest.queues
     retryable = lifecycle.roles.retryable_states

@@ -20,14 +20,19 @@ from nats.js import JetStreamContext
 
 from ...adapters.jetstream import KvStores, Topology, ensure_topology, open_kv_stores
 from ...adapters.jetstream.decision_trail import JetStreamTrail
-from ...adapters.jetstream.policy_record import PolicyRecord, read_policy_record
+from ...adapters.jetstream.policy_record import (
+    PolicyRecord,
+    read_policy_record,
+    read_queue_parameters,
+)
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
 from ...domain.errors import IllegalOperation
+from ...domain.ids import parse_request_id
 from ...domain.queue_names import normalize_queue_name
 from ...located.errors import SpecError
 from ...pipeline.ingest import Ingest
-from ...pipeline.verbs import cancel, retry
+from ...pipeline.verbs import cancel, queue_coalesces, retry
 from ...ports.clock import Clock
 from ...process.catalog import compile_request_machine
 from ...process.lifecycle import RequestLifecycle
@@ -128,6 +133,10 @@ async def cancel_request(
 async def retry_with(
     ctx: VerbContext, request_id: str, by: str, *, verb: str = "retry"
 ) -> dict[str, Any]:
+    # The queue's parameters as the service recorded them: a queue keeping every head
+    # retries one behind a newer head.
+    queue = parse_request_id(request_id).queue
+    recorded = (await read_queue_parameters(ctx.js, ctx.topology)).get(queue, {})
     result = await retry(
         ctx.lifecycle,
         ctx.ingest(),
@@ -135,7 +144,7 @@ async def retry_with(
         request_id,
         by=by,
         verb=verb,
-        coalesces=ctx.coalesces,
+        coalesces=queue_coalesces(ctx.coalesces, recorded),
     )
     said = (
         f"request {request_id} retried as {result.request_id}"
