@@ -108,3 +108,19 @@ async def test_a_head_with_too_many_headers_is_refused(tmp_path: Path) -> None:
             assert reply.startswith(b"HTTP/1.1 200 OK")
         finally:
             await http.close()
+
+
+
+def test_serve_takes_the_connection_cap_and_its_help_states_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stovepipe_fsm.apps.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--http-max-connections", "5"]).http_max_connections == 5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--http-max-connections", "0"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--help"])
+    assert f"(default {HttpLimits().max_connections})" in " ".join(capsys.readouterr().out.split())
