@@ -738,3 +738,12 @@ def test_the_deploy_page_names_every_alert_and_every_kit_directory() -> None:
     for directory in sorted(p for p in DEPLOY.iterdir() if p.is_dir()):
         assert f"deploy/{directory.name}/" in page, directory
     assert "(docs/deploy.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_compose_kit_and_the_unit_set_a_descriptor_limit() -> None:
+    services = compose()["services"]
+    for name in ("stovepipe-1", "stovepipe-2"):
+        nofile = services[name]["ulimits"]["nofile"]
+        assert nofile["soft"] >= 4096 and nofile["hard"] >= nofile["soft"], name
+    limits = [int(value) for key, value in unit_directives() if key == "LimitNOFILE"]
+    assert limits and limits[0] >= 4096

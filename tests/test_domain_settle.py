@@ -6,7 +6,12 @@ import dataclasses
 
 import pytest
 
-from stovepipe_fsm.domain.errors import NonRetryable, Retryable, VersionMismatch
+from stovepipe_fsm.domain.errors import (
+    EnvironmentFailure,
+    NonRetryable,
+    Retryable,
+    VersionMismatch,
+)
 from stovepipe_fsm.domain.settle import (
     Attempt,
     Backoff,
@@ -155,3 +160,11 @@ def test_the_caller_may_say_what_no_redelivery_can_fix() -> None:
     transient = Attempt.raised(NonRetryable("looks final"), final=False)
     assert not transient.non_retryable
     assert not Attempt.raised(ValueError("x"), crashed=True, final=True).non_retryable
+
+
+def test_an_environment_failure_is_held_uncounted_with_its_reason() -> None:
+    attempt = Attempt.raised(EnvironmentFailure("cannot run 'git': Too many open files"))
+    decision = settle(attempt, failures=2, max_attempts=3, backoff=Backoff(1.0, 60.0))
+    assert decision == Settlement(
+        SettleKind.HOLD, 2, 4.0, "EnvironmentFailure: cannot run 'git': Too many open files"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -24,6 +25,8 @@ from stovepipe_fsm.adapters.git import (
     subprocess_runner,
 )
 from stovepipe_fsm.domain import NotFound, Retryable
+from stovepipe_fsm.domain.errors import EnvironmentFailure
+from stovepipe_fsm.domain.settle import Attempt, SettleKind, settle
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "Trunk Bot",
@@ -460,3 +463,24 @@ async def test_provider_default_and_resolver(history: dict[str, str], tmp_path: 
     assert found.repo_path == os.path.abspath(history["repo"])
     assert found.cache.capacity == 0
     assert resolved.for_queue("elsewhere") is None
+
+
+# -- git cannot be started -----------------------------------------------------------
+
+
+async def test_git_that_cannot_start_is_an_environment_failure_held_never_counted(
+    history: dict[str, str],
+) -> None:
+    async def out_of_descriptors(argv: Sequence[str], timeout_s: float) -> GitResult:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    sc = GitSourceControl(history["repo"], runner=out_of_descriptors)
+    with pytest.raises(EnvironmentFailure, match="Too many open files") as info:
+        await sc.is_ancestor(history["c1"], history["c4"])
+    attempt = Attempt.raised(info.value)
+    # However often it happens, the head is held, never retried into a dead letter.
+    for failures in (0, 2, 9):
+        decision = settle(attempt, failures=failures, max_attempts=3)
+        assert decision.kind is SettleKind.HOLD
+        assert decision.failures == failures
+        assert "Too many open files" in decision.reason

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import nkeys  # type: ignore[import-untyped]
 import pytest
 from test_service_cli import CLI, ROOT, cli
 
@@ -125,6 +126,28 @@ def test_a_refused_connection_prints_no_secret(auth_server: NatsServer, tmp_path
     for done in (in_url, in_file):
         assert wrong not in done.stdout + done.stderr
         assert "error:" in done.stderr
+
+
+@pytest.mark.nats
+def test_the_cli_connects_as_an_nkey_user_and_never_shows_the_seed(tmp_path: Path) -> None:
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    config = tmp_path / "nkey.conf"
+    config.write_text(
+        f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}\n',
+        encoding="utf-8",
+    )
+    seed_file = secret_file(tmp_path, seed.decode(), name="user.nk")
+    with NatsServer(tmp_path / "store", extra_args=("-c", str(config))) as server:
+        common = ("--nats", server.url, "--topology-tag", "nkey")
+        refused = cli("status", *common, "--connect-timeout", "3")
+        assert refused.returncode == 1, refused.stderr
+        done = cli("ingest", *common, "--nkey", seed_file, "--queue", "q", "--uri", "A")
+        assert done.returncode == 0, done.stderr
+        status = cli("status", *common, "--nkey", seed_file)
+        assert status.returncode == 0, status.stderr
+    for run in (done, status):
+        assert seed.decode() not in run.stdout + run.stderr
 
 
 @pytest.mark.nats  # the child process starts the embedded broker

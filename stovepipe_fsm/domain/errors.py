@@ -2,9 +2,10 @@
 
 The consumer's classifier decides what to do with a failed delivery from the error's
 type alone: :class:`Retryable` errors are redelivered with backoff and count toward the
-queue's failure budget; :class:`NonRetryable` errors go straight to the dead-letter
-stream. Store errors are deliberately *neither*: a missing request is non-retryable for
-process but an expected branch for ingest, so each caller classifies them.
+queue's failure budget, except an :class:`EnvironmentFailure`, which is held and never
+counts; :class:`NonRetryable` errors go straight to the dead-letter stream. Store errors
+are deliberately *neither*: a missing request is non-retryable for process but an
+expected branch for ingest, so each caller classifies them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class Retryable(StovepipeError):
 class NotYetAdmitted(Retryable):
     """An outcome for a request still in the initial state: its head may yet be admitted,
     so the outcome is retried shortly rather than refused."""
+
+
+class EnvironmentFailure(Retryable):
+    """The service's own environment could not do the work (no file descriptor or
+    memory to start git, git missing): it says nothing about the message, so the
+    delivery is held and alerted on, never counted toward ``max_attempts``."""
 
 
 class NonRetryable(StovepipeError):

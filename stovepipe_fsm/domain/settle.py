@@ -22,6 +22,9 @@ The rules:
   comes back (an expired ack deadline, or a hand-back on shutdown) and nothing counts.
 - **non-retryable**: a redelivery cannot fix it: dead-letter at once, reporting the
   failures counted so far.
+- **environment failure**: the service itself could not work (no descriptor to start
+  git): hold it after the backoff of the failures so far, with the reason to alert on;
+  nothing counts, so it never uses up ``max_attempts`` and never fails a head.
 - **anything else raised**: one more failure. At ``max_attempts`` failures (when there is
   such a budget), give up and dead-letter; below it, retry after a backoff that doubles
   with each failure.
@@ -35,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .errors import NonRetryable, described
+from .errors import EnvironmentFailure, NonRetryable, described
 
 ACKED = "acked"
 HELD = "held"
@@ -69,6 +72,7 @@ class Attempt:
     outcome: str = ""  # "acked" | "held" when the flow ran to its end; "" when it raised
     error: str = ""  # what was raised, described (errors.described)
     non_retryable: bool = False
+    environmental: bool = False  # raised an EnvironmentFailure
     crashed: bool = False
     hold_ms: int = 0  # held: how long the flow asks the message to wait
 
@@ -81,6 +85,8 @@ class Attempt:
             raise ValueError("an attempt either finished with an outcome or raised, not both")
         if self.non_retryable and self.crashed:
             raise ValueError("a crash is not a non-retryable failure")
+        if self.environmental and (self.crashed or self.non_retryable or not self.error):
+            raise ValueError("an environment failure is a raised, retryable error")
 
     @classmethod
     def finished(cls, outcome: str, hold_ms: int = 0) -> Attempt:
@@ -104,14 +110,18 @@ class Attempt:
     ) -> Attempt:
         """The flow raised ``exc``; ``crashed`` when the runtime itself stopped mid-way.
 
-        ``NonRetryable`` is told apart by type; anything else is retryable, as the
-        controller's contract says. A stage whose refusals are not all ``NonRetryable``
-        says itself whether no redelivery can fix ``exc`` (``final``).
+        ``NonRetryable`` and ``EnvironmentFailure`` are told apart by type; anything
+        else is retryable, as the controller's contract says. A stage whose refusals are
+        not all ``NonRetryable`` says itself whether no redelivery can fix ``exc`` (``final``).
         """
         fixed_by_nothing = isinstance(exc, NonRetryable) if final is None else final
+        non_retryable = not crashed and fixed_by_nothing
         return cls(
             error=described(exc),
-            non_retryable=not crashed and fixed_by_nothing,
+            non_retryable=non_retryable,
+            environmental=not crashed
+            and not non_retryable
+            and isinstance(exc, EnvironmentFailure),
             crashed=crashed,
         )
 
@@ -153,7 +163,7 @@ class Settlement:
     kind: SettleKind
     failures: int
     delay_s: float = 0.0  # HOLD, RETRY: redeliver after this long
-    reason: str = ""  # RETRY, DEAD_LETTER: why
+    reason: str = ""  # RETRY, DEAD_LETTER, a HOLD for an environment failure: why
 
 
 DEFAULT_BACKOFF = Backoff()
@@ -182,6 +192,10 @@ def settle(
         return Settlement(SettleKind.NONE, failures)
     if attempt.non_retryable:
         return Settlement(SettleKind.DEAD_LETTER, failures, reason=attempt.error)
+    if attempt.environmental:
+        return Settlement(
+            SettleKind.HOLD, failures, backoff.delay_s(failures + 1), reason=attempt.error
+        )
     counted = failures + 1
     if max_attempts is not None and counted >= max_attempts:
         reason = f"gave up after {counted} attempts: {attempt.error}"

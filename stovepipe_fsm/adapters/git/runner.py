@@ -2,8 +2,10 @@
 
 Every git call of the adapter goes through a :data:`GitRunner`, so tests can count or
 replace subprocess launches without patching asyncio. The default runner turns "could
-not run git at all" (binary missing, timeout, OS error) into ``Retryable``: none of
-those says anything about the commits asked about, and all of them may pass.
+not run git at all" into errors that say nothing about the commits asked about: a
+failed start (binary missing, no file descriptor or memory left) is an
+``EnvironmentFailure``, held without counting against the head; a timeout is
+``Retryable``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...domain.errors import Retryable
+from ...domain.errors import EnvironmentFailure, Retryable
 
 # Variables that would make git look at another repository than the one passed with
 # ``-C`` (a hook or a test harness running inside some other repository sets them).
@@ -74,9 +76,9 @@ def subprocess_runner(env: Mapping[str, str] | None = None) -> GitRunner:
                 env=None if env is None else dict(env),
             )
         except FileNotFoundError as exc:
-            raise Retryable(f"git executable {argv[0]!r} not found: {exc}") from exc
+            raise EnvironmentFailure(f"git executable {argv[0]!r} not found: {exc}") from exc
         except OSError as exc:
-            raise Retryable(f"cannot run {argv[0]!r}: {exc}") from exc
+            raise EnvironmentFailure(f"cannot run {argv[0]!r}: {exc}") from exc
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_s)
         except TimeoutError:
@@ -95,5 +97,19 @@ def subprocess_runner(env: Mapping[str, str] | None = None) -> GitRunner:
             stdout=stdout.decode("utf-8", "replace"),
             stderr=stderr.decode("utf-8", "replace").strip(),
         )
+
+    return run
+
+
+def spawn_failures_classified(runner: GitRunner) -> GitRunner:
+    """``runner``, with an ``OSError`` it raises (git could not be started: no file
+    descriptor, no memory) turned into an ``EnvironmentFailure``, as the default runner
+    does: a replaced launcher obeys the same error contract."""
+
+    async def run(argv: Sequence[str], timeout_s: float) -> GitResult:
+        try:
+            return await runner(argv, timeout_s)
+        except OSError as exc:
+            raise EnvironmentFailure(f"cannot run {argv[0]!r}: {exc}") from exc
 
     return run

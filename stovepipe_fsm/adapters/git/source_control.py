@@ -29,7 +29,13 @@ from collections.abc import Callable, Mapping
 from ...domain.errors import NotFound, Retryable
 from .cache import AncestryCache
 from .commits import check_commitish, is_full_commit_id
-from .runner import GitResult, GitRunner, git_environment, subprocess_runner
+from .runner import (
+    GitResult,
+    GitRunner,
+    git_environment,
+    spawn_failures_classified,
+    subprocess_runner,
+)
 
 StrPath = str | os.PathLike[str]
 
@@ -39,7 +45,9 @@ _UNKNOWN_REVISION_MESSAGES = ("bad revision", "bad object", "unknown revision")
 
 
 def _runner_for(repo_path: str, runner: GitRunner | None) -> GitRunner:
-    return runner if runner is not None else subprocess_runner(git_environment(repo_path))
+    if runner is None:
+        return subprocess_runner(git_environment(repo_path))
+    return spawn_failures_classified(runner)
 
 
 async def _unresolvable(

@@ -485,6 +485,15 @@ class ProcessConsumer(_PullLoop):
             with translated(f"hold {request_id}"):
                 await msg.nak(delay=decision.delay_s)
             outcome = "held"
+            if decision.reason:  # an environment failure: held uncounted, alerted on
+                self.observer("environment_hold", self.queue, request_id, decision.reason)
+                log.warning(
+                    "held in %.1fs, not counted: %s",
+                    decision.delay_s,
+                    clip(decision.reason, LOG_FIELD_CHARS),
+                    extra=extra,
+                )
+                return
         else:
             with translated(f"ack {request_id}"):
                 await msg.ack()

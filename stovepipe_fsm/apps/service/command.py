@@ -52,6 +52,13 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = "pip install 'stovepipe-fsm[nats]'"
 
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -134,6 +141,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--http-host",
         default="127.0.0.1",
         help="address of the HTTP endpoint (default 127.0.0.1; 0.0.0.0 for probes and scrapes)",
+    )
+    p.add_argument(
+        "--http-max-connections",
+        type=_at_least_one,
+        metavar="N",
+        help="HTTP connections served at once; more are closed unanswered (default 64)",
     )
     p.set_defaults(
         handler=_needs_nats("serve", cmd_serve, starts_server=lambda args: args.embedded)
@@ -339,7 +352,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
     from ...adapters.jetstream import NatsServer
     from .connect import ConnectionErrors, connect
-    from .http import HttpEndpoint
+    from .http import HttpEndpoint, HttpLimits
     from .policy import PolicyReloader
     from .service_options import ServiceOptions
     from .supervisor import Service
@@ -379,7 +392,10 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         await service.start()
         http = None
         if args.http_port is not None:
-            http = await HttpEndpoint(service, args.http_port, args.http_host).start()
+            limits = HttpLimits()
+            if args.http_max_connections is not None:
+                limits = HttpLimits(max_connections=args.http_max_connections)
+            http = await HttpEndpoint(service, args.http_port, args.http_host, limits).start()
         try:
             await stop.wait()
         finally:
