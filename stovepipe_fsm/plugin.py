@@ -14,7 +14,8 @@ under ``plugins:`` in a machine file, with one function::
 The machine's transitions then name ``embargoed``. Conditions are synchronous and do no
 I/O; actions may be ``async`` and reach source control and the trail through the
 context. An action passes what a later condition needs through ``ctx.scratch``, which
-lives for one delivery.
+lives for one delivery, and announces on the hook topic only the event types the plugin
+declared (``plugin.hooks.declare``).
 
 The facts the built-in steps establish (``REQUEST_PROCESSING``: the request is durably
 admitted; ``SLOT_HELD``: the queue row lists it as a slot holder; ``STRATEGY_DERIVED``:
@@ -36,6 +37,7 @@ from .process.plugins import (
     START_ANNOUNCED,
     STRATEGY_DERIVED,
     GateVocabulary,
+    HookDeclarations,
     MachineVocabulary,
     PluginRegistry,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "START_ANNOUNCED",
     "STRATEGY_DERIVED",
     "GateVocabulary",
+    "HookDeclarations",
     "MachineVocabulary",
     "NonRetryable",
     "NotFound",

@@ -32,12 +32,15 @@ from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.domain import errors
 from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.trail_record import PLUGIN, TrailRecord
-from stovepipe_fsm.process.catalog import load_process_machines
+from stovepipe_fsm.machine.registry import RegistrationRefused
+from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
 from stovepipe_fsm.process.context import DeliveryContext
 from stovepipe_fsm.process.plugin_context import PluginContext
+from stovepipe_fsm.process.plugins import PluginRegistry
 from stovepipe_fsm.process.trail_notes import note_plugin
 from stovepipe_fsm.simulation.replay import simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
+from stovepipe_fsm.simulation.world import World
 from stovepipe_fsm.views.explain import history_json, render_history, sentence
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,13 +148,17 @@ def test_machines_md_links_the_reference_and_walks_through_a_policy() -> None:
 # --- trail notes and scratch ----------------------------------------------------------------
 
 
-async def embargo_trail() -> tuple[list[TrailRecord], dict[str, str]]:
+def embargo_world() -> World:
     timeline = load_timeline(EMBARGO / "timelines" / "embargo.yaml")
-    world = simulate(
+    return simulate(
         timeline,
         load_process_machines(EMBARGO / "machines"),
         load_policy_store(str(EMBARGO / "config" / "queues.yaml")),
     ).world
+
+
+async def embargo_trail() -> tuple[list[TrailRecord], dict[str, str]]:
+    world = embargo_world()
     assert world.trail is not None
     ids = {r.uri: r.id for r in world.requests.snapshot()}
     return await world.trail.history(ids["B-wip"]), ids
@@ -169,6 +176,34 @@ async def test_the_embargo_plugin_notes_the_glob_once_and_explain_shows_it() -> 
     assert said in [h["sentence"] for h in history_json(None, history)["history"]]
     assert [r.kind for r in history][-1] == "superseded"
     assert ids["C"]
+
+
+def test_the_embargo_plugin_announces_its_declared_hook_once_per_held_request() -> None:
+    world = embargo_world()
+    ids = {r.uri: r.id for r in world.requests.snapshot()}
+    events = [published.event() for published in world.published.hooks()]
+    held = [e for e in events if e.type == "embargo.head.held"]
+    assert {e.id for e in held} == {held[0].id}  # held twice: one id, so consumers dedupe
+    assert held[0].payload == {
+        "queue": "monorepo/main",
+        "request_id": ids["B-wip"],
+        "glob": "*-wip",
+    }
+
+
+async def test_a_plugin_announces_only_the_hooks_it_declared() -> None:
+    registry = PluginRegistry(REGISTRIES)
+    with pytest.raises(RegistrationRefused, match="the stage's own"):
+        registry.hooks.declare("validation.repository.embargoed")
+    with pytest.raises(RegistrationRefused, match="dotted lower-case"):
+        registry.hooks.declare("Embargo")
+    declared = registry.hooks.declare("team.embargo.held")
+    ctx = DeliveryContext(services=None, delivery=None, request_id="r")  # type: ignore[arg-type]
+    ctx.loaded_request = Request(id="request/q/1", queue="q", uri="A", state="accepted")
+    with pytest.raises(ValueError, match="not declared by plugin p"):
+        await PluginContext(ctx, "p", registry.hooks.types).announce("team.other")
+    with pytest.raises(ValueError, match="may not set queue"):
+        await PluginContext(ctx, "p", registry.hooks.types).announce(declared, queue="x")
 
 
 async def test_a_trail_note_may_not_overwrite_what_it_records() -> None:

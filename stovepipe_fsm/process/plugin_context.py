@@ -20,6 +20,7 @@ from typing import Any
 
 from ..domain.entities import Request
 from ..domain.errors import NotFound
+from ..domain.hooks import HookEvent, name_based_id
 from ..ports.source_control import SourceControl
 from .context import DeliveryContext
 from .trail_notes import note_plugin
@@ -45,11 +46,14 @@ class QueueView:
 class PluginContext:
     """One delivery of one request, as a plugin's condition or action sees it."""
 
-    __slots__ = ("_ctx", "_origin")
+    __slots__ = ("_ctx", "_hooks", "_origin")
 
-    def __init__(self, ctx: DeliveryContext, origin: str) -> None:
+    def __init__(
+        self, ctx: DeliveryContext, origin: str, hooks: frozenset[str] | set[str] = frozenset()
+    ) -> None:
         self._ctx = ctx
         self._origin = origin
+        self._hooks = hooks
 
     # --- what a condition may read -------------------------------------------------
 
@@ -157,6 +161,34 @@ class PluginContext:
         short phrase) and ``detail`` pairs. Idempotent: the same ``what`` for the same
         request version is one record, so a redelivery writes nothing twice."""
         await note_plugin(self._ctx, self._origin, what, **detail)
+
+    async def announce(self, event_type: str, **payload: str) -> None:
+        """Publish a hook event of a type the plugin declared (``plugin.hooks.declare``)
+        about the request: its payload names the queue and the request, plus
+        ``payload``. Its id is derived from the type, the request and its version, so a
+        redelivery announces it again under the same id (consumers dedupe).
+        ``ValueError`` for an undeclared type or a payload that would overwrite the
+        queue or the request."""
+        if event_type not in self._hooks:
+            raise ValueError(
+                f"hook type {event_type!r} is not declared by plugin {self._origin}; "
+                "declare it in register(plugin) with plugin.hooks.declare"
+            )
+        request = self._ctx.request
+        reserved = {"queue", "request_id"} & set(payload)
+        if reserved:
+            raise ValueError(f"a hook payload may not set {', '.join(sorted(reserved))}")
+        event = HookEvent(
+            id=name_based_id(f"{event_type}|{request.id}|{request.version}"),
+            type=event_type,
+            timestamp_ms=self._ctx.services.clock.now_ms(),
+            payload={
+                "queue": request.queue,
+                "request_id": request.id,
+                **{key: str(value) for key, value in payload.items()},
+            },
+        )
+        await self._ctx.services.publisher.publish_hook(event)
 
     def _source_control(self) -> SourceControl:
         source = self._ctx.services.source_control.for_queue(self._ctx.request.queue)

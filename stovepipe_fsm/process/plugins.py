@@ -27,6 +27,7 @@ is not part of the plugin surface.
 from __future__ import annotations
 
 import inspect
+import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from functools import wraps
@@ -34,9 +35,10 @@ from typing import Any
 
 from ..domain.entities import Request
 from ..domain.errors import PLUGIN_FRAME_NOTE
+from ..domain.hooks import VALIDATION_EVENT_PREFIX
 from ..machine.invariants import InvariantCatalog
 from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
-from ..machine.registry import Registry
+from ..machine.registry import RegistrationRefused, Registry
 from .context import DeliveryContext
 from .gate import REQUEST_PROCESSING, SLOT_HELD, START_ANNOUNCED, STRATEGY_DERIVED
 from .plugin_context import PluginContext
@@ -77,9 +79,12 @@ class GateVocabulary:
     them). The first paragraph of the docstring is what the diagrams show.
     """
 
-    def __init__(self, inner: MachineVocabulary[DeliveryContext], origin: str) -> None:
+    def __init__(
+        self, inner: MachineVocabulary[DeliveryContext], origin: str, hooks: set[str]
+    ) -> None:
         self._inner = inner
         self._origin = origin
+        self._hooks = hooks  # the plugin's declared hook types, read when a step runs
 
     @property
     def machine(self) -> str:
@@ -101,7 +106,7 @@ class GateVocabulary:
         )
 
         def register(fn: PluginCondition) -> PluginCondition:
-            inner(_viewed(fn, self._origin))
+            inner(_viewed(fn, self._origin, self._hooks))
             return fn
 
         return register
@@ -122,13 +127,43 @@ class GateVocabulary:
         )
 
         def register(fn: PluginAction) -> PluginAction:
-            inner(_viewed(fn, self._origin))
+            inner(_viewed(fn, self._origin, self._hooks))
             return fn
 
         return register
 
 
-def _viewed(fn: Callable[[PluginContext], Any], origin: str) -> Callable[[DeliveryContext], Any]:
+#: A hook type a plugin may declare: dotted lower-case words, at least two.
+HOOK_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+class HookDeclarations:
+    """The hook event types a plugin may announce (``ctx.announce``), declared in its
+    ``register(plugin)``: what a consumer of the hook topic may expect of the policy is
+    in its code, not discovered at run time. A type is dotted lower-case words
+    (``team.embargo.held``); the stage's own ``validation.repository.*`` are reserved."""
+
+    def __init__(self) -> None:
+        self.types: set[str] = set()
+
+    def declare(self, event_type: str) -> str:
+        """Declare ``event_type``; ``RegistrationRefused`` for a malformed or reserved one."""
+        if not HOOK_TYPE.match(event_type):
+            raise RegistrationRefused(
+                f"hook type {event_type!r} must be dotted lower-case words "
+                f"({HOOK_TYPE.pattern}), e.g. 'team.embargo.held'"
+            )
+        if event_type.startswith(VALIDATION_EVENT_PREFIX):
+            raise RegistrationRefused(
+                f"hook type {event_type!r}: {VALIDATION_EVENT_PREFIX}* are the stage's own"
+            )
+        self.types.add(event_type)
+        return event_type
+
+
+def _viewed(
+    fn: Callable[[PluginContext], Any], origin: str, hooks: frozenset[str] | set[str] = frozenset()
+) -> Callable[[DeliveryContext], Any]:
     """``fn`` called with a PluginContext over the delivery's context; async if ``fn``
     is (the registry refuses an async condition, the compiler awaits an async action).
     Name and docstring are ``fn``'s, for the diagrams and error messages. An exception
@@ -140,7 +175,7 @@ def _viewed(fn: Callable[[PluginContext], Any], origin: str) -> Callable[[Delive
         @wraps(fn)
         async def run_async(ctx: DeliveryContext) -> Any:
             try:
-                return await fn(PluginContext(ctx, origin))
+                return await fn(PluginContext(ctx, origin, hooks))
             except Exception as exc:
                 _note_frame(exc, home)
                 raise
@@ -150,7 +185,7 @@ def _viewed(fn: Callable[[PluginContext], Any], origin: str) -> Callable[[Delive
     @wraps(fn)
     def run(ctx: DeliveryContext) -> Any:
         try:
-            return fn(PluginContext(ctx, origin))
+            return fn(PluginContext(ctx, origin, hooks))
         except Exception as exc:
             _note_frame(exc, home)
             raise
@@ -187,7 +222,9 @@ class PluginRegistry:
         self.invariants = invariants if invariants is not None else InvariantCatalog()
         gate = registries["queue_gate"]
         self._gate: MachineVocabulary[DeliveryContext] = MachineVocabulary(gate)
-        self.queue_gate = GateVocabulary(self._gate, gate.origin)
+        #: ``plugin.hooks.declare(type)``: the hook events its actions may announce.
+        self.hooks = HookDeclarations()
+        self.queue_gate = GateVocabulary(self._gate, gate.origin, self.hooks.types)
         self.request: MachineVocabulary[Request] = MachineVocabulary(
             registries["request"], no_actions=REQUEST_RUNS_NO_ACTIONS
         )
