@@ -32,6 +32,7 @@ from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.domain import errors
 from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.trail_record import PLUGIN, TrailRecord
+from stovepipe_fsm.machine.compiler import IllegalTransition
 from stovepipe_fsm.machine.registry import RegistrationRefused
 from stovepipe_fsm.process.catalog import REGISTRIES, load_process_machines
 from stovepipe_fsm.process.context import DeliveryContext
@@ -369,3 +370,21 @@ async def test_a_plugin_reads_the_paths_a_commit_changed_since_its_parent_and_si
     ctx.loaded_request = Request(id="request/q/main/1", queue="q/main", uri="G", state="accepted")
     with pytest.raises(errors.NotFound, match="root commit"):
         await view.changed_paths_since_parent()
+
+
+async def test_a_plugin_action_ends_a_waiting_request_through_the_lifecycle() -> None:
+    stages = memory_stages(load_process_machines(ROOT / "machines"))
+    requests = stages.services.requests
+    waiting = Request(id="request/q/main/1", queue="q/main", uri="A", state="accepted")
+    await requests.create(waiting)
+    await stages.services.queues.create(Queue("q/main", latest_request_id=waiting.id))
+    ctx = DeliveryContext(stages.services, MemoryDelivery("q/main", waiting.id), waiting.id)
+    ctx.loaded_request = waiting
+    view = PluginContext(ctx, "p")
+    with pytest.raises(ValueError, match="not 'admit'"):
+        await view.end_as("admit")
+    ended = await view.end_as("skip")
+    assert ended.state == "skipped" == (await requests.get(waiting.id)).state
+    assert view.request == ended  # later steps of the delivery see the ended request
+    with pytest.raises(IllegalTransition):  # no longer waiting: the machine refuses
+        await view.end_as("withdraw")

@@ -162,6 +162,24 @@ class PluginContext:
         request version is one record, so a redelivery writes nothing twice."""
         await note_plugin(self._ctx, self._origin, what, **detail)
 
+    async def end_as(self, role: str) -> Request:
+        """End the waiting request by the trigger the request machine declares for
+        ``role``: ``skip`` (no build needed) or ``withdraw`` (no longer wanted). Through
+        the request lifecycle, as every write of a request: a compare-and-set on its
+        version, a slot it holds freed. ``ValueError`` for another role or one the
+        machine does not declare; the lifecycle's ``IllegalTransition`` when the machine
+        refuses it (the request is no longer waiting); ``VersionMismatch`` when it
+        changed meanwhile (the delivery is retried)."""
+        lifecycle = self._ctx.services.lifecycle
+        triggers = {"skip": lifecycle.roles.skip, "withdraw": lifecycle.roles.withdraw}
+        if role not in triggers:
+            raise ValueError(f"a plugin ends a waiting request as skip or withdraw, not {role!r}")
+        if not triggers[role]:
+            raise ValueError(f"the request machine declares no {role!r} role")
+        ended = await lifecycle.apply(self._ctx.request, triggers[role])
+        self._ctx.loaded_request = ended
+        return ended
+
     async def announce(self, event_type: str, **payload: str) -> None:
         """Publish a hook event of a type the plugin declared (``plugin.hooks.declare``)
         about the request: its payload names the queue and the request, plus
