@@ -24,6 +24,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
+from .asked_again import asked_again
 from .errors import translated
 
 #: How long a bulk read waits for its next batch before giving up.
@@ -59,7 +60,15 @@ async def kv_rows(
 ) -> list[BucketRow]:
     """Every key of ``bucket`` matching ``keys`` that holds a value, in stream order:
     deleted, purged and empty ones left out; empty when the bucket does not exist;
-    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``."""
+    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``. A read
+    the broker answers with no one to serve it (a cluster electing the bucket's leader
+    after a node went down) is asked again a few times: the read changes nothing."""
+    return await asked_again(lambda: _kv_rows_once(js, bucket, keys, timeout))
+
+
+async def _kv_rows_once(
+    js: JetStreamContext, bucket: str, keys: str, timeout: float
+) -> list[BucketRow]:
     stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
     name = f"bulk-{uuid.uuid4().hex}"
     config = api.ConsumerConfig(
