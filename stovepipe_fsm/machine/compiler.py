@@ -37,7 +37,6 @@ traceback and a settle reason point at the YAML first.
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import FunctionType
@@ -479,11 +478,8 @@ class CompiledFlow(_Compiled):
         """A decision that asks a plugin condition: off the event loop with ``offload``."""
         fire = self._fire
         if not offload:
-            started = time.perf_counter()
-            try:
+            with self.watch.timed(where):
                 return contained(where, lambda: fire(state, trigger, ctx))
-            finally:
-                self.watch.timed(where, started)
         cursor = self._worker_cursor
         return await self._worker.run(
             lambda: contained(where, lambda: fire(state, trigger, ctx, cursor)), self.watch, where
@@ -502,11 +498,8 @@ class CompiledFlow(_Compiled):
 
                 await self._worker.run(run, self.watch, where)
             return
-        started = time.perf_counter()
-        try:
+        with self.watch.timed(where):
             if action.is_async:
                 await contained_async(where, call(ctx))
             else:
                 contained(where, lambda: call(ctx))
-        finally:
-            self.watch.timed(where, started)

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -60,12 +61,18 @@ class StepWatch:
     #: Per YAML step, the calls that ran past ``budget_s``.
     over_budget: Counter[str] = field(default_factory=Counter)
 
-    def timed(self, where: str, started: float) -> None:
-        """Count and log a step that took longer than ``slow_s``."""
-        took = time.perf_counter() - started
-        if took >= self.slow_s:
-            self.slow[where] += 1
-            log.warning("slow plugin step: %.3f s at %s", took, where)
+    @contextlib.contextmanager
+    def timed(self, where: str) -> Iterator[None]:
+        """Time the step run inside; count and log it when it took ``slow_s`` or more
+        (however it ended)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - started
+            if took >= self.slow_s:
+                self.slow[where] += 1
+                log.warning("slow plugin step: %.3f s at %s", took, where)
 
     def over(self, where: str) -> StepOverBudget:
         self.over_budget[where] += 1
@@ -129,24 +136,20 @@ class Worker:
 
     async def run(self, call: Callable[[], T], watch: StepWatch, where: str) -> T:
         """``call()`` on this thread, awaited at most the budget."""
-        started = time.perf_counter()
-        try:
+        with watch.timed(where):
             future = asyncio.wrap_future(self.submit(call))
-            return await asyncio.wait_for(future, watch.budget_s)
-        except TimeoutError:
-            raise watch.over(where) from None
-        finally:
-            watch.timed(where, started)
+            try:
+                return await asyncio.wait_for(future, watch.budget_s)
+            except TimeoutError:
+                raise watch.over(where) from None
 
 
 async def within_budget(awaitable: Awaitable[T], watch: StepWatch, where: str) -> T:
     """An async plugin step, awaited at most the budget (cancelled past it)."""
-    started = time.perf_counter()
-    try:
-        # Contained inside the task wait_for makes: a SystemExit escaping a task is
-        # re-raised by the event loop itself.
-        return await asyncio.wait_for(contained_async(where, awaitable), watch.budget_s)
-    except TimeoutError:
-        raise watch.over(where) from None
-    finally:
-        watch.timed(where, started)
+    with watch.timed(where):
+        try:
+            # Contained inside the task wait_for makes: a SystemExit escaping a task is
+            # re-raised by the event loop itself.
+            return await asyncio.wait_for(contained_async(where, awaitable), watch.budget_s)
+        except TimeoutError:
+            raise watch.over(where) from None
