@@ -11,6 +11,8 @@ it. An installed plugin is a ``*.dist-info`` directory with an ``entry_points.tx
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import re
 import shutil
@@ -22,12 +24,15 @@ import pytest
 
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.cli import main
-from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.domain.entities import QueueConfig, Request
 from stovepipe_fsm.located.errors import SpecError
 from stovepipe_fsm.machine import plugins as plugins_module
 from stovepipe_fsm.machine.compiler import IllegalTransition
 from stovepipe_fsm.machine.diagrams import render_mermaid
+from stovepipe_fsm.machine.plugin_calls import PluginExited, StepOverBudget
 from stovepipe_fsm.process.catalog import REGISTRIES, load_policy, load_process_machines
+from stovepipe_fsm.process.lifecycle import RequestLifecycle
+from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import World
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -346,10 +351,82 @@ def test_a_request_condition_guards_a_lifecycle_trigger(tmp_path: Path) -> None:
     [request] = w.requests.snapshot()
     assert (request.state, request.build_strategy) == ("processing", "full")
     lifecycle = w.lifecycle
-    assert lifecycle.plan(request, "cancel").dest == "cancelled"
+    assert run_sync(lifecycle.plan(request, "cancel")).dest == "cancelled"
     incremental = replace(request, build_strategy="incremental_since_green")
     with pytest.raises(IllegalTransition, match="had its conditions met"):
-        lifecycle.plan(incremental, "cancel")
+        run_sync(lifecycle.plan(incremental, "cancel"))
+
+
+def guarded_cancel(tmp_path: Path, body: str) -> tuple[World, Request]:
+    """A world whose request machine guards ``cancel`` by a plugin condition running
+    ``body``, with one head processing."""
+    policy = copy_policy(tmp_path)
+    (policy / "cancel_guard.py").write_text(
+        "import sys\nimport threading\n\n"
+        "from stovepipe_fsm.plugin import PluginRegistry, Request\n\n"
+        "RELEASE = threading.Event()\n\n\n"
+        "def register(plugin: PluginRegistry) -> None:\n"
+        "    @plugin.request.condition()\n"
+        "    def cancellable(request: Request) -> bool:\n"
+        '        """Asks somebody else."""\n'
+        f"        {body}\n"
+        "        return True\n",
+        encoding="utf-8",
+    )
+    edit(
+        policy / REQUEST_FILE, "initial: accepted\n", "initial: accepted\nplugins: [cancel_guard]\n"
+    )
+    edit(
+        policy / REQUEST_FILE,
+        "  - trigger: cancel\n    source: processing\n",
+        "  - trigger: cancel\n    source: processing\n    conditions: cancellable\n",
+    )
+    w = world(policy / "machines")
+    w.advance(HOUR_MS)
+    w.ingest(Q, "A")
+    drain(w)
+    [request] = w.requests.snapshot()
+    return w, request
+
+
+def offloaded(w: World) -> RequestLifecycle:
+    """The world's request lifecycle as a service builds it: plugin guards offloaded."""
+    lc = w.lifecycle
+    return RequestLifecycle(lc.machine, lc.roles, lc.requests, lc.queues, offload=True)
+
+
+async def test_a_request_guard_that_hangs_fails_the_write_while_the_event_loop_runs_on(
+    tmp_path: Path,
+) -> None:
+    w, request = guarded_cancel(tmp_path, "RELEASE.wait(30)")
+    lifecycle = offloaded(w)
+    lifecycle.machine.watch.budget_s = 0.2
+    asked = asyncio.ensure_future(lifecycle.apply(request, "cancel"))
+    ticks = 0
+    while not asked.done():
+        ticks += 1
+        await asyncio.sleep(0.01)
+    with pytest.raises(StepOverBudget, match=r"request\.yaml:\d+.*trigger 'cancel'"):
+        await asked
+    assert ticks > 0, "the event loop ran while the guard hung"
+    [(where, count)] = lifecycle.machine.watch.over_budget.items()
+    assert count == 1 and "request.yaml" in where
+    [unchanged] = w.requests.snapshot()
+    assert unchanged.state == "processing", "a guard that never answered wrote nothing"
+    guard = lifecycle.machine.registry.conditions["cancellable"].fn
+    inspect.unwrap(guard).__globals__["RELEASE"].set()
+    cancelled = await lifecycle.apply(unchanged, "cancel")
+    assert cancelled.state == "cancelled"
+
+
+async def test_a_request_guard_that_exits_fails_the_write_not_the_process(
+    tmp_path: Path,
+) -> None:
+    w, request = guarded_cancel(tmp_path, "sys.exit(7)")
+    with pytest.raises(PluginExited, match="the plugin called exit"):
+        await offloaded(w).apply(request, "cancel")
+    [unchanged] = w.requests.snapshot()
+    assert unchanged.state == "processing"
 
 
 # --- problems: one located issue per plugin, at the item that names it ------------------

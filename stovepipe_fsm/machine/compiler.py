@@ -184,12 +184,16 @@ class _Guard:
 class _Compiled:
     """One ``transitions.Machine`` plus the steps its transitions decide."""
 
-    def __init__(self, spec: MachineSpec, registry: Registry) -> None:
+    def __init__(
+        self, spec: MachineSpec, registry: Registry, *, watch: StepWatch | None = None
+    ) -> None:
         self.spec = spec
         self.registry = registry
         self.terminal = spec.terminal_states
         self.slot_states = spec.slot_states
         self._cursor = _Cursor()
+        #: The budget and the counters of this machine's plugin steps.
+        self.watch = watch or StepWatch()
         #: What each (transition, source) pair decides, in declaration order.
         self.steps: list[Picked] = []
         self.machine = Machine(
@@ -204,6 +208,21 @@ class _Compiled:
             ignore_invalid_triggers=False,
         )
         self.machine.add_model(self._cursor, initial=spec.initial.name)
+        # The (state, trigger) pairs whose way out asks a plugin condition, with where
+        # the YAML declares it: a service decides them off its event loop, on a cursor of
+        # their own (the worker's), so a loop fire never shares a cursor with them.
+        plugin_conditions = {n for n, info in registry.conditions.items() if info.origin}
+        self._plugin_guarded = {
+            (state, t.trigger): f"{t.location}: in machine {spec.name!r}, state {state!r}, "
+            f"trigger {t.trigger!r}"
+            for t in spec.transitions
+            if {c.name for c in (*t.conditions, *t.unless)} & plugin_conditions
+            for state in t.source_names
+        }
+        self._worker = Worker(spec.name)
+        self._worker_cursor = _Cursor()
+        if self._plugin_guarded:
+            self.machine.add_model(self._worker_cursor, initial=spec.initial.name)
 
     def _transition(self, t: TransitionSpec, source: str) -> dict[str, Any]:
         """One ``transitions`` transition per source, so the recorder knows the source."""
@@ -279,6 +298,26 @@ class _Compiled:
         """Fire ``trigger`` from ``state``; atomic (no await inside)."""
         return self._fire(state, trigger, ctx)[0]
 
+    async def decide(self, state: str, trigger: str, ctx: Any, *, offload: bool = False) -> Step:
+        """:meth:`fire`, with a plugin condition asked as :meth:`_decide` asks it."""
+        return (await self._decide(state, trigger, ctx, offload))[0]
+
+    async def _decide(self, state: str, trigger: str, ctx: Any, offload: bool) -> Picked:
+        """Fire ``trigger`` from ``state``. A way out that asks a plugin condition is
+        timed, and with ``offload`` (a service) decided off the event loop within the
+        budget; a ``SystemExit`` from the plugin fails the decision, retryably."""
+        where = self._plugin_guarded.get((state, trigger))
+        if where is None:
+            return self._fire(state, trigger, ctx)
+        fire = self._fire
+        if not offload:
+            with self.watch.timed(where):
+                return contained(where, lambda: fire(state, trigger, ctx))
+        cursor = self._worker_cursor
+        return await self._worker.run(
+            lambda: contained(where, lambda: fire(state, trigger, ctx, cursor)), self.watch, where
+        )
+
     def _fire(self, state: str, trigger: str, ctx: Any, cursor: _Cursor | None = None) -> Picked:
         """Let the machine pick among ``trigger``'s transitions from ``state``.
 
@@ -318,10 +357,12 @@ class _Compiled:
 class CompiledLifecycle(_Compiled):
     """An entity lifecycle (``machines/request.yaml``)."""
 
-    def __init__(self, spec: MachineSpec, registry: Registry) -> None:
+    def __init__(
+        self, spec: MachineSpec, registry: Registry, *, watch: StepWatch | None = None
+    ) -> None:
         if spec.kind != LIFECYCLE:
             raise ValueError(f"{spec.name} is a {spec.kind} machine, not a lifecycle")
-        super().__init__(spec, registry)
+        super().__init__(spec, registry, watch=watch)
 
     def is_terminal(self, state: str) -> bool:
         return state in self.terminal
@@ -374,7 +415,7 @@ class CompiledFlow(_Compiled):
     ) -> None:
         if spec.kind != FLOW:
             raise ValueError(f"{spec.name} is a {spec.kind} machine, not a flow")
-        super().__init__(spec, registry)
+        super().__init__(spec, registry, watch=watch)
         self.max_steps = max_steps
         self.trigger_for: dict[str, str] = {}
         for state in spec.state_names:
@@ -382,23 +423,6 @@ class CompiledFlow(_Compiled):
             if len(triggers) == 1:
                 self.trigger_for[state] = triggers.pop()
         self._initial = spec.initial.name
-        #: The budget and the counters of this flow's plugin steps.
-        self.watch = watch or StepWatch()
-        # The open states whose way out asks a plugin condition, with where the YAML
-        # declares that way out: a service decides them off its event loop, on a cursor
-        # of their own (the worker's), so a loop fire never shares a cursor with them.
-        plugin_conditions = {n for n, info in registry.conditions.items() if info.origin}
-        self._plugin_states = {
-            state: f"{t.location}: in machine {spec.name!r}, state {state!r}, "
-            f"trigger {t.trigger!r}"
-            for t in spec.transitions
-            if {c.name for c in (*t.conditions, *t.unless)} & plugin_conditions
-            for state in t.source_names
-        }
-        self._worker = Worker(spec.name)
-        self._worker_cursor = _Cursor()
-        if self._plugin_states:
-            self.machine.add_model(self._worker_cursor, initial=spec.initial.name)
 
     def start(self) -> FlowCursor:
         """The cursor of a delivery that has not run anything yet."""
@@ -462,28 +486,11 @@ class CompiledFlow(_Compiled):
                 raise IllegalTransition(
                     f"{self.spec.name}: flow state {state!r} has no single trigger to leave by"
                 )
-            where = self._plugin_states.get(state)
-            if where is None:
-                via, calls = self._fire(state, trigger, ctx)
-            else:
-                via, calls = await self._plugin_fire(state, trigger, ctx, where, offload)
+            via, calls = await self._decide(state, trigger, ctx, offload)
             if tell:
                 ctx.via = via
             steps += 1
             state = via.dest
-
-    async def _plugin_fire(
-        self, state: str, trigger: str, ctx: Any, where: str, offload: bool
-    ) -> Picked:
-        """A decision that asks a plugin condition: off the event loop with ``offload``."""
-        fire = self._fire
-        if not offload:
-            with self.watch.timed(where):
-                return contained(where, lambda: fire(state, trigger, ctx))
-        cursor = self._worker_cursor
-        return await self._worker.run(
-            lambda: contained(where, lambda: fire(state, trigger, ctx, cursor)), self.watch, where
-        )
 
     async def _plugin_action(self, action: ActionCall, ctx: Any, offload: bool) -> None:
         """A plugin's action: with ``offload``, within its budget, and off the event loop

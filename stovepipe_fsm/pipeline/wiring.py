@@ -85,6 +85,7 @@ def build_stages(
         policy_hash=ports.policy_hash,
         metrics=metrics,
         lifecycle_factory=lifecycle_factory,
+        offload_plugins=offload_plugins,
     )
     return Stages(
         services=services,

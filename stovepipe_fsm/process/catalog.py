@@ -26,6 +26,7 @@ from ..machine.loader import check_policy as check_spec_policy
 from ..machine.loader import load_policy as load_spec_policy
 from ..machine.model import MachineSpec, ParameterSpec
 from ..machine.parameters import declared_parameters, defaults_of
+from ..machine.plugin_calls import StepWatch
 from ..machine.plugins import policy_registries
 from ..machine.registry import Registry
 from .gate import GATE
@@ -63,9 +64,10 @@ class ProcessMachines:
         plugin_sources: Mapping[str, bytes] | None = None,
         plugin_files: tuple[Path, ...] = (),
     ) -> ProcessMachines:
+        watch = StepWatch()  # one budget and one set of counters for every plugin step
         return cls(
-            request=CompiledLifecycle(specs["request"], registries["request"]),
-            queue_gate=CompiledFlow(specs["queue_gate"], registries["queue_gate"]),
+            request=CompiledLifecycle(specs["request"], registries["request"], watch=watch),
+            queue_gate=CompiledFlow(specs["queue_gate"], registries["queue_gate"], watch=watch),
             roles=RequestRoles.from_spec(specs["request"]),
             parameters=declared_parameters(specs.values()),
             invariants=invariants,

@@ -465,7 +465,7 @@ async def claim_slot(ctx: DeliveryContext) -> None:
     without leases keeps validating and its slots never expire.
     """
     lifecycle = ctx.services.lifecycle
-    ctx.admit_step = lifecycle.plan_admit(ctx.request)
+    ctx.admit_step = await lifecycle.plan_admit(ctx.request)
     lease_ms = int(_declared(ctx, MAX_VALIDATION_MS, 0))
     expires = ctx.services.clock.now_ms() + lease_ms if lease_ms > 0 else None
     try:

@@ -78,8 +78,11 @@ class RequestLifecycle:
         queues: QueueStore,
         *,
         clock: Clock | None = None,
+        offload: bool = False,
     ) -> None:
         self.machine = machine
+        #: Ask a plugin's guard off the event loop, within its budget (a service).
+        self.offload = offload
         self.roles = roles
         self.requests = requests
         self.queues = queues
@@ -97,12 +100,14 @@ class RequestLifecycle:
         """A freshly ingested head, in the machine's initial state (not yet stored)."""
         return Request(id=request_id, queue=queue, uri=uri, state=self.roles.initial)
 
-    def plan(self, request: Request, trigger: str) -> Step:
-        """What firing ``trigger`` would do, without writing anything."""
-        return self.machine.fire(request.state, trigger, request)
+    async def plan(self, request: Request, trigger: str) -> Step:
+        """What firing ``trigger`` would do, without writing anything. A plugin's guard
+        on the way is asked within its budget: one that hangs or exits fails the write
+        retryably and never holds the event loop."""
+        return await self.machine.decide(request.state, trigger, request, offload=self.offload)
 
-    def plan_admit(self, request: Request) -> Step:
-        return self.plan(request, self.roles.admit)
+    async def plan_admit(self, request: Request) -> Step:
+        return await self.plan(request, self.roles.admit)
 
     def is_terminal(self, request: Request) -> bool:
         return self.machine.is_terminal(request.state)
@@ -172,7 +177,7 @@ class RequestLifecycle:
         returned unchanged with no write. A lost race raises ``VersionMismatch``; the
         caller reloads and re-gates.
         """
-        step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
+        step = await self.plan(request, trigger) if isinstance(trigger, str) else trigger
         if not step.takes_slot:
             return queue
         claimed = queue.with_holder(request.id, expires_at_ms=expires_at_ms, serial=serial)
@@ -205,7 +210,7 @@ class RequestLifecycle:
         if planned is not None and (planned.source, planned.trigger) == (request.state, trigger):
             step = planned
         else:
-            step = self.plan(request, trigger)
+            step = await self.plan(request, trigger)
         admitted_at, ended_at = self._times(request, step)
         updated = evolve(
             request, state=step.dest, admitted_at_ms=admitted_at, ended_at_ms=ended_at, **changes

@@ -30,7 +30,7 @@ from .roles import RequestRoles
 
 log = logging.getLogger("stovepipe_fsm.process")
 
-#: ``factory(machine, roles, requests, queues, clock=clock)``: a RequestLifecycle (or a
+#: ``factory(machine, roles, requests, queues, clock=clock, offload=...)``: a RequestLifecycle (or a
 #: variant of it, for check's mutants).
 LifecycleFactory = Callable[..., RequestLifecycle]
 
@@ -83,6 +83,7 @@ class StageServices:
         policy_hash: Callable[[], str] = lambda: "",
         metrics: Metrics | None = None,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
+        offload_plugins: bool = False,
     ) -> StageServices:
         """The one place the process stage's dependencies are put together."""
         return cls(
@@ -93,7 +94,9 @@ class StageServices:
             source_control=source_control,
             publisher=publisher,
             clock=clock,
-            lifecycle=lifecycle_factory(request_machine, roles, requests, queues, clock=clock),
+            lifecycle=lifecycle_factory(
+                request_machine, roles, requests, queues, clock=clock, offload=offload_plugins
+            ),
             metrics=metrics or Metrics(),
             warnings=OnceLog(),
             trail=trail,

@@ -46,7 +46,7 @@ class BareCounterLifecycle(RequestLifecycle):
     ) -> Queue:
         """count += 1, every time it is called: there is no holder to recognise (nor a
         lease or a serial mark to give it)."""
-        step = self.plan(request, trigger) if isinstance(trigger, str) else trigger
+        step = await self.plan(request, trigger) if isinstance(trigger, str) else trigger
         if not step.takes_slot:
             return queue
         token = f"{COUNT_TOKEN}{queue.in_flight_count + 1}"
@@ -65,7 +65,7 @@ class BareCounterLifecycle(RequestLifecycle):
         **changes: Any,
     ) -> Request:
         """count -= 1 only on a terminal transition out of a slot-holding state."""
-        step = planned if planned is not None else self.plan(request, trigger)
+        step = planned if planned is not None else await self.plan(request, trigger)
         updated = replace(request, state=step.dest, **changes)
         new_version = request.version + 1
         await self.requests.update(updated, request.version, new_version)

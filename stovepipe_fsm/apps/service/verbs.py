@@ -66,7 +66,9 @@ def recorded_lifecycle(
             f"here: {exc}"
         ) from None
     roles = RequestRoles.from_spec(machine.spec)
-    return RequestLifecycle(machine, roles, stores.requests, stores.queues, clock=clock)
+    return RequestLifecycle(
+        machine, roles, stores.requests, stores.queues, clock=clock, offload=True
+    )
 
 
 @dataclass(frozen=True)
