@@ -184,14 +184,17 @@ class GitSourceControl:
         await self._raise_if_unresolvable(result, (commit,))
         raise _failure("rev-list --parents", self._repo_path, result)
 
-    async def first_parents_since(self, since: str, tip: str, *, limit: int) -> NewCommits | None:
+    async def first_parents_since(
+        self, since: str, tip: str, *, limit: int, newest: bool = False
+    ) -> NewCommits | None:
         """The first-parent commits of ``tip`` not reachable from ``since``, oldest first.
 
         Trunk heads are the commits a branch named one after the other, its first-parent
-        chain: a commit a merge brought in was never one. At most ``limit`` are read, the
-        oldest, so a huge push is taken in slices. ``None`` when ``since`` is not an
-        ancestor of ``tip`` or is unknown here (the branch was rewritten): there is no
-        range of new commits then, only the tip.
+        chain: a commit a merge brought in was never one. At most ``limit`` are read: the
+        oldest, so a huge push is taken in slices (``pending``: the newer ones left), or
+        with ``newest`` the newest (``pending``: the older ones left out). ``None`` when
+        ``since`` is not an ancestor of ``tip`` or is unknown here (the branch was
+        rewritten): there is no range of new commits then, only the tip.
         """
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
@@ -202,11 +205,12 @@ class GitSourceControl:
             return None
         span = [f"^{since}", tip, "--"]
         total = int((await self._rev_list("--first-parent", "--count", *span)).strip() or "0")
-        skip = max(0, total - limit)
+        skip = 0 if newest else max(0, total - limit)
         newest_first = await self._rev_list(
             "--first-parent", f"--skip={skip}", f"--max-count={limit}", *span
         )
-        return NewCommits(tuple(reversed(newest_first.split())), pending=skip)
+        commits = tuple(reversed(newest_first.split()))
+        return NewCommits(commits, pending=total - len(commits))
 
     async def _rev_list(self, *arguments: str) -> str:
         result = await self._run(

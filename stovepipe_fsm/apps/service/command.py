@@ -45,6 +45,7 @@ from .arguments import (
     topology_of,
 )
 from .secrets import redact
+from .webhook_arguments import webhook_args
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
@@ -293,6 +294,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     topology_args(p)
     p.set_defaults(handler=_needs_nats("poll", cmd_poll))
+
+    p = sub.add_parser("webhook", help="ingest every commit of GitHub and GitLab push webhooks")
+    broker_args(p)
+    webhook_args(p)
+    topology_args(p)
+    p.set_defaults(handler=_needs_nats("webhook", cmd_webhook))
 
     p = sub.add_parser(
         "prune", help="remove terminal requests (and their uri-index entries) older than AGE"
@@ -740,6 +747,16 @@ def cmd_poll(args: argparse.Namespace) -> int:
                 report=print_report,
                 max_commits=args.max_commits,
             )
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from .webhook_command import run_webhook
+
+    async def run() -> int:
+        await run_webhook(args, _stop_on_signals())
         return EXIT_OK
 
     return _run_operator(run())
