@@ -7,6 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_service_cli import CLI, ROOT, cli, status, tag, wait_until  # noqa: F401
 
 GIT_ENV = {
@@ -266,3 +267,35 @@ def test_a_round_ingests_at_most_max_commits_and_the_next_one_goes_on(
     assert [r["uri"] for r in ordered][1:] == pushed
     zero = poll_args(nats_server.url, tag, repo, "--ref", "main", "--queue", "q", "--once")
     assert cli(*zero, "--max-commits", "0").returncode == 2
+
+
+async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_nothing(
+    js_env,
+    tmp_path,
+) -> None:
+    """The poller dies between ingesting a range and moving the cursor: the next poller
+    reads the same range again, finds every head ingested, and moves the cursor."""
+    from stovepipe_fsm.adapters.jetstream import open_cell
+    from stovepipe_fsm.adapters.jetstream.poll_cursors import KvPollCursors, PollCursor
+    from stovepipe_fsm.apps.options import DEFAULT_MACHINES
+    from stovepipe_fsm.apps.service.operators import ingest_on
+    from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
+
+    class DiesBeforeTheCursor(KvPollCursors):
+        async def advance(self, read: PollCursor, commit: str) -> bool:
+            raise SystemExit("killed")
+
+    repo = make_repo(tmp_path)
+    commit(repo, "A")
+    ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
+    cell = await open_cell(js_env.js, js_env.topology.service_bucket)
+    target = [PollTarget(repo, "main", "mono/main")]
+    await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    pushed = [commit(repo, name) for name in "BC"]
+    with pytest.raises(SystemExit):
+        await poll_round(Poller(ingest, DiesBeforeTheCursor(cell)), target)
+
+    (again,) = await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    assert [c["uri"] for c in again["earlier"]] + [again["uri"]] == pushed
+    assert [c["created"] for c in again["earlier"]] + [again["created"]] == [False, False]
+    assert (await KvPollCursors(cell).read("mono/main", "main")).commit == pushed[-1]

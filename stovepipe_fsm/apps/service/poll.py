@@ -138,7 +138,8 @@ async def poll_round(
     reports = []
     for plan in plans:
         ingested = [(commit, next(results)) for commit in plan.commits]
-        if not await poller.cursors.advance(plan.cursor, plan.commits[-1]):
+        moved = plan.commits[-1] != plan.cursor.commit
+        if moved and not await poller.cursors.advance(plan.cursor, plan.commits[-1]):
             log.info(
                 "poll %s %s: another poller moved the cursor first",
                 plan.target.queue,
