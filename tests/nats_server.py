@@ -73,7 +73,8 @@ async def close(nc: Client) -> None:
 
 async def delete_topology(js: JetStreamContext, topology: Topology) -> None:
     """Delete every stream and bucket of ``topology`` that exists (best effort, bounded)."""
-    streams = (*topology.stream_names(), *(f"KV_{b}" for b in topology.bucket_names()))
+    buckets = (*topology.bucket_names(), topology.deliveries_bucket)
+    streams = (*topology.stream_names(), *(f"KV_{b}" for b in buckets))
     for stream in streams:
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(stream)

@@ -49,6 +49,7 @@ JETSTREAM_COMMANDS: dict[str, list[str]] = {
     "pause": ["team/*"],
     "resume": ["team/*"],
     "poll": ["--git-repo", ".", "--ref", "main", "--queue", "monorepo/main", "--once"],
+    "webhook": ["--port", "8090", "--ref", "main", "--queue", "monorepo/main"],
     "prune": ["--older-than", "7d"],
     "cancel": ["request/monorepo/main/1"],
     "retry": ["request/monorepo/main/1"],

@@ -484,3 +484,18 @@ async def test_git_that_cannot_start_is_an_environment_failure_held_never_counte
         assert decision.kind is SettleKind.HOLD
         assert decision.failures == failures
         assert "Too many open files" in decision.reason
+
+
+async def test_first_parents_since_lists_new_commits_oldest_first_in_slices(history) -> None:
+    repo = GitSourceControl(history["repo"])
+    c1, c2, c3, c4 = (history[f"c{n}"] for n in range(1, 5))
+    whole = await repo.first_parents_since(c1, c4, limit=10)
+    assert whole is not None and (whole.commits, whole.pending) == ((c2, c3, c4), 0)
+    sliced = await repo.first_parents_since(c1, c4, limit=2)
+    assert sliced is not None and (sliced.commits, sliced.pending) == ((c2, c3), 1)
+    assert await repo.first_parents_since(c4, c4, limit=1) == type(whole)((), 0)
+    # Rewritten (not an ancestor) or unknown here: no range.
+    assert await repo.first_parents_since(history["r3"], c4, limit=10) is None
+    assert await repo.first_parents_since("f" * 40, c4, limit=10) is None
+    with pytest.raises(ValueError):
+        await repo.first_parents_since(c1, c4, limit=0)

@@ -210,3 +210,22 @@ async def test_worst_case_names_fit_the_servers_limits(js_env: JsEnv) -> None:
     await publisher.publish_build(queue, request.id)
     info = await js_env.js.stream_info(js_env.topology.process_stream)
     assert info.state.messages == 1
+
+
+async def test_a_poll_cursor_moves_by_compare_and_set(js_env: JsEnv) -> None:
+    """Two pollers read one ref's cursor: the first to write moves it, the other is told
+    and leaves it; a cursor of another queue or ref is another key."""
+    from stovepipe_fsm.adapters.jetstream.poll_cursors import KvPollCursors
+
+    cursors = KvPollCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
+    blank = await cursors.read(QUEUE, "main")
+    assert (blank.commit, blank.revision) == ("", 0)
+    assert await cursors.advance(blank, "a" * 40)
+    assert not await cursors.advance(blank, "b" * 40)  # a second first write loses
+    read = await cursors.read(QUEUE, "main")
+    assert read.commit == "a" * 40
+    assert await cursors.advance(read, "c" * 40)
+    assert not await cursors.advance(read, "d" * 40)  # stale: the cursor moved since
+    assert (await cursors.read(QUEUE, "main")).commit == "c" * 40
+    assert (await cursors.read(QUEUE, "release")).commit == ""
+    assert (await cursors.read("other/main", "main")).commit == ""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_service_cli import CLI, ROOT, cli, status, tag, wait_until  # noqa: F401
 
 GIT_ENV = {
@@ -169,3 +170,132 @@ def test_poll_reports_bad_input(nats_server, tag, tmp_path) -> None:  # noqa: F8
     bad_queue = cli(*common, "--ref", "main", "--queue", "bad queue")
     assert bad_queue.returncode == 2
     assert "whitespace" in bad_queue.stderr and "Traceback" not in bad_queue.stderr
+
+
+def poll_main(url: str, topology_tag: str, repo: Path, *extra: str) -> dict:
+    """One ``poll --once`` round of ``main`` into ``mono/main``; its report."""
+    args = poll_args(url, topology_tag, repo, "--ref", "main", "--queue", "mono/main", "--once")
+    done = cli(*args, *extra)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_every_commit_pushed_between_two_rounds_is_ingested_oldest_first(
+    nats_server,
+    tag,  # noqa: F811
+    tmp_path,
+) -> None:
+    """B and C land between two rounds: both are ingested, B before C, in one round;
+    a merge brings in only its first-parent commit (the side branch's are no trunk heads)."""
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    assert poll_main(nats_server.url, tag, repo)["uri"] == first
+    second, third = commit(repo, "B"), commit(repo, "C")
+    git(repo, "checkout", "-q", "-b", "side", first)
+    side = commit(repo, "S")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "M", "side")
+    merge = git(repo, "rev-parse", "HEAD")
+
+    report = poll_main(nats_server.url, tag, repo)
+    assert report["uri"] == merge and report["since"] == first
+    assert [c["uri"] for c in report["earlier"]] == [second, third]
+    assert report["commits"] == 3 and report["pending"] == 0 and report["rewritten"] is False
+    doc = status(nats_server.url, tag)
+    stored = [(int(r["id"].rsplit("/", 1)[1]), r["uri"]) for r in doc["requests"]]
+    assert [uri for _, uri in sorted(stored)] == [first, second, third, merge]
+    assert side not in [uri for _, uri in stored]
+    assert doc["queues"][0]["latest_request_id"] == report["request_id"]
+
+    again = poll_main(nats_server.url, tag, repo)  # nothing new: nothing ingested twice
+    assert (again["uri"], again["created"], again["earlier"]) == (merge, False, [])
+    assert len(status(nats_server.url, tag)["requests"]) == 4
+
+
+def test_the_first_round_ingests_the_tip_only(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    repo = make_repo(tmp_path)
+    commit(repo, "A")
+    commit(repo, "B")
+    tip = commit(repo, "C")
+    report = poll_main(nats_server.url, tag, repo)
+    assert (report["uri"], report["since"], report["earlier"]) == (tip, "", [])
+    assert [r["uri"] for r in status(nats_server.url, tag)["requests"]] == [tip]
+
+
+def test_a_rewritten_ref_ingests_its_new_tip_only(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    """The commit reported last is no longer an ancestor: only the new tip is a head."""
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    commit(repo, "B")
+    poll_main(nats_server.url, tag, repo)
+    git(repo, "reset", "-q", "--hard", first)
+    commit(repo, "B2")
+    tip = commit(repo, "C2")
+
+    report = poll_main(nats_server.url, tag, repo)
+    assert (report["uri"], report["rewritten"], report["earlier"]) == (tip, True, [])
+    assert report["created"] is True
+    assert len(status(nats_server.url, tag)["requests"]) == 2
+    # The rewritten ref is followed from its new tip on.
+    newer = commit(repo, "D2")
+    follow = poll_main(nats_server.url, tag, repo)
+    assert (follow["uri"], follow["since"], follow["rewritten"]) == (newer, tip, False)
+
+
+def test_a_round_ingests_at_most_max_commits_and_the_next_one_goes_on(
+    nats_server,
+    tag,  # noqa: F811
+    tmp_path,
+) -> None:
+    repo = make_repo(tmp_path)
+    commit(repo, "A")
+    poll_main(nats_server.url, tag, repo)
+    pushed = [commit(repo, name) for name in "BCDE"]
+
+    bounded = poll_main(nats_server.url, tag, repo, "--max-commits", "3")
+    assert [c["uri"] for c in bounded["earlier"]] + [bounded["uri"]] == pushed[:3]
+    assert bounded["pending"] == 1
+    rest = poll_main(nats_server.url, tag, repo, "--max-commits", "3")
+    assert (rest["uri"], rest["since"], rest["earlier"], rest["pending"]) == (
+        pushed[3],
+        pushed[2],
+        [],
+        0,
+    )
+    doc = status(nats_server.url, tag)
+    ordered = sorted(doc["requests"], key=lambda r: int(r["id"].rsplit("/", 1)[1]))
+    assert [r["uri"] for r in ordered][1:] == pushed
+    zero = poll_args(nats_server.url, tag, repo, "--ref", "main", "--queue", "q", "--once")
+    assert cli(*zero, "--max-commits", "0").returncode == 2
+
+
+async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_nothing(
+    js_env,
+    tmp_path,
+) -> None:
+    """The poller dies between ingesting a range and moving the cursor: the next poller
+    reads the same range again, finds every head ingested, and moves the cursor."""
+    from stovepipe_fsm.adapters.jetstream import open_cell
+    from stovepipe_fsm.adapters.jetstream.poll_cursors import KvPollCursors, PollCursor
+    from stovepipe_fsm.apps.options import DEFAULT_MACHINES
+    from stovepipe_fsm.apps.service.operators import ingest_on
+    from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
+
+    class DiesBeforeTheCursor(KvPollCursors):
+        async def advance(self, read: PollCursor, commit: str) -> bool:
+            raise SystemExit("killed")
+
+    repo = make_repo(tmp_path)
+    commit(repo, "A")
+    ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
+    cell = await open_cell(js_env.js, js_env.topology.service_bucket)
+    target = [PollTarget(repo, "main", "mono/main")]
+    await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    pushed = [commit(repo, name) for name in "BC"]
+    with pytest.raises(SystemExit):
+        await poll_round(Poller(ingest, DiesBeforeTheCursor(cell)), target)
+
+    (again,) = await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    assert [c["uri"] for c in again["earlier"]] + [again["uri"]] == pushed
+    assert [c["created"] for c in again["earlier"]] + [again["created"]] == [False, False]
+    assert (await KvPollCursors(cell).read("mono/main", "main")).commit == pushed[-1]

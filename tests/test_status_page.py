@@ -251,12 +251,12 @@ def test_the_other_endpoints_are_not_page_routes(path: str) -> None:
     assert StatusPage.serves("/") and StatusPage.serves("/request/request/q/1")
 
 
-async def test_a_connection_that_asks_nothing_is_closed_unanswered(js_env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_a_connection_that_asks_nothing_is_closed_unanswered(js_env) -> None:  # type: ignore[no-untyped-def]
     """A browser opens spare connections and sends its next request on one of them: an
     answer written there before any request would be read as that request's reply."""
-    monkeypatch.setattr(http_module, "READ_TIMEOUT_S", 0.2)
+    limits = http_module.HttpLimits(read_deadline_s=0.2)
     async with running_service(js_env.server, js_env.topology, CONFIG) as run:
-        http = await HttpEndpoint(run.service, free_port()).start()
+        http = await HttpEndpoint(run.service, free_port(), limits=limits).start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", http.port)
             await asyncio.sleep(0.5)  # past the read timeout, without a request

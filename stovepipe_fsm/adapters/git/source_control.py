@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from ...domain.errors import NotFound, Retryable
 from .cache import AncestryCache
@@ -73,6 +74,15 @@ async def _unresolvable(
 def _failure(what: str, repo_path: str, result: GitResult) -> Retryable:
     detail = result.stderr or "(no output)"
     return Retryable(f"git {what} failed in {repo_path!r} (exit {result.returncode}): {detail}")
+
+
+@dataclass(frozen=True)
+class NewCommits:
+    """First-parent commits after a commit up to a tip, oldest first, at most the limit
+    asked for; ``pending``: how many newer ones were left for a later read."""
+
+    commits: tuple[str, ...]
+    pending: int
 
 
 class GitSourceControl:
@@ -173,6 +183,42 @@ class GitSourceControl:
             )
         await self._raise_if_unresolvable(result, (commit,))
         raise _failure("rev-list --parents", self._repo_path, result)
+
+    async def first_parents_since(
+        self, since: str, tip: str, *, limit: int, newest: bool = False
+    ) -> NewCommits | None:
+        """The first-parent commits of ``tip`` not reachable from ``since``, oldest first.
+
+        Trunk heads are the commits a branch named one after the other, its first-parent
+        chain: a commit a merge brought in was never one. At most ``limit`` are read: the
+        oldest, so a huge push is taken in slices (``pending``: the newer ones left), or
+        with ``newest`` the newest (``pending``: the older ones left out). ``None`` when
+        ``since`` is not an ancestor of ``tip`` or is unknown here (the branch was
+        rewritten): there is no range of new commits then, only the tip.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        try:
+            if not await self.is_ancestor(since, tip):
+                return None
+        except NotFound:
+            return None
+        span = [f"^{since}", tip, "--"]
+        total = int((await self._rev_list("--first-parent", "--count", *span)).strip() or "0")
+        skip = 0 if newest else max(0, total - limit)
+        newest_first = await self._rev_list(
+            "--first-parent", f"--skip={skip}", f"--max-count={limit}", *span
+        )
+        commits = tuple(reversed(newest_first.split()))
+        return NewCommits(commits, pending=total - len(commits))
+
+    async def _rev_list(self, *arguments: str) -> str:
+        result = await self._run(
+            [self._git, "-C", self._repo_path, "rev-list", *arguments], self._timeout_s
+        )
+        if result.returncode != 0:
+            raise _failure("rev-list", self._repo_path, result)
+        return result.stdout
 
     async def _raise_if_unresolvable(self, result: GitResult, names: tuple[str, ...]) -> None:
         if result.returncode != 128:

@@ -146,6 +146,8 @@ class BucketSpec:
     storage: api.StorageType
     replicas: int
     history: int
+    #: Age after which a key is discarded (None: kept until deleted).
+    ttl_s: float | None = None
 
     def to_config(self) -> api.KeyValueConfig:
         # direct=False: reads go through the stream leader, so a read after a write on
@@ -156,6 +158,7 @@ class BucketSpec:
             storage=self.storage,
             replicas=self.replicas,
             direct=False,
+            ttl=self.ttl_s,
         )
 
     def differences(self, actual: api.StreamConfig) -> list[str]:
@@ -188,6 +191,9 @@ class Topology:
     attempts_bucket: str = "stovepipe-attempts"
     #: What the service says about itself (the policy it has in force), for ``status``.
     service_bucket: str = "stovepipe-service"
+    #: The push-event deliveries ``webhook`` ingested, by id, for ``delivery_max_age_s``.
+    deliveries_bucket: str = "stovepipe-deliveries"
+    delivery_max_age_s: float = 7 * DAY_S
     storage: api.StorageType = api.StorageType.FILE
     replicas: int = 1
     #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
@@ -213,7 +219,7 @@ class Topology:
             raise ValueError(
                 f"subject prefix {self.prefix!r} must be dot-separated tokens of [A-Za-z0-9_-]"
             )
-        for name in (*self.stream_names(), *self.bucket_names()):
+        for name in (*self.stream_names(), *self.bucket_names(), self.deliveries_bucket):
             if not _SIMPLE_NAME_RE.match(name):
                 raise ValueError(f"stream/bucket name {name!r} must match [A-Za-z0-9_-]+")
         if self.initial_queue_limit < 1 or self.replicas < 1 or not 1 <= self.kv_history <= 64:
@@ -243,6 +249,7 @@ class Topology:
             "counters_bucket": f"stovepipe-{tag}-counters",
             "attempts_bucket": f"stovepipe-{tag}-attempts",
             "service_bucket": f"stovepipe-{tag}-service",
+            "deliveries_bucket": f"stovepipe-{tag}-deliveries",
         }
         names.update(overrides)
         return cls(**names)  # type: ignore[arg-type]  # values checked by __post_init__
@@ -465,6 +472,13 @@ class Topology:
             ),
         )
 
+    def deliveries_bucket_spec(self) -> BucketSpec:
+        """The bucket of push-event delivery ids (created by ``webhook``, not by
+        :func:`ensure_topology`): each kept ``delivery_max_age_s``, then discarded."""
+        return BucketSpec(
+            self.deliveries_bucket, self.storage, self.replicas, 1, self.delivery_max_age_s
+        )
+
     def bucket_specs(self) -> tuple[BucketSpec, ...]:
         return tuple(
             BucketSpec(name, self.storage, self.replicas, self.kv_history)
@@ -535,6 +549,11 @@ async def _ensure_stream(js: JetStreamContext, spec: StreamSpec) -> bool:
                 info = await js.stream_info(spec.name)
         _raise_on_mismatch("stream", spec.name, spec.differences(info.config))
         return False
+
+
+async def ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> bool:
+    """Create the bucket if missing (True), else check it (:class:`TopologyMismatch`)."""
+    return await asked_again(partial(_ensure_bucket, js, spec))
 
 
 async def _ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> bool:

@@ -15,7 +15,11 @@
 - ``keepalive``       the heartbeat that keeps a long step's ack deadline ahead of it
 - ``durations``       ages and waits on the command line (``7d``, ``10s``)
 - ``logs``            one JSON object per log line
+- ``bounded_http``    the HTTP server both endpoints run on, bounded per client
 - ``http``            ``/healthz`` and Prometheus-text ``/metrics`` on loopback
+- ``poll``            every commit pushed to git refs, from a cursor per ref
+- ``webhook``         GitHub and GitLab push events (``push_events``, ``rate_limit``;
+  the command in ``webhook_command``, its flags in ``webhook_arguments``)
 - ``operators``       ``ingest``, ``complete``, ``status``, ``explain`` against the broker
 - ``pauses``, ``verbs``, ``dlq``  ``pause``/``resume``, ``cancel``/``retry``, ``dlq``
 - ``demo``            the seed's A→F walkthrough on an embedded broker and a real git

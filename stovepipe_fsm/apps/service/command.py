@@ -45,6 +45,7 @@ from .arguments import (
     topology_of,
 )
 from .secrets import redact
+from .webhook_arguments import webhook_args
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
@@ -272,7 +273,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
     p.set_defaults(handler=_needs_nats("status", cmd_status))
 
-    p = sub.add_parser("poll", help="ingest each new head of git refs")
+    p = sub.add_parser("poll", help="ingest every commit pushed to git refs, oldest first")
     broker_args(p)
     p.add_argument("--git-repo", required=True, help="path of a local clone")
     p.add_argument(
@@ -284,8 +285,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queue", required=True, action="append", help="queue of each --ref")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     p.add_argument("--once", action="store_true", help="poll one round and exit")
+    p.add_argument(
+        "--max-commits",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="new commits of a ref one round ingests at most, oldest first (default 1000)",
+    )
     topology_args(p)
     p.set_defaults(handler=_needs_nats("poll", cmd_poll))
+
+    p = sub.add_parser("webhook", help="ingest every commit of GitHub and GitLab push webhooks")
+    broker_args(p)
+    webhook_args(p)
+    topology_args(p)
+    p.set_defaults(handler=_needs_nats("webhook", cmd_webhook))
 
     p = sub.add_parser(
         "prune", help="remove terminal requests (and their uri-index entries) older than AGE"
@@ -698,8 +712,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_poll(args: argparse.Namespace) -> int:
     from ...domain.queue_names import normalize_queue_name
-    from .operators import operator_ingest
-    from .poll import PollTarget, poll_forever, poll_round, print_report
+    from .poll import PollTarget, operator_poller, poll_forever, poll_round, print_report
 
     if len(args.ref) != len(args.queue):
         print(
@@ -717,20 +730,33 @@ def cmd_poll(args: argparse.Namespace) -> int:
         ]
         if args.interval <= 0:
             raise ValueError(f"--interval must be positive, got {args.interval}")
-        async with operator_ingest(
+        if args.max_commits < 1:
+            raise ValueError(f"--max-commits must be at least 1, got {args.max_commits}")
+        async with operator_poller(
             nats_options(args, service=not args.once), topology_of(args), args.machines
-        ) as ingest:
+        ) as poller:
             if args.once:
-                for outcome in await poll_round(ingest, targets):
+                for outcome in await poll_round(poller, targets, max_commits=args.max_commits):
                     print_report(outcome)
                 return EXIT_OK
             await poll_forever(
-                ingest,
+                poller,
                 targets,
                 interval_s=args.interval,
                 stop=_stop_on_signals(),
                 report=print_report,
+                max_commits=args.max_commits,
             )
+        return EXIT_OK
+
+    return _run_operator(run())
+
+
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from .webhook_command import run_webhook
+
+    async def run() -> int:
+        await run_webhook(args, _stop_on_signals())
         return EXIT_OK
 
     return _run_operator(run())

@@ -1,7 +1,8 @@
 """``/healthz``, ``/readyz``, Prometheus-text ``/metrics`` and the HTML status page.
 
-A tiny stdlib server on purpose: a few read-only GET endpoints do not justify a web
-framework in a consumer service, and it shares the service's event loop, so a wedged
+A tiny stdlib server on purpose (:mod:`.bounded_http`, which bounds what a client may
+hold): a few read-only GET endpoints do not justify a web framework in a consumer
+service, and it shares the service's event loop, so a wedged
 loop shows up as a failing health check. ``/healthz`` is about the process and its
 broker (running, and a JetStream round trip succeeded recently); ``/readyz`` adds that
 every queue has its consumer running (docs/service.md). ``/``, ``/request/<id>`` and
@@ -13,43 +14,21 @@ HEAD are answered, any other method is 405. Every answer carries a
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import logging
 import time
 from typing import Any
 
 from ...adapters.jetstream.partitions import partitions
 from ...domain.errors import NotFound
-from ...views.page import content_security_policy
 from ..options import installed_version
+from .bounded_http import LOOPBACK, Answer, BoundedHttpServer, HttpLimits, RequestHead
 from .status_page import StatusPage
 from .supervisor import Service
 
+__all__ = ["HttpEndpoint", "HttpLimits", "render_metrics"]
+
 log = logging.getLogger("stovepipe_fsm.service")
-LOOPBACK = "127.0.0.1"
-READ_TIMEOUT_S = 5.0
 IN_FLIGHT_READ_TIMEOUT_S = 2.0
-
-
-@dataclasses.dataclass(frozen=True)
-class HttpLimits:
-    """What one client may hold of the endpoint, so idle or slow clients cannot take the
-    service's file descriptors: open connections (past the cap a connection is closed
-    at once), the time to read a whole request head (not per line, so a header a few
-    seconds apart does not keep it open), its header lines and bytes, the time to
-    write an answer, and how often a refused connection is logged."""
-
-    max_connections: int = 64
-    read_deadline_s: float = READ_TIMEOUT_S
-    max_headers: int = 64
-    max_head_bytes: int = 16_384
-    write_timeout_s: float = 5.0
-    refusal_log_interval_s: float = 60.0
-
-
-class _HeadTooLarge(Exception):
-    """A request head past :class:`HttpLimits` (lines or bytes)."""
 
 
 def _listed(verdict: str, problems: list[str]) -> str:
@@ -126,9 +105,7 @@ async def render_metrics(service: Service) -> str:
         lines.append(f'stovepipe_plugin_over_budget_total{{step="{_label(step)}"}} {value}')
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
     lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
-    family(
-        "stovepipe_queues_refused", "gauge", "Queues left unserved: no partition had room."
-    )
+    family("stovepipe_queues_refused", "gauge", "Queues left unserved: no partition had room.")
     lines.append(f"stovepipe_queues_refused {len(service.refused)}")
     family(
         "stovepipe_subscription_refused",
@@ -318,142 +295,27 @@ async def _in_flight_lines(service: Service) -> list[str]:
     return out
 
 
-class HttpEndpoint:
-    """Serves the two endpoints until :meth:`close`."""
+class HttpEndpoint(BoundedHttpServer):
+    """Serves the read-only endpoints until :meth:`close`."""
 
     def __init__(
         self,
         service: Service,
         port: int,
         host: str = LOOPBACK,
-        limits: HttpLimits = HttpLimits(),
+        limits: HttpLimits | None = None,
     ) -> None:
+        super().__init__(port, host, limits)
         self.service = service
-        self.host = host
-        self.port = port
-        self.limits = limits
-        self._server: asyncio.Server | None = None
         self.page = StatusPage(service)
-        self.open_connections = 0
-        #: Connections closed unanswered because the cap was reached (all time).
-        self.refused = 0
-        self._refused_unlogged = 0
-        self._refusal_logged_at: float | None = None
 
     async def start(self) -> HttpEndpoint:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, limit=self.limits.max_head_bytes
-        )
-        sockets: tuple[Any, ...] = tuple(self._server.sockets or ())
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
-        log.info("http endpoint on %s:%d", self.host, self.port)
+        await super().start()
         return self
 
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), READ_TIMEOUT_S)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serves a connection below the cap; past it, closes the connection unanswered
-        and counts it, logging the refusals at most once per interval."""
-        if self.open_connections >= self.limits.max_connections:
-            self.refused += 1
-            self._refused_unlogged += 1
-            self._log_refusals()
-            with contextlib.suppress(Exception):
-                writer.transport.abort()
-            return
-        self.open_connections += 1
-        try:
-            await self._serve(reader, writer)
-        finally:
-            self.open_connections -= 1
-            if not writer.transport.is_closing():  # a timed-out or failed answer
-                writer.transport.abort()
-
-    def _log_refusals(self) -> None:
-        now = time.monotonic()
-        last = self._refusal_logged_at
-        if last is not None and now - last < self.limits.refusal_log_interval_s:
-            return
-        self._refusal_logged_at = now
-        log.warning(
-            "http endpoint at its cap of %d connections: refused %d connection(s) since "
-            "the last report",
-            self.limits.max_connections,
-            self._refused_unlogged,
-        )
-        self._refused_unlogged = 0
-
-    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[bytes, int]:
-        """The request line and how many header lines followed it, read to the blank
-        line; raises :class:`_HeadTooLarge` past the header count or byte cap (a line
-        longer than the reader's limit raises ``ValueError``)."""
-        request = await reader.readline()
-        if not request.strip():
-            return b"", 0
-        size, headers = len(request), 0
-        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-            headers += 1
-            size += len(line)
-            if headers > self.limits.max_headers or size > self.limits.max_head_bytes:
-                raise _HeadTooLarge
-        return request, headers
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request, _ = await asyncio.wait_for(
-                self._read_head(reader), self.limits.read_deadline_s
-            )
-        except (_HeadTooLarge, ValueError, asyncio.LimitOverrunError):
-            status = "431 Request Header Fields Too Large"
-            await self._answer(writer, status, "request head too large\n", "text/plain")
-            return
-        except (TimeoutError, OSError, asyncio.IncompleteReadError):
-            request = b""
-        if not request.strip():
-            # A connection that asks nothing (a browser opens spare ones ahead of need)
-            # is closed unanswered: an answer would be read as the reply to the request
-            # the browser sends on it later.
-            with contextlib.suppress(Exception):
-                writer.close()
-            return
-        try:
-            parts = request.decode("latin-1").split()
-            path = parts[1] if len(parts) >= 2 else ""
-            method = parts[0] if parts else ""
-            status, body, kind = await self._route(method, path)
-        except Exception:
-            status, body, kind = "400 Bad Request", "bad request\n", "text/plain"
-            method = ""
-        await self._answer(writer, status, body, kind, head_only=method == "HEAD")
-
-    async def _answer(
-        self,
-        writer: asyncio.StreamWriter,
-        status: str,
-        body: str,
-        kind: str,
-        head_only: bool = False,
-    ) -> None:
-        """Writes one answer and closes; a client that does not read it within the write
-        timeout is dropped."""
-        payload = body.encode()
-        head = (
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n"
-            f"Content-Security-Policy: {content_security_policy()}\r\n"
-            "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
-            + ("Allow: GET, HEAD\r\n" if status.startswith("405") else "")
-            + "\r\n"
-        )
-        with contextlib.suppress(Exception):
-            writer.write(head.encode() + (b"" if head_only else payload))
-            await asyncio.wait_for(writer.drain(), self.limits.write_timeout_s)
-            writer.close()
+    async def handle(self, head: RequestHead, reader: asyncio.StreamReader) -> Answer:
+        status, body, kind = await self._route(head.method, head.path)
+        return Answer(status, body, kind)
 
     async def _route(self, method: str, path: str) -> tuple[str, str, str]:
         if method not in ("GET", "HEAD"):

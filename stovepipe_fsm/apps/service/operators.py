@@ -74,19 +74,23 @@ async def operator_ingest(
 ) -> AsyncIterator[Ingest]:
     """Ingest on the broker's stores (the topology is created if missing)."""
     async with connected(options) as nc:
-        js = nc.jetstream()
-        await ensure_topology(js, topology)
-        stores = await open_kv_stores(js, topology)
-        yield Ingest(
-            initial_state=await initial_state(js, topology, machines_dir),
-            requests=stores.requests,
-            queues=stores.queues,
-            publisher=JetStreamPublisher(js, topology),
-            uri_index=stores.uris,
-            counter=stores.counters,
-            clock=SystemClock(),
-            trail=JetStreamTrail(js, topology),
-        )
+        yield await ingest_on(nc.jetstream(), topology, machines_dir)
+
+
+async def ingest_on(js: JetStreamContext, topology: Topology, machines_dir: str) -> Ingest:
+    """Ingest on the stores of ``js`` (the topology is created if missing)."""
+    await ensure_topology(js, topology)
+    stores = await open_kv_stores(js, topology)
+    return Ingest(
+        initial_state=await initial_state(js, topology, machines_dir),
+        requests=stores.requests,
+        queues=stores.queues,
+        publisher=JetStreamPublisher(js, topology),
+        uri_index=stores.uris,
+        counter=stores.counters,
+        clock=SystemClock(),
+        trail=JetStreamTrail(js, topology),
+    )
 
 
 async def request_for_uri(uri_index: UriIndex, queue: str, uri: str) -> str:

@@ -1,16 +1,22 @@
-"""``poll``: report each new head of real git refs to ingest.
+"""``poll``: report every commit pushed to real git refs to ingest.
 
-The poller is stateless on purpose: every round it resolves the ref and ingests the
-commit it names, as what the ref names now (``at_head``). Ingest dedups on (queue, uri),
-so an unchanged head creates nothing and publishes nothing once its request left
-``accepted``, and a poller restarted at any moment neither loses nor repeats a head. A
-ref that moved back to a head the queue had moved on from (a rollback by force-push) is
-ingested as a new head and validated again. Heads that landed and were overtaken between
-two rounds are never seen; that is the coalescing the process stage would do anyway.
+Each round resolves every ref and ingests, per ref, the first-parent commits it gained
+since the commit reported last for it (its cursor), oldest first, all refs' heads in one
+batch (:meth:`Ingest.ingest_many`, so the broker operations are pipelined). Two commits
+pushed between two rounds are two heads: a queue that validates every head validates
+both, a coalescing one supersedes the older on sight.
 
-One process follows many refs (each into its queue): a round resolves every ref at once
-and hands all the heads to :meth:`Ingest.ingest_many`, so the broker operations of a round
-are pipelined instead of one ref after another.
+The cursor is stored in the broker (:mod:`...adapters.jetstream.poll_cursors`) and moved
+by compare-and-set only after its commits were ingested, so a poller restarted at any
+moment neither skips a range nor ingests one twice; a repeat after a crash between the
+two finds every head in ingest's dedup index and creates nothing. Rules at the edges:
+
+- no cursor yet (the first round ever for the ref): the tip only, never the history;
+- the cursor is no longer an ancestor of the tip (a force-push rewrote the branch): the
+  new tip only, reported as ``rewritten``; a ref moved back to a head the queue had moved
+  on from is ingested as a new head and validated again (``at_head``);
+- more than ``max_commits`` new commits: the oldest ``max_commits``, the cursor moved to
+  the last of them, and ``pending`` says how many wait; ``poll_forever`` goes on at once.
 """
 
 from __future__ import annotations
@@ -19,15 +25,22 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...adapters.git import rev_parse
+from ...adapters.git import GitSourceControl, rev_parse
+from ...adapters.jetstream import Topology, open_cell
+from ...adapters.jetstream.poll_cursors import KvPollCursors, PollCursor
 from ...domain.errors import NotFound, Retryable
 from ...pipeline.ingest import Head, Ingest
+from .connect import NatsOptions, connected
+from .operators import ingest_on
 
 log = logging.getLogger("stovepipe_fsm.poll")
+
+#: New commits of one ref a round ingests at most (a huge push takes several rounds).
+MAX_COMMITS = 1_000
 
 
 @dataclass(frozen=True)
@@ -37,58 +50,139 @@ class PollTarget:
     queue: str
 
 
-async def poll_once(ingest: Ingest, target: PollTarget) -> dict[str, object]:
-    """Resolve the ref and ingest its commit; NotFound when the ref names no commit."""
-    return (await poll_round(ingest, [target], strict=True))[0]
+@dataclass(frozen=True)
+class Poller:
+    """Ingest, and the cursors of the refs it follows."""
+
+    ingest: Ingest
+    cursors: KvPollCursors
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a round ingests for one ref: ``commits`` oldest first."""
+
+    target: PollTarget
+    cursor: PollCursor
+    tip: str
+    commits: tuple[str, ...]
+    pending: int
+    rewritten: bool
+
+
+@contextlib.asynccontextmanager
+async def operator_poller(
+    options: NatsOptions, topology: Topology, machines_dir: str
+) -> AsyncIterator[Poller]:
+    """A poller on the broker's stores (the topology is created if missing)."""
+    async with connected(options) as nc:
+        js = nc.jetstream()
+        ingest = await ingest_on(js, topology, machines_dir)
+        yield Poller(ingest, KvPollCursors(await open_cell(js, topology.service_bucket)))
+
+
+async def _plan(poller: Poller, target: PollTarget, max_commits: int) -> _Plan:
+    tip, cursor = await asyncio.gather(
+        rev_parse(target.repository, target.ref), poller.cursors.read(target.queue, target.ref)
+    )
+    if not cursor.commit or cursor.commit == tip:
+        return _Plan(target, cursor, tip, (tip,), 0, rewritten=False)
+    found = await GitSourceControl(target.repository, cache_size=0).first_parents_since(
+        cursor.commit, tip, limit=max_commits
+    )
+    if found is None:
+        log.warning(
+            "poll %s %s: %s is no longer an ancestor of %s (the branch was rewritten); "
+            "ingesting the new tip only",
+            target.repository,
+            target.ref,
+            cursor.commit,
+            tip,
+        )
+        return _Plan(target, cursor, tip, (tip,), 0, rewritten=True)
+    return _Plan(target, cursor, tip, found.commits or (tip,), found.pending, rewritten=False)
 
 
 async def poll_round(
-    ingest: Ingest, targets: Sequence[PollTarget], *, strict: bool = True
+    poller: Poller,
+    targets: Sequence[PollTarget],
+    *,
+    strict: bool = True,
+    max_commits: int = MAX_COMMITS,
 ) -> list[dict[str, object]]:
-    """Resolve every ref, then ingest all their heads as one batch.
+    """Read every ref's new commits, ingest them all as one batch, then move the cursors.
 
     ``strict``: a ref that names no commit (or a transient failure) raises; otherwise it
-    is logged and left out of this round.
+    is logged and left out of this round. One report per ref, about its newest commit
+    ingested, the ones before it in ``earlier``.
     """
-    resolved = await asyncio.gather(
-        *(rev_parse(t.repository, t.ref) for t in targets), return_exceptions=True
+    if max_commits < 1:
+        raise ValueError(f"max_commits must be >= 1, got {max_commits}")
+    planned = await asyncio.gather(
+        *(_plan(poller, t, max_commits) for t in targets), return_exceptions=True
     )
-    found: list[tuple[PollTarget, str]] = []
-    for target, head in zip(targets, resolved, strict=True):
-        if isinstance(head, BaseException):
-            if strict or not isinstance(head, NotFound | Retryable):
-                raise head
-            log.warning("poll %s %s: %s", target.repository, target.ref, head)
+    plans: list[_Plan] = []
+    for target, plan in zip(targets, planned, strict=True):
+        if isinstance(plan, BaseException):
+            if strict or not isinstance(plan, NotFound | Retryable):
+                raise plan
+            log.warning("poll %s %s: %s", target.repository, target.ref, plan)
             continue
-        found.append((target, head))
-    results = await ingest.ingest_many(Head(t.queue, head, at_head=True) for t, head in found)
-    return [
-        {
-            "queue": target.queue,
-            "ref": target.ref,
-            "uri": head,
-            "request_id": result.request_id,
-            "created": result.created,
-            "published": result.published,
-            "returned": result.returned,
-        }
-        for (target, head), result in zip(found, results, strict=True)
+        plans.append(plan)
+    heads = [
+        Head(plan.target.queue, commit, at_head=commit == plan.tip)
+        for plan in plans
+        for commit in plan.commits
     ]
+    results = iter(await poller.ingest.ingest_many(heads))
+    reports = []
+    for plan in plans:
+        ingested = [(commit, next(results)) for commit in plan.commits]
+        moved = plan.commits[-1] != plan.cursor.commit
+        if moved and not await poller.cursors.advance(plan.cursor, plan.commits[-1]):
+            log.info(
+                "poll %s %s: another poller moved the cursor first",
+                plan.target.queue,
+                plan.target.ref,
+            )
+        uri, last = ingested[-1]
+        reports.append(
+            {
+                "queue": plan.target.queue,
+                "ref": plan.target.ref,
+                "uri": uri,
+                "request_id": last.request_id,
+                "created": last.created,
+                "published": last.published,
+                "returned": last.returned,
+                "since": plan.cursor.commit,
+                "commits": len(ingested),
+                "earlier": [
+                    {"uri": commit, "request_id": result.request_id, "created": result.created}
+                    for commit, result in ingested[:-1]
+                ],
+                "pending": plan.pending,
+                "rewritten": plan.rewritten,
+            }
+        )
+    return reports
 
 
 async def poll_forever(
-    ingest: Ingest,
+    poller: Poller,
     targets: Sequence[PollTarget],
     *,
     interval_s: float,
     stop: asyncio.Event,
     report: Callable[[dict[str, object]], None],
+    max_commits: int = MAX_COMMITS,
 ) -> None:
-    """Poll every ``interval_s`` until ``stop`` is set; transient errors wait a round."""
+    """Poll every ``interval_s`` until ``stop`` is set; transient errors wait a round, a
+    round that left commits pending is followed at once by the next."""
     last: dict[tuple[str, str], str] = {}
     while not stop.is_set():
         try:
-            outcomes = await poll_round(ingest, targets, strict=False)
+            outcomes = await poll_round(poller, targets, strict=False, max_commits=max_commits)
         except (NotFound, Retryable) as exc:
             log.warning("poll round: %s", exc)
             outcomes = []
@@ -97,6 +191,8 @@ async def poll_forever(
             if outcome["uri"] != last.get(key):
                 report(outcome)
                 last[key] = str(outcome["uri"])
+        if any(outcome["pending"] for outcome in outcomes):
+            continue
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
