@@ -301,3 +301,27 @@ async def test_complete_by_uri_names_the_request_building_that_commit(js_env) ->
         assert answer["request_id"] == building
         assert answer["request"]["state"] == "failed"
         await running.wait_state(returned.request_id, "processing")
+
+
+async def test_a_refused_outcome_sent_again_once_its_cause_is_fixed_is_recorded(js_env) -> None:
+    """A build reports request 2 before any request 2 exists: refused (unknown request).
+    Once request 2 exists and builds, the same report sent again inside the broker's
+    duplicate window is decided afresh and recorded, not dropped as a duplicate; a plain
+    repeat of a stored report still is one."""
+    early = OutcomeMessage(QUEUE, f"request/{QUEUE}/2", "succeeded")
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        assert not await publish_outcome(js_env.js, js_env.topology, early)
+        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
+        assert [d.request_id for d in letters] == [early.request_id]
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        second = await running.ingest(QUEUE, "B")
+        assert second == early.request_id
+        await running.wait_state(second, "processing")
+        assert not await publish_outcome(js_env.js, js_env.topology, early)
+        await running.wait_state(second, "succeeded")
+        assert await publish_outcome(js_env.js, js_env.topology, early)
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "B", "succeeded", 0)
+        assert answer["duplicate"] is True
+        assert len(await dead_letters(js_env, "record")) == 1

@@ -9,8 +9,10 @@ consumer only says which refusals are final (:func:`refused_for_good`) and perfo
 - recorded (or found already recorded: a redelivery, a re-publish): ack;
 - refused for good - an undecodable or forged message, an unknown request, an outcome
   the policy does not declare, a request that already ended with *another* outcome, or
-  one that was never admitted: a ``record`` dead-letter record saying why, then term.
-  Nothing was applied;
+  one that was never admitted: a ``record`` dead-letter record saying why, then the
+  message is removed from the stream and terminated. Nothing was applied; the removal
+  tells a report sent again that this one was refused
+  (:func:`.outcomes.publish_outcome`), so the fixed report is not dropped as a duplicate;
 - early - the request is still in the machine's initial state (its head is not admitted
   yet): NAK with a short backoff (:data:`EARLY_BACKOFF`), without limit, so the outcome is
   applied within seconds of the admission; once the head ends another way (superseded,
@@ -22,9 +24,11 @@ consumer only says which refusals are final (:func:`refused_for_good`) and perfo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
@@ -160,11 +164,11 @@ class OutcomeConsumer(_PullLoop):
             log.info("outcome %s recorded", message.outcome, extra=extra)
 
     async def _refuse(self, msg: Msg, seq: int, queue: str, request_id: str, reason: str) -> None:
-        """Dead-letter, then terminate: the outcome is applied to nothing.
+        """Dead-letter, remove, then terminate: the outcome is applied to nothing.
 
-        The record is bounded; when even its minimal form cannot be stored, the message is
-        NAKed with backoff instead (it comes back, and is refused again), never left
-        unsettled and never terminated without a record.
+        The record is bounded; when even its minimal form cannot be stored, or the message
+        cannot be removed, the message is NAKed with backoff instead (it comes back, and
+        is refused again), never left unsettled and never terminated without a record.
         """
         letter = DeadLetter.bounded(queue, request_id, reason, 1, seq, stage=RECORD_STAGE)
         try:
@@ -172,12 +176,13 @@ class OutcomeConsumer(_PullLoop):
                 await publish_dead_letter(self.js, self.topology, letter)
             except Exception:
                 await publish_dead_letter(self.js, self.topology, letter.minimal())
+            await self._remove(seq)
         except Exception as exc:
             delay = self.backoff.delay_s(msg.metadata.num_delivered or 1)
             with translated(f"nak outcome {seq}"):
                 await msg.nak(delay=delay)
             log.error(
-                "outcome refused but no dead letter could be stored, retry in %.1fs: %s",
+                "outcome refused but not yet filed and removed, retry in %.1fs: %s",
                 delay,
                 clip(f"{type(exc).__name__}: {exc}", _QUOTE_CHARS),
             )
@@ -190,3 +195,11 @@ class OutcomeConsumer(_PullLoop):
             clip(reason, _QUOTE_CHARS),
             extra={"queue": clip(queue, _QUOTE_CHARS), "request_id": letter.request_id},
         )
+
+    async def _remove(self, seq: int) -> None:
+        """Delete the refused message from the outcome stream (already gone: done)."""
+        with (
+            translated(f"remove refused outcome {seq}"),
+            contextlib.suppress(nats.js.errors.NotFoundError),
+        ):
+            await self.js.delete_msg(self.stream, seq)
