@@ -9,14 +9,15 @@ announced on the hook topic under an id derived from the terminal write; ``inges
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
-from nats_server import connect
+from nats_server import connect, delete_topology, unique_tag
 from test_service_support import WAIT_S, machines, running_service, stream_messages, wait_for
 
-from stovepipe_fsm.adapters.jetstream import open_kv_stores
+from stovepipe_fsm.adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter
 from stovepipe_fsm.adapters.jetstream.outcomes import (
     MAX_OUTCOME_BYTES,
@@ -325,3 +326,38 @@ async def test_a_refused_outcome_sent_again_once_its_cause_is_fixed_is_recorded(
         answer = await complete(options(js_env), js_env.topology, QUEUE, "B", "succeeded", 0)
         assert answer["duplicate"] is True
         assert len(await dead_letters(js_env, "record")) == 1
+
+
+async def test_an_outcome_repeated_after_the_duplicate_window_stores_no_second_end(
+    js_env,
+) -> None:
+    """The broker forgets an outcome's id after its duplicate window; a repeat after it is
+    stored and recorded again, and still announces no second end and notes none."""
+    topology = Topology.isolated(unique_tag(), duplicate_window_s=1.0)
+    await ensure_topology(js_env.js, topology)
+    try:
+        async with running_service(js_env.server, topology, CONFIG) as running:
+            request_id = await running.ingest(QUEUE, "A")
+            await running.wait_state(request_id, "processing")
+            message = OutcomeMessage(QUEUE, request_id, "succeeded")
+            await publish_outcome(js_env.js, topology, message)
+            await running.wait_state(request_id, "succeeded")
+            await asyncio.sleep(1.5)  # past the duplicate window
+            assert not await publish_outcome(js_env.js, topology, message)
+
+            async def recorded_twice() -> bool:
+                return running.events.count("recorded", request_id) == 2
+
+            await wait_for(recorded_twice, "the repeat recorded")
+        ends = await stream_messages(
+            js_env.js, topology.hooks_stream, topology.hook_subject("validation.repository")
+        )
+        assert [e["type"] for e in ends] == [
+            "validation.repository.started",
+            "validation.repository.succeeded",
+        ]
+        ended = topology.trail_subject(request_id, "ended")
+        info = await js_env.js.stream_info(topology.trail_stream, subjects_filter=ended)
+        assert info.state.subjects == {ended: 1}
+    finally:
+        await delete_topology(js_env.js, topology)
