@@ -36,14 +36,12 @@ from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
 from ...domain.trail_record import HELD, OPERATOR, PLUGIN, TrailRecord, decision_key
-from .errors import translated
+from .errors import is_wrong_last_sequence, translated
 from .publisher import MSG_ID_HEADER
 from .topology import Topology
 
 ROLLUP_HEADER = "Nats-Rollup"
 EXPECTED_LAST_SUBJECT_SEQ_HEADER = "Nats-Expected-Last-Subject-Sequence"
-#: The broker's error code for a publish whose expected last subject sequence is not it.
-WRONG_LAST_SEQUENCE = 10071
 #: The windows of newest sequences :meth:`JetStreamTrail.latest` reads, narrowest first,
 #: and the most messages it reads in all.
 LATEST_WINDOWS = (1_024, 16_384, 131_072)
@@ -89,7 +87,7 @@ class JetStreamTrail:
                     headers=headers,
                 )
             except nats.js.errors.APIError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE:
+                if not is_wrong_last_sequence(exc):
                     raise
                 # The subject holds this decision already: kept once.
 
