@@ -17,7 +17,7 @@ is moot. An outcome for a head not yet admitted raises ``NotYetAdmitted`` (retry
 from __future__ import annotations
 
 from ..domain.entities import Request
-from ..domain.errors import NonRetryable, NotYetAdmitted
+from ..domain.errors import AlreadyEnded, NotYetAdmitted
 from ..domain.hooks import ended_event
 from ..domain.trail_record import ENDED
 from ..process.services import StageServices
@@ -71,9 +71,9 @@ class Record:
 
     async def complete(self, request_id: str, outcome: str, *, by: str = "build") -> Request:
         """Record ``outcome`` for ``request_id`` as reported ``by`` (build, operator);
-        ``ValueError`` for an undeclared outcome, ``NonRetryable`` when the request already
-        ended with another outcome, ``NotYetAdmitted`` while it is still in the initial
-        state (it may yet be admitted; a caller retries)."""
+        ``ValueError`` for an undeclared outcome, ``AlreadyEnded`` (non-retryable) when the
+        request already ended with another outcome or without admission, ``NotYetAdmitted``
+        while it is still in the initial state (it may yet be admitted; a caller retries)."""
         declared = self.roles.outcome(outcome)
         request = await self.lifecycle.requests.get(request_id)
         if request.state == self.roles.initial:
@@ -84,7 +84,7 @@ class Record:
         repeat = self.lifecycle.is_terminal(request)
         if repeat:
             if request.state not in declared.states:
-                raise NonRetryable(
+                raise AlreadyEnded(
                     f"request {request_id!r} is already {request.state}; cannot record {outcome}"
                 )
             await self.lifecycle.settle_queue(request)
