@@ -2,7 +2,9 @@
 
 This is :class:`~stovepipe_fsm.simulation.world.World` with real adapters: KV stores,
 the JetStream publisher, the file config store (hot reload), git ancestry per queue's
-``repository`` and the system clock. :class:`Service` is a supervisor: it opens the
+``repository`` and the broker's clock (:mod:`...adapters.jetstream.broker_clock`: this
+replica's clock set to the broker's, so leases mean the same on every replica).
+:class:`Service` is a supervisor: it opens the
 :class:`~.broker_pipeline.Pipeline`, wires its collaborators on it once, starts them in
 order and stops them. Each owns its state:
 
@@ -36,9 +38,11 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 
 from ...adapters.jetstream import Topology
+from ...adapters.jetstream.broker_clock import SYNC_INTERVAL_S, BrokerClock
 from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer, ProcessConsumer
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.shared_inbox import SharedInbox
+from ...adapters.memory import SystemClock
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -100,7 +104,11 @@ class Service:
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self._machines = machines
         self._source_control = source_control
-        self._clock = clock
+        #: Every time the stages read (leases included): ``clock`` (this replica's own,
+        #: the system clock by default) set to the broker's.
+        self.clock = BrokerClock(
+            self.js, f"KV_{topology.queues_bucket}", clock if clock is not None else SystemClock()
+        )
         self._connection_errors = connection_errors
         #: The config the stages read: the policy's, with operator pauses applied.
         self.config = PausableConfig(config, machines.parameters)
@@ -213,10 +221,11 @@ class Service:
             self._machines,
             self.config,
             source_control=self._source_control,
-            clock=self._clock,
+            clock=self.clock,
             metrics=self.metrics,
             policy_hash=lambda: self.policy_hash,
         )
+        await self.clock.sync()  # before any decision reads a lease
         crew = self._crew = self._wire(pipeline)
         # Before any consumer runs: operator commands (ingest) read the policy in force,
         # and the pauses are in force.
@@ -229,6 +238,7 @@ class Service:
         await crew.discovery.start()
         self.health.began()
         self.tasks.spawn("heartbeat", self.health.heartbeat(crew.wakeups.after_round_trip))
+        self.tasks.spawn("clock", self.tasks.every(SYNC_INTERVAL_S, self.clock.sync, "clock"))
         if crew.retention is not None:
             self.tasks.spawn("prune", crew.retention.run())
         crew.policy.watch()
