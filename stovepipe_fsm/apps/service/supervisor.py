@@ -19,6 +19,8 @@ order and stops them. Each owns its state:
 - :class:`~.health.Health`: the heartbeat, the health check and the runtime events;
 - a :class:`DeadLetterConsumer` that fails dead-lettered requests closed, and an
   :class:`OutcomeConsumer` that records build outcomes with the policy in force;
+- :class:`~.unpublished.UnpublishedHeads`: heads an ingest cut short left with no
+  process message, published;
 - with ``prune_older_than_s``, :class:`~.retention.Retention`.
 
 Stopping is graceful: runners finish (or hand back) the message in hand, then the
@@ -60,6 +62,7 @@ from .retention import Retention
 from .service_options import ServiceOptions
 from .subscriptions import Wake
 from .tasks import ServiceTasks
+from .unpublished import UnpublishedHeads
 from .wakeups import Wakeups
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -76,6 +79,7 @@ class Crew:
     queues: QueueConsumers
     discovery: Discovery
     wakeups: Wakeups
+    unpublished: UnpublishedHeads
     retention: Retention | None
 
 
@@ -205,7 +209,30 @@ class Service:
                 older_than_s=options.prune_older_than_s,
                 interval_s=options.prune_interval_s,
             )
-        return Crew(pipeline, policy, dead_letters, outcomes, queues, discovery, wakeups, retention)
+        ports = pipeline.ports
+        unpublished = UnpublishedHeads(
+            js,
+            topology,
+            ports.requests,
+            ports.queues,
+            ports.publisher,
+            self.clock,
+            lambda: pipeline.lifecycle.roles.initial,
+            queues.placement.refresh,
+            observe,
+            options.unpublished_after_s,
+        )
+        return Crew(
+            pipeline,
+            policy,
+            dead_letters,
+            outcomes,
+            queues,
+            discovery,
+            wakeups,
+            unpublished,
+            retention,
+        )
 
     @property
     def crew(self) -> Crew:
@@ -239,6 +266,12 @@ class Service:
         self.health.began()
         self.tasks.spawn("heartbeat", self.health.heartbeat(crew.wakeups.after_round_trip))
         self.tasks.spawn("clock", self.tasks.every(SYNC_INTERVAL_S, self.clock.sync, "clock"))
+        self.tasks.spawn(
+            "unpublished",
+            self.tasks.every(
+                self.options.unpublished_interval_s, crew.unpublished.scan, "unpublished heads"
+            ),
+        )
         if crew.retention is not None:
             self.tasks.spawn("prune", crew.retention.run())
         crew.policy.watch()
