@@ -16,13 +16,13 @@ latest (the same stream sequence: a redelivery after a crash) is not counted twi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from nats.js import JetStreamContext
 
 from ...domain.bounded_text import clip
-from ...domain.errors import AlreadyExists, NonRetryable, NotFound, VersionMismatch
+from ...domain.errors import AlreadyExists, NonRetryable, VersionMismatch
 from .bulk import kv_snapshot
 from .codec import _dump, _load, _str
 from .errors import translated
@@ -59,14 +59,7 @@ class Refusal:
     reason: str
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "at_ms": self.at_ms,
-            "stream_seq": self.stream_seq,
-            "request_id": self.request_id,
-            "outcome": self.outcome,
-            "reason_kind": self.reason_kind,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
     @classmethod
     def bounded(
@@ -219,7 +212,6 @@ async def read_tallies(js: JetStreamContext, topology: Topology) -> list[Refusal
 
 __all__ = [
     "KIND",
-    "NotFound",
     "Refusal",
     "RefusalTally",
     "read_tallies",
