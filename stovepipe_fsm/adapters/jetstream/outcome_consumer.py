@@ -67,9 +67,6 @@ from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
 
-#: The dead-letter stage outcomes were refused under before they were tallied: such
-#: records may still be stored (``dlq list`` shows them; nothing reconciles them).
-RECORD_STAGE = "record"
 OUTCOME_CONSUMER = "record-outcomes"
 #: How much of a refused message's text a log line or dead letter repeats.
 _QUOTE_CHARS = 300
