@@ -12,8 +12,7 @@ consumer only says which refusals are final (:func:`refused_for_good`) and perfo
   one that was never admitted: counted with its reason in the queue's refused-outcomes
   record (:mod:`.refused_outcomes`: one bounded record per queue, not a dead letter per
   junk message), then the message is removed from the stream and terminated. Nothing
-  was applied; the removal
-  tells a report sent again that this one was refused
+  was applied; the removal tells a report sent again that this one was refused
   (:func:`.outcomes.publish_outcome`), so the fixed report is not dropped as a duplicate;
 - early - the request is still in the machine's initial state (its head is not admitted
   yet): NAK with a short backoff (:data:`EARLY_BACKOFF`), without limit, so the outcome is
@@ -68,7 +67,7 @@ from .topology import Topology
 log = logging.getLogger("stovepipe_fsm.service")
 
 OUTCOME_CONSUMER = "record-outcomes"
-#: How much of a refused message's text a log line or dead letter repeats.
+#: How much of a refused message's text a log line repeats.
 _QUOTE_CHARS = 300
 
 #: Retry delays for an outcome whose head is not admitted yet: short, so the outcome
