@@ -43,6 +43,11 @@ class JsEnv:
     topology: Topology
 
 
+#: Streams an isolated topology holds: its streams and its buckets' streams. An account
+#: capped at this many has no room for a partition of the process stream.
+TOPOLOGY_STREAMS = len(Topology().stream_names()) + len(Topology().bucket_names())
+
+
 def unique_tag() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 

@@ -15,6 +15,7 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats_server import (
+    TOPOLOGY_STREAMS,
     account_limited_config,
     account_limited_server,
     delete_topology,
@@ -268,11 +269,6 @@ async def test_a_queue_past_the_streams_consumer_limit_has_the_limit_raised(
         await delete_topology(js_env.js, topology)
 
 
-#: Streams an isolated topology holds: six streams and six buckets. An account capped at
-#: this many has no room for a partition of the process stream.
-TOPOLOGY_STREAMS = 12
-
-
 @pytest.mark.nats  # a broker of its own, with limits
 async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path) -> None:
     """The account's JetStream consumer limit caps each stream, so no raise of the
@@ -291,7 +287,7 @@ async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path)
                 assert "maximum consumers limit reached" in why
                 assert "caps each stream at the account's JetStream consumer limit (5)" in why
                 assert "creating partition 1 failed" in why
-                assert "the account allows 12 streams" in why
+                assert f"the account allows {TOPOLOGY_STREAMS} streams" in why
             info = await run.nc.jetstream().stream_info(topology.process_stream)
             # Raised as far as the account lets it, not to the wanted 1,000 more.
             assert info.config.max_consumers <= 5

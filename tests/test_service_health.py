@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from nats_server import account_limited_server, unique_tag
+from nats_server import TOPOLOGY_STREAMS, account_limited_server, unique_tag
 from test_service_support import FAST, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
@@ -85,8 +85,8 @@ async def test_a_hung_broker_turns_healthz_unhealthy_within_seconds(tmp_path: Pa
 async def test_readyz_names_a_queue_without_a_consumer(tmp_path: Path) -> None:
     queues = {"a/one": {}, "a/two": {}}
     # The account lets each stream hold one consumer and itself no stream more than the
-    # topology's twelve: one queue is left without one.
-    with account_limited_server(tmp_path, max_consumers=1, max_streams=12) as server:
+    # topology's: one queue is left without one.
+    with account_limited_server(tmp_path, max_consumers=1, max_streams=TOPOLOGY_STREAMS) as server:
         topology = Topology.isolated(unique_tag())
         config = {"defaults": {"max_attempts": 3}, "queues": queues}
         async with running_service(server, topology, config) as run:

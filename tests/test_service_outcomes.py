@@ -9,15 +9,14 @@ announced on the hook topic under an id derived from the terminal write; ``inges
 
 from __future__ import annotations
 
-import json
+import asyncio
 from pathlib import Path
 
 import pytest
-from nats_server import connect
+from nats_server import connect, delete_topology, unique_tag
 from test_service_support import WAIT_S, machines, running_service, stream_messages, wait_for
 
-from stovepipe_fsm.adapters.jetstream import open_kv_stores
-from stovepipe_fsm.adapters.jetstream.dead_letter import DeadLetter
+from stovepipe_fsm.adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from stovepipe_fsm.adapters.jetstream.outcomes import (
     MAX_OUTCOME_BYTES,
     OutcomeMessage,
@@ -27,8 +26,21 @@ from stovepipe_fsm.adapters.jetstream.outcomes import (
     publish_outcome,
 )
 from stovepipe_fsm.adapters.jetstream.publisher import MSG_ID_HEADER
+from stovepipe_fsm.adapters.jetstream.refused_outcomes import (
+    RECENT_KEPT,
+    Refusal,
+    RefusalTally,
+    read_tallies,
+)
 from stovepipe_fsm.apps.service.connect import NatsOptions
-from stovepipe_fsm.apps.service.operators import NotRecorded, complete, operator_ingest
+from stovepipe_fsm.apps.service.dlq import list_letters
+from stovepipe_fsm.apps.service.operators import (
+    NotRecorded,
+    complete,
+    operator_ingest,
+    render_status,
+    status_document,
+)
 from stovepipe_fsm.domain.entities import evolve
 from stovepipe_fsm.domain.errors import NonRetryable
 from stovepipe_fsm.pipeline.policy_in_force import PolicyUnavailable
@@ -55,11 +67,10 @@ def mid_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-async def dead_letters(js_env, stage: str) -> list[DeadLetter]:  # type: ignore[no-untyped-def]
-    topology = js_env.topology
-    prefix = f"{topology.prefix}.dlq.{stage}."
-    found = await stream_messages(js_env.js, topology.dead_letter_stream, prefix)
-    return [DeadLetter.decode(json.dumps(body).encode()) for body in found]
+async def refused(js_env) -> list[tuple[str, Refusal]]:  # type: ignore[no-untyped-def]
+    """Every refused outcome the queues' records keep, as (queue, refusal)."""
+    tallies = await read_tallies(js_env.js, js_env.topology)
+    return [(t.queue, r) for t in tallies for r in t.recent]
 
 
 async def hooks(js_env) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
@@ -146,11 +157,11 @@ async def test_a_conflicting_second_outcome_is_dead_lettered_and_never_applied(j
         await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
         with pytest.raises(NonRetryable, match="ended succeeded; the outcome failed was refused"):
             await complete(options(js_env), js_env.topology, QUEUE, "A", "failed", WAIT_S)
-        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
-        assert [(d.queue, d.request_id, d.stage) for d in letters] == [
-            (QUEUE, request_id, "record")
+        letters = await wait_for(lambda: refused(js_env), "a refused outcome")
+        assert [(q, r.request_id, r.reason_kind) for q, r in letters] == [
+            (QUEUE, request_id, "ended_otherwise")
         ]
-        assert "already succeeded; cannot record failed" in letters[0].error
+        assert "already succeeded; cannot record failed" in letters[0][1].reason
         assert await running.state(request_id) == "succeeded"
         assert (await running.queue(QUEUE)).last_green_uri == "A"
         # A record dead letter is not a process one: nothing is failed closed for it.
@@ -180,8 +191,8 @@ async def test_a_forged_or_damaged_outcome_is_dead_lettered(
             payload,
             stream=js_env.topology.outcome_stream,
         )
-        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
-        assert reason in letters[0].error
+        letters = await wait_for(lambda: refused(js_env), "a refused outcome")
+        assert reason in letters[0][1].reason
         assert await running.state(request_id) == "processing"
         # The queue goes on: a real outcome after the forged one is recorded.
         cancelled = OutcomeMessage(QUEUE, request_id, "cancelled")
@@ -266,7 +277,7 @@ async def test_an_outcome_reported_before_its_head_is_admitted_is_applied_on_adm
         assert (early["request_id"], early["duplicate"]) == (second, False)
         await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
         await running.wait_state(second, "succeeded")
-        assert await dead_letters(js_env, "record") == []
+        assert await refused(js_env) == []
         assert (await running.queue(QUEUE)).slot_holders == ()
 
 
@@ -282,9 +293,9 @@ async def test_an_early_outcome_waits_and_is_moot_once_its_head_is_superseded(js
         third = await running.ingest(QUEUE, "C")
         await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
         await running.wait_state(second, "superseded")
-        letters = await wait_for(lambda: dead_letters(js_env, "record"), "a record dead letter")
-        assert [d.request_id for d in letters] == [second]
-        assert "already superseded; cannot record failed" in letters[0].error
+        letters = await wait_for(lambda: refused(js_env), "a refused outcome")
+        assert [r.request_id for _, r in letters] == [second]
+        assert "already superseded; cannot record failed" in letters[0][1].reason
         await running.wait_state(third, "processing")
 
 
@@ -301,3 +312,113 @@ async def test_complete_by_uri_names_the_request_building_that_commit(js_env) ->
         assert answer["request_id"] == building
         assert answer["request"]["state"] == "failed"
         await running.wait_state(returned.request_id, "processing")
+
+
+async def test_a_refused_outcome_sent_again_once_its_cause_is_fixed_is_recorded(js_env) -> None:
+    """A build reports request 2 before any request 2 exists: refused (unknown request).
+    Once request 2 exists and builds, the same report sent again inside the broker's
+    duplicate window is decided afresh and recorded, not dropped as a duplicate; a plain
+    repeat of a stored report still is one."""
+    early = OutcomeMessage(QUEUE, f"request/{QUEUE}/2", "succeeded")
+    async with running_service(js_env.server, js_env.topology, CONFIG) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        assert not await publish_outcome(js_env.js, js_env.topology, early)
+        letters = await wait_for(lambda: refused(js_env), "a refused outcome")
+        assert [(r.request_id, r.reason_kind) for _, r in letters] == [
+            (early.request_id, "unknown_request")
+        ]
+        await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        second = await running.ingest(QUEUE, "B")
+        assert second == early.request_id
+        await running.wait_state(second, "processing")
+        assert not await publish_outcome(js_env.js, js_env.topology, early)
+        await running.wait_state(second, "succeeded")
+        assert await publish_outcome(js_env.js, js_env.topology, early)
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "B", "succeeded", 0)
+        assert answer["duplicate"] is True
+        assert len(await refused(js_env)) == 1
+
+
+async def test_an_outcome_repeated_after_the_duplicate_window_stores_no_second_end(
+    js_env,
+) -> None:
+    """The broker forgets an outcome's id after its duplicate window; a repeat after it is
+    stored and recorded again, and still announces no second end and notes none."""
+    topology = Topology.isolated(unique_tag(), duplicate_window_s=1.0)
+    await ensure_topology(js_env.js, topology)
+    try:
+        async with running_service(js_env.server, topology, CONFIG) as running:
+            request_id = await running.ingest(QUEUE, "A")
+            await running.wait_state(request_id, "processing")
+            message = OutcomeMessage(QUEUE, request_id, "succeeded")
+            await publish_outcome(js_env.js, topology, message)
+            await running.wait_state(request_id, "succeeded")
+            await asyncio.sleep(1.5)  # past the duplicate window
+            assert not await publish_outcome(js_env.js, topology, message)
+
+            async def recorded_twice() -> bool:
+                return running.events.count("recorded", request_id) == 2
+
+            await wait_for(recorded_twice, "the repeat recorded")
+        ends = await stream_messages(
+            js_env.js, topology.hooks_stream, topology.hook_subject("validation.repository")
+        )
+        assert [e["type"] for e in ends] == [
+            "validation.repository.started",
+            "validation.repository.succeeded",
+        ]
+        ended = topology.trail_subject(request_id, "ended")
+        info = await js_env.js.stream_info(topology.trail_stream, subjects_filter=ended)
+        assert info.state.subjects == {ended: 1}
+    finally:
+        await delete_topology(js_env.js, topology)
+
+
+async def test_refused_outcomes_are_one_bounded_record_per_queue_with_a_retention(
+    js_env,
+) -> None:
+    """Sixty junk outcomes (requests that do not exist) make one record for their queue:
+    the count, the count per kind of reason and the latest few; no dead letter, nothing
+    left on the outcome stream. ``status`` and ``dlq list`` show it; once nothing more is
+    refused for the retention, the record goes."""
+    topology = Topology.isolated(unique_tag(), refused_outcomes_max_age_s=3.0)
+    await ensure_topology(js_env.js, topology)
+    junk = [OutcomeMessage(QUEUE, f"request/{QUEUE}/{1000 + n}", "succeeded") for n in range(60)]
+    try:
+        async with running_service(js_env.server, topology, CONFIG) as running:
+            request_id = await running.ingest(QUEUE, "A")
+            await running.wait_state(request_id, "processing")
+            for message in junk:
+                await publish_outcome(js_env.js, topology, message)
+
+            async def all_counted() -> RefusalTally | None:
+                tallies = await read_tallies(js_env.js, topology)
+                return tallies[0] if tallies and tallies[0].count == len(junk) else None
+
+            tally = await wait_for(all_counted, "every junk outcome counted")
+            assert (tally.queue, tally.reasons) == (QUEUE, (("unknown_request", 60),))
+            assert [r.request_id for r in tally.recent] == [
+                m.request_id for m in junk[-RECENT_KEPT:]
+            ]
+            dlq = f"{topology.prefix}.dlq."
+            assert await stream_messages(js_env.js, topology.dead_letter_stream, dlq) == []
+            outcomes = await js_env.js.stream_info(topology.outcome_stream)
+            assert outcomes.state.messages == 0
+            doc = await status_document(js_env.js, topology)
+            assert doc["refused_outcomes"] == {
+                QUEUE: {"count": 60, "last_at_ms": tally.last_at_ms}
+            }
+            assert "    refused outcomes: 60, last " in render_status(doc)
+            listing = await list_letters(options(js_env), topology, "team/*")
+            assert [t["count"] for t in listing.as_json()["refused_outcomes"]] == [60]
+            assert f"refused outcomes  {QUEUE}  60 since " in listing.render()
+            # The queue goes on.
+            await complete(options(js_env), topology, QUEUE, "A", "succeeded", WAIT_S)
+
+        async def aged_out() -> bool:
+            return await read_tallies(js_env.js, topology) == []
+
+        await wait_for(aged_out, "the record to age out")
+    finally:
+        await delete_topology(js_env.js, topology)

@@ -122,11 +122,12 @@ async def running_service(
     options: ServiceOptions = FAST,
     warmed: bool = True,
     policy: ProcessMachines | None = None,
+    clock: Any = None,
     **connect_options: Any,
 ) -> AsyncIterator[Running]:
-    """A started service (on ``policy``, the shipped machines by default); with
-    ``warmed``, once every queue has its consumer too (start itself waits only for the
-    queues that can have work)."""
+    """A started service (on ``policy``, the shipped machines by default; ``clock``: the
+    replica's own clock, the system's by default); with ``warmed``, once every queue has
+    its consumer too (start itself waits only for the queues that can have work)."""
     # Wired as the service command wires it: the connection's errors reach the service.
     errors = ConnectionErrors()
     nc = await connect(server, error_cb=errors.hear, **connect_options)
@@ -137,6 +138,7 @@ async def running_service(
         policy if policy is not None else machines(),
         StaticConfigStore(config),
         source_control=provider if provider is not None else memory_provider()[1],
+        clock=clock,
         options=options,
         observer=events,
         connection_errors=errors,

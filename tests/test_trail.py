@@ -106,6 +106,10 @@ async def test_a_repeated_decision_is_one_record() -> None:
     assert kinds.count(ENDED) == 1 and kinds.count(INGESTED) == 1
     ended = next(r for r in await trail.history("request/q/1") if r.kind == ENDED)
     assert ended.details == {"outcome": "succeeded", "by": "build"}
+    assert await trail.has("request/q/1", ENDED)
+    assert not await trail.has("request/q/2", ENDED)
+    ends = [e for e in stages.services.publisher.hooks() if e.event_type.endswith("succeeded")]
+    assert len(ends) == 1
 
 
 def test_a_trail_record_round_trips_through_json_and_refuses_an_unknown_kind() -> None:

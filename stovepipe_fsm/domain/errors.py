@@ -46,6 +46,11 @@ class NonRetryable(StovepipeError):
     """A failure redelivery cannot fix (missing row, bad payload); dead-letter it."""
 
 
+class AlreadyEnded(NonRetryable):
+    """An outcome for a request that already ended otherwise: with another outcome, or
+    without being admitted (superseded, withdrawn), which makes the outcome moot."""
+
+
 class IllegalOperation(StovepipeError):
     """An operator asked for something the request's state forbids (cancel a running
     build, retry a head that has not ended): exit 2, with the sentence saying why."""

@@ -46,6 +46,11 @@ KINDS = (
 )
 
 
+def decision_key(kind: str, request_id: str, tag: str = "") -> str:
+    """The key of the decision ``kind`` about ``request_id`` (:attr:`TrailRecord.key`)."""
+    return f"{kind}|{request_id}|{tag}"
+
+
 @dataclass(frozen=True)
 class TrailRecord:
     """One decision about one request, and why."""
@@ -73,7 +78,7 @@ class TrailRecord:
     @property
     def key(self) -> str:
         """Which decision this is: equal for a repeat of one decision."""
-        return f"{self.kind}|{self.request_id}|{self.tag}"
+        return decision_key(self.kind, self.request_id, self.tag)
 
     @property
     def details(self) -> Mapping[str, str]:

@@ -6,17 +6,17 @@ and wedge the whole queue. The request machine's ``dead_letter`` role names the 
 terminal destination frees the slot through the lifecycle's terminal release, and a request
 that had been admitted announces its end (``failed`` in the shipped machine) as record does.
 Idempotent: an already terminal Request only gets its slot released, if it still holds one,
-and its end re-announced under the same event id.
+and its end announced and noted only if no note of it is kept (:func:`.record.end_once`).
 """
 
 from __future__ import annotations
 
 from ..domain.entities import Request
 from ..domain.errors import NotFound, VersionMismatch
-from ..domain.trail_record import DEAD_LETTERED, ENDED
+from ..domain.trail_record import DEAD_LETTERED
 from ..process.services import StageServices
 from ..process.trail_notes import note
-from .record import announce_end
+from .record import end_once
 
 FAIL_CLOSED_ATTEMPTS = 8
 
@@ -38,7 +38,8 @@ class DeadLetterReconciler:
                 request = await self.lifecycle.requests.get(request_id)
             except NotFound:
                 return None
-            if self.lifecycle.is_terminal(request):
+            repeat = self.lifecycle.is_terminal(request)
+            if repeat:
                 await self.lifecycle.settle_queue(request)
             else:
                 try:
@@ -47,13 +48,12 @@ class DeadLetterReconciler:
                     continue
             await note(self.services, DEAD_LETTERED, request, error=error, attempts=attempts)
             outcome = self.services.roles.outcome_of_state(request.state)
-            await note(
+            await end_once(
                 self.services,
-                ENDED,
                 request,
+                repeat=repeat,
                 outcome=outcome.name if outcome is not None else request.state,
                 by="reconciler",
             )
-            await announce_end(self.services, request)
             return request
         raise VersionMismatch(f"request {request_id!r} kept changing while failing it closed")

@@ -4,9 +4,11 @@ the end announcement.
 The queue-row CAS releases the request's slot and, for the outcome the request machine
 declares green, advances the last-green bookmark by ingest order: a green for an older
 head than the current bookmark never moves it back. After both writes the end of the
-validation is announced on the hook topic (:func:`announce_end`). Repeating a record with
-the same outcome is a no-op that still makes sure the slot is released, the bookmark
-applied and the end announced (a crash anywhere in between); recording a *different*
+validation is announced on the hook topic (:func:`announce_end`), and last the end is
+noted in the decision trail. Repeating a record with the same outcome is a no-op that
+still makes sure the slot is released and the bookmark applied, and announces and notes
+the end only if no note of it is kept (:func:`end_once`): an outcome repeated however late
+never stores a second end event. Recording a *different*
 outcome for a request that already ended is refused (``NonRetryable``), never applied;
 so is one for a head that ended without being admitted (superseded, cancelled): the outcome
 is moot. An outcome for a head not yet admitted raises ``NotYetAdmitted`` (retryable).
@@ -15,13 +17,13 @@ is moot. An outcome for a head not yet admitted raises ``NotYetAdmitted`` (retry
 from __future__ import annotations
 
 from ..domain.entities import Request
-from ..domain.errors import NonRetryable, NotYetAdmitted
+from ..domain.errors import AlreadyEnded, NotYetAdmitted
 from ..domain.hooks import ended_event
 from ..domain.trail_record import ENDED
 from ..process.services import StageServices
 from ..process.trail_notes import note
 
-__all__ = ["Record", "announce_end"]
+__all__ = ["Record", "announce_end", "end_once"]
 
 
 async def announce_end(services: StageServices, request: Request) -> bool:
@@ -42,6 +44,23 @@ async def announce_end(services: StageServices, request: Request) -> bool:
     return True
 
 
+async def end_once(
+    services: StageServices, request: Request, *, repeat: bool, outcome: str, by: str
+) -> None:
+    """Announce ``request``'s end, then note it (``outcome``, reported ``by`` whom).
+
+    ``repeat``: the request was found ended already. Its end is announced and noted again
+    only while the trail holds no ``ended`` record of it (a crash came between the terminal
+    write and the note): the note follows the announcement, so a kept note means the
+    announcement was made, and however late an outcome or a dead letter is repeated, no
+    second end event is stored.
+    """
+    if repeat and await services.trail.has(request.id, ENDED):
+        return
+    await announce_end(services, request)
+    await note(services, ENDED, request, outcome=outcome, by=by)
+
+
 class Record:
     """Applies build outcomes, named as ``machines/request.yaml`` declares them."""
 
@@ -52,9 +71,9 @@ class Record:
 
     async def complete(self, request_id: str, outcome: str, *, by: str = "build") -> Request:
         """Record ``outcome`` for ``request_id`` as reported ``by`` (build, operator);
-        ``ValueError`` for an undeclared outcome, ``NonRetryable`` when the request already
-        ended with another outcome, ``NotYetAdmitted`` while it is still in the initial
-        state (it may yet be admitted; a caller retries)."""
+        ``ValueError`` for an undeclared outcome, ``AlreadyEnded`` (non-retryable) when the
+        request already ended with another outcome or without admission, ``NotYetAdmitted``
+        while it is still in the initial state (it may yet be admitted; a caller retries)."""
         declared = self.roles.outcome(outcome)
         request = await self.lifecycle.requests.get(request_id)
         if request.state == self.roles.initial:
@@ -62,14 +81,14 @@ class Record:
                 f"request {request_id!r} is {request.state}, not yet admitted; "
                 f"{outcome} is kept until it is"
             )
-        if self.lifecycle.is_terminal(request):
+        repeat = self.lifecycle.is_terminal(request)
+        if repeat:
             if request.state not in declared.states:
-                raise NonRetryable(
+                raise AlreadyEnded(
                     f"request {request_id!r} is already {request.state}; cannot record {outcome}"
                 )
             await self.lifecycle.settle_queue(request)
         else:
             request = await self.lifecycle.apply(request, declared.trigger)
-        await note(self.services, ENDED, request, outcome=outcome, by=by)
-        await announce_end(self.services, request)
+        await end_once(self.services, request, repeat=repeat, outcome=outcome, by=by)
         return request

@@ -76,6 +76,9 @@ class DiscardedTrail:
     async def append(self, record: TrailRecord) -> None:
         return None
 
+    async def has(self, request_id: str, kind: str) -> bool:
+        return False
+
     async def history(self, request_id: str) -> list[TrailRecord]:
         return []
 

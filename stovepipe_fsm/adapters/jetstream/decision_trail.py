@@ -5,8 +5,12 @@ digest of its reason as a last token), so a request's history is a handful of su
 and every one of them holds exactly one record:
 
 - a decision is published with ``Nats-Msg-Id`` = its key: a repeat inside the duplicate
-  window is dropped, and a later one lands on the same subject, where only the last
-  message is read (:meth:`JetStreamTrail.history`), so nothing is ever doubled;
+  window is dropped; where its subject holds that one key (every kind but holds and
+  plugin notes), it is also published only if the subject holds no message yet
+  (``Nats-Expected-Last-Subject-Sequence: 0``, a compare-and-set of the stream), so a
+  repeat after the window is refused by the broker and the first record stays;
+  a plugin note lands on its request's one plugin subject, where only the last message
+  is read (:meth:`JetStreamTrail.history`);
 - a hold reads the record of its reason, adds one to its count, and publishes the sum
   with ``Nats-Rollup: sub``, which removes the earlier message: an hour of holds is one
   record with a count and its first and last time.
@@ -31,12 +35,13 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
-from ...domain.trail_record import HELD, OPERATOR, TrailRecord
-from .errors import translated
+from ...domain.trail_record import HELD, OPERATOR, PLUGIN, TrailRecord, decision_key
+from .errors import is_wrong_last_sequence, translated
 from .publisher import MSG_ID_HEADER
 from .topology import Topology
 
 ROLLUP_HEADER = "Nats-Rollup"
+EXPECTED_LAST_SUBJECT_SEQ_HEADER = "Nats-Expected-Last-Subject-Sequence"
 #: The windows of newest sequences :meth:`JetStreamTrail.latest` reads, narrowest first,
 #: and the most messages it reads in all.
 LATEST_WINDOWS = (1_024, 16_384, 131_072)
@@ -69,15 +74,28 @@ class JetStreamTrail:
         else:
             subject = topology.trail_subject(record.request_id, record.kind)
             headers = {MSG_ID_HEADER: record.key}
+        if record.kind not in (HELD, PLUGIN):  # a subject of one key: kept once, for good
+            headers[EXPECTED_LAST_SUBJECT_SEQ_HEADER] = "0"
         payload = json.dumps(record.as_json(), sort_keys=True, separators=(",", ":")).encode()
         with translated(f"trail {record.kind} of {record.request_id or record.queue}"):
-            await self._js.publish(
-                subject,
-                payload,
-                timeout=self._timeout,
-                stream=topology.trail_stream,
-                headers=headers,
-            )
+            try:
+                await self._js.publish(
+                    subject,
+                    payload,
+                    timeout=self._timeout,
+                    stream=topology.trail_stream,
+                    headers=headers,
+                )
+            except nats.js.errors.APIError as exc:
+                if not is_wrong_last_sequence(exc):
+                    raise
+                # The subject holds this decision already: kept once.
+
+    async def has(self, request_id: str, kind: str) -> bool:
+        """Whether the decision ``kind`` (one without a tag) about ``request_id`` is kept."""
+        subject = self._topology.trail_subject(request_id, kind)
+        record = await self._last(subject)
+        return record is not None and record.key == decision_key(kind, request_id)
 
     async def history(self, request_id: str) -> list[TrailRecord]:
         """The request's records, oldest decision first."""

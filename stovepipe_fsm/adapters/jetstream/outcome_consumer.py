@@ -9,8 +9,11 @@ consumer only says which refusals are final (:func:`refused_for_good`) and perfo
 - recorded (or found already recorded: a redelivery, a re-publish): ack;
 - refused for good - an undecodable or forged message, an unknown request, an outcome
   the policy does not declare, a request that already ended with *another* outcome, or
-  one that was never admitted: a ``record`` dead-letter record saying why, then term.
-  Nothing was applied;
+  one that was never admitted: counted with its reason in the queue's refused-outcomes
+  record (:mod:`.refused_outcomes`: one bounded record per queue, not a dead letter per
+  junk message), then the message is removed from the stream and terminated. Nothing
+  was applied; the removal tells a report sent again that this one was refused
+  (:func:`.outcomes.publish_outcome`), so the fixed report is not dropped as a duplicate;
 - early - the request is still in the machine's initial state (its head is not admitted
   yet): NAK with a short backoff (:data:`EARLY_BACKOFF`), without limit, so the outcome is
   applied within seconds of the admission; once the head ends another way (superseded,
@@ -25,11 +28,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from ...domain.bounded_text import clip
 from ...domain.errors import (
+    AlreadyEnded,
     NonRetryable,
     NotFound,
     NotYetAdmitted,
@@ -46,16 +51,23 @@ from ...domain.settle import (
     settle,
 )
 from .consumer import DEFAULT_ACK_WAIT_S, DEFAULT_FETCH_TIMEOUT_S, Observer, _ignore, _PullLoop
-from .dead_letter import DeadLetter, publish_dead_letter
-from .errors import translated
+from .errors import is_no_message, translated
 from .outcomes import decode_outcome
+from .refused_outcomes import (
+    ENDED_OTHERWISE,
+    OTHER,
+    UNDECLARED_OUTCOME,
+    UNDECODABLE,
+    UNKNOWN_REQUEST,
+    Refusal,
+    tally_refusal,
+)
 from .topology import Topology
 
 log = logging.getLogger("stovepipe_fsm.service")
 
-RECORD_STAGE = "record"
 OUTCOME_CONSUMER = "record-outcomes"
-#: How much of a refused message's text a log line or dead letter repeats.
+#: How much of a refused message's text a log line repeats.
 _QUOTE_CHARS = 300
 
 #: Retry delays for an outcome whose head is not admitted yet: short, so the outcome
@@ -76,6 +88,17 @@ def refused_for_good(exc: BaseException) -> bool:
     if isinstance(exc, ValueError | NotFound | NonRetryable):
         return True
     return isinstance(exc, StovepipeError) and not isinstance(exc, Retryable | VersionMismatch)
+
+
+def reason_kind(exc: BaseException) -> str:
+    """The kind of reason a refusal is counted under (:mod:`.refused_outcomes`)."""
+    if isinstance(exc, ValueError):
+        return UNDECLARED_OUTCOME
+    if isinstance(exc, NotFound):
+        return UNKNOWN_REQUEST
+    if isinstance(exc, AlreadyEnded):
+        return ENDED_OTHERWISE
+    return OTHER
 
 
 class OutcomeConsumer(_PullLoop):
@@ -129,20 +152,26 @@ class OutcomeConsumer(_PullLoop):
         except NonRetryable as exc:
             rejected = Attempt.rejected(f"undecodable outcome: {exc}")
             decision = settle(rejected, failures=failures, max_attempts=None)
-            await self._refuse(msg, seq, queue, "", decision.reason)
+            refusal = Refusal.bounded(_now_ms(msg), seq, "", "", UNDECODABLE, decision.reason)
+            await self._refuse(msg, queue, refusal)
             return
         extra = {"queue": queue, "request_id": message.request_id}
+        kind = OTHER
         try:
             await self.record(message.request_id, message.outcome)
         except Exception as exc:
             attempt = Attempt.raised(exc, final=refused_for_good(exc))
             backoff = EARLY_BACKOFF if isinstance(exc, NotYetAdmitted) else self.backoff
+            kind = reason_kind(exc)
         else:
             attempt, backoff = Attempt.acked(), self.backoff
         decision = settle(attempt, failures=failures, max_attempts=None, backoff=backoff)
         if decision.kind is SettleKind.DEAD_LETTER:
             reason = f"outcome {message.outcome}: {decision.reason}"
-            await self._refuse(msg, seq, queue, message.request_id, reason)
+            refusal = Refusal.bounded(
+                _now_ms(msg), seq, message.request_id, message.outcome, kind, reason
+            )
+            await self._refuse(msg, queue, refusal)
         elif decision.kind is SettleKind.RETRY:
             with translated(f"nak outcome {seq}"):
                 await msg.nak(delay=decision.delay_s)
@@ -159,34 +188,46 @@ class OutcomeConsumer(_PullLoop):
             self.observer("recorded", queue, message.request_id, message.outcome)
             log.info("outcome %s recorded", message.outcome, extra=extra)
 
-    async def _refuse(self, msg: Msg, seq: int, queue: str, request_id: str, reason: str) -> None:
-        """Dead-letter, then terminate: the outcome is applied to nothing.
+    async def _refuse(self, msg: Msg, queue: str, refusal: Refusal) -> None:
+        """Count, remove, then terminate: the outcome is applied to nothing.
 
-        The record is bounded; when even its minimal form cannot be stored, the message is
-        NAKed with backoff instead (it comes back, and is refused again), never left
-        unsettled and never terminated without a record.
+        When the refusal cannot be counted or the message cannot be removed, the message
+        is NAKed with backoff instead (it comes back, and is refused again, counted once),
+        never left unsettled and never terminated uncounted.
         """
-        letter = DeadLetter.bounded(queue, request_id, reason, 1, seq, stage=RECORD_STAGE)
+        seq = refusal.stream_seq
         try:
-            try:
-                await publish_dead_letter(self.js, self.topology, letter)
-            except Exception:
-                await publish_dead_letter(self.js, self.topology, letter.minimal())
+            await tally_refusal(self.js, self.topology, queue, refusal)
+            await self._remove(seq)
         except Exception as exc:
             delay = self.backoff.delay_s(msg.metadata.num_delivered or 1)
             with translated(f"nak outcome {seq}"):
                 await msg.nak(delay=delay)
             log.error(
-                "outcome refused but no dead letter could be stored, retry in %.1fs: %s",
+                "outcome refused but not yet filed and removed, retry in %.1fs: %s",
                 delay,
                 clip(f"{type(exc).__name__}: {exc}", _QUOTE_CHARS),
             )
             return
         with translated(f"terminate outcome {seq}"):
             await msg.term()
-        self.observer("outcome_refused", queue, request_id, letter.error)
+        self.observer("outcome_refused", queue, refusal.request_id, refusal.reason)
         log.error(
             "outcome refused: %s",
-            clip(reason, _QUOTE_CHARS),
-            extra={"queue": clip(queue, _QUOTE_CHARS), "request_id": letter.request_id},
+            clip(refusal.reason, _QUOTE_CHARS),
+            extra={"queue": clip(queue, _QUOTE_CHARS), "request_id": refusal.request_id},
         )
+
+    async def _remove(self, seq: int) -> None:
+        """Delete the refused message from the outcome stream (already gone: done)."""
+        with translated(f"remove refused outcome {seq}"):
+            try:
+                await self.js.delete_msg(self.stream, seq)
+            except nats.js.errors.APIError as exc:
+                if not (isinstance(exc, nats.js.errors.NotFoundError) or is_no_message(exc)):
+                    raise
+
+
+def _now_ms(msg: Msg) -> int:
+    """When the refused message was stored (the broker's time)."""
+    return int(msg.metadata.timestamp.timestamp() * 1000)

@@ -11,7 +11,10 @@ Subject ``<prefix>.outcome.<q>`` (``<q>`` the queue's subject token), payload::
      "request_id": "<id from the build message>", "outcome": "<declared outcome>"}
 
 and header ``Nats-Msg-Id: outcome|<request id>|<outcome>`` (:func:`outcome_msg_id`), so a
-retried publish of the same outcome is stored once. A payload over
+retried publish of the same outcome is stored once. A refused outcome is removed from the
+stream by the service; reporting it again then publishes under ``...|after-<sequence of the
+refused one>``, so the broker's duplicate window never swallows a report whose cause was
+fixed (:func:`publish_outcome`). A payload over
 :data:`MAX_OUTCOME_BYTES`, a request id of another queue than the subject's, or an outcome
 that is not a name is refused at decode and dead-lettered; so is a second, different
 outcome for a request that already ended.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import nats.js.errors
 from nats.js import JetStreamContext
 
 from ...domain.errors import NonRetryable
@@ -35,6 +39,9 @@ OUTCOME_KIND = "outcome"
 #: Far above any honest message (three short strings); refused before parsing.
 MAX_OUTCOME_BYTES = 4096
 _OUTCOME_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+#: Reports of one outcome refused inside one duplicate window that :func:`publish_outcome`
+#: steps past; far above any honest sequence of fixes, a bound on a hostile one.
+MAX_REPORTS_AFTER_REFUSALS = 64
 
 
 @dataclass(frozen=True)
@@ -46,9 +53,12 @@ class OutcomeMessage:
     outcome: str
 
 
-def outcome_msg_id(request_id: str, outcome: str) -> str:
-    """The dedup id of an outcome: one per (request, outcome), whoever publishes it."""
-    return f"outcome|{request_id}|{outcome}"
+def outcome_msg_id(request_id: str, outcome: str, after: int = 0) -> str:
+    """The dedup id of an outcome: one per (request, outcome), whoever publishes it; with
+    ``after``, the id of a report sent again once the report stored at that sequence of
+    the outcome stream was refused."""
+    base = f"outcome|{request_id}|{outcome}"
+    return f"{base}|after-{after}" if after else base
 
 
 def encode_outcome(message: OutcomeMessage) -> bytes:
@@ -90,14 +100,40 @@ def decode_outcome(data: bytes | None, subject_queue: str) -> OutcomeMessage:
 async def publish_outcome(
     js: JetStreamContext, topology: Topology, message: OutcomeMessage, *, timeout: float = 5.0
 ) -> bool:
-    """Store ``message`` on the outcome stream; ``True`` when the stream already had it."""
-    msg_id = outcome_msg_id(message.request_id, message.outcome)
-    with translated(f"publish outcome {message.outcome} of {message.request_id}"):
-        ack = await js.publish(
-            topology.outcome_subject(message.queue),
-            encode_outcome(message),
-            timeout=timeout,
-            stream=topology.outcome_stream,
-            headers={MSG_ID_HEADER: msg_id},
-        )
-    return bool(ack.duplicate)
+    """Store ``message`` on the outcome stream; ``True`` when the stream already had it.
+
+    The broker answers a duplicate with the sequence of the message it kept. When the
+    service refused that message it removed it from the stream: the report is then sent
+    again under an id naming that sequence, so it is decided afresh (recorded, or refused
+    again with the reason of now) instead of dropped by the duplicate window. A duplicate
+    whose message is still stored is pending or recorded: ``True``.
+    """
+    what = f"publish outcome {message.outcome} of {message.request_id}"
+    after = 0
+    for _ in range(MAX_REPORTS_AFTER_REFUSALS):
+        with translated(what):
+            ack = await js.publish(
+                topology.outcome_subject(message.queue),
+                encode_outcome(message),
+                timeout=timeout,
+                stream=topology.outcome_stream,
+                headers={MSG_ID_HEADER: outcome_msg_id(message.request_id, message.outcome, after)},
+            )
+        if not ack.duplicate or await _stored(js, topology.outcome_stream, ack.seq, what):
+            return bool(ack.duplicate)
+        after = ack.seq
+    raise NonRetryable(
+        f"outcome {message.outcome} of {message.request_id!r} was refused "
+        f"{MAX_REPORTS_AFTER_REFUSALS} times within the duplicate window; see dlq list"
+    )
+
+
+async def _stored(js: JetStreamContext, stream: str, seq: int, what: str) -> bool:
+    """Whether the message at ``seq`` of ``stream`` is still there (a refused outcome is
+    removed as it is refused)."""
+    with translated(what):
+        try:
+            await js.get_msg(stream, seq)
+        except nats.js.errors.NotFoundError:
+            return False
+    return True

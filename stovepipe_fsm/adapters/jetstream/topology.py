@@ -146,8 +146,9 @@ class BucketSpec:
     storage: api.StorageType
     replicas: int
     history: int
-    #: Age after which a key is discarded (None: kept until deleted).
-    ttl_s: float | None = None
+    #: Age after which a key not written since is removed (None: kept). An existing
+    #: bucket with another age is not a mismatch: an operator's edit stands.
+    max_age_s: float | None = None
 
     def to_config(self) -> api.KeyValueConfig:
         # direct=False: reads go through the stream leader, so a read after a write on
@@ -158,7 +159,7 @@ class BucketSpec:
             storage=self.storage,
             replicas=self.replicas,
             direct=False,
-            ttl=self.ttl_s,
+            ttl=self.max_age_s,
         )
 
     def differences(self, actual: api.StreamConfig) -> list[str]:
@@ -194,6 +195,8 @@ class Topology:
     #: The push-event deliveries ``webhook`` ingested, by id, for ``delivery_max_age_s``.
     deliveries_bucket: str = "stovepipe-deliveries"
     delivery_max_age_s: float = 7 * DAY_S
+    #: Refused build outcomes, one bounded record per queue (refused_outcomes.py).
+    refused_bucket: str = "stovepipe-refused"
     storage: api.StorageType = api.StorageType.FILE
     replicas: int = 1
     #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
@@ -202,6 +205,8 @@ class Topology:
     message_max_age_s: float = 7 * DAY_S
     #: Age after which dead-letter records are discarded; ``None`` keeps them for ever.
     dead_letter_max_age_s: float | None = None
+    #: Age after which a queue's refused-outcomes record, not written since, is removed.
+    refused_outcomes_max_age_s: float = 7 * DAY_S
     #: The process stream's consumer limit (one consumer per queue) when it is created.
     #: Set explicitly because nats-server caps streams that leave it unset at 1000
     #: consumers; the service raises it when a new queue reaches it (consumer_limit.py).
@@ -228,6 +233,8 @@ class Topology:
             raise ValueError(f"request layout must be 1 or 2, got {self.request_layout}")
         if self.dead_letter_max_age_s is not None and self.dead_letter_max_age_s <= 0:
             raise ValueError("dead_letter_max_age_s must be positive (None keeps for ever)")
+        if self.refused_outcomes_max_age_s <= 0:
+            raise ValueError("refused_outcomes_max_age_s must be positive")
 
     @classmethod
     def isolated(cls, tag: str, **overrides: object) -> Topology:
@@ -250,6 +257,7 @@ class Topology:
             "attempts_bucket": f"stovepipe-{tag}-attempts",
             "service_bucket": f"stovepipe-{tag}-service",
             "deliveries_bucket": f"stovepipe-{tag}-deliveries",
+            "refused_bucket": f"stovepipe-{tag}-refused",
         }
         names.update(overrides)
         return cls(**names)  # type: ignore[arg-type]  # values checked by __post_init__
@@ -419,6 +427,7 @@ class Topology:
             self.counters_bucket,
             self.attempts_bucket,
             self.service_bucket,
+            self.refused_bucket,
         )
 
     def stream_specs(self) -> tuple[StreamSpec, ...]:
@@ -481,7 +490,13 @@ class Topology:
 
     def bucket_specs(self) -> tuple[BucketSpec, ...]:
         return tuple(
-            BucketSpec(name, self.storage, self.replicas, self.kv_history)
+            BucketSpec(
+                name,
+                self.storage,
+                self.replicas,
+                self.kv_history,
+                self.refused_outcomes_max_age_s if name == self.refused_bucket else None,
+            )
             for name in self.bucket_names()
         )
 

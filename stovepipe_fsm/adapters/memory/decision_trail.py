@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...domain.trail_record import HELD, TrailRecord
+from ...domain.trail_record import HELD, TrailRecord, decision_key
 
 
 class MemoryTrail:
@@ -19,6 +19,9 @@ class MemoryTrail:
             self._records.append(record)
         elif record.kind == HELD:
             self._records[at] = self._records[at].again(record)
+
+    async def has(self, request_id: str, kind: str) -> bool:
+        return decision_key(kind, request_id) in self._index
 
     async def history(self, request_id: str) -> list[TrailRecord]:
         mine = [r for r in self._records if r.request_id == request_id]

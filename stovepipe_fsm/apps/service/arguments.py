@@ -128,6 +128,14 @@ def topology_args(p: argparse.ArgumentParser) -> None:
         metavar="AGE",
         help="discard decision-trail records older than AGE (default 30d)",
     )
+    p.add_argument(
+        "--retain-refused-outcomes",
+        type=duration,
+        default=None,
+        metavar="AGE",
+        help="drop a queue's refused-outcomes record once none was refused for AGE "
+        "(default 7d; set when the bucket is created)",
+    )
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
@@ -182,6 +190,9 @@ def topology_of(args: argparse.Namespace) -> Topology:
     trail = getattr(args, "retain_trail", None)
     if trail is not None:
         settings["trail_max_age_s"] = trail
+    refused = getattr(args, "retain_refused_outcomes", None)
+    if refused is not None:
+        settings["refused_outcomes_max_age_s"] = refused
     if args.topology_tag:
         return Topology.isolated(args.topology_tag, **settings)
     return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__

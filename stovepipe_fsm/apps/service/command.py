@@ -646,14 +646,11 @@ def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
-    from .dlq import list_letters, render_letters
+    from .dlq import list_letters
 
     async def run() -> int:
-        letters = await list_letters(nats_options(args), topology_of(args), args.queue)
-        if args.json:
-            print(json.dumps({"dead_letters": [s.as_json() for s in letters]}, indent=2))
-        else:
-            print(render_letters(letters))
+        listing = await list_letters(nats_options(args), topology_of(args), args.queue)
+        print(json.dumps(listing.as_json(), indent=2) if args.json else listing.render())
         return EXIT_OK
 
     return _run_operator(run())

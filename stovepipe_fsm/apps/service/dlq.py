@@ -11,8 +11,11 @@ one by ``retry_of``, published to the process stream like any new head. It is re
 with the reason, for a record whose request the consumer has not failed closed yet (no
 service running, or a record the service never wrote), for one whose request ended
 otherwise, and when a newer head of the queue was ingested since (it is validated
-instead). ``record`` records are outcomes the service refused: they replace no work
-message, so there is nothing to replay (report the outcome again with ``complete``).
+instead). Refused outcomes are tallied per queue
+(:mod:`...adapters.jetstream.refused_outcomes`), and ``list`` shows those tallies after the
+records; a ``record`` record is an outcome an older release refused and filed as a dead
+letter. Neither replaces a work message, so there is nothing to replay (report the outcome
+again with ``complete``).
 Replaying twice makes one new request (the retry's link finds it).
 
 ``prune`` deletes records older than an age, except a ``process`` record whose request
@@ -33,6 +36,7 @@ from nats.js import JetStreamContext
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.dead_letter import DeadLetter
 from ...adapters.jetstream.errors import translated
+from ...adapters.jetstream.refused_outcomes import RefusalTally, read_tallies
 from ...config.globs import glob_match, is_pattern
 from ...domain.errors import IllegalOperation, NonRetryable, NotFound
 from ...pipeline.queue_verbs import dlq_prune_record
@@ -104,7 +108,7 @@ def render_letters(letters: list[StoredLetter]) -> str:
     lines = []
     for s in letters:
         row = s.as_json()
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.at_ms / 1000))
+        at = _utc(s.at_ms)
         lines.append(
             f"{row['id']:>6}  {at}  {row['stage'] or '-':<8} {row['queue'] or '-'}  "
             f"{row['request_id'] or '-'}  attempts={row['attempts']}  {row['reason']}"
@@ -112,11 +116,58 @@ def render_letters(letters: list[StoredLetter]) -> str:
     return "\n".join(lines)
 
 
+def render_refusals(tallies: list[RefusalTally], shown: int = 3) -> str:
+    """One line per queue with refused outcomes, then its ``shown`` latest refusals."""
+    lines = []
+    for tally in tallies:
+        reasons = ", ".join(f"{kind} {n}" for kind, n in tally.reasons)
+        lines.append(
+            f"refused outcomes  {tally.queue}  {tally.count} since {_utc(tally.first_at_ms)}, "
+            f"last {_utc(tally.last_at_ms)} ({reasons})"
+        )
+        for r in tally.recent[-shown:]:
+            lines.append(
+                f"    {_utc(r.at_ms)}  {r.request_id or '-'}  {r.outcome or '-'}  {r.reason}"
+            )
+    return "\n".join(lines)
+
+
+def _utc(at_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_ms / 1000))
+
+
+@dataclass(frozen=True)
+class DeadLetterListing:
+    """What ``dlq list`` shows: the dead-letter records and the refused outcomes."""
+
+    letters: list[StoredLetter]
+    refusals: list[RefusalTally]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dead_letters": [s.as_json() for s in self.letters],
+            "refused_outcomes": [t.as_json() for t in self.refusals],
+        }
+
+    def render(self) -> str:
+        refused = render_refusals(self.refusals)
+        return (
+            f"{render_letters(self.letters)}\n{refused}"
+            if refused
+            else render_letters(self.letters)
+        )
+
+
 async def list_letters(
     options: NatsOptions, topology: Topology, queue_glob: str
-) -> list[StoredLetter]:
+) -> DeadLetterListing:
     async with connected(options) as nc:
-        return await read_letters(nc.jetstream(), topology, queue_glob)
+        js = nc.jetstream()
+        tallies = await read_tallies(js, topology)
+        return DeadLetterListing(
+            await read_letters(js, topology, queue_glob),
+            [t for t in tallies if _matches(queue_glob, t.queue)],
+        )
 
 
 async def _replay_one(ctx: VerbContext, stored: StoredLetter, by: str) -> dict[str, Any]:

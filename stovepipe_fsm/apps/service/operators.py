@@ -32,6 +32,7 @@ from ...adapters.jetstream.policy_record import (
     read_queue_parameters,
 )
 from ...adapters.jetstream.publisher import JetStreamPublisher
+from ...adapters.jetstream.refused_outcomes import read_tallies
 from ...adapters.jetstream.stores import KvStores
 from ...adapters.memory import SystemClock
 from ...domain.bounded_text import clip
@@ -180,7 +181,7 @@ async def _wait_for_outcome(
         if request.state in others:
             raise NonRetryable(
                 f"request {request_id!r} ended {request.state}; the outcome {outcome} was "
-                "refused (see the record dead letters)"
+                "refused (dlq list shows why)"
             )
         if request.state in mine:
             queue = await stores.queues.get(request.queue)
@@ -272,6 +273,10 @@ async def status_document(
 
     policy = await read_policy_record(js, topology)
     pauses = await read_pauses(js, topology)
+    refused = {
+        t.queue: {"count": t.count, "last_at_ms": t.last_at_ms}
+        for t in await read_tallies(js, topology)
+    }
     return {
         "requests": [request_json(r) for r in sorted(requests, key=lambda r: order(r.id))],
         "queues": [queue_json(q) for q in sorted(queues, key=lambda q: q.name)],
@@ -288,6 +293,8 @@ async def status_document(
         **({"policy": policy.shown()} if policy is not None else {}),
         # Operator pauses in force (pause/resume), by pattern.
         **({"pauses": [asdict(p) for p in pauses]} if pauses else {}),
+        # Build outcomes refused per queue, within their retention (dlq list: why).
+        **({"refused_outcomes": refused} if refused else {}),
         **({"damaged": damaged} if damaged else {}),
         **({"name_problems": problems} if (problems := _name_problems(queues)) else {}),
     }
@@ -402,6 +409,12 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         if detail["parameters"]:
             values = ", ".join(f"{k}={v}" for k, v in sorted(detail["parameters"].items()))
             lines.append(f"    parameters: {values}")
+        refused = doc.get("refused_outcomes", {}).get(q["name"])
+        if refused is not None:
+            age = age_text(refused["last_at_ms"], now_ms)
+            lines.append(
+                f"    refused outcomes: {refused['count']}, last {age} ago (dlq list: why)"
+            )
     shown = recent_requests(doc, recent)
     hidden = len(doc["requests"]) - len(shown) + doc.get("requests_not_shown", 0)
     lines.append(f"requests ({hidden} older not shown; --all):" if hidden else "requests:")

@@ -19,6 +19,11 @@ class ServiceOptions:
     #: How often the queues bucket is listed for queues that ingest created (a publish
     #: for a new queue starts its consumer at once; this catches what a disconnect hid).
     discover_interval_s: float = 30.0
+    #: How often heads left accepted with no process message (an ingest cut short) are
+    #: looked for and published (:mod:`.unpublished`), and how long after its ingest a
+    #: head must have been waiting for that.
+    unpublished_interval_s: float = 60.0
+    unpublished_after_s: float = 60.0
     #: How many consumers are created or bound at once on start and discovery.
     open_concurrency: int = 64
     #: Create the consumers of queues without work behind start (``False``: only when a

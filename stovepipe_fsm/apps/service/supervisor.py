@@ -2,7 +2,9 @@
 
 This is :class:`~stovepipe_fsm.simulation.world.World` with real adapters: KV stores,
 the JetStream publisher, the file config store (hot reload), git ancestry per queue's
-``repository`` and the system clock. :class:`Service` is a supervisor: it opens the
+``repository`` and the broker's clock (:mod:`...adapters.jetstream.broker_clock`: this
+replica's clock set to the broker's, so leases mean the same on every replica).
+:class:`Service` is a supervisor: it opens the
 :class:`~.broker_pipeline.Pipeline`, wires its collaborators on it once, starts them in
 order and stops them. Each owns its state:
 
@@ -17,6 +19,8 @@ order and stops them. Each owns its state:
 - :class:`~.health.Health`: the heartbeat, the health check and the runtime events;
 - a :class:`DeadLetterConsumer` that fails dead-lettered requests closed, and an
   :class:`OutcomeConsumer` that records build outcomes with the policy in force;
+- :class:`~.unpublished.UnpublishedHeads`: heads an ingest cut short left with no
+  process message, published;
 - with ``prune_older_than_s``, :class:`~.retention.Retention`.
 
 Stopping is graceful: runners finish (or hand back) the message in hand, then the
@@ -36,9 +40,11 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 
 from ...adapters.jetstream import Topology
+from ...adapters.jetstream.broker_clock import SYNC_INTERVAL_S, BrokerClock
 from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer, ProcessConsumer
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.shared_inbox import SharedInbox
+from ...adapters.memory import SystemClock
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -56,6 +62,7 @@ from .retention import Retention
 from .service_options import ServiceOptions
 from .subscriptions import Wake
 from .tasks import ServiceTasks
+from .unpublished import UnpublishedHeads
 from .wakeups import Wakeups
 
 log = logging.getLogger("stovepipe_fsm.service")
@@ -72,6 +79,7 @@ class Crew:
     queues: QueueConsumers
     discovery: Discovery
     wakeups: Wakeups
+    unpublished: UnpublishedHeads
     retention: Retention | None
 
 
@@ -100,7 +108,11 @@ class Service:
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self._machines = machines
         self._source_control = source_control
-        self._clock = clock
+        #: Every time the stages read (leases included): ``clock`` (this replica's own,
+        #: the system clock by default) set to the broker's.
+        self.clock = BrokerClock(
+            self.js, f"KV_{topology.queues_bucket}", clock if clock is not None else SystemClock()
+        )
         self._connection_errors = connection_errors
         #: The config the stages read: the policy's, with operator pauses applied.
         self.config = PausableConfig(config, machines.parameters)
@@ -197,7 +209,30 @@ class Service:
                 older_than_s=options.prune_older_than_s,
                 interval_s=options.prune_interval_s,
             )
-        return Crew(pipeline, policy, dead_letters, outcomes, queues, discovery, wakeups, retention)
+        ports = pipeline.ports
+        unpublished = UnpublishedHeads(
+            js,
+            topology,
+            ports.requests,
+            ports.queues,
+            ports.publisher,
+            self.clock,
+            lambda: pipeline.lifecycle.roles.initial,
+            queues.placement.refresh,
+            observe,
+            options.unpublished_after_s,
+        )
+        return Crew(
+            pipeline,
+            policy,
+            dead_letters,
+            outcomes,
+            queues,
+            discovery,
+            wakeups,
+            unpublished,
+            retention,
+        )
 
     @property
     def crew(self) -> Crew:
@@ -213,10 +248,11 @@ class Service:
             self._machines,
             self.config,
             source_control=self._source_control,
-            clock=self._clock,
+            clock=self.clock,
             metrics=self.metrics,
             policy_hash=lambda: self.policy_hash,
         )
+        await self.clock.sync()  # before any decision reads a lease
         crew = self._crew = self._wire(pipeline)
         # Before any consumer runs: operator commands (ingest) read the policy in force,
         # and the pauses are in force.
@@ -229,6 +265,13 @@ class Service:
         await crew.discovery.start()
         self.health.began()
         self.tasks.spawn("heartbeat", self.health.heartbeat(crew.wakeups.after_round_trip))
+        self.tasks.spawn("clock", self.tasks.every(SYNC_INTERVAL_S, self.clock.sync, "clock"))
+        self.tasks.spawn(
+            "unpublished",
+            self.tasks.every(
+                self.options.unpublished_interval_s, crew.unpublished.scan, "unpublished heads"
+            ),
+        )
         if crew.retention is not None:
             self.tasks.spawn("prune", crew.retention.run())
         crew.policy.watch()
