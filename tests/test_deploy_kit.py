@@ -569,6 +569,16 @@ def test_the_policy_directory_and_its_plugin_load_where_the_kit_mounts_it(tmp_pa
     # Code changes roll the pods: the annotation the docs set is on the template.
     template = k8s_objects()["Deployment/stovepipe-fsm"]["spec"]["template"]
     assert POLICY_CODE_ANNOTATION in template["metadata"]["annotations"]
+    # The ConfigMaps laid out here are the ones docs/deploy.md makes.
+    page = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    assert f"{POLICY_CODE_ANNOTATION}" in page
+    for command in (
+        "kubectl create configmap stovepipe-policy --from-file=$P/ "
+        "--from-file=$P/config/queues.yaml",
+        "kubectl create configmap stovepipe-machines --from-file=$P/machines/",
+    ):
+        assert command in page, command
+    assert f"P={EXAMPLE_POLICY.relative_to(ROOT)}" in page
 
     service = compose()["services"]["stovepipe-1"]
     options = serve_parser().parse_args([str(a) for a in service["command"]][1:])
