@@ -928,6 +928,13 @@ def test_the_container_image_builds_and_starts() -> None:
             timeout=120,
         )
         assert user.stdout.strip() == "10001", user
+        git = subprocess.run(
+            [engine, "run", "--rm", "--read-only", "--entrypoint", "git", tag, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert git.returncode == 0 and git.stdout.startswith("git version"), git
     finally:
         subprocess.run([engine, "rmi", "-f", tag], capture_output=True, timeout=120)
 
