@@ -631,6 +631,10 @@ def test_git_sync_keeps_the_clone_of_every_queue_with_a_repository() -> None:
         assert "git:/git" in services[name]["volumes"], name
     for name in ("stovepipe-1", "stovepipe-2"):
         assert "git:/git:ro" in services[name]["volumes"], name
+    # Whoever creates the volume `git` sets its owner: git-sync, whose user must write it.
+    for name, service in services.items():
+        if "git:/git:ro" in service.get("volumes", []):
+            assert set(compose_syncs) <= set(service["depends_on"]), name
 
 
 def test_the_poller_is_one_replica_following_the_clones_git_sync_keeps() -> None:
