@@ -618,6 +618,10 @@ def test_git_sync_keeps_the_clone_of_every_queue_with_a_repository() -> None:
         assert shared[clone["name"]]["readOnly"] is True and not clone.get("readOnly")
     by_container = {c["name"]: c["args"] for c in git_syncs}
     assert repositories <= set(clone_paths(by_container, "/git"))
+    # Each clone is synced once before the service starts (a missing one fails
+    # deliveries), by an init container with the sidecar's arguments and --one-time.
+    first_syncs = {c["name"]: c["args"] for c in pod["initContainers"]}
+    assert first_syncs == {f"{n}-init": [*args, "--one-time"] for n, args in by_container.items()}
 
     services = compose()["services"]
     compose_syncs = {
@@ -631,10 +635,28 @@ def test_git_sync_keeps_the_clone_of_every_queue_with_a_repository() -> None:
         assert "git:/git" in services[name]["volumes"], name
     for name in ("stovepipe-1", "stovepipe-2"):
         assert "git:/git:ro" in services[name]["volumes"], name
-    # Whoever creates the volume `git` sets its owner: git-sync, whose user must write it.
+    # A clone exists before anything reads it (a missing one fails deliveries): a
+    # one-time git-sync of each branch completes first. Creating the volume `git`, it
+    # also sets its owner: git-sync's user, who must write it.
+    first_syncs = {n for n, args in compose_syncs.items() if "--one-time" in args}
+    assert first_syncs == {
+        f"{n}-init" for n in compose_syncs if "--one-time" not in compose_syncs[n]
+    }
+    for name in first_syncs:
+        assert compose_syncs[name] == [*compose_syncs[name.removesuffix("-init")], "--one-time"]
+
+    def waits_for(service: dict[str, Any]) -> set[str]:
+        return {
+            name
+            for name, condition in service.get("depends_on", {}).items()
+            if condition["condition"] == "service_completed_successfully"
+        }
+
     for name, service in services.items():
         if "git:/git:ro" in service.get("volumes", []):
-            assert set(compose_syncs) <= set(service["depends_on"]), name
+            assert waits_for(service) == first_syncs, name
+        elif name in compose_syncs and name not in first_syncs:
+            assert waits_for(service) == {f"{name}-init"}, name
 
 
 def test_the_poller_is_one_replica_following_the_clones_git_sync_keeps() -> None:
