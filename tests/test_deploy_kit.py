@@ -695,6 +695,8 @@ def test_the_poller_is_one_replica_following_the_clones_git_sync_keeps() -> None
             options = parser.parse_args(argv[1:])
             assert options.git_repo in clone_paths(compose_syncs, "/git"), where
             assert "git:/git:ro" in services[where.split()[1]]["volumes"], where
+            # The image's HEALTHCHECK asks /healthz, which only serve answers.
+            assert services[where.split()[1]]["healthcheck"] == {"disable": True}, where
 
 
 def test_the_image_includes_git_unless_told_not_to() -> None:
