@@ -45,6 +45,9 @@ EXAMPLE_LIST = (
     Example(
         "monorepo_trial", ("--queue", "mono/main", *SMALL, "--no-rewrite", "--max-concurrent", "2")
     ),
+    Example(
+        "monorepo_deploy", ("--queue", "mono/main", *SMALL, "--no-rewrite", "--max-concurrent", "2")
+    ),
 )
 
 

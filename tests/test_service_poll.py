@@ -299,3 +299,43 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     assert [c["uri"] for c in again["earlier"]] + [again["uri"]] == pushed
     assert [c["created"] for c in again["earlier"]] + [again["created"]] == [False, False]
     assert (await KvPollCursors(cell).read("mono/main", "main")).commit == pushed[-1]
+
+
+def publish_like_git_sync(origin: Path, root: Path, link: str) -> str:
+    """One sync as git-sync v4 lays it out (what deploy/ relies on): ``root`` a repository
+    fetching the branch, a worktree per synced commit under ``root/.worktrees``, checked out
+    detached, and ``root/link`` a symlink to it, swapped atomically; the old worktree goes."""
+    if not (root / ".git").exists():
+        root.mkdir(parents=True)
+        git(root, "init", "-q")
+    git(root, "fetch", "-q", str(origin), "main")
+    head = git(root, "rev-parse", "FETCH_HEAD")
+    git(root, "worktree", "add", "-q", "--detach", f".worktrees/{head}", head)
+    published = root / link
+    old = published.resolve() if published.is_symlink() else None
+    (root / f"{link}.new").symlink_to(f".worktrees/{head}")
+    (root / f"{link}.new").replace(published)
+    if old is not None:
+        git(root, "worktree", "remove", "--force", str(old))
+    return head
+
+
+def test_poll_follows_the_head_git_sync_publishes(nats_server, tag, tmp_path) -> None:  # noqa: F811
+    """The kit's poller: ``--git-repo`` the link git-sync publishes, ``--ref HEAD``."""
+    origin = make_repo(tmp_path)
+    commit(origin, "A")
+    root = tmp_path / "git" / "main"
+    first = publish_like_git_sync(origin, root, "monorepo")
+    args = poll_args(
+        nats_server.url, tag, root / "monorepo", "--ref", "HEAD", "--queue", "mono/main", "--once"
+    )
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["uri"] == first
+    commit(origin, "B")
+    second = publish_like_git_sync(origin, root, "monorepo")
+    assert second != first
+    newer = cli(*args)
+    assert newer.returncode == 0, newer.stderr
+    assert json.loads(newer.stdout)["uri"] == second
+    assert stored_uris(nats_server.url, tag) == [first, second]
