@@ -9,7 +9,11 @@ the same outcome is a no-op that still makes sure the slot is released, the book
 applied and the end announced (a crash anywhere in between); recording a *different*
 outcome for a request that already ended is refused (``NonRetryable``), never applied;
 so is one for a head that ended without being admitted (superseded, cancelled): the outcome
-is moot. An outcome for a head not yet admitted raises ``NotYetAdmitted`` (retryable).
+is moot. So is an outcome for a head whose running build a newer head preempted (the
+``preempt`` role of a policy that declares it): nothing is applied and nothing refused,
+the trail notes it and the end (``preempted``) is announced again, so a crash between the
+preemption and its announcement is healed by the build's own report. An outcome for a
+head not yet admitted raises ``NotYetAdmitted`` (retryable).
 """
 
 from __future__ import annotations
@@ -62,6 +66,19 @@ class Record:
                 f"request {request_id!r} is {request.state}, not yet admitted; "
                 f"{outcome} is kept until it is"
             )
+        if request.state in self.roles.preempted_states:
+            moot = request.state
+            await note(
+                self.services,
+                ENDED,
+                request,
+                tag=f"moot:{outcome}",
+                outcome=outcome,
+                by=by,
+                moot=moot,
+            )
+            await announce_end(self.services, request)
+            return request
         if self.lifecycle.is_terminal(request):
             if request.state not in declared.states:
                 raise NonRetryable(
