@@ -46,6 +46,8 @@ EXAMPLE_LIST = (
         "monorepo_trial", ("--queue", "mono/main", *SMALL, "--no-rewrite", "--max-concurrent", "2")
     ),
     Example("cancel_in_progress", SMALL),
+    Example("skip_intermediate_builds", (*SMALL, "--no-rewrite", "--max-concurrent", "2")),
+    Example("supercedent", SMALL),
 )
 
 
