@@ -28,10 +28,16 @@ from stovepipe_fsm.adapters.jetstream.outcomes import (
 )
 from stovepipe_fsm.adapters.jetstream.publisher import MSG_ID_HEADER
 from stovepipe_fsm.apps.service.connect import NatsOptions
-from stovepipe_fsm.apps.service.operators import NotRecorded, complete, operator_ingest
+from stovepipe_fsm.apps.service.operators import (
+    NotRecorded,
+    complete,
+    explain_document,
+    operator_ingest,
+)
 from stovepipe_fsm.domain.entities import evolve
 from stovepipe_fsm.domain.errors import NonRetryable
 from stovepipe_fsm.pipeline.policy_in_force import PolicyUnavailable
+from stovepipe_fsm.process.catalog import load_process_machines
 
 QUEUE = "team/app"
 CONFIG = {"defaults": {"gate_wait_delay_ms": 100}}
@@ -301,3 +307,41 @@ async def test_complete_by_uri_names_the_request_building_that_commit(js_env) ->
         assert answer["request_id"] == building
         assert answer["request"]["state"] == "failed"
         await running.wait_state(returned.request_id, "processing")
+
+
+async def test_a_preempted_build_is_announced_and_its_late_outcome_is_moot(js_env) -> None:
+    """A policy with the preempt role, served live: the newer head ends the running
+    build, the end is on the hook stream, and the build's late outcome is acked as moot,
+    with no dead letter and nothing applied."""
+    policy = load_process_machines("examples/policies/cancel_in_progress/machines")
+    async with running_service(js_env.server, js_env.topology, CONFIG, policy=policy) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        second = await running.ingest(QUEUE, "B")
+        await running.wait_state(second, "processing")
+        await running.wait_state(first, "preempted")
+        ended = await running.request(first)
+        assert ended.superseded_by == second
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        assert answer["moot"] == f"the build was preempted by {second}"
+        assert answer["request"]["state"] == "preempted"
+        found = await wait_for(
+            lambda: _types_of(js_env, first), "the preempted end on the hook stream"
+        )
+        assert "validation.repository.preempted" in found
+        story = await wait_for(lambda: _moot_noted(js_env, first), "the moot outcome noted")
+        assert f"preempted by {second}: running build ended, slot freed" in story
+        assert await dead_letters(js_env, "record") == []
+        queue = await running.queue(QUEUE)
+        assert queue.last_green_uri == "" and queue.slot_holders == (second,)
+
+
+async def _moot_noted(js_env, request_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The sentences of the request's trail once it notes a moot outcome (else [])."""
+    doc = await explain_document(options(js_env), js_env.topology, request_id, "", "")
+    said = [r["sentence"] for r in doc["history"]]
+    return said if any(": moot, nothing applied" in s for s in said) else []
+
+
+async def _types_of(js_env, request_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return [h["type"] for h in await hooks(js_env) if h["payload"]["request_id"] == request_id]
