@@ -28,6 +28,14 @@ SIX = [
     "--vary",
     "max_concurrent=1,2,3",
 ]
+LABELS = [
+    "policy",
+    "serial_every_head",
+    "cancel_in_progress",
+    "max_concurrent=1",
+    "max_concurrent=2",
+    "max_concurrent=3",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -51,15 +59,7 @@ def doc_of(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any
 
 def test_a_column_per_policy_in_the_order_given(capsys: pytest.CaptureFixture[str]) -> None:
     doc = doc_of(SIX, capsys)
-    labels = [p["label"] for p in doc["policies"]]
-    assert labels == [
-        "policy",
-        "serial_every_head",
-        "cancel_in_progress",
-        "max_concurrent=1",
-        "max_concurrent=2",
-        "max_concurrent=3",
-    ]
+    assert [p["label"] for p in doc["policies"]] == LABELS
     assert doc["policies"][3]["set"] == {"max_concurrent": 1}
     assert doc["policies"][1]["machines"] == f"{SERIAL}/machines"
     (queue,) = doc["queues"]
@@ -80,16 +80,7 @@ def test_the_text_is_one_table_with_a_column_per_policy(
     code, out, err = run(SIX, capsys)
     assert code == EXIT_OK, err
     header = next(line for line in out.splitlines() if line.startswith("queue "))
-    assert header.split() == [
-        "queue",
-        "figure",
-        "policy",
-        "serial_every_head",
-        "cancel_in_progress",
-        "max_concurrent=1",
-        "max_concurrent=2",
-        "max_concurrent=3",
-    ]
+    assert header.split() == ["queue", "figure", *LABELS]
     preempted = next(line for line in out.splitlines() if line.split()[:2] == ["preempted", "0"])
     assert preempted.split() == ["preempted", "0", "0", "2", "0", "0", "0"]
     assert (
