@@ -166,3 +166,31 @@ def test_preempts_only_older_fires_on_a_waiting_head_or_an_older_one(rules: Rule
     without = replace(rules, preempted_states=frozenset())
     violation = check_edge(running, backwards, without)
     assert violation is None or violation.invariant != "preempts_only_older"
+
+
+def test_a_crash_right_after_preempting_is_finished_by_the_redelivery(tmp_path: Path) -> None:
+    timeline = tmp_path / "crash.yaml"
+    timeline.write_text(
+        "queue: monorepo/main\n"
+        "config: {gate_wait_delay_ms: 1000}\n"
+        "history: {A: [], B: [A]}\n"
+        "steps:\n"
+        "  - ingest: A\n"
+        "  - run\n"
+        "  - ingest: B\n"
+        "  - crash: after_preempt_older_builds\n"
+        "  - deliver\n"
+        "  - expect: {request: A, state: preempted, superseded_by: B}\n"
+        "  - expect: {request: B, state: accepted}\n"
+        "  - expect: {in_flight: 0}\n"
+        "  - run\n"
+        "  - expect: {request: B, state: processing, holds: 0}\n"
+        "  - expect: {in_flight: 1, builds: [A, B]}\n",
+        encoding="utf-8",
+    )
+    machines = load_process_machines(POLICY / "machines")
+    config = load_policy_store(str(POLICY / "config/queues.yaml"), machines.parameters)
+    sim = simulate(load_timeline(timeline), machines, config)
+    assert sim.failures == [] and len(sim.results) > 0
+    preempted = [h for h in sim.world.published.hooks() if h.event_type.endswith(".preempted")]
+    assert [h.request_id for h in preempted] == [rid(1)]
