@@ -4,7 +4,9 @@ Both runs read the same timeline file and are timed on its clock
 (:mod:`stovepipe_fsm.simulation.timed`), side by side in two processes for a long
 timeline on a machine with the cores (:mod:`.parallel`); the figures and the requests that end
 differently are shown side by side (docs/whatif.md). Input is checked as ``simulate``
-checks it: a bad timeline or policy is reported at ``file:line:column``, exit 2.
+checks it: a bad timeline or policy is reported at ``file:line:column``, exit 2. With
+``--policy`` or ``--vary`` there are more than two policies, a column each
+(:mod:`.columns`).
 """
 
 from __future__ import annotations
