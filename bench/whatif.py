@@ -62,16 +62,24 @@ def generate(
     rate: float = 0.5,
     build_ticks: tuple[int, int] = (2, 6),
     green: float = 0.9,
+    burst: tuple[int, int] | None = None,
+    names: tuple[str, ...] = (),
+    config: dict[str, Any] | None = None,
+    tail_ticks: int = 0,
 ) -> dict[str, Any]:
     """A timeline document: ``heads`` heads over ``queues`` queues.
 
     Each tick every queue receives a number of heads drawn from a Poisson distribution
     of mean ``rate``; each head's outcome (green with probability ``green``) is recorded
     between ``build_ticks`` ticks after its ingest. Ticks advance the clock by
-    :data:`TICK_MS`, the queues' gate delay.
+    :data:`TICK_MS`, the queues' gate delay. ``burst`` (``(on, off)`` ticks) makes the
+    arrivals bursty: heads arrive during ``on`` ticks, then none for ``off`` ticks, in
+    turn. ``names`` names the queues (``repo<i>/main`` otherwise); ``config`` is the
+    timeline's own ``config:`` (max_concurrent 1 and the gate delay otherwise);
+    ``tail_ticks`` more ticks follow the last outcome, for a backlog to drain.
     """
     rng = random.Random(seed)
-    names = [f"repo{i}/main" for i in range(queues)]
+    names_list = list(names) or [f"repo{i}/main" for i in range(queues)]
     tips: dict[str, str] = {}
     history: dict[str, list[str]] = {}
     due: dict[int, list[dict[str, Any]]] = {}
@@ -82,7 +90,8 @@ def generate(
             steps.append({"advance_ms": TICK_MS})
         for step in due.pop(tick, []):
             steps.append({"complete": step})
-        for queue in names:
+        arriving = burst is None or tick % sum(burst) < burst[0]
+        for queue in names_list if arriving else ():
             for _ in range(_poisson(rng, rate)):
                 if made >= heads:
                     break
@@ -96,10 +105,14 @@ def generate(
                 due.setdefault(at, []).append({"uri": uri, "queue": queue, "outcome": outcome})
         steps.append("run")
         tick += 1
+    steps += [{"advance_ms": TICK_MS}, "run"] * tail_ticks
+    shape = f", bursts of {burst[0]} ticks every {sum(burst)}" if burst else ""
+    if config is None:
+        config = {"max_concurrent": 1, "gate_wait_delay_ms": TICK_MS}
     return {
-        "description": f"{heads} heads over {queues} queues, seed {seed}",
-        "queue": names[0],
-        "config": {"max_concurrent": 1, "gate_wait_delay_ms": TICK_MS},
+        "description": f"{heads} heads over {len(names_list)} queues, seed {seed}{shape}",
+        "queue": names_list[0],
+        "config": config,
         "history": history,
         "steps": steps,
     }
@@ -113,6 +126,23 @@ def _poisson(rng: random.Random, mean: float) -> int:
         p *= rng.random()
     return k
 
+
+#: The generated trunk docs/whatif.md compares the peer policies on
+#: (``examples/bursty_trunk.yaml``, written by ``python -m bench.whatif --write-bursty``):
+#: one queue, pushes in bursts of 3 ticks every 30, builds of 8-14 ticks, so a burst
+#: lands while a build runs and the queue drains between bursts. The timeline sets only
+#: the gate delay, so each policy's own max_concurrent applies; 30 quiet ticks end it.
+BURSTY_TRUNK: dict[str, Any] = {
+    "heads": 60,
+    "queues": 1,
+    "seed": 7,
+    "rate": 1.2,
+    "build_ticks": (8, 14),
+    "burst": (3, 27),
+    "names": ("monorepo/main",),
+    "config": {"gate_wait_delay_ms": TICK_MS},
+    "tail_ticks": 30,
+}
 
 SHAPES = {
     # Builds of 2-6 ticks at half a head per tick per queue: a head or two waits per queue.
@@ -340,7 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-commands", action="store_true", help="do not run whatif and simulate as commands"
     )
+    parser.add_argument(
+        "--write-bursty",
+        metavar="PATH",
+        help="only write the generated bursty trunk (BURSTY_TRUNK) to PATH as YAML",
+    )
     args = parser.parse_args(argv)
+    if args.write_bursty:
+        write_timeline(generate(**BURSTY_TRUNK), Path(args.write_bursty))
+        return 0
     print(f"python {sys.version.split()[0]}; libyaml: {yaml.__with_libyaml__}")
     shapes = list(SHAPES) if args.shape == "both" else [args.shape]
     with tempfile.TemporaryDirectory() as tmp:

@@ -108,11 +108,12 @@ def test_every_built_in_name_is_checked_and_every_check_belongs_to_one_name() ->
 
 
 def test_the_shipped_policy_proves_every_check_in_the_usual_order() -> None:
-    """What check proved before policies declared anything: every check, in this order."""
+    """What check proved before policies declared anything: every check, in this order,
+    but that of the optional preempt role, which the shipped policy does not declare."""
     proof = Proof.declared_by(load_process_machines(SHIPPED))
     assert ", ".join(proof.names) == SHIPPED_ORDER
     assert proof.state == STATE_INVARIANTS
-    assert proof.edge == EDGE_INVARIANTS
+    assert proof.edge == tuple(i for i in EDGE_INVARIANTS if i.name != "preempts_only_older")
     assert proof.progress
 
 

@@ -48,6 +48,9 @@ EXAMPLE_LIST = (
     Example(
         "monorepo_deploy", ("--queue", "mono/main", *SMALL, "--no-rewrite", "--max-concurrent", "2")
     ),
+    Example("cancel_in_progress", SMALL),
+    Example("skip_intermediate_builds", (*SMALL, "--no-rewrite", "--max-concurrent", "2")),
+    Example("supercedent", SMALL),
 )
 
 
@@ -126,3 +129,12 @@ def test_the_paused_release_queue_is_at_rest_in_check(capsys: pytest.CaptureFixt
     example = EXAMPLE_LIST[1]
     args = ["--queue", "monorepo/release-1", "--no-rewrite", *SMALL]
     assert main(["check", *example.policy(), *args]) == 0, capsys.readouterr().out
+
+
+def test_cancel_in_progress_proves_its_preempt_invariant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    example = next(e for e in EXAMPLE_LIST if e.name == "cancel_in_progress")
+    assert main(["check", *example.policy(), *SMALL]) == 0, capsys.readouterr().out
+    proves = next(line for line in capsys.readouterr().out.splitlines() if "proves" in line)
+    assert "preempts_only_older" in proves

@@ -279,7 +279,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         text,
         line_of(text, "  retry: admit"),
         "role 'retry' is not one the code of machine 'request' uses; its roles: admit, "
-        "dead_letter, skip, supersede, withdraw",
+        "dead_letter, preempt, skip, supersede, withdraw",
         column=3,
     )
     text = edit(request, "  supersede: supersede ", "  supersede: succeed ")

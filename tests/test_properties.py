@@ -23,7 +23,7 @@ from stovepipe_fsm.domain.hooks import VALIDATION_STARTED
 from stovepipe_fsm.domain.ids import parse_request_id
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.simulation.broker import run_sync
-from stovepipe_fsm.simulation.world import CRASH_POINTS, World
+from stovepipe_fsm.simulation.world import ADMIT_CRASH_POINTS, World
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")
@@ -219,7 +219,7 @@ class TimelineMachine(RuleBasedStateMachine):
     def fault(self, data: st.DataObject, kind: str) -> None:
         world = self.w
         if kind == "crash":
-            world.armed_crash = data.draw(st.sampled_from(CRASH_POINTS))
+            world.armed_crash = data.draw(st.sampled_from(ADMIT_CRASH_POINTS))
         elif kind == "outage":
             world.graph.set_available(data.draw(st.booleans()))
         elif kind == "redeliver":

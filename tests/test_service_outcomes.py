@@ -37,6 +37,7 @@ from stovepipe_fsm.apps.service.dlq import list_letters
 from stovepipe_fsm.apps.service.operators import (
     NotRecorded,
     complete,
+    explain_document,
     operator_ingest,
     render_status,
     status_document,
@@ -44,6 +45,7 @@ from stovepipe_fsm.apps.service.operators import (
 from stovepipe_fsm.domain.entities import evolve
 from stovepipe_fsm.domain.errors import NonRetryable
 from stovepipe_fsm.pipeline.policy_in_force import PolicyUnavailable
+from stovepipe_fsm.process.catalog import load_process_machines
 
 QUEUE = "team/app"
 CONFIG = {"defaults": {"gate_wait_delay_ms": 100}}
@@ -422,3 +424,41 @@ async def test_refused_outcomes_are_one_bounded_record_per_queue_with_a_retentio
         await wait_for(aged_out, "the record to age out")
     finally:
         await delete_topology(js_env.js, topology)
+
+
+async def test_a_preempted_build_is_announced_and_its_late_outcome_is_moot(js_env) -> None:
+    """A policy with the preempt role, served live: the newer head ends the running
+    build, the end is on the hook stream, and the build's late outcome is acked as moot,
+    with no dead letter and nothing applied."""
+    policy = load_process_machines("examples/policies/cancel_in_progress/machines")
+    async with running_service(js_env.server, js_env.topology, CONFIG, policy=policy) as running:
+        first = await running.ingest(QUEUE, "A")
+        await running.wait_state(first, "processing")
+        second = await running.ingest(QUEUE, "B")
+        await running.wait_state(second, "processing")
+        await running.wait_state(first, "preempted")
+        ended = await running.request(first)
+        assert ended.superseded_by == second
+        answer = await complete(options(js_env), js_env.topology, QUEUE, "A", "succeeded", WAIT_S)
+        assert answer["moot"] == f"the build was preempted by {second}"
+        assert answer["request"]["state"] == "preempted"
+        found = await wait_for(
+            lambda: _types_of(js_env, first), "the preempted end on the hook stream"
+        )
+        assert "validation.repository.preempted" in found
+        story = await wait_for(lambda: _moot_noted(js_env, first), "the moot outcome noted")
+        assert f"preempted by {second}: running build ended, slot freed" in story
+        assert await refused(js_env) == []
+        queue = await running.queue(QUEUE)
+        assert queue.last_green_uri == "" and queue.slot_holders == (second,)
+
+
+async def _moot_noted(js_env, request_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The sentences of the request's trail once it notes a moot outcome (else [])."""
+    doc = await explain_document(options(js_env), js_env.topology, request_id, "", "")
+    said = [r["sentence"] for r in doc["history"]]
+    return said if any(": moot, nothing applied" in s for s in said) else []
+
+
+async def _types_of(js_env, request_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return [h["type"] for h in await hooks(js_env) if h["payload"]["request_id"] == request_id]

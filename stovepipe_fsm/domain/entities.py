@@ -25,7 +25,8 @@ class Request:
 
     ``state`` is a state of ``machines/request.yaml``. ``build_strategy`` and
     ``base_uri`` are set by the admit transition and never change afterwards.
-    ``superseded_by`` names the newer request that made this one stale; ``retry_of``
+    ``superseded_by`` names the newer request that made this one stale (superseded, or
+    its running build preempted by a policy with the ``preempt`` role); ``retry_of``
     names the request an operator's ``retry`` (or ``dlq replay``) made this one again
     for (same commit), so a repeated retry finds it instead of making another. The times
     (milliseconds of the clock port; 0 = not yet, or written by a release that did not

@@ -7,7 +7,9 @@ wrote), never from the clock, so every re-announce of one transition dedupes dow
 
 Two kinds: ``validation.repository.started`` when process admits a head, and
 ``validation.repository.<outcome>`` (``succeeded``, ``failed``, ``cancelled`` in the
-shipped machine) when its validation ends, so a consumer pairs each start with one end.
+shipped machine) when its validation ends, so a consumer pairs each start with one end. A
+build a newer head preempted (a policy with the ``preempt`` role) ends as
+``validation.repository.<its state>`` (``preempted``), by the same id rule.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The decision trail: one record per decision about a request, for ``explain``.
 
 Every decision of the process stage (held, superseded, skipped, admitted - with why its
-strategy was chosen -, a slot reclaimed from a
+strategy was chosen -, an older head's running build preempted, a slot reclaimed from a
 request whose end had not freed it), every recorded end (an outcome, a request failed
 closed), ingest and every operator verb (``pause``, ``resume``, ``cancel``, ``retry``,
 ``dlq replay``, ``dlq prune``: kind ``operator``, with the verb and who ran it) append one
@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 INGESTED = "ingested"
 HELD = "held"
 SUPERSEDED = "superseded"
+PREEMPTED = "preempted"
 SKIPPED = "skipped"
 ADMITTED = "admitted"
 ENDED = "ended"
@@ -36,6 +37,7 @@ KINDS = (
     INGESTED,
     HELD,
     SUPERSEDED,
+    PREEMPTED,
     SKIPPED,
     ADMITTED,
     ENDED,

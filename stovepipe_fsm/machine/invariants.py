@@ -331,6 +331,12 @@ INVARIANTS.built_in(
     "a superseded request never got a start event or a build",
 )
 INVARIANTS.built_in(
+    "preempts_only_older",
+    "a running build is preempted only from a slot-holding state, for a newer head of its "
+    "queue that is kept, and never once its outcome was recorded (a policy with the "
+    "preempt role)",
+)
+INVARIANTS.built_in(
     "max_concurrent",
     "never more slot holders than the queue's max_concurrent",
 )

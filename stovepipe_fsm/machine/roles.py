@@ -50,6 +50,9 @@ class RoleShape:
     only_from_initial: bool = False
     #: It must not lead to a state of the green outcome (it never validates anything).
     never_green: bool = False
+    #: Its transitions must leave exactly the non-terminal slot-holding states (it ends a
+    #: running build, never a waiting head).
+    only_from_holding: bool = False
 
 
 def role_issues(
@@ -220,6 +223,8 @@ def _shape_issues(
                 "role-shape",
             )
         )
+    if shape.only_from_holding:
+        issues += _holding_issues(spec, what, trigger, where, shape, sources)
     if shape.from_every_open_state:
         open_states = {s.name for s in spec.states if not s.terminal}
         missing = sorted(open_states - sources)
@@ -232,6 +237,32 @@ def _shape_issues(
                     "role-shape",
                 )
             )
+    return issues
+
+
+def _holding_issues(
+    spec: MachineSpec, what: str, trigger: str, where: Location, shape: RoleShape, sources: set[str]
+) -> list[SpecIssue]:
+    holding = {s.name for s in spec.states if s.holds_slot and not s.terminal}
+    issues: list[SpecIssue] = []
+    if extra := sorted(sources - holding):
+        issues.append(
+            SpecIssue(
+                where,
+                f"{what}: trigger {trigger!r} must leave only slot-holding states "
+                f"({shape.purpose}); it also leaves {', '.join(extra)}",
+                "role-shape",
+            )
+        )
+    if missing := sorted(holding - sources):
+        issues.append(
+            SpecIssue(
+                where,
+                f"{what}: trigger {trigger!r} must leave every slot-holding state "
+                f"({shape.purpose}); it does not leave {', '.join(missing)}",
+                "role-shape",
+            )
+        )
     return issues
 
 

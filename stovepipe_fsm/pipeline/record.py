@@ -11,7 +11,11 @@ the end only if no note of it is kept (:func:`end_once`): an outcome repeated ho
 never stores a second end event. Recording a *different*
 outcome for a request that already ended is refused (``NonRetryable``), never applied;
 so is one for a head that ended without being admitted (superseded, cancelled): the outcome
-is moot. An outcome for a head not yet admitted raises ``NotYetAdmitted`` (retryable).
+is moot. So is an outcome for a head whose running build a newer head preempted (the
+``preempt`` role of a policy that declares it): nothing is applied and nothing refused,
+the trail notes it and the end (``preempted``) is announced again, so a crash between the
+preemption and its announcement is healed by the build's own report. An outcome for a
+head not yet admitted raises ``NotYetAdmitted`` (retryable).
 """
 
 from __future__ import annotations
@@ -81,6 +85,19 @@ class Record:
                 f"request {request_id!r} is {request.state}, not yet admitted; "
                 f"{outcome} is kept until it is"
             )
+        if request.state in self.roles.preempted_states:
+            moot = request.state
+            await note(
+                self.services,
+                ENDED,
+                request,
+                tag=f"moot:{outcome}",
+                outcome=outcome,
+                by=by,
+                moot=moot,
+            )
+            await announce_end(self.services, request)
+            return request
         repeat = self.lifecycle.is_terminal(request)
         if repeat:
             if request.state not in declared.states:

@@ -9,7 +9,7 @@ policy sees another's names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -31,13 +31,17 @@ from ..machine.plugins import policy_registries
 from ..machine.registry import Registry
 from .gate import GATE
 from .plugins import PluginRegistry
-from .roles import REQUEST_ROLES, RequestRoles
+from .roles import PREEMPT, REQUEST_ROLES, RequestRoles
 
 REQUEST = Registry("request", kind="lifecycle", roles=REQUEST_ROLES, outcomes=True)
 
 REGISTRIES: Mapping[str, Registry] = MappingProxyType({"request": REQUEST, "queue_gate": GATE})
 
 DEFAULT_MACHINES_DIR = Path("machines")
+
+#: Gate actions that fire an optional role of the request machine: a gate naming one is
+#: refused at load when the request machine does not declare the role.
+ACTIONS_NEEDING_ROLES: Mapping[str, str] = MappingProxyType({"preempt_older_builds": PREEMPT})
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,32 @@ class ProcessMachines:
 
 def load_policy(directory: str | Path = DEFAULT_MACHINES_DIR, *, lint: bool = True) -> LoadedPolicy:
     """Read, check and lint the machines of ``directory`` with the plugins they list."""
-    return load_spec_policy(directory, REGISTRIES, PluginRegistry, lint=lint)
+    policy = load_spec_policy(directory, REGISTRIES, PluginRegistry, lint=lint)
+    if lint and (issues := role_use_issues(policy.specs.values())):
+        raise SpecError(issues)
+    return policy
+
+
+def role_use_issues(specs: Iterable[MachineSpec]) -> list[SpecIssue]:
+    """Each gate action (:data:`ACTIONS_NEEDING_ROLES`) that fires a role the request
+    machine of the same policy does not declare, at the action's name."""
+    by_name = {spec.name: spec for spec in specs}
+    gate, request = by_name.get("queue_gate"), by_name.get("request")
+    if gate is None or request is None:
+        return []
+    declared = {role.role for role in request.roles}
+    return [
+        SpecIssue(
+            ref.location,
+            f"action {ref.name!r} fires the request machine's role {role!r}, which "
+            f"{request.file} does not declare: declare it under 'roles:' (docs/machines.md, "
+            "Roles and outcomes) or remove the action",
+            "missing-role",
+        )
+        for t in gate.transitions
+        for ref in (*t.before, *t.after)
+        if (role := ACTIONS_NEEDING_ROLES.get(ref.name)) is not None and role not in declared
+    ]
 
 
 def check_policy(
@@ -107,7 +136,7 @@ def check_policy(
 ) -> tuple[list[MachineSpec], list[SpecIssue]]:
     """Every issue of machine files that form one policy (for ``validate``)."""
     specs, _, issues = check_spec_policy(paths, REGISTRIES, PluginRegistry, policy_dir=policy_dir)
-    return specs, issues
+    return specs, issues + role_use_issues(specs)
 
 
 def load_process_machines(

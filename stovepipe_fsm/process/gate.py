@@ -19,16 +19,17 @@ from typing import Any
 
 from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue
 from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
-from ..domain.hooks import lease_expired_event, started_event
+from ..domain.hooks import ended_event, lease_expired_event, started_event
 from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.path_globs import all_match, first_match
 from ..domain.settle import ACKED, HELD
+from ..domain.trail_record import PREEMPTED
 from ..machine.registry import Registry
 from ..ports.source_control import SourceControl
 from .context import DeliveryContext
 from .services import StageServices
 from .together import together
-from .trail_notes import note_decision, note_reclaimed
+from .trail_notes import note, note_decision, note_reclaimed
 
 log = logging.getLogger("stovepipe_fsm.process")
 
@@ -319,6 +320,48 @@ async def supersede(ctx: DeliveryContext) -> None:
     except VersionMismatch:
         raise Retryable(f"request {ctx.request.id!r} changed while superseding") from None
     ctx.services.metrics.count("supersedes", ctx.request.queue)
+
+
+@GATE.action()
+async def preempt_older_builds(ctx: DeliveryContext) -> None:
+    """End the running build of every slot holder older than R (ingest order), for R:
+    the request machine's ``preempt`` role (cancel in progress; never in the shipped
+    policy).
+
+    Each is ended through the lifecycle (terminal, ``superseded_by`` R, slot freed),
+    then its end is announced on the hook topic (``validation.repository.<its state>``,
+    id of the terminal write, as record announces an end) and noted in its trail. A
+    holder not admitted (mid-admission, or already ended and not yet released) is left
+    to the gate's other rules. Load refuses a gate naming this action when the request
+    machine declares no ``preempt`` role.
+    """
+    services, request, queue = ctx.services, ctx.request, ctx.queue
+    older = [
+        h
+        for h in queue.slot_holders
+        if h != request.id and compare_request_id(request.queue, h, request.id) < 0
+    ]
+    for holder in older:
+        try:
+            running = await services.requests.get(holder)
+        except NotFound:
+            continue  # reclaim_ended_holders reports a holder with no row
+        if not services.lifecycle.is_admitted(running):
+            continue
+        try:
+            ended = await services.lifecycle.preempt(running, by=request.id)
+        except VersionMismatch:
+            raise Retryable(f"request {holder!r} changed while preempting it") from None
+        except ValueError as exc:
+            raise NonRetryable(str(exc)) from None
+        now = services.clock.now_ms()
+        event = ended_event(ended.queue, ended.id, ended.state, ended.version, now)
+        await services.publisher.publish_hook(event)
+        log.info("queue %s: %s preempted by %s", queue.name, holder, request.id)
+        await note(services, PREEMPTED, ended, stream_seq=ctx.delivery.stream_seq, by=request.id)
+        services.metrics.count("preempts", queue.name)
+    if older:
+        ctx.loaded_queue = await services.queues.get(queue.name)
 
 
 @GATE.action(parameters=[SKIP_PATHS])

@@ -157,6 +157,21 @@ class RequestLifecycle:
             )
         return await self.apply(request, self.roles.skip, settled_in=loaded)
 
+    async def preempt(self, request: Request, by: str) -> Request:
+        """End ``request``'s running build for the newer head ``by`` (the ``preempt``
+        role): terminal, slot freed, ``superseded_by`` naming ``by``.
+
+        Raises ``ValueError`` when the policy's request machine declares no ``preempt``
+        role, ``IllegalTransition`` when ``request`` is not in a state it leaves (it
+        ended meanwhile) and ``VersionMismatch`` when it changed underneath.
+        """
+        if not self.roles.preempt:
+            raise ValueError(
+                f"machine {self.machine.spec.name!r} declares no role 'preempt'; a gate "
+                "that preempts running builds needs one (a terminal state for them)"
+            )
+        return await self.apply(request, self.roles.preempt, superseded_by=by)
+
     async def fail_closed(self, request: Request) -> Request:
         return await self.apply(request, self.roles.dead_letter)
 

@@ -21,6 +21,7 @@ SUPERSEDE = "supersede"
 DEAD_LETTER = "dead_letter"
 WITHDRAW = "withdraw"
 SKIP = "skip"
+PREEMPT = "preempt"
 
 REQUEST_ROLES: Mapping[str, RoleShape] = {
     ADMIT: RoleShape(
@@ -55,6 +56,16 @@ REQUEST_ROLES: Mapping[str, RoleShape] = {
         only_from_initial=True,
         never_green=True,
     ),
+    # Optional, and off in the shipped machine: without it a running build is never
+    # preempted, and a gate that names ``preempt_older_builds`` is refused at load.
+    PREEMPT: RoleShape(
+        "process fires it on the running build of an older head when a newer head is kept "
+        "(cancel in progress); it ends the build and frees its slot",
+        TERMINAL,
+        optional=True,
+        only_from_holding=True,
+        never_green=True,
+    ),
 }
 
 
@@ -82,6 +93,10 @@ class RequestRoles:
     #: The trigger that ends a head skip_paths covers; ``""`` when the policy has none.
     skip: str
     skipped_states: frozenset[str]
+    #: The trigger that ends an older head's running build for a newer head; ``""`` when
+    #: the policy has none (the shipped one: nothing is ever preempted).
+    preempt: str
+    preempted_states: frozenset[str]
     admitted_states: frozenset[str]
     superseded_states: frozenset[str]
     outcomes: Mapping[str, Outcome]
@@ -97,6 +112,7 @@ class RequestRoles:
         admit, supersede = trigger(ADMIT), trigger(SUPERSEDE)
         withdraw = spec.role_trigger(WITHDRAW) or ""
         skip = spec.role_trigger(SKIP) or ""
+        preempt = spec.role_trigger(PREEMPT) or ""
         return cls(
             initial=spec.initial.name,
             admit=admit,
@@ -106,6 +122,8 @@ class RequestRoles:
             withdrawn_states=leads_to(spec, withdraw) if withdraw else frozenset(),
             skip=skip,
             skipped_states=leads_to(spec, skip) if skip else frozenset(),
+            preempt=preempt,
+            preempted_states=leads_to(spec, preempt) if preempt else frozenset(),
             admitted_states=leads_to(spec, admit),
             superseded_states=leads_to(spec, supersede),
             outcomes={

@@ -24,10 +24,11 @@ from ..located.schema import load_schema
 
 _TARGET_KINDS = frozenset({"ingest", "redeliver", "dead_letter", "resume", "cancel"})
 _BARE = frozenset({"deliver", "run"})
-_CRASH_POINTS = frozenset(
+_ADMIT_POINTS = frozenset(
     {"after_claim_slot", "after_mark_processing", "after_announce", "after_publish_build"}
 )
-_STALL_POINTS = _CRASH_POINTS | {"after_load_queue", "after_derive_strategy"}
+_CRASH_POINTS = _ADMIT_POINTS | {"after_preempt_older_builds"}
+_STALL_POINTS = _ADMIT_POINTS | {"after_load_queue", "after_derive_strategy"}
 _SOURCE_CONTROL = frozenset({"down", "up"})
 _OUTCOME = re.compile("^[a-z][a-z0-9_]*$")  # the schema's pattern, searched as it searches
 _PARAMETER_TYPES = (bool, int, float, str, list)

@@ -78,16 +78,19 @@ from .broker import (
     run_sync,
 )
 
-CRASH_POINTS = (
+ADMIT_CRASH_POINTS = (
     "after_claim_slot",
     "after_mark_processing",
     "after_announce",
     "after_publish_build",
 )
+#: After a policy with the ``preempt`` role ended older heads' builds, before R's admission.
+PREEMPT_CRASH_POINT = "after_preempt_older_builds"
+CRASH_POINTS = (*ADMIT_CRASH_POINTS, PREEMPT_CRASH_POINT)
 # Where a delivery can be stalled in hand: after loading the queue (the coalesce and
 # gate decisions are then taken on what it loaded), after deriving the strategy, and at
 # every crash point of the admit path.
-STALL_POINTS = ("after_load_queue", "after_derive_strategy", *CRASH_POINTS)
+STALL_POINTS = ("after_load_queue", "after_derive_strategy", *ADMIT_CRASH_POINTS)
 # The service's default retry backoff (1 s, 2 s, 4 s ... 60 s), so a simulated retry
 # falls due when the same failure would be redelivered by ``serve``.
 RETRY_BACKOFF = Backoff()

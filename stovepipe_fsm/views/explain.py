@@ -14,6 +14,7 @@ from ..domain.trail_record import (
     INGESTED,
     OPERATOR,
     PLUGIN,
+    PREEMPTED,
     RECLAIMED,
     SKIPPED,
     SUPERSEDED,
@@ -44,6 +45,8 @@ def sentence(record: TrailRecord) -> str:
         )
     if record.kind == SUPERSEDED:
         return f"superseded by {d.get('by') or 'a newer head'} (never built)"
+    if record.kind == PREEMPTED:
+        return f"preempted by {d.get('by') or 'a newer head'}: running build ended, slot freed"
     if record.kind == SKIPPED:
         green = d.get("green") or "last green"
         return (
@@ -54,6 +57,11 @@ def sentence(record: TrailRecord) -> str:
         base = d.get("base") or "no base"
         why = f" ({d['why']})" if d.get("why") else ""
         return f"admitted: {d.get('strategy', '')} build on {base}{why}"
+    if record.kind == ENDED and d.get("moot"):
+        return (
+            f"outcome {d.get('outcome', '')} reported by {d.get('by', '')} after the build "
+            f"was {d['moot']}: moot, nothing applied"
+        )
     if record.kind == ENDED:
         return f"ended {d.get('outcome', '')} (reported by {d.get('by', '')})"
     if record.kind == RECLAIMED:

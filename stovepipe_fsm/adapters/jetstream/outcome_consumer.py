@@ -6,7 +6,8 @@ policy in force (``record(request_id, outcome)``) and settled as the settle poli
 (:func:`stovepipe_fsm.domain.settle.settle`, with no ``max_attempts``) decides; this
 consumer only says which refusals are final (:func:`refused_for_good`) and performs:
 
-- recorded (or found already recorded: a redelivery, a re-publish): ack;
+- recorded (or found already recorded: a redelivery, a re-publish), or moot because a
+  newer head preempted the build (a policy with the ``preempt`` role): ack;
 - refused for good - an undecodable or forged message, an unknown request, an outcome
   the policy does not declare, a request that already ended with *another* outcome, or
   one that was never admitted: counted with its reason in the queue's refused-outcomes

@@ -52,6 +52,9 @@ class PolicyRecord:
     #: empty when the policy declares none.
     withdraw: str = ""
     withdrawn: str = ""
+    #: The states the optional ``preempt`` role leads to (an outcome for a request in one
+    #: is moot); empty when the policy declares none.
+    preempted: list[str] = field(default_factory=list)
     #: The request machine's YAML text, as the service loaded it (the operator verbs
     #: compile and run it); empty in a record written before it was recorded.
     request_machine: str = ""
@@ -98,6 +101,7 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
             coalesces=bool(data.get("coalesces", True)),
             withdraw=str(data.get("withdraw", "")),
             withdrawn=str(data.get("withdrawn", "")),
+            preempted=[str(state) for state in data.get("preempted", [])],
             request_machine=str(data.get("request_machine", "")),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

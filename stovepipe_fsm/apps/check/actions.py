@@ -47,7 +47,7 @@ from typing import Any
 from ...domain.errors import StovepipeError
 from ...process.gate import PAUSED
 from ...simulation.replay import apply_step
-from ...simulation.world import CRASH_POINTS, World
+from ...simulation.world import ADMIT_CRASH_POINTS, CRASH_POINTS, World
 from .invariants import Rules
 from .model import (
     ADVANCE,
@@ -231,7 +231,8 @@ def enabled(
         else:
             actions.append(one_step(INGEST, "ingest", q, uri=uri))
     if head_due and budget.crashes < bounds.max_crashes:
-        for point in CRASH_POINTS:
+        # A policy that preempts running builds may also crash right after it did.
+        for point in CRASH_POINTS if rules.preempted_states else ADMIT_CRASH_POINTS:
             actions.append(crash_action(q, point))
     if head_due and budget.overlaps < bounds.max_overlaps:
         for point in bounds.stall_points:

@@ -67,6 +67,8 @@ class Rules:
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
     #: Where the ``withdraw`` role leads (an operator's cancel); empty: the policy has none.
     withdrawn_states: frozenset[str] = frozenset()
+    #: Where the ``preempt`` role leads; empty: the policy never preempts a running build.
+    preempted_states: frozenset[str] = frozenset()
     #: What a head ingested after the first may change (:mod:`.paths`); empty: nothing
     #: the policy reads, so no head changes anything.
     path_classes: tuple[PathClass, ...] = ()
@@ -130,6 +132,7 @@ class Rules:
             max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
+            preempted_states=roles.preempted_states,
             path_classes=path_classes,
             every_head=bool(chosen.get(EVERY_HEAD, False)),
             keep_newest=int(chosen.get(KEEP_NEWEST, 0)),
@@ -308,6 +311,29 @@ def _withdraws_only_waiting(pre: Observation, post: Observation, rules: Rules) -
             continue
         if before.state != rules.initial_state:
             yield f"{_label(after)} was withdrawn while {before.state}"
+
+
+def _preempts_only_older(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    """A request newly preempted was running (slot-holding, not yet ended by an outcome)
+    and was preempted for a newer head of its queue that is not superseded."""
+    if not rules.preempted_states:
+        return
+    for after in post.requests:
+        before = pre.by_id.get(after.id)
+        if after.state not in rules.preempted_states or (
+            before is not None and before.state == after.state
+        ):
+            continue
+        if before is None or before.state not in rules.slot_states:
+            was = before.state if before is not None else "not yet ingested"
+            yield f"{_label(after)} was preempted while {was}, not running"
+            continue
+        by = post.by_id.get(after.superseded_by)
+        if by is None or counter_of(by.id) <= counter_of(after.id):
+            newer = after.superseded_by or "no head"
+            yield f"{_label(after)} was preempted for {newer}, not a newer head"
+        elif by.state in rules.superseded_states:
+            yield f"{_label(after)} was preempted for {_label(by)}, a head that was not kept"
 
 
 def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
@@ -624,6 +650,11 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         _withdraws_only_waiting,
     ),
     Invariant(
+        "preempts_only_older",
+        "a running build is preempted only for a newer head of its queue that is kept",
+        _preempts_only_older,
+    ),
+    Invariant(
         "strategy_immutable",
         "strategy and base never change once set",
         _strategy_immutable,
@@ -695,6 +726,7 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
         "withdraws_only_waiting",
     ),
     "max_concurrent": ("max_concurrent",),
+    "preempts_only_older": ("preempts_only_older",),
     "keeps_newest_n": ("keeps_newest_n",),
     "base_is_last_green": ("base_is_last_green",),
     "rewrite_runs_alone": ("rewrite_holder_alone", "rewrite_admitted_alone"),

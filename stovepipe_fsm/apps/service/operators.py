@@ -164,6 +164,8 @@ async def complete(
             assert record is not None
             request = await _wait_for_outcome(stores, request_id, outcome, record, wait_s)
             answer["request"] = request_json(request)
+            if request.state in record.preempted:
+                answer["moot"] = f"the build was {request.state} by {request.superseded_by}"
         return answer
 
 
@@ -172,12 +174,15 @@ async def _wait_for_outcome(
 ) -> Request:
     """The request once its record is whole: the request row ended with ``outcome`` and
     the queue row no longer lists it as a slot holder (recording writes the request row
-    first, then frees the slot and applies the end in one queue write)."""
+    first, then frees the slot and applies the end in one queue write). A request a newer
+    head preempted is returned as it is: the outcome is moot, nothing is applied."""
     mine = set(record.outcomes[outcome])
     others = {state for name, states in record.outcomes.items() for state in states} - mine
     deadline = time.monotonic() + wait_s
     while True:
         request = await stores.requests.get(request_id)
+        if request.state in record.preempted:
+            return request
         if request.state in others:
             raise NonRetryable(
                 f"request {request_id!r} ended {request.state}; the outcome {outcome} was "

@@ -80,6 +80,7 @@ def policy_record(
         # Shown by status: a withdraw whose conditions choose among several states shows
         # none (cancel runs the machine itself, so it is not limited to one).
         withdrawn=next(iter(withdrawn)) if len(withdrawn) == 1 else "",
+        preempted=sorted(roles.preempted_states),
         request_machine=machines.request.spec.source,
     )
 

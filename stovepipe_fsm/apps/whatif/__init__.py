@@ -1,1 +1,2 @@
-"""``stovepipe-fsm whatif``: one timeline under two policies, compared (docs/whatif.md)."""
+"""``stovepipe-fsm whatif``: one timeline under two policies or more, compared
+(docs/whatif.md)."""

@@ -4,33 +4,39 @@ Both runs read the same timeline file and are timed on its clock
 (:mod:`stovepipe_fsm.simulation.timed`), side by side in two processes for a long
 timeline on a machine with the cores (:mod:`.parallel`); the figures and the requests that end
 differently are shown side by side (docs/whatif.md). Input is checked as ``simulate``
-checks it: a bad timeline or policy is reported at ``file:line:column``, exit 2.
+checks it: a bad timeline or policy is reported at ``file:line:column``, exit 2. With
+``--policy`` or ``--vary`` there are more than two policies, a column each
+(:mod:`.columns`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ...process.catalog import load_process_machines
 from ...simulation.collector import settled_heap
 from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE, load_policy_store
+from . import columns
 from .compare import TOTAL, Difference, Figures, RunSummary, differences, percentile, summarize
 from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
+from .table import at, table
 
 SIDES = ("policy", "vs_policy")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("whatif", help="replay a timeline under two policies, side by side")
+    p = sub.add_parser("whatif", help="replay a timeline under two policies or more, side by side")
     p.add_argument("timeline")
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="the policy's machines")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the policy's queue config")
-    p.add_argument("--vs-machines", required=True, help="the other policy's machines")
-    p.add_argument("--vs-config", required=True, help="the other policy's queue config")
+    p.add_argument("--vs-machines", help="the other policy's machines")
+    p.add_argument("--vs-config", help="the other policy's queue config")
+    columns.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_whatif)
 
@@ -38,6 +44,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int:
     """Replay, compare, print. ``parallel`` (default: for a long timeline on a machine
     with the cores, :mod:`.parallel`) runs the two replays side by side."""
+    if (args.vs_machines is None) != (args.vs_config is None):
+        return _usage("--vs-machines and --vs-config go together: give both or neither")
+    if columns.wants_columns(args):
+        try:
+            return _whatif_columns(args)
+        except columns.ColumnsError as exc:
+            return _usage(str(exc))
+    if args.vs_machines is None:
+        return _usage(
+            "nothing to compare: give --vs-machines and --vs-config, or --policy DIR or "
+            "--vary PARAM=V1,V2,... (docs/whatif.md)"
+        )
     timeline = load_timeline(args.timeline)
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
@@ -49,6 +67,28 @@ def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int
         )
         doc = whatif_json(args, run, vs)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
+    return EXIT_OK
+
+
+def _usage(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _whatif_columns(args: argparse.Namespace) -> int:
+    """A column per policy (:mod:`.columns`), each replayed in turn."""
+    chosen = columns.columns_of(args)
+    timeline = load_timeline(args.timeline)
+
+    def replay(column: columns.PolicyColumn) -> RunSummary:
+        machines = load_process_machines(column.machines)
+        config = columns.config_store(column, machines.parameters)
+        return summarize(replay_timed(columns.timeline_for(column, timeline), machines, config))
+
+    with settled_heap():
+        runs = columns.replay_columns(chosen, replay)
+    doc = columns.columns_json(args.timeline, chosen, runs)
+    print(json.dumps(doc, indent=2) if args.json else columns.render_columns(doc, ROWS))
     return EXIT_OK
 
 
@@ -87,6 +127,7 @@ ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("builds full", ("builds", "full")),
     ("builds incremental", ("builds", "incremental")),
     ("supersedes", ("supersedes",)),
+    ("preempted", ("preempted",)),
     ("holds", ("holds",)),
     ("went green", ("ingest_to_green_ms", "count")),
     ("ingest->green p50 ms", ("ingest_to_green_ms", "p50")),
@@ -103,7 +144,7 @@ def render(doc: dict[str, Any]) -> str:
     blocks = [(q["queue"], q) for q in doc["queues"]] + [(TOTAL, doc["total"])]
     for name, block in blocks:
         for i, (label, path) in enumerate(ROWS):
-            rows.append((name if i == 0 else "", label, *(_at(block[s], path) for s in SIDES)))
+            rows.append((name if i == 0 else "", label, *(at(block[s], path) for s in SIDES)))
     for key in ("applied", "dropped", "waiting"):
         rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
     lines = [
@@ -111,7 +152,7 @@ def render(doc: dict[str, Any]) -> str:
         f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",
         f"vs policy: {doc['vs_policy']['machines']} + {doc['vs_policy']['config']}",
         "",
-        *_table(header, rows),
+        *table(header, rows),
         "",
     ]
     found: list[dict[str, str]] = doc["differences"]
@@ -121,24 +162,8 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"requests whose final outcome differs: {len(found)}")
         header = ("queue", "uri", "request", "policy", "vs policy")
         keys = ("queue", "uri", "request_id", "outcome", "vs_outcome")
-        lines += _table(header, [tuple(d[k] for k in keys) for d in found])
+        lines += table(header, [tuple(d[k] for k in keys) for d in found])
     return "\n".join(lines)
-
-
-def _at(block: dict[str, Any], path: tuple[str, ...]) -> str:
-    value: Any = block
-    for key in path:
-        value = value[key]
-    return "-" if value is None else str(value)
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
-    out = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, tuple("-" * w for w in widths), *rows]
-    ]
-    return out
 
 
 __all__ = ["Difference", "cmd_whatif", "percentile", "register", "render", "whatif_json"]

@@ -28,11 +28,14 @@ class Figures:
     holds: int
     to_green_ms: tuple[int, ...]  # ingest -> green of every request that went green, sorted
     waits_ms: tuple[int, ...]  # ingest -> admitted of every admitted request, sorted
+    #: Builds a newer head ended before their outcome (a policy with the preempt role).
+    preempted: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
             "builds": {"full": self.builds_full, "incremental": self.builds_incremental},
             "supersedes": self.supersedes,
+            "preempted": self.preempted,
             "holds": self.holds,
             "ingest_to_green_ms": {
                 "count": len(self.to_green_ms),
@@ -65,9 +68,7 @@ def figures_by_queue(run: TimedRun) -> dict[str, Figures]:
     by_queue: dict[str, list[Request]] = {queue: [] for queue in holds}
     for request in requests:
         by_queue.setdefault(request.queue, []).append(request)
-    out = {
-        q: _figures(by_queue[q], run, green, holds.get(q, 0)) for q in sorted(by_queue)
-    }
+    out = {q: _figures(by_queue[q], run, green, holds.get(q, 0)) for q in sorted(by_queue)}
     out[TOTAL] = _figures(requests, run, green, sum(holds.values()))
     return out
 
@@ -76,7 +77,7 @@ def _figures(
     requests: Iterable[Request], run: TimedRun, green: frozenset[str], holds: int
 ) -> Figures:
     roles = run.world.machines.roles
-    full = incremental = supersedes = 0
+    full = incremental = supersedes = preempted = 0
     to_green: list[int] = []
     waits: list[int] = []
     for request in requests:
@@ -88,6 +89,8 @@ def _figures(
                 incremental += 1
         if request.state in roles.superseded_states:
             supersedes += 1
+        elif request.state in roles.preempted_states:
+            preempted += 1
         if times is None:
             continue
         if times.admitted_ms is not None:
@@ -95,7 +98,13 @@ def _figures(
         if request.state in green and times.ended_ms is not None:
             to_green.append(times.ended_ms - times.ingest_ms)
     return Figures(
-        full, incremental, supersedes, holds, tuple(sorted(to_green)), tuple(sorted(waits))
+        full,
+        incremental,
+        supersedes,
+        holds,
+        tuple(sorted(to_green)),
+        tuple(sorted(waits)),
+        preempted,
     )
 
 
