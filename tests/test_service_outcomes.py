@@ -34,6 +34,7 @@ from stovepipe_fsm.adapters.jetstream.refused_outcomes import (
 )
 from stovepipe_fsm.apps.service.connect import NatsOptions
 from stovepipe_fsm.apps.service.dlq import list_letters
+from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import (
     NotRecorded,
     complete,
@@ -415,6 +416,10 @@ async def test_refused_outcomes_are_one_bounded_record_per_queue_with_a_retentio
             listing = await list_letters(options(js_env), topology, "team/*")
             assert [t["count"] for t in listing.as_json()["refused_outcomes"]] == [60]
             assert f"refused outcomes  {QUEUE}  60 since " in listing.render()
+            # Counted as refused outcomes, not as dead letters (no dead-letter alert).
+            metrics = await render_metrics(running.service)
+            assert f'stovepipe_outcomes_refused_total{{queue="{QUEUE}"}} 60' in metrics
+            assert "stovepipe_dead_letters_by_reason_total{" not in metrics
             # The queue goes on.
             await complete(options(js_env), topology, QUEUE, "A", "succeeded", WAIT_S)
 

@@ -99,8 +99,6 @@ def dead_letter_reason(event: str, detail: str) -> str:
     """Why a runtime event dead-lettered a message, in a few words ("" if it did not)."""
     if event == "orphan":
         return "orphan"
-    if event == "outcome_refused":
-        return "outcome_refused"
     if event != "dead_letter":
         return ""
     if detail.startswith("gave up after"):

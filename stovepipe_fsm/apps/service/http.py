@@ -68,10 +68,18 @@ async def render_metrics(service: Service) -> str:
         "stovepipe_dead_letters_by_reason_total",
         "counter",
         "Messages dead-lettered by this replica, by reason (gave_up after max_attempts, "
-        "non_retryable, undecodable, orphan, outcome_refused).",
+        "non_retryable, undecodable, orphan).",
     )
     for reason, value in sorted(service.dead_letter_reasons.items()):
         lines.append(f'stovepipe_dead_letters_by_reason_total{{reason="{_label(reason)}"}} {value}')
+    family(
+        "stovepipe_outcomes_refused_total",
+        "counter",
+        "Build outcomes this replica refused (nothing applied; counted per queue, `dlq list`).",
+    )
+    for (event, queue), value in sorted(service.events.items()):
+        if event == "outcome_refused":
+            lines.append(f'stovepipe_outcomes_refused_total{{queue="{_label(queue)}"}} {value}')
     family(
         "stovepipe_orphan_messages_total",
         "counter",
