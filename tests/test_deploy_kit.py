@@ -1093,7 +1093,7 @@ def wait_until(check, what: str, timeout: float = TIMEOUT_S):  # type: ignore[no
 @pytest.fixture
 def service_metrics(nats_server, tmp_path) -> Iterator[dict[str, set[str]]]:  # type: ignore[no-untyped-def]
     """The families a real service exports once it has served a queue: one head
-    admitted, one waiting, one outcome recorded, one orphan dead-lettered."""
+    admitted, one waiting, one outcome recorded, one refused, one orphan dead-lettered."""
     from nats_server import connect, delete_topology
 
     from stovepipe_fsm.adapters.jetstream import Topology
@@ -1144,10 +1144,14 @@ def service_metrics(nats_server, tmp_path) -> Iterator[dict[str, set[str]]]:  # 
         outcome = ["--queue", "team/app", "--uri", "A", "--outcome", "succeeded"]
         done = cli("complete", *common, *outcome, "--wait", "20")
         assert done.returncode == 0, done.stderr
+        again = cli("complete", *common, *outcome[:4], "--outcome", "failed")
+        assert again.returncode == 0, again.stderr  # A ended otherwise: refused
         asyncio.run(publish_orphan())
         wait_until(
-            lambda: 'event="recorded"' in scrape() and 'reason="orphan"' in scrape(),
-            "the outcome recorded and the orphan dead-lettered",
+            lambda: 'event="recorded"' in scrape()
+            and 'reason="orphan"' in scrape()
+            and "stovepipe_outcomes_refused_total{" in scrape(),
+            "the outcome recorded, the other refused and the orphan dead-lettered",
         )
         yield seen
     finally:
