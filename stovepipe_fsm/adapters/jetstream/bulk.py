@@ -1,4 +1,5 @@
-"""Reading a whole bucket (or a key range of it) in one pass.
+"""Reading a whole bucket, a key range or a list of keys of it (and, on any stream, the
+last message of each subject a set of filters matches) in one pass.
 
 A listing of keys followed by one ``get`` per key costs a round trip per row, tens of
 thousands of them for ``status`` of 10,000 queues and their requests. One short-lived
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -36,6 +37,18 @@ BULK_READ_BATCH = 512
 READER_INACTIVE_S = 60.0
 
 _REMOVED = {"DEL", "PURGE"}
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """The last message of one subject, as the stream stores it."""
+
+    subject: str
+    data: bytes
+    sequence: int
+    stored: datetime.datetime
+    #: The ``KV-Operation`` header (``DEL``, ``PURGE``), empty for a plain message.
+    operation: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,10 +74,8 @@ async def kv_rows(
 ) -> list[BucketRow]:
     """Every key of ``bucket`` matching ``keys`` that holds a value, in stream order:
     deleted, purged and empty ones left out; empty when the bucket does not exist;
-    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``. A read
-    the broker answers with no one to serve it (a cluster electing the bucket's leader
-    after a node went down) is asked again a few times: the read changes nothing."""
-    return await asked_again(lambda: _kv_rows_once(js, bucket, (keys,), timeout))
+    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``."""
+    return await _bucket_rows(js, bucket, (keys,), timeout)
 
 
 async def kv_rows_of(
@@ -80,59 +91,97 @@ async def kv_rows_of(
     wanted = tuple(dict.fromkeys(keys))  # the server refuses overlapping filters
     if not wanted:
         return []
-    return await asked_again(lambda: _kv_rows_once(js, bucket, wanted, timeout))
+    return await _bucket_rows(js, bucket, wanted, timeout)
 
 
-async def _kv_rows_once(
+async def _bucket_rows(
     js: JetStreamContext, bucket: str, keys: tuple[str, ...], timeout: float
 ) -> list[BucketRow]:
-    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    prefix = f"$KV.{bucket}."
+    found = await last_per_subject(
+        js, f"KV_{bucket}", [prefix + key for key in keys], timeout=timeout, what=bucket
+    )
+    return [
+        BucketRow(m.subject[len(prefix) :], m.data, m.sequence, m.stored)
+        for m in found
+        if m.data and m.operation not in _REMOVED
+    ]
+
+
+async def last_per_subject(
+    js: JetStreamContext,
+    stream: str,
+    subjects: Sequence[str],
+    *,
+    timeout: float = BULK_READ_TIMEOUT_S,
+    what: str = "",
+) -> list[StoredMessage]:
+    """The last message of every subject of ``stream`` matching one of the filters
+    ``subjects`` (wildcards allowed, none overlapping another), in stream order; empty
+    when the stream does not exist; ``TimeoutError`` naming ``what`` (the stream) when
+    the broker stalls for ``timeout``. A read the broker answers with no one to serve it
+    (a cluster electing the stream's leader after a node went down) is asked again a few
+    times: the read changes nothing."""
+    filters = tuple(subjects)
+    return await asked_again(
+        lambda: _last_per_subject_once(js, stream, filters, timeout, what or stream)
+    )
+
+
+async def _last_per_subject_once(
+    js: JetStreamContext, stream: str, filters: tuple[str, ...], timeout: float, what: str
+) -> list[StoredMessage]:
     name = f"bulk-{uuid.uuid4().hex}"
-    subjects = [prefix + key for key in keys]
     config = api.ConsumerConfig(
         name=name,
-        filter_subject=subjects[0] if len(subjects) == 1 else None,
-        filter_subjects=subjects if len(subjects) > 1 else None,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=list(filters) if len(filters) > 1 else None,
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
         ack_policy=api.AckPolicy.NONE,
         inactive_threshold=READER_INACTIVE_S,
         mem_storage=True,
     )
-    with translated(f"read {bucket}"):
+    with translated(f"read {what}"):
         try:
             created = await js.add_consumer(stream, config)
-        except nats.js.errors.NotFoundError:  # no such bucket (yet)
+        except nats.js.errors.NotFoundError:  # no such stream (yet)
             return []
         try:
             if not created.num_pending:
                 return []
-            return await _read_all(js, stream, name, prefix, bucket, timeout)
+            return await _read_all(js, stream, name, what, timeout)
         finally:
             with contextlib.suppress(Exception):  # else the server removes it later
                 await js.delete_consumer(stream, name)
 
 
 async def _read_all(
-    js: JetStreamContext, stream: str, name: str, prefix: str, bucket: str, timeout: float
-) -> list[BucketRow]:
+    js: JetStreamContext, stream: str, name: str, what: str, timeout: float
+) -> list[StoredMessage]:
     sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
-    values: list[BucketRow] = []
+    found: list[StoredMessage] = []
     try:
         while True:
             try:
                 batch = await sub.fetch(BULK_READ_BATCH, timeout=timeout)
             except nats.errors.TimeoutError:
                 raise TimeoutError(
-                    f"{bucket}: no value within {timeout:g}s while reading it"
+                    f"{what}: no value within {timeout:g}s while reading it"
                 ) from None
             for msg in batch:
-                removed = (msg.headers or {}).get("KV-Operation") in _REMOVED
-                if msg.data and not removed:
-                    meta = msg.metadata
-                    key = msg.subject[len(prefix) :]
-                    values.append(BucketRow(key, msg.data, meta.sequence.stream, meta.timestamp))
-                if msg.metadata.num_pending == 0:
-                    return values
+                meta = msg.metadata
+                operation = (msg.headers or {}).get("KV-Operation", "")
+                found.append(
+                    StoredMessage(
+                        msg.subject,
+                        msg.data or b"",
+                        meta.sequence.stream,
+                        meta.timestamp,
+                        operation,
+                    )
+                )
+                if meta.num_pending == 0:
+                    return found
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

@@ -49,7 +49,13 @@ from nats.js import JetStreamContext, api
 from ...domain.ids import parse_request_id
 from .asked_again import asked_again
 from .errors import STREAM_NAME_IN_USE_CODE, TopologyMismatch, translated
-from .names import InvalidToken, decode_queue_token, encode_name_token, encode_queue_token
+from .names import (
+    InvalidToken,
+    decode_queue_token,
+    encode_name_token,
+    encode_queue_token,
+    encode_token,
+)
 
 DEFAULT_PREFIX = "stovepipe"
 DAY_S = 24 * 3600.0
@@ -378,14 +384,21 @@ class Topology:
         parsed = parse_request_id(request_id)
         return f"{self.prefix}.trail.{encode_queue_token(parsed.queue)}.{parsed.counter}.>"
 
-    def operator_trail_subject(self, key: str) -> str:
+    def operator_trail_subject(self, pattern: str, key: str) -> str:
         """The subject of one operator verb about queues, not a request (pause, resume,
-        dlq prune): two tokens after ``trail``, so no request's subjects (three or more)
-        ever match it, whatever its queue's token."""
-        return f"{self.prefix}.trail._ops.{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+        dlq prune): ``_ops``, the encoded pattern, a digest of the record's key. ``_ops``
+        is no queue's token (``_`` is always escaped), so no request's subject matches
+        it, and the pattern's token lets a story read the verbs about its queue alone."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        return f"{self.operator_trail_prefix()}{encode_token(pattern)}.{digest}"
+
+    def operator_trail_prefix(self) -> str:
+        """What every operator verb's subject starts with (a release before the pattern
+        token wrote ``<this><digest>``: one token, no pattern)."""
+        return f"{self.prefix}.trail._ops."
 
     def operator_trail_filter(self) -> str:
-        return f"{self.prefix}.trail._ops.*"
+        return f"{self.operator_trail_prefix()}>"
 
     def dead_letter_subject(self, queue: str, stage: str = "process") -> str:
         if not _SIMPLE_NAME_RE.match(stage):
