@@ -36,7 +36,8 @@ BULK_READ_BATCH = 512
 #: The server removes the reader's consumer after this long unused (if a crash left it).
 READER_INACTIVE_S = 60.0
 
-_REMOVED = {"DEL", "PURGE"}
+#: ``KV-Operation`` headers of a key that holds no value.
+REMOVED_OPERATIONS = frozenset({"DEL", "PURGE"})
 
 
 @dataclass(frozen=True)
@@ -97,15 +98,38 @@ async def kv_rows_of(
 async def _bucket_rows(
     js: JetStreamContext, bucket: str, keys: tuple[str, ...], timeout: float
 ) -> list[BucketRow]:
-    prefix = f"$KV.{bucket}."
-    found = await last_per_subject(
+    return values_of(bucket, await kv_entries(js, bucket, keys, timeout=timeout))
+
+
+async def kv_entries(
+    js: JetStreamContext,
+    bucket: str,
+    keys: Sequence[str] = (">",),
+    *,
+    timeout: float = BULK_READ_TIMEOUT_S,
+) -> list[StoredMessage]:
+    """The last entry of every key of ``bucket`` matching one of ``keys``, values and
+    delete markers alike, in one pass (:func:`last_per_subject`)."""
+    prefix = kv_prefix(bucket)
+    return await last_per_subject(
         js, f"KV_{bucket}", [prefix + key for key in keys], timeout=timeout, what=bucket
     )
+
+
+def values_of(bucket: str, entries: Iterable[StoredMessage]) -> list[BucketRow]:
+    """The entries of ``bucket`` that hold a value, as rows: markers and empty ones left
+    out."""
+    start = len(kv_prefix(bucket))
     return [
-        BucketRow(m.subject[len(prefix) :], m.data, m.sequence, m.stored)
-        for m in found
-        if m.data and m.operation not in _REMOVED
+        BucketRow(m.subject[start:], m.data, m.sequence, m.stored)
+        for m in entries
+        if m.data and m.operation not in REMOVED_OPERATIONS
     ]
+
+
+def kv_prefix(bucket: str) -> str:
+    """What the subject of every key of ``bucket`` starts with."""
+    return f"$KV.{bucket}."
 
 
 async def last_per_subject(

@@ -205,7 +205,7 @@ class JetStreamTrail:
 
     async def _operator_filters(self, queue: str) -> list[str]:
         """Filters for the verbs about ``queue``: one per pattern that matches it (listed
-        in one request), and each record written before patterns were in the subject."""
+        in one request), and each record whose subject names no pattern."""
         topology = self._topology
         prefix = topology.operator_trail_prefix()
         with translated("list the operator trail"):

@@ -58,6 +58,10 @@ from .names import (
 )
 
 DEFAULT_PREFIX = "stovepipe"
+#: The decision trail's size bound unless one is given: about two weeks at 100,000 heads a day.
+DEFAULT_TRAIL_MAX_BYTES = 1 << 30
+#: The smallest bound accepted: a few thousand records.
+MIN_TRAIL_MAX_BYTES = 1 << 20
 DAY_S = 24 * 3600.0
 _SIMPLE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 #: Partitions of the process stream a topology may use: bounds what a forged subject or
@@ -207,9 +211,10 @@ class Topology:
     #: consumers; the service raises it when a new queue reaches it (consumer_limit.py).
     initial_queue_limit: int = 10_000
     kv_history: int = 1
-    #: How long the decision trail keeps a record (30 days), and its size bound (none).
+    #: How long the decision trail keeps a record (30 days), and the size it is kept
+    #: within (1 GiB; -1: none): at the bound the server discards the oldest records.
     trail_max_age_s: float = 30 * DAY_S
-    trail_max_bytes: int = -1
+    trail_max_bytes: int = DEFAULT_TRAIL_MAX_BYTES
     #: The layout request rows are written in (both are read; codec.py).
     request_layout: int = 2
 
@@ -228,6 +233,11 @@ class Topology:
             raise ValueError(f"request layout must be 1 or 2, got {self.request_layout}")
         if self.dead_letter_max_age_s is not None and self.dead_letter_max_age_s <= 0:
             raise ValueError("dead_letter_max_age_s must be positive (None keeps for ever)")
+        if self.trail_max_bytes != -1 and self.trail_max_bytes < MIN_TRAIL_MAX_BYTES:
+            raise ValueError(
+                f"trail_max_bytes must be at least {MIN_TRAIL_MAX_BYTES} (1 MiB), or -1 for "
+                f"no bound; got {self.trail_max_bytes}"
+            )
 
     @classmethod
     def isolated(cls, tag: str, **overrides: object) -> Topology:
@@ -393,8 +403,8 @@ class Topology:
         return f"{self.operator_trail_prefix()}{encode_token(pattern)}.{digest}"
 
     def operator_trail_prefix(self) -> str:
-        """What every operator verb's subject starts with (a release before the pattern
-        token wrote ``<this><digest>``: one token, no pattern)."""
+        """What every operator verb's subject starts with (a record on ``<this><digest>``,
+        one token with no pattern, is read for every story)."""
         return f"{self.prefix}.trail._ops."
 
     def operator_trail_filter(self) -> str:

@@ -34,6 +34,16 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def byte_size(text: str) -> int:
+    """A size on the command line (``1GiB``, ``512MiB``), in bytes."""
+    from .sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def replicas(text: str) -> int:
     """A replica count on the command line: a whole number >= 1."""
     try:
@@ -128,6 +138,14 @@ def topology_args(p: argparse.ArgumentParser) -> None:
         metavar="AGE",
         help="discard decision-trail records older than AGE (default 30d)",
     )
+    p.add_argument(
+        "--retain-trail-bytes",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="keep the decision trail within SIZE, discarding its oldest records "
+        "(default 1GiB)",
+    )
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
@@ -182,6 +200,9 @@ def topology_of(args: argparse.Namespace) -> Topology:
     trail = getattr(args, "retain_trail", None)
     if trail is not None:
         settings["trail_max_age_s"] = trail
+    trail_bytes = getattr(args, "retain_trail_bytes", None)
+    if trail_bytes is not None:
+        settings["trail_max_bytes"] = trail_bytes
     if args.topology_tag:
         return Topology.isolated(args.topology_tag, **settings)
     return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__
