@@ -25,7 +25,7 @@ from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.apps.service.demo import make_repository
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.domain.hooks import VALIDATION_LEASE_EXPIRED, lease_expired_event_id
-from stovepipe_fsm.domain.trail_record import ADMITTED, HELD
+from stovepipe_fsm.domain.trail_record import ADMITTED, HELD, RECLAIMED
 from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timeline import load_timeline
 
@@ -112,13 +112,19 @@ async def test_an_expired_lease_frees_the_slot_without_an_operator(js_env) -> No
         await _held(run, waiting)
         # A never reports: its lease runs out, the next gate check reclaims the slot.
         await run.wait_state(waiting, "processing", timeout=lease_ms / 1000 + 10)
-        # B was held while A's lease ran, and admitted by the first check after it ran
-        # out (each time as the service's clock recorded it).
-        story = await JetStreamTrail(js_env.js, js_env.topology).history(waiting)
-        holds = [r.at_ms for r in story if r.kind == HELD]
+        # B was held while A's lease ran and admitted once it had run out; A's story says
+        # its slot was reclaimed for that reason (times as the service's clock noted them).
+        trail = JetStreamTrail(js_env.js, js_env.topology)
+        story = await trail.history(waiting)
+        holds = [r.first_at_ms for r in story if r.kind == HELD]
         admitted = [r.at_ms for r in story if r.kind == ADMITTED]
         assert holds and len(admitted) == 1
-        assert max(holds) < expires_at <= admitted[0]
+        assert min(holds) < expires_at <= admitted[0]
+        reclaims = [r for r in await trail.history(stuck) if r.kind == RECLAIMED]
+        assert [(r.details.get("why"), r.details.get("by")) for r in reclaims] == [
+            ("lease expired", waiting)  # by B's own check, which then admitted B
+        ]
+        assert expires_at <= reclaims[0].at_ms
         assert await run.state(stuck) == "processing"  # expiry does not fail the request
         assert (await run.queue(Q)).slot_holders == (waiting,)
         # A's late green is still recorded (the newest green so far: adopted); its
