@@ -3,6 +3,7 @@ the topology, consumer updates, seed lists, the ack-wait heartbeat and prune."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import os
@@ -18,16 +19,24 @@ from test_service_cli import cli
 from test_service_support import FAST, running_service, wait_for
 
 from stovepipe_fsm.adapters.jetstream import Topology, TopologyMismatch, ensure_topology
+from stovepipe_fsm.adapters.jetstream.bulk import kv_entries
+from stovepipe_fsm.adapters.jetstream.decision_trail import JetStreamTrail
 from stovepipe_fsm.adapters.jetstream.delivery import JetStreamDelivery
 from stovepipe_fsm.adapters.jetstream.durable_consumer import ensure_pull_consumer
-from stovepipe_fsm.adapters.jetstream.prune import prune_terminal_requests
+from stovepipe_fsm.adapters.jetstream.names import request_key as request_key_of
+from stovepipe_fsm.adapters.jetstream.names import uri_key
+from stovepipe_fsm.adapters.jetstream.prune import _purge_markers, prune_terminal_requests
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.apps.service.arguments import topology_args, topology_of
 from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.apps.service.connect import NatsOptions, connect, seed_urls
 from stovepipe_fsm.apps.service.durations import parse_duration
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
+from stovepipe_fsm.apps.service.sizes import parse_size
+from stovepipe_fsm.domain.ids import format_request_id
 from stovepipe_fsm.domain.settle import Attempt
+from stovepipe_fsm.domain.trail_record import INGESTED, TrailRecord, detail
 from stovepipe_fsm.process.catalog import load_process_machines
 
 # -- topology: replicas and retention are checked, never silently ignored -------------
@@ -71,6 +80,47 @@ async def test_dead_letter_retention_is_applied_and_then_checked(js_env: JsEnv) 
             await ensure_topology(js_env.js, forever)
     finally:
         await delete_topology(js_env.js, topology)
+
+
+async def test_the_trail_keeps_within_its_byte_bound_by_discarding_its_oldest(
+    js_env: JsEnv,
+) -> None:
+    info = await js_env.js.stream_info(js_env.topology.trail_stream)
+    assert info.config.max_bytes == 1 << 30  # the default bound
+    assert info.config.discard == api.DiscardPolicy.OLD
+    topology = Topology.isolated(unique_tag(), trail_max_bytes=1 << 20)
+    try:
+        await ensure_topology(js_env.js, topology)
+        trail = JetStreamTrail(js_env.js, topology)
+        note = "x" * 1000
+        for n in range(1, 1501):  # about 1.7 MB of records
+            request = format_request_id("q", n)
+            await trail.append(TrailRecord(INGESTED, "q", request, n, detail=detail(note=note)))
+        info = await js_env.js.stream_info(topology.trail_stream)
+        assert info.config.max_bytes == 1 << 20
+        assert 0 < info.state.bytes <= 1 << 20
+        assert await trail.history(format_request_id("q", 1)) == []  # the oldest: discarded
+        newest = await trail.history(format_request_id("q", 1500))
+        assert [r.at_ms for r in newest] == [1500]
+    finally:
+        await delete_topology(js_env.js, topology)
+
+
+def test_trail_bound_from_the_command_line() -> None:
+    parser = argparse.ArgumentParser()
+    topology_args(parser)
+    parser.add_argument("--topology-tag", default="")
+    assert topology_of(parser.parse_args([])).trail_max_bytes == 1 << 30
+    given = parser.parse_args(["--retain-trail-bytes", "256MiB"])
+    assert topology_of(given).trail_max_bytes == 256 << 20
+    assert parse_size("4096") == 4096 and parse_size("2 GiB") == 2 << 30
+    for bad in ("", "1GB", "-1", "0", "1.5GiB", "lots"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    done = cli("serve", "--retain-trail-bytes", "lots")
+    assert done.returncode == 2 and "not a size" in done.stderr
+    with pytest.raises(ValueError, match="at least 1048576"):
+        Topology(trail_max_bytes=4096)
 
 
 async def test_build_and_hook_ages_edited_by_an_operator_are_left_alone(js_env: JsEnv) -> None:
@@ -353,6 +403,53 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
     assert await pipeline.ingest.uri_index.get("q", "D") == ids[3]
     again = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
     assert again.pruned == []
+
+
+async def _kept_on(js_env: JsEnv, bucket: str, key: str) -> int:
+    """Messages the bucket's stream keeps on ``key`` (values and delete markers)."""
+    info = await js_env.js.stream_info(f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{key}")
+    return sum((info.state.subjects or {}).values())
+
+
+async def test_prune_removes_the_delete_markers_of_earlier_runs(js_env: JsEnv) -> None:
+    machines = load_process_machines("machines")
+    pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
+    a, b = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
+    lifecycle, terminal = pipeline.lifecycle, machines.request.terminal
+    await lifecycle.supersede(await lifecycle.requests.get(a), b)
+    topology = js_env.topology
+    request_key, entry_key = request_key_of(a), uri_key("q", "A")
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=2)
+    later = soon + datetime.timedelta(days=2)
+
+    # Pruned: its row and its uri entry leave a delete marker each, younger than the
+    # keep window (ten minutes), so the run that made them leaves them alone.
+    first = await prune_terminal_requests(js_env.js, topology, terminal, 60.0, now=soon)
+    assert first.pruned == [a] and first.purged_markers == 0
+    assert await _kept_on(js_env, topology.requests_bucket, request_key) == 1
+    assert await _kept_on(js_env, topology.uris_bucket, entry_key) == 1
+    # Past the window the next run removes both; nothing else of the buckets goes.
+    again = await prune_terminal_requests(js_env.js, topology, terminal, 86400.0, now=later)
+    assert again.pruned == [] and again.purged_markers == 2
+    assert await _kept_on(js_env, topology.requests_bucket, request_key) == 0
+    assert await _kept_on(js_env, topology.uris_bucket, entry_key) == 0
+    assert await pipeline.ingest.uri_index.get("q", "B") == b
+    # The head reported again is a new request, its uri entry written where the marker was.
+    back = await pipeline.ingest.ingest("q", "A")
+    assert back.created and await pipeline.ingest.uri_index.get("q", "A") == back.request_id
+
+
+async def test_a_marker_purge_keeps_a_value_written_after_the_marker(js_env: JsEnv) -> None:
+    bucket = js_env.topology.uris_bucket
+    kv = await js_env.js.key_value(bucket)
+    await kv.put("k", b"first")
+    await kv.delete("k")
+    seen = await kv_entries(js_env.js, bucket)  # the marker, as a prune read it
+    await kv.put("k", b"again")  # written between that read and the purge
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+    assert await _purge_markers(js_env.js, bucket, seen, later) == 1
+    assert (await kv.get("k")).value == b"again"
+    assert await _kept_on(js_env, bucket, "k") == 1
 
 
 async def _exists(pipeline: Any, request_id: str) -> bool:

@@ -45,7 +45,7 @@ class _WriterAfterRead(KvCell):
     """A cell that lets another writer in right after each read: the CAS window, forced."""
 
     def __init__(self, cell: KvCell, kv: KeyValue, sneak: bytes) -> None:
-        super().__init__(kv, cell.bucket)
+        super().__init__(kv, cell.bucket, cell.js)
         self._sneak = sneak
         self.sneaked = 0
 

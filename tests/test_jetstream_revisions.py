@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from nats_server import JsEnv, close, connect
 
@@ -30,8 +31,8 @@ QUEUE = "monorepo/main"
 class CountingCell(KvCell):
     """A real cell that counts the reads and conditional writes it sends to the broker."""
 
-    def __init__(self, kv: KeyValue, bucket: str) -> None:
-        super().__init__(kv, bucket)
+    def __init__(self, kv: KeyValue, bucket: str, js: JetStreamContext) -> None:
+        super().__init__(kv, bucket, js)
         self.reads = 0
         self.replaces = 0
 
@@ -63,7 +64,8 @@ def _request(n: int, **changes: object) -> Request:
 
 
 async def _cell(nc: Client, bucket: str, kind: type[CountingCell] = CountingCell) -> CountingCell:
-    return kind(await nc.jetstream().key_value(bucket), bucket)
+    js = nc.jetstream()
+    return kind(await js.key_value(bucket), bucket, js)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ the queue's process subject, explicit ack, ``max_ack_pending=1``, ``max_deliver=
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from nats_server import (
     delete_topology,
     unique_tag,
 )
+from test_service_support import wait_for
 
 from stovepipe_fsm.adapters.jetstream import Topology, ensure_topology
 
@@ -90,14 +90,16 @@ async def test_a_nak_with_delay_is_a_barrier_for_its_own_queue(js_env: JsEnv) ->
 
     first = await _must_fetch(sub)
     assert (first.data, first.metadata.num_delivered) == (b"A", 1)
-    held_at = time.monotonic()
-    await first.nak(delay=0.3)
+    await first.nak(delay=4 * NO_MESSAGE_WAIT_S)
 
-    assert await _fetch_one(replica, NO_MESSAGE_WAIT_S) is None  # B is behind the barrier
+    # Held: A is not handed out again at once, and B is behind the barrier.
+    assert await _fetch_one(sub, NO_MESSAGE_WAIT_S) is None
+    assert await _fetch_one(replica, NO_MESSAGE_WAIT_S) is None
+    info = await sub.consumer_info()
+    assert (info.num_ack_pending, info.num_redelivered) == (1, 0)
     again = await _must_fetch(sub)
-    waited = time.monotonic() - held_at
     assert (again.data, again.metadata.num_delivered) == (b"A", 2)
-    assert 0.25 <= waited < 2.0, waited
+    assert again.metadata.sequence.stream == first.metadata.sequence.stream
     await again.ack_sync()
 
     after = await _must_fetch(replica)
@@ -115,10 +117,11 @@ async def test_a_held_queue_does_not_block_another_queue(js_env: JsEnv) -> None:
 
     held = await _must_fetch(held_sub)
     await held.nak(delay=10)
-    started = time.monotonic()
     other = await _must_fetch(other_sub, timeout=2.0)
     assert other.data == b"A2"
-    assert time.monotonic() - started < 1.0
+    # Delivered while Q1's head was still held: pending there, not yet handed out again.
+    info = await held_sub.consumer_info()
+    assert (info.num_ack_pending, info.num_redelivered, info.num_pending) == (1, 0, 1)
     await other.ack_sync()
     assert await _fetch_one(held_sub, NO_MESSAGE_WAIT_S) is None  # Q1 still held
 
@@ -130,17 +133,21 @@ async def test_fetching_a_batch_of_two_returns_one_after_the_full_timeout(js_env
     await _publish(js, topology, Q1, "A")
     await _publish(js, topology, Q1, "B")
     sub = await _consumer(js, topology, Q1)
-    started = time.monotonic()
-    msgs = await sub.fetch(2, timeout=1.0)
-    elapsed = time.monotonic() - started
+    fetching = asyncio.ensure_future(sub.fetch(2, timeout=3.0))
+
+    async def delivered() -> bool:
+        return (await sub.consumer_info()).num_ack_pending == 1
+
+    await wait_for(delivered, "A handed to the fetch")
+    # A is in the client's hands, yet the fetch has not returned: it waits for a second
+    # message the server cannot send (max_ack_pending=1) until its timeout.
+    assert not fetching.done()
+    msgs = await fetching
     assert [m.data for m in msgs] == [b"A"]
-    assert elapsed >= 0.9, elapsed
-    # Whereas batch=1 returns as soon as the message is there:
+    # Whereas batch=1 returns with the message, long before its own timeout:
     await msgs[0].ack_sync()
-    started = time.monotonic()
-    (b,) = await sub.fetch(1, timeout=1.0)
+    (b,) = await asyncio.wait_for(sub.fetch(1, timeout=60.0), timeout=30.0)
     assert b.data == b"B"
-    assert time.monotonic() - started < 0.5
 
 
 async def test_unlimited_max_deliver_keeps_redelivering(js_env: JsEnv) -> None:
@@ -185,11 +192,12 @@ async def test_in_progress_extends_the_ack_deadline(js_env: JsEnv) -> None:
 
     # Control: the same consumer without in_progress redelivers after ack_wait.
     await _publish(js, topology, Q1, "B")
-    await _must_fetch(sub)  # delivered, then neither acked nor extended
-    started = time.monotonic()
+    given = await _must_fetch(sub)  # delivered, then neither acked nor extended
+    assert await _fetch_one(replica, NO_MESSAGE_WAIT_S) is None  # not before the ack wait
     redelivered = await _must_fetch(replica, timeout=3.0)
     assert (redelivered.data, redelivered.metadata.num_delivered) == (b"B", 2)
-    assert 0.8 <= time.monotonic() - started < 2.5
+    assert redelivered.metadata.sequence.stream == given.metadata.sequence.stream
+    assert (await sub.consumer_info()).num_redelivered == 1
     await redelivered.ack_sync()
 
 
@@ -305,9 +313,8 @@ async def test_a_stale_ack_of_an_earlier_delivery_settles_the_message(js_env: Js
 
     first = await _must_fetch(sub)
     assert (first.data, first.metadata.num_delivered) == (b"A", 1)
-    started = time.monotonic()
+    assert await _fetch_one(sub, NO_MESSAGE_WAIT_S) is None  # not before the ack wait
     second = await _must_fetch(sub, timeout=3.0)  # first neither acked nor extended
-    assert 0.8 <= time.monotonic() - started < 2.5
     assert (second.data, second.metadata.num_delivered) == (b"A", 2)
     assert second.metadata.sequence.stream == first.metadata.sequence.stream
     assert second.metadata.sequence.consumer > first.metadata.sequence.consumer

@@ -8,9 +8,11 @@ good input must keep the location of every key and value for the later stages.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from stovepipe_fsm.located import yaml_source
 from stovepipe_fsm.located.errors import Location, SpecError, SpecIssue
 from stovepipe_fsm.located.yaml_source import parse_yaml, read_yaml
 from stovepipe_fsm.machine.loader import load_machine
@@ -341,14 +343,36 @@ MERGE_BOMB = "\n".join(
 )
 
 
-def test_an_alias_bomb_is_refused_with_bounded_memory(tmp_path: Path) -> None:
+def counted_values(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, every value a YAML read builds appends 1 to the list returned: the
+    work a read does, counted, whatever the machine's speed."""
+    built: list[int] = []
+    build = yaml_source._Builder.build
+
+    def counted(self: Any, node: Any, path: Any) -> Any:
+        built.append(1)
+        return build(self, node, path)
+
+    monkeypatch.setattr(yaml_source._Builder, "build", counted)
+    return built
+
+
+def test_an_alias_bomb_is_refused_after_bounded_work_and_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import tracemalloc
 
     assert len(ALIAS_BOMB) < 400  # a billion values in a few hundred bytes
     path = write(tmp_path, ALIAS_BOMB)
-    tracemalloc.start()
-    try:
+    with monkeypatch.context() as patched:
+        built = counted_values(patched)
         with pytest.raises(SpecError) as info:
+            read_yaml(path)
+    # It stopped at the bound: one value past it, never the billion the aliases repeat.
+    assert len(built) == yaml_source.MAX_VALUES + 1
+    tracemalloc.start()  # measured apart: tracing slows the parse several times over
+    try:
+        with pytest.raises(SpecError):
             read_yaml(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:

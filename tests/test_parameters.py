@@ -38,7 +38,7 @@ def test_the_shipped_gate_declares_its_knobs_with_their_defaults() -> None:
         "skip_paths": (),
     }
     declared = MACHINES.parameters["max_concurrent"]
-    assert declared.value_schema() == {"type": "integer", "minimum": 1}
+    assert declared.value_schema() == {"type": "integer", "minimum": 1, "maximum": 1000}
     assert declared.location.file.endswith("queue_gate.yaml")
 
 
@@ -118,6 +118,33 @@ def test_validate_checks_config_keys_against_the_declarations(
         "skip_paths"
     )
     assert allowed in out
+
+
+@pytest.mark.parametrize(
+    ("key", "maximum"),
+    [
+        ("max_concurrent", 1000),
+        ("keep_newest", 1000),
+        ("max_baseline_lag", 100000),
+        ("max_validation_ms", 604800000),
+        ("max_attempts", 100),
+    ],
+)
+def test_a_count_past_its_maximum_is_refused_where_it_is_written(
+    policy: Path, capsys: pytest.CaptureFixture[str], key: str, maximum: int
+) -> None:
+    config = policy / "config" / "queues.yaml"
+    config.write_text(
+        "defaults: {gate_wait_delay_ms: 1000}\n"
+        f"queues:\n  monorepo/main:\n    {key}: {maximum}\n  mono/big:\n    {key}: 1000000000000\n",
+        encoding="utf-8",
+    )
+    code = main(["validate", str(policy / "machines"), str(config)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "queues.yaml:6:" in out  # the line of the value
+    assert f"queues.mono/big.{key}: 1000000000000 is greater than the maximum of {maximum}" in out
+    assert "monorepo/main" not in out
 
 
 def test_a_new_parameter_in_the_machines_is_a_new_config_key(

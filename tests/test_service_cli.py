@@ -161,10 +161,8 @@ def test_serve_ingest_complete_status_metrics_and_sigterm(nats_server, tag, tmp_
 
 @pytest.mark.nats  # the child process starts the embedded broker
 def test_demo_runs_the_walkthrough_and_exits_zero() -> None:
-    started = time.monotonic()
     done = cli("demo", timeout=60)
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - started < 45
     final = done.stdout.split("requests:")[-1]
     rows = [line.split() for line in final.splitlines() if line.startswith("  request/")]
     assert [(r[1], r[2]) for r in rows] == [

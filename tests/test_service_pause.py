@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -97,14 +96,13 @@ async def test_a_pause_and_a_resume_are_taken_up_as_they_are_written(js_env) -> 
     slow_reads = dataclasses.replace(FAST, policy_check_interval_s=60.0)
     async with running_service(js_env.server, topology, CONFIG, options=slow_reads) as run:
         assert run.service.refused_subscriptions == {}
-        began = time.monotonic()
         await pause(js, topology, "team/*", reason="incident 43")
 
         async def paused() -> bool:
             return run.service.config.paused(QUEUE)
 
+        # Well before the periodic read a minute away: only the write's announcement.
         await wait_for(paused, "the pause taken up from its write", timeout=5)
-        assert time.monotonic() - began < 5
         a = await run.ingest(QUEUE, "A")
         await wait_for(lambda: _held(run, a), "A held while paused")
         assert await run.state(a) == "accepted"

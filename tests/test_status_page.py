@@ -108,7 +108,7 @@ def test_a_lease_shows_its_expiry_relative_to_now() -> None:
     assert "lease expires 1970-01-01T00:00:40.000Z (in 30s)" in out
 
 
-def test_a_thousand_queues_page_busy_first_filtered_and_fast(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_thousand_queues_page_busy_first_and_filtered(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = _doc(1000)
     paused_by = {q["name"]: "q/*" for q in doc["queues"][:1]}
     started = time.perf_counter()

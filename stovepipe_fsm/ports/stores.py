@@ -4,6 +4,9 @@ Contract (shared by every implementation, checked by ``tests/contracts``):
 
 - ``get`` returns a snapshot equal to the last successful write, or raises ``NotFound``.
   Storage is read-after-write consistent.
+- ``get_many`` (requests) returns the stored snapshots among the ids asked for, keyed by
+  id, the missing ones left out, in a number of round trips that does not grow with the
+  number of ids: a decision that looks at every newer head of a queue reads them at once.
 - ``create`` writes a new key or raises ``AlreadyExists``; it never overwrites.
 - ``update(entity, old_version, new_version)`` writes ``entity`` with ``version =
   new_version`` only if the stored version equals ``old_version``; otherwise it raises
@@ -16,6 +19,7 @@ Contract (shared by every implementation, checked by ``tests/contracts``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from ..domain.entities import Queue, Request
@@ -25,6 +29,8 @@ class RequestStore(Protocol):
     async def create(self, request: Request) -> None: ...
 
     async def get(self, request_id: str) -> Request: ...
+
+    async def get_many(self, request_ids: Sequence[str]) -> Mapping[str, Request]: ...
 
     async def update(self, request: Request, old_version: int, new_version: int) -> None: ...
 

@@ -51,6 +51,9 @@ SKIP_PATHS = "skip_paths"
 
 GATE = Registry("queue_gate", kind="flow")
 
+#: Request ids ``count_newer_heads`` reads at once (one round trip of the stores).
+NEWER_HEADS_PER_READ = 1024
+
 
 # --- conditions ---------------------------------------------------------------------
 
@@ -244,9 +247,10 @@ async def count_newer_heads(ctx: DeliveryContext) -> None:
     counts), up to the number kept: what ``outside_newest_n`` decides on.
 
     Keeping one head, the latest alone decides, from the queue row: no read. Keeping N
-    the walk goes down from the latest head and stops at the N-th such head; a counter
-    value with no request (spent on a lost ingest race) is skipped. A queue keeping
-    every head counts nothing.
+    the heads between R and the latest are read newest first, ``NEWER_HEADS_PER_READ``
+    ids in one read, until N such heads are counted: a backlog of hundreds costs one
+    read, not one per head. A counter value with no request (spent on a lost ingest
+    race, or pruned) is skipped. A queue keeping every head counts nothing.
     """
     ctx.newer_live_heads = 0
     latest = ctx.queue.latest_request_id
@@ -258,16 +262,20 @@ async def count_newer_heads(ctx: DeliveryContext) -> None:
     ctx.newer_live_heads = 1
     if limit == 1:
         return
+    queue, lifecycle = ctx.request.queue, ctx.services.lifecycle
     mine, top = parse_request_id(ctx.request.id).counter, parse_request_id(latest).counter
-    for counter in range(top - 1, mine, -1):
-        if ctx.newer_live_heads >= limit:
-            return
-        try:
-            head = await ctx.services.requests.get(format_request_id(ctx.request.queue, counter))
-        except NotFound:
-            continue
-        if not ctx.services.lifecycle.is_terminal(head):
-            ctx.newer_live_heads += 1
+    for high in range(top - 1, mine, -NEWER_HEADS_PER_READ):
+        ids = [
+            format_request_id(queue, n)
+            for n in range(high, max(mine, high - NEWER_HEADS_PER_READ), -1)
+        ]
+        heads = await ctx.services.requests.get_many(ids)
+        for request_id in ids:
+            head = heads.get(request_id)
+            if head is not None and not lifecycle.is_terminal(head):
+                ctx.newer_live_heads += 1
+                if ctx.newer_live_heads >= limit:
+                    return
 
 
 def _max_concurrent(ctx: DeliveryContext) -> int:

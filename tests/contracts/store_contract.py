@@ -83,6 +83,28 @@ class StoreContract:
         with pytest.raises(NotFound):
             await request_store.get(format_request_id("monorepo/main", 404))
 
+    async def test_request_get_many_returns_the_stored_ones_by_id(
+        self, request_store: RequestStore
+    ) -> None:
+        queue = "monorepo/main"
+        stored = [_request(queue, n, uri=f"commit-{n}") for n in (2, 5, 1000)]
+        for request in stored:
+            await request_store.create(request)
+        updated = dataclasses.replace(stored[1], state="processing")
+        await request_store.update(updated, updated.version, updated.version + 1)
+        # As many ids as a decision reads at once, most of them never written.
+        ids = [format_request_id(queue, n) for n in range(1, 1025)] + ["request/other/q/2"]
+        found = await request_store.get_many(ids)
+        assert dict(found) == {
+            stored[0].id: stored[0],
+            stored[1].id: dataclasses.replace(updated, version=updated.version + 1),
+            stored[2].id: stored[2],
+        }
+        assert dict(await request_store.get_many([])) == {}
+        assert dict(await request_store.get_many([stored[0].id, stored[0].id])) == {
+            stored[0].id: stored[0]
+        }
+
     async def test_request_create_existing_raises_and_keeps_first(
         self, request_store: RequestStore
     ) -> None:

@@ -1,4 +1,5 @@
-"""Reading a whole bucket (or a key range of it) in one pass.
+"""Reading a whole bucket, a key range or a list of keys of it (and, on any stream, the
+last message of each subject a set of filters matches) in one pass.
 
 A listing of keys followed by one ``get`` per key costs a round trip per row, tens of
 thousands of them for ``status`` of 10,000 queues and their requests. One short-lived
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -34,7 +36,20 @@ BULK_READ_BATCH = 512
 #: The server removes the reader's consumer after this long unused (if a crash left it).
 READER_INACTIVE_S = 60.0
 
-_REMOVED = {"DEL", "PURGE"}
+#: ``KV-Operation`` headers of a key that holds no value.
+REMOVED_OPERATIONS = frozenset({"DEL", "PURGE"})
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """The last message of one subject, as the stream stores it."""
+
+    subject: str
+    data: bytes
+    sequence: int
+    stored: datetime.datetime
+    #: The ``KV-Operation`` header (``DEL``, ``PURGE``), empty for a plain message.
+    operation: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,60 +75,137 @@ async def kv_rows(
 ) -> list[BucketRow]:
     """Every key of ``bucket`` matching ``keys`` that holds a value, in stream order:
     deleted, purged and empty ones left out; empty when the bucket does not exist;
-    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``. A read
-    the broker answers with no one to serve it (a cluster electing the bucket's leader
-    after a node went down) is asked again a few times: the read changes nothing."""
-    return await asked_again(lambda: _kv_rows_once(js, bucket, keys, timeout))
+    ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``."""
+    return await _bucket_rows(js, bucket, (keys,), timeout)
 
 
-async def _kv_rows_once(
-    js: JetStreamContext, bucket: str, keys: str, timeout: float
+async def kv_rows_of(
+    js: JetStreamContext,
+    bucket: str,
+    keys: Iterable[str],
+    *,
+    timeout: float = BULK_READ_TIMEOUT_S,
 ) -> list[BucketRow]:
-    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    """The rows of exactly ``keys`` that hold a value, in one pass (:func:`kv_rows` with
+    one filter per key): a look at many known keys costs the same few round trips as a
+    look at one. Keep ``keys`` to a few hundred: they all travel in one request."""
+    wanted = tuple(dict.fromkeys(keys))  # the server refuses overlapping filters
+    if not wanted:
+        return []
+    return await _bucket_rows(js, bucket, wanted, timeout)
+
+
+async def _bucket_rows(
+    js: JetStreamContext, bucket: str, keys: tuple[str, ...], timeout: float
+) -> list[BucketRow]:
+    return values_of(bucket, await kv_entries(js, bucket, keys, timeout=timeout))
+
+
+async def kv_entries(
+    js: JetStreamContext,
+    bucket: str,
+    keys: Sequence[str] = (">",),
+    *,
+    timeout: float = BULK_READ_TIMEOUT_S,
+) -> list[StoredMessage]:
+    """The last entry of every key of ``bucket`` matching one of ``keys``, values and
+    delete markers alike, in one pass (:func:`last_per_subject`)."""
+    prefix = kv_prefix(bucket)
+    return await last_per_subject(
+        js, f"KV_{bucket}", [prefix + key for key in keys], timeout=timeout, what=bucket
+    )
+
+
+def values_of(bucket: str, entries: Iterable[StoredMessage]) -> list[BucketRow]:
+    """The entries of ``bucket`` that hold a value, as rows: markers and empty ones left
+    out."""
+    start = len(kv_prefix(bucket))
+    return [
+        BucketRow(m.subject[start:], m.data, m.sequence, m.stored)
+        for m in entries
+        if m.data and m.operation not in REMOVED_OPERATIONS
+    ]
+
+
+def kv_prefix(bucket: str) -> str:
+    """What the subject of every key of ``bucket`` starts with."""
+    return f"$KV.{bucket}."
+
+
+async def last_per_subject(
+    js: JetStreamContext,
+    stream: str,
+    subjects: Sequence[str],
+    *,
+    timeout: float = BULK_READ_TIMEOUT_S,
+    what: str = "",
+) -> list[StoredMessage]:
+    """The last message of every subject of ``stream`` matching one of the filters
+    ``subjects`` (wildcards allowed, none overlapping another), in stream order; empty
+    when the stream does not exist; ``TimeoutError`` naming ``what`` (the stream) when
+    the broker stalls for ``timeout``. A read the broker answers with no one to serve it
+    (a cluster electing the stream's leader after a node went down) is asked again a few
+    times: the read changes nothing."""
+    filters = tuple(subjects)
+    return await asked_again(
+        lambda: _last_per_subject_once(js, stream, filters, timeout, what or stream)
+    )
+
+
+async def _last_per_subject_once(
+    js: JetStreamContext, stream: str, filters: tuple[str, ...], timeout: float, what: str
+) -> list[StoredMessage]:
     name = f"bulk-{uuid.uuid4().hex}"
     config = api.ConsumerConfig(
         name=name,
-        filter_subject=prefix + keys,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=list(filters) if len(filters) > 1 else None,
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
         ack_policy=api.AckPolicy.NONE,
         inactive_threshold=READER_INACTIVE_S,
         mem_storage=True,
     )
-    with translated(f"read {bucket}"):
+    with translated(f"read {what}"):
         try:
             created = await js.add_consumer(stream, config)
-        except nats.js.errors.NotFoundError:  # no such bucket (yet)
+        except nats.js.errors.NotFoundError:  # no such stream (yet)
             return []
         try:
             if not created.num_pending:
                 return []
-            return await _read_all(js, stream, name, prefix, bucket, timeout)
+            return await _read_all(js, stream, name, what, timeout)
         finally:
             with contextlib.suppress(Exception):  # else the server removes it later
                 await js.delete_consumer(stream, name)
 
 
 async def _read_all(
-    js: JetStreamContext, stream: str, name: str, prefix: str, bucket: str, timeout: float
-) -> list[BucketRow]:
+    js: JetStreamContext, stream: str, name: str, what: str, timeout: float
+) -> list[StoredMessage]:
     sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
-    values: list[BucketRow] = []
+    found: list[StoredMessage] = []
     try:
         while True:
             try:
                 batch = await sub.fetch(BULK_READ_BATCH, timeout=timeout)
             except nats.errors.TimeoutError:
                 raise TimeoutError(
-                    f"{bucket}: no value within {timeout:g}s while reading it"
+                    f"{what}: no value within {timeout:g}s while reading it"
                 ) from None
             for msg in batch:
-                removed = (msg.headers or {}).get("KV-Operation") in _REMOVED
-                if msg.data and not removed:
-                    meta = msg.metadata
-                    key = msg.subject[len(prefix) :]
-                    values.append(BucketRow(key, msg.data, meta.sequence.stream, meta.timestamp))
-                if msg.metadata.num_pending == 0:
-                    return values
+                meta = msg.metadata
+                operation = (msg.headers or {}).get("KV-Operation", "")
+                found.append(
+                    StoredMessage(
+                        msg.subject,
+                        msg.data or b"",
+                        meta.sequence.stream,
+                        meta.timestamp,
+                        operation,
+                    )
+                )
+                if meta.num_pending == 0:
+                    return found
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

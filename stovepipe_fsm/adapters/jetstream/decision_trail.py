@@ -17,8 +17,10 @@ and every one of them holds exactly one record:
 
 An operator verb (kind ``operator``) has its verb in the tag, so each verb about a request
 has its own subject; a verb about queues (no request) lands on
-``<prefix>.trail._ops.<digest of its key>`` and is read back by
-:meth:`JetStreamTrail.operator_records`.
+``<prefix>.trail._ops.<pattern token>.<digest of its key>``, so that
+:meth:`JetStreamTrail.operator_records` for one queue lists the patterns (one request)
+and reads the records of the matching ones alone, in one pass: a story costs the same
+whatever the number of verbs about other queues.
 
 Retention (``Topology.trail_max_age_s``, ``trail_max_bytes``) bounds the stream.
 :meth:`JetStreamTrail.latest` reads the newest records across all requests (the status
@@ -34,9 +36,12 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
+from ...config.globs import glob_match
 from ...domain.errors import NonRetryable
 from ...domain.trail_record import HELD, OPERATOR, PLUGIN, TrailRecord, decision_key
+from .bulk import last_per_subject
 from .errors import is_wrong_last_sequence, translated
+from .names import InvalidToken, decode_token
 from .publisher import MSG_ID_HEADER
 from .topology import Topology
 
@@ -47,6 +52,8 @@ EXPECTED_LAST_SUBJECT_SEQ_HEADER = "Nats-Expected-Last-Subject-Sequence"
 LATEST_WINDOWS = (1_024, 16_384, 131_072)
 LATEST_MAX_MESSAGES = 20_000
 READ_BATCH = 256
+#: Subject filters of one read of operator records.
+FILTERS_PER_READ = 256
 #: An abandoned read consumer is removed by the server after this long.
 READ_INACTIVE_S = 30.0
 
@@ -66,7 +73,7 @@ class JetStreamTrail:
                 record = previous.again(record)
             headers = {ROLLUP_HEADER: "sub"}
         elif not record.request_id:
-            subject = topology.operator_trail_subject(record.key)
+            subject = topology.operator_trail_subject(record.queue, record.key)
             headers = {MSG_ID_HEADER: record.key}
         elif record.kind == OPERATOR:
             subject = topology.trail_subject(record.request_id, record.kind, record.tag)
@@ -194,16 +201,48 @@ class JetStreamTrail:
                     await sub.unsubscribe()
                     await self._js.delete_consumer(topology.trail_stream, name)
 
-    async def operator_records(self) -> list[TrailRecord]:
-        """Every operator verb about queues (pause, resume, dlq prune), oldest first."""
+    async def operator_records(self, about: str = "") -> list[TrailRecord]:
+        """The operator verbs about queues (pause, resume, dlq prune), oldest first:
+        every one, or with ``about`` those whose pattern matches that queue."""
         topology = self._topology
-        with translated("read the operator trail"):
+        if about:
+            filters = await self._operator_filters(about)
+        else:
+            filters = [topology.operator_trail_filter()]
+        records: list[TrailRecord] = []
+        for start in range(0, len(filters), FILTERS_PER_READ):
+            found = await last_per_subject(
+                self._js,
+                topology.trail_stream,
+                filters[start : start + FILTERS_PER_READ],
+                timeout=self._timeout,
+            )
+            for message in found:
+                records.append(_decoded(message.subject, message.data))
+        return sorted(records, key=lambda r: (r.first_at_ms, r.at_ms))
+
+    async def _operator_filters(self, queue: str) -> list[str]:
+        """Filters for the verbs about ``queue``: one per pattern that matches it (listed
+        in one request), and each record whose subject names no pattern."""
+        topology = self._topology
+        prefix = topology.operator_trail_prefix()
+        with translated("list the operator trail"):
             info = await self._js.stream_info(
                 topology.trail_stream, subjects_filter=topology.operator_trail_filter()
             )
-        subjects = sorted((info.state.subjects or {}).keys())
-        records = [r for r in [await self._last(s) for s in subjects] if r is not None]
-        return sorted(records, key=lambda r: (r.first_at_ms, r.at_ms))
+        filters: dict[str, None] = {}
+        for subject in sorted((info.state.subjects or {}).keys()):
+            tokens = subject[len(prefix) :].split(".")
+            if len(tokens) == 1:
+                filters[subject] = None  # no pattern in its subject: read to be sure
+                continue
+            try:
+                pattern = decode_token(tokens[0])
+            except InvalidToken:
+                continue  # not written by this service
+            if glob_match(pattern, queue):
+                filters[f"{prefix}{tokens[0]}.*"] = None
+        return list(filters)
 
     async def _last(self, subject: str) -> TrailRecord | None:
         with translated(f"read trail {subject}"):
@@ -211,7 +250,11 @@ class JetStreamTrail:
                 message = await self._js.get_last_msg(self._topology.trail_stream, subject)
             except nats.js.errors.NotFoundError:
                 return None
-        try:
-            return TrailRecord.from_json(json.loads(message.data or b"{}"))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise NonRetryable(f"trail record on {subject} is damaged: {exc}") from None
+        return _decoded(subject, message.data)
+
+
+def _decoded(subject: str, data: bytes | None) -> TrailRecord:
+    try:
+        return TrailRecord.from_json(json.loads(data or b"{}"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise NonRetryable(f"trail record on {subject} is damaged: {exc}") from None

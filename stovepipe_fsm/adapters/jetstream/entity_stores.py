@@ -27,7 +27,7 @@ breaks that (and the service's state with it); restart the service after such su
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Generic, NamedTuple, TypeVar
 
@@ -142,6 +142,21 @@ class _KvEntityStore(Generic[E]):
         entity = self._decode(entry.value)
         self._memory.note(key, entity.version, entry.revision)
         return entity
+
+    async def get_many(self, identities: Sequence[str]) -> dict[str, E]:
+        """The stored entities among ``identities``, by identity, read in one pass."""
+        keys: dict[str, str] = {}
+        for identity in identities:
+            try:
+                keys[self._key_of(identity)] = identity
+            except ValueError:
+                continue  # an id that has no key cannot have been stored
+        found: dict[str, E] = {}
+        for key, entry in (await self._cell.read_many(list(keys))).items():
+            entity = self._decode(entry.value)
+            self._memory.note(key, entity.version, entry.revision)
+            found[keys[key]] = entity
+        return found
 
     async def update(self, entity: E, old_version: int, new_version: int) -> None:
         key = self._key(self._identity(entity))

@@ -8,12 +8,15 @@ always reported (``AlreadyExists`` / ``VersionMismatch``) and never a silent ove
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import nats.js.errors
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from ...domain.errors import AlreadyExists, NotFound, VersionMismatch
+from .bulk import kv_rows_of
 from .errors import is_wrong_last_sequence, translated
 
 
@@ -29,13 +32,18 @@ class KvEntry:
 class KvCell:
     """Conditional single-key access to one bucket."""
 
-    def __init__(self, kv: KeyValue, bucket: str) -> None:
+    def __init__(self, kv: KeyValue, bucket: str, js: JetStreamContext) -> None:
         self._kv = kv
         self._bucket = bucket
+        self._js = js
 
     @property
     def bucket(self) -> str:
         return self._bucket
+
+    @property
+    def js(self) -> JetStreamContext:
+        return self._js
 
     async def read(self, key: str) -> KvEntry:
         """The live value of ``key``; ``NotFound`` when it was never written or is deleted."""
@@ -47,6 +55,12 @@ class KvCell:
             if entry.revision is None:
                 raise NotFound(f"{self._bucket}: key {key!r} has no revision")
             return KvEntry(key=key, value=entry.value or b"", revision=entry.revision)
+
+    async def read_many(self, keys: Sequence[str]) -> dict[str, KvEntry]:
+        """The live values among ``keys``, by key, read in one pass (never written or
+        deleted ones left out). Keep ``keys`` to a few hundred."""
+        rows = await kv_rows_of(self._js, self._bucket, keys)
+        return {row.key: KvEntry(row.key, row.value, row.revision) for row in rows}
 
     async def read_optional(self, key: str) -> KvEntry | None:
         try:

@@ -17,6 +17,12 @@ read (a conditional delete): a crash between the two leaves a request without it
 which the next prune removes. Once a head's entry is gone, the same head reported again
 is ingested as a new request, so the bound should be well beyond how late the upstream
 stage may repeat a head.
+
+A KV delete leaves a marker on its key, kept for ever unless removed. Each prune then
+removes the markers of both buckets older than ``MARKER_KEEP_S`` (the previous runs'):
+a purge of the marker's key up to the marker itself, so a value written to that key
+since (the same head ingested again) stays. Nothing reads a marker: a read of a key
+without one is the same miss, and a create that raced a removal retries.
 """
 
 from __future__ import annotations
@@ -30,11 +36,14 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable
-from .bulk import BucketRow, kv_rows
+from .bulk import REMOVED_OPERATIONS, BucketRow, StoredMessage, kv_entries, values_of
 from .codec import decode_queue, decode_request, decode_uri_entry
 from .errors import is_wrong_last_sequence, translated
 from .names import uri_key
 from .topology import Topology
+
+#: Delete markers younger than this are left for the next prune.
+MARKER_KEEP_S = 600.0
 
 
 @dataclass
@@ -50,6 +59,8 @@ class PruneReport:
     undecodable: list[str] = field(default_factory=list)
     live: int = 0
     recent: int = 0
+    #: Delete markers removed (of requests and uri entries pruned by earlier runs).
+    purged_markers: int = 0
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -59,6 +70,7 @@ class PruneReport:
             "kept_undecodable": self.undecodable,
             "kept_live": self.live,
             "kept_recent": self.recent,
+            "purged_markers": self.purged_markers,
         }
 
 
@@ -70,8 +82,10 @@ async def prune_terminal_requests(
     *,
     now: datetime.datetime | None = None,
     dry_run: bool = False,
+    keep_markers_s: float = MARKER_KEEP_S,
 ) -> PruneReport:
-    """Remove terminal requests stored more than ``older_than_s`` ago (see the module)."""
+    """Remove terminal requests stored more than ``older_than_s`` ago, then the delete
+    markers stored more than ``keep_markers_s`` ago (see the module)."""
     if older_than_s <= 0:
         raise ValueError(f"the age bound must be positive, got {older_than_s}s")
     if not terminal_states:
@@ -82,7 +96,8 @@ async def prune_terminal_requests(
     uris = await _kv(js, topology.uris_bucket)
     requests = await _kv(js, topology.requests_bucket)
     report = PruneReport()
-    for row in await _rows(js, topology.requests_bucket):
+    stored = await kv_entries(js, topology.requests_bucket)
+    for row in values_of(topology.requests_bucket, stored):
         try:
             request = decode_request(row.value)
         except NonRetryable:
@@ -100,12 +115,19 @@ async def prune_terminal_requests(
             report.pruned.append(request.id)
         else:
             report.changed.append(request.id)
+    if not dry_run:
+        markers_before = now - datetime.timedelta(seconds=keep_markers_s)
+        report.purged_markers = await _purge_markers(
+            js, topology.requests_bucket, stored, markers_before
+        ) + await _purge_markers(
+            js, topology.uris_bucket, await kv_entries(js, topology.uris_bucket), markers_before
+        )
     return report
 
 
 async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
     ids: set[str] = set()
-    for row in await _rows(js, topology.queues_bucket):
+    for row in values_of(topology.queues_bucket, await kv_entries(js, topology.queues_bucket)):
         try:
             queue = decode_queue(row.value)
         except NonRetryable:
@@ -115,9 +137,20 @@ async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
     return ids
 
 
-async def _rows(js: JetStreamContext, bucket: str) -> list[BucketRow]:
-    """Every live entry of ``bucket`` with the time the server stored it, in one pass."""
-    return await kv_rows(js, bucket)
+async def _purge_markers(
+    js: JetStreamContext, bucket: str, entries: list[StoredMessage], before: datetime.datetime
+) -> int:
+    """Remove the delete markers among ``entries`` stored before ``before``; how many.
+
+    Each purge removes its key's messages up to the marker's sequence only, so a value
+    written since (a higher sequence) is kept."""
+    purged = 0
+    for entry in entries:
+        if entry.operation in REMOVED_OPERATIONS and entry.stored < before:
+            with translated(f"purge the delete marker of {entry.subject}"):
+                await js.purge_stream(f"KV_{bucket}", seq=entry.sequence + 1, subject=entry.subject)
+            purged += 1
+    return purged
 
 
 async def _remove(

@@ -164,7 +164,7 @@ def _refusal(item: object) -> Refusal:
 async def _cell(js: JetStreamContext, topology: Topology) -> KvCell:
     bucket = topology.refused_bucket
     with translated(f"open bucket {bucket}"):
-        return KvCell(await js.key_value(bucket), bucket)
+        return KvCell(await js.key_value(bucket), bucket, js)
 
 
 async def tally_refusal(

@@ -39,7 +39,7 @@ async def open_cell(js: JetStreamContext, bucket: str) -> KvCell:
             raise NonRetryable(
                 f"KV bucket {bucket!r} does not exist; run ensure_topology first"
             ) from None
-    return KvCell(kv, bucket)
+    return KvCell(kv, bucket, js)
 
 
 async def open_kv_stores(js: JetStreamContext, topology: Topology) -> KvStores:

@@ -49,9 +49,19 @@ from nats.js import JetStreamContext, api
 from ...domain.ids import parse_request_id
 from .asked_again import asked_again
 from .errors import STREAM_NAME_IN_USE_CODE, TopologyMismatch, translated
-from .names import InvalidToken, decode_queue_token, encode_name_token, encode_queue_token
+from .names import (
+    InvalidToken,
+    decode_queue_token,
+    encode_name_token,
+    encode_queue_token,
+    encode_token,
+)
 
 DEFAULT_PREFIX = "stovepipe"
+#: The decision trail's size bound unless one is given: about two weeks at 100,000 heads a day.
+DEFAULT_TRAIL_MAX_BYTES = 1 << 30
+#: The smallest bound accepted: a few thousand records.
+MIN_TRAIL_MAX_BYTES = 1 << 20
 DAY_S = 24 * 3600.0
 _SIMPLE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 #: Partitions of the process stream a topology may use: bounds what a forged subject or
@@ -212,9 +222,10 @@ class Topology:
     #: consumers; the service raises it when a new queue reaches it (consumer_limit.py).
     initial_queue_limit: int = 10_000
     kv_history: int = 1
-    #: How long the decision trail keeps a record (30 days), and its size bound (none).
+    #: How long the decision trail keeps a record (30 days), and the size it is kept
+    #: within (1 GiB; -1: none): at the bound the server discards the oldest records.
     trail_max_age_s: float = 30 * DAY_S
-    trail_max_bytes: int = -1
+    trail_max_bytes: int = DEFAULT_TRAIL_MAX_BYTES
     #: The layout request rows are written in (both are read; codec.py).
     request_layout: int = 2
 
@@ -235,6 +246,11 @@ class Topology:
             raise ValueError("dead_letter_max_age_s must be positive (None keeps for ever)")
         if self.refused_outcomes_max_age_s <= 0:
             raise ValueError("refused_outcomes_max_age_s must be positive")
+        if self.trail_max_bytes != -1 and self.trail_max_bytes < MIN_TRAIL_MAX_BYTES:
+            raise ValueError(
+                f"trail_max_bytes must be at least {MIN_TRAIL_MAX_BYTES} (1 MiB), or -1 for "
+                f"no bound; got {self.trail_max_bytes}"
+            )
 
     @classmethod
     def isolated(cls, tag: str, **overrides: object) -> Topology:
@@ -393,14 +409,21 @@ class Topology:
         parsed = parse_request_id(request_id)
         return f"{self.prefix}.trail.{encode_queue_token(parsed.queue)}.{parsed.counter}.>"
 
-    def operator_trail_subject(self, key: str) -> str:
+    def operator_trail_subject(self, pattern: str, key: str) -> str:
         """The subject of one operator verb about queues, not a request (pause, resume,
-        dlq prune): two tokens after ``trail``, so no request's subjects (three or more)
-        ever match it, whatever its queue's token."""
-        return f"{self.prefix}.trail._ops.{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+        dlq prune): ``_ops``, the encoded pattern, a digest of the record's key. ``_ops``
+        is no queue's token (``_`` is always escaped), so no request's subject matches
+        it, and the pattern's token lets a story read the verbs about its queue alone."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        return f"{self.operator_trail_prefix()}{encode_token(pattern)}.{digest}"
+
+    def operator_trail_prefix(self) -> str:
+        """What every operator verb's subject starts with (a record on ``<this><digest>``,
+        one token with no pattern, is read for every story)."""
+        return f"{self.prefix}.trail._ops."
 
     def operator_trail_filter(self) -> str:
-        return f"{self.prefix}.trail._ops.*"
+        return f"{self.operator_trail_prefix()}>"
 
     def dead_letter_subject(self, queue: str, stage: str = "process") -> str:
         if not _SIMPLE_NAME_RE.match(stage):

@@ -17,7 +17,7 @@ Two extras serve simulation and model checking, not the core:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Generic, Self, TypeVar
 
 from ...domain.entities import Queue, Request, evolve
@@ -74,6 +74,11 @@ class _VersionedStore(Generic[E]):
             return self._items[key]
         except KeyError:
             raise NotFound(f"{self._kind} {key!r} not found") from None
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, E]:
+        """The stored values among ``keys``, by key (missing ones left out)."""
+        items = self._items
+        return {key: items[key] for key in keys if key in items}
 
     async def update(self, entity: E, old_version: int, new_version: int) -> None:
         value = self._freeze(entity)

@@ -34,6 +34,16 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def byte_size(text: str) -> int:
+    """A size on the command line (``1GiB``, ``512MiB``), in bytes."""
+    from .sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def replicas(text: str) -> int:
     """A replica count on the command line: a whole number >= 1."""
     try:
@@ -136,6 +146,14 @@ def topology_args(p: argparse.ArgumentParser) -> None:
         help="drop a queue's refused-outcomes record once none was refused for AGE "
         "(default 7d; set when the bucket is created)",
     )
+    p.add_argument(
+        "--retain-trail-bytes",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="keep the decision trail within SIZE, discarding its oldest records "
+        "(default 1GiB)",
+    )
 
 
 def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = "") -> NatsOptions:
@@ -193,6 +211,9 @@ def topology_of(args: argparse.Namespace) -> Topology:
     refused = getattr(args, "retain_refused_outcomes", None)
     if refused is not None:
         settings["refused_outcomes_max_age_s"] = refused
+    trail_bytes = getattr(args, "retain_trail_bytes", None)
+    if trail_bytes is not None:
+        settings["trail_max_bytes"] = trail_bytes
     if args.topology_tag:
         return Topology.isolated(args.topology_tag, **settings)
     return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__

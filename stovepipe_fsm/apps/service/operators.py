@@ -477,5 +477,6 @@ async def request_history(
         raise NotFound(f"no request {request_id!r} and no decision about it")
     if records:
         ended_at_ms = int(row.get("ended_at_ms") or 0) if row is not None else 0
-        records = with_queue_verbs(records, await trail.operator_records(), ended_at_ms)
+        verbs = await trail.operator_records(about=records[0].queue)
+        records = with_queue_verbs(records, verbs, ended_at_ms)
     return history_json(row, records)
