@@ -16,8 +16,10 @@ import logging
 import time
 
 from ..domain.entities import Request
+from ..domain.parameter_text import parameters_text
 from ..domain.trail_record import (
     ADMITTED,
+    ATTEMPT_FAILED,
     HELD,
     PLUGIN,
     RECLAIMED,
@@ -151,7 +153,7 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             holders=", ".join(queue.slot_holders) if queue is not None else "",
             # The effective parameters (max_concurrent, paused, ... as the policy declares
             # them) the hold was decided under.
-            parameters=", ".join(f"{k}={v}" for k, v in sorted(ctx.config.parameters)),
+            parameters=parameters_text(ctx.config.parameters),
         )
         return
     HELD_LOG.forget(request.id)
@@ -208,6 +210,40 @@ async def note_reclaimed(
                 policy=services.policy_hash(),
             )
         )
+
+
+async def note_failed_attempt(
+    services: StageServices,
+    queue: str,
+    request_id: str,
+    *,
+    stream_seq: int,
+    failures: int,
+    max_attempts: int,
+    retry_in_ms: int,
+    error: str,
+) -> None:
+    """A delivery of ``request_id`` raised and is retried: the error, which attempt of the
+    budget failed and when the next try is due. Keyed by the delivery and the failure
+    count, so the performer noting it again after a crash writes the same record."""
+    now = services.clock.now_ms()
+    await services.trail.append(
+        TrailRecord(
+            kind=ATTEMPT_FAILED,
+            queue=queue,
+            request_id=request_id,
+            at_ms=now,
+            detail=detail(
+                error=error,
+                attempt=failures,
+                max_attempts=max_attempts or "",
+                next_try_at_ms=now + retry_in_ms,
+            ),
+            tag=f"{stream_seq}:{failures}",
+            stream_seq=stream_seq,
+            policy=services.policy_hash(),
+        )
+    )
 
 
 #: Detail keys a plugin note sets itself; a plugin's own pairs may not use them.

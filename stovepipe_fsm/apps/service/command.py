@@ -522,7 +522,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from ...domain.trail_record import TrailRecord
-    from ...views.explain import render_history
+    from ...views.explain import render_history, story_from_json
     from .operators import explain_document
 
     if not one_request(args):
@@ -536,7 +536,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(json.dumps(doc, indent=2))
         else:
             records = [TrailRecord.from_json(r) for r in doc["history"]]
-            print(render_history(doc["request"], records))
+            print(render_history(doc["request"], records, story_from_json(doc)))
         return EXIT_OK
 
     return _run_operator(run())

@@ -39,6 +39,7 @@ from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
+from ...domain.trail_record import HELD
 from ...pipeline import policy_in_force
 from ...pipeline.ingest import Ingest
 from ...pipeline.queue_verbs import with_queue_verbs
@@ -50,7 +51,7 @@ from ...views.entities import (
     render_request_rows,
     request_json,
 )
-from ...views.explain import history_json
+from ...views.explain import Position, Story, history_json, named_requests
 from .connect import NatsOptions, connected
 from .pauses import read_pauses
 
@@ -456,4 +457,43 @@ async def request_history(
     if records:
         ended_at_ms = int(row.get("ended_at_ms") or 0) if row is not None else 0
         records = with_queue_verbs(records, await trail.operator_records(), ended_at_ms)
-    return history_json(row, records)
+    position = await _position(js, topology, row, trail) if row is not None else None
+    commits = {}
+    for named in sorted(named_requests(records)):
+        with contextlib.suppress(NotFound):
+            commits[named] = (await requests.get(named)).uri
+    return history_json(row, records, Story(commits, position))
+
+
+async def _position(
+    js: JetStreamContext, topology: Topology, row: dict[str, Any], trail: JetStreamTrail
+) -> Position | None:
+    """Where a head that still waits stands in its queue: the queue's waiting heads in
+    delivery order (by counter, front first), and why the front waits (its latest hold).
+    None for a head that no longer waits, or without a recorded policy to say which
+    state waits."""
+    policy = await read_policy_record(js, topology)
+    if policy is None or not policy.request_initial or row["state"] != policy.request_initial:
+        return None
+    waiting = waiting_heads((await status_rows(js, topology)).requests, row["queue"], policy)
+    ids = [r.id for r in waiting]
+    if row["id"] not in ids:
+        return None
+    front = waiting[0]
+    holds = [r for r in await trail.history(front.id) if r.kind == HELD]
+    reason = holds[-1].details.get("reason", "") if holds else ""
+    return Position(ids.index(row["id"]) + 1, len(ids), front.id, front.uri, reason)
+
+
+def waiting_heads(requests: list[Request], queue: str, policy: PolicyRecord) -> list[Request]:
+    """The heads of ``queue`` that wait (the request machine's initial state), in the
+    order the queue's consumer delivers them: by counter, front first."""
+
+    def counter(request: Request) -> int:
+        try:
+            return parse_request_id(request.id).counter
+        except ValueError:
+            return 0
+
+    mine = [r for r in requests if r.queue == queue and r.state == policy.request_initial]
+    return sorted(mine, key=counter)
