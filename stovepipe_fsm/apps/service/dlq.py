@@ -36,6 +36,7 @@ from ...adapters.jetstream.errors import translated
 from ...config.globs import glob_match, is_pattern
 from ...domain.errors import IllegalOperation, NonRetryable, NotFound
 from ...pipeline.queue_verbs import dlq_prune_record
+from ...views.entities import aligned
 from .connect import NatsOptions, connected
 from .verbs import VerbContext, retry_with, verb_context
 
@@ -99,17 +100,26 @@ async def read_letters(
 
 
 def render_letters(letters: list[StoredLetter]) -> str:
+    """A header, then one aligned line per dead letter, oldest first."""
     if not letters:
         return "no dead letters"
-    lines = []
+    rows = []
     for s in letters:
         row = s.as_json()
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.at_ms / 1000))
-        lines.append(
-            f"{row['id']:>6}  {at}  {row['stage'] or '-':<8} {row['queue'] or '-'}  "
-            f"{row['request_id'] or '-'}  attempts={row['attempts']}  {row['reason']}"
+        rows.append(
+            (
+                f"{row['id']:>6}",
+                at,
+                row["stage"] or "-",
+                row["queue"] or "-",
+                row["request_id"] or "-",
+                str(row["attempts"]),
+                str(row["reason"]),
+            )
         )
-    return "\n".join(lines)
+    header = (f"{'id':>6}", "stored at", "stage", "queue", "request", "attempts", "reason")
+    return "\n".join(aligned(header, rows, indent=""))
 
 
 async def list_letters(

@@ -38,6 +38,7 @@ from ...domain.bounded_text import clip
 from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
+from ...domain.parameter_text import parameters_text, short_commit
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
 from ...domain.trail_record import HELD
 from ...pipeline import policy_in_force
@@ -311,6 +312,7 @@ def _queue_details(
             waiting_on.get(queue.name, []), key=lambda r: (r.ingested_at_ms or 0, r.id)
         )
         oldest = waiting[0] if waiting else None
+        green = by_id.get(queue.last_green_request_id)
         details[queue.name] = {
             "parameters": parameters.get(queue.name, {}),
             "holders": [
@@ -324,6 +326,16 @@ def _queue_details(
             "oldest_waiting": (
                 {"id": oldest.id, "uri": oldest.uri, "ingested_at_ms": oldest.ingested_at_ms}
                 if oldest is not None
+                else None
+            ),
+            # The green the queue builds on, and since when (the end of its build).
+            "last_green": (
+                {
+                    "uri": queue.last_green_uri,
+                    "request_id": queue.last_green_request_id,
+                    "at_ms": green.ended_at_ms if green is not None else 0,
+                }
+                if queue.last_green_uri
                 else None
             ),
         }
@@ -371,9 +383,7 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
     holders = doc.get("slot_holders", {})
     lines = []
     if "policy" in doc:
-        policy = doc["policy"]
-        loaded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(policy["loaded_at_ms"] / 1000))
-        lines.append(f"policy: {policy['hash']} (loaded {loaded} by {policy['replica']})")
+        lines += policy_lines(doc["policy"])
     now_ms = int(time.time() * 1000)
     for paused in doc.get("pauses", []):
         who = f" by {paused['by']}" if paused["by"] else ""
@@ -396,8 +406,12 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         if oldest is not None:
             age = age_text(oldest["ingested_at_ms"], now_ms)
             lines.append(f"    waiting: {detail['waiting']}, oldest {oldest['uri']} for {age}")
+        green = detail.get("last_green")
+        if green is not None and green["at_ms"]:
+            age = age_text(green["at_ms"], now_ms)
+            lines.append(f"    last green: {short_commit(green['uri'])} for {age}")
         if detail["parameters"]:
-            values = ", ".join(f"{k}={v}" for k, v in sorted(detail["parameters"].items()))
+            values = parameters_text(detail["parameters"].items())
             lines.append(f"    parameters: {values}")
     shown = recent_requests(doc, recent)
     hidden = len(doc["requests"]) - len(shown) + doc.get("requests_not_shown", 0)
@@ -410,6 +424,32 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         lines.append(f"damaged rows ({len(damaged)}, not decodable):")
         lines += [f"  {d['bucket']} {d['key']}: {d['error']}" for d in damaged]
     return "\n".join(lines)
+
+
+def utc_text(at_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_ms / 1000))
+
+
+def policy_lines(policy: dict[str, Any]) -> list[str]:
+    """The policy in force as ``status`` prints it: the hash (``unhashed`` for a service
+    run on machines alone), who loaded it when, when each part was loaded, and the last
+    refused edit with its located error."""
+    shown = policy["hash"] or "unhashed"
+    lines = [f"policy: {shown} (loaded {utc_text(policy['loaded_at_ms'])} by {policy['replica']})"]
+    machines_at, config_at = policy.get("machines_loaded_at_ms"), policy.get("config_loaded_at_ms")
+    if machines_at and config_at:
+        lines.append(
+            f"    machines loaded {utc_text(machines_at)}, config loaded {utc_text(config_at)}"
+        )
+    refused = policy.get("refused") or {}
+    if refused:
+        state = "not in force" if refused.get("now") else "replaced since by a good edit"
+        lines.append(
+            f"    last refused edit ({refused['part']}) at {utc_text(int(refused['at_ms']))}, "
+            f"{state}:"
+        )
+        lines += [f"      {line}" for line in str(refused["error"]).splitlines()]
+    return lines
 
 
 async def explain_document(
