@@ -117,6 +117,7 @@ def test_the_queue_page_lists_heads_front_first_and_parameters_as_a_table() -> N
     assert f'href="/queue/{name}"' in overview
     assert "4f2a9c1e0b</code></a> for 3m" in overview  # last green: commit and age
     assert "False" not in overview and "paused=true" in overview  # YAML, not reprs
+    assert "full_build_paths: 2" in overview  # a list by its length; whole on its page
     heads = [
         page.HeadView(1, f"request/{name}/2", "B", "accepted", 4_000, "paused", 3),
         page.HeadView(2, f"request/{name}/3", HOSTILE, "accepted", 7_000),

@@ -32,7 +32,7 @@ from typing import Any
 from ..domain.parameter_text import short_commit, value_text
 from ..domain.trail_record import TrailRecord
 from .entities import age_text
-from .explain import Story, clock_text, sentence
+from .explain import Story, clock_text, request_counter, sentence
 
 PAGE_SIZE = 50
 #: Seconds between two loads of a page in a browser (``<meta http-equiv="refresh">``).
@@ -309,7 +309,16 @@ def _last_green(q: QueueView, now_ms: int) -> str:
 
 
 def _parameters_inline(parameters: Mapping[str, object]) -> str:
-    return ", ".join(f"{text(k)}={text(value_text(v))}" for k, v in sorted(parameters.items()))
+    """The overview's short form: the values that are set (not 0, false or empty), a
+    list by its length; every parameter is on the queue page."""
+    shown = []
+    for k, v in sorted(parameters.items()):
+        if isinstance(v, list | tuple):
+            if v:
+                shown.append(f"{text(k)}: {len(v)}")
+        elif v not in (0, False, "", None):
+            shown.append(f"{text(k)}={text(value_text(v))}")
+    return ", ".join(shown)
 
 
 def _queue_row(q: QueueView, now_ms: int) -> str:
@@ -356,21 +365,37 @@ def _pager(selection: Selection, page: int, pages: int) -> str:
     return f'<p id="pager">{" ".join(links)}</p>'
 
 
-def _decisions(
-    records: Sequence[TrailRecord], story: Story | None = None, table_id: str = "decisions"
-) -> str:
+def _decisions(records: Sequence[TrailRecord]) -> str:
     if not records:
         return '<p class="muted">No decision recorded yet.</p>'
-    story = story or Story()
     rows = [
         f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
         f'<td><code class="queue-name">{text(r.queue)}</code></td>'
         f'<td><a href="{request_href(r.request_id)}"><code>{text(r.request_id)}</code></a></td>'
-        f"<td>{text(sentence(r, story))}</td></tr>"
+        f"<td>{text(sentence(r))}</td></tr>"
         for r in records
     ]
     head = "<tr><th>Last at</th><th>Queue</th><th>Request</th><th>Decision</th></tr>"
-    return f'<table id="{table_id}"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<table id="decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _queue_decisions(records: Sequence[TrailRecord], commits: Mapping[str, str]) -> str:
+    """One queue's decisions: each request by its commit and counter, lines in commit
+    terms (the queue is the page's)."""
+    if not records:
+        return '<p class="muted">No decision recorded yet.</p>'
+    story = Story(commits)
+    rows = [
+        f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
+        f'<td class="when">{commit_link(r.request_id, commits.get(r.request_id, r.request_id))}'
+        f' <span class="muted">{text(request_counter(r.request_id))}</span></td>'
+        f"<td>{text(sentence(r, story))}</td></tr>"
+        for r in records
+    ]
+    head = "<tr><th>Last at</th><th>Commit</th><th>Decision</th></tr>"
+    return (
+        f'<table id="queue-decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    )
 
 
 def _problems(doc: Mapping[str, Any]) -> str:
@@ -417,7 +442,6 @@ def render_queue(
     """``/queue/<name>``: last green, waiting heads front first, holders, the effective
     parameters as a table, and the queue's recent decisions."""
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    story = Story(commits)
     facts = [
         ("state", _queue_state(q)),
         ("last green", _last_green(q, now)),
@@ -434,7 +458,7 @@ def render_queue(
         "<h2>Effective parameters</h2>",
         _parameters_table(q.parameters),
         "<h2>Recent decisions</h2>",
-        _decisions(decisions, story, "queue-decisions"),
+        _queue_decisions(decisions, commits),
     ]
     return layout(f"Queue {q.name}", policy_hash, body, refresh=True)
 
