@@ -266,6 +266,9 @@ async def test_the_page_on_a_running_service(js_env, monkeypatch) -> None:  # ty
             assert status == 200 and 'class="head" data-position="1"' in body
             assert f"/request/{b}" in body and 'id="parameters"' in body
             assert (await fetch(http.port, "/queue/no/such"))[0] == 404
+            status, _, body = await fetch(http.port, "/card")
+            assert status == 200 and "every other queue" in body
+            assert "gate_wait_delay_ms</code></th><td class=\"params\"><code>100" in body
 
             status, _, body = await fetch(http.port, f"/request/{b}")
             assert status == 200 and 'id="history"' in body and "ingested &lt;script&gt;" in body

@@ -27,7 +27,7 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..domain.parameter_text import short_commit, value_text
 from ..domain.trail_record import TrailRecord
@@ -646,6 +646,59 @@ def _in_force(p: PolicyInForce) -> str:
         out.append('<p class="muted" id="refused">No edit refused since start.</p>')
     out.append(f'<h2>Config in force</h2><pre id="config">{text(p.config_text)}</pre>')
     return "".join(out)
+
+
+# --- the policy card ------------------------------------------------------------------------
+
+
+class CardSection(Protocol):
+    """One section of the policy card (``apps.policy_card.Section``)."""
+
+    @property
+    def title(self) -> str: ...
+    @property
+    def where(self) -> str: ...
+    @property
+    def parameters(self) -> tuple[tuple[str, Any], ...]: ...
+    @property
+    def fires(self) -> tuple[tuple[str, str, str], ...]: ...
+    @property
+    def never(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def render_card(policy_hash: str, sections: Sequence[CardSection]) -> str:
+    """``/card``: per queue pattern of the config in force, the effective parameters and
+    the gate transitions that can fire under them (what ``stovepipe-fsm card`` prints)."""
+    body = [
+        "<h2>Policy card</h2>",
+        '<p class="muted">Per queue pattern of the config in force: the effective '
+        "parameters, and the gate's transitions that can fire under them.</p>",
+    ]
+    for s in sections:
+        params = "".join(
+            f'<tr><th><code>{text(k)}</code></th><td class="params"><code>'
+            f"{text(value_text(v))}</code></td></tr>"
+            for k, v in s.parameters
+        )
+        fires = "".join(
+            f"<tr><td>{_ticks(label)}</td><td>{_ticks(when)}</td><td>{text(then)}</td></tr>"
+            for label, when, then in s.fires
+        )
+        never = "".join(f"<li>{_ticks(label)}: {_ticks(why)}</li>" for label, why in s.never)
+        body += [
+            f'<h2 class="card-section"><code class="queue-name">{_ticks(s.title)}</code> '
+            f'<span class="muted">({text(s.where)})</span></h2>',
+            f'<table class="facts">{params}</table>',
+            "<table><thead><tr><th>Transition</th><th>When</th><th>Then</th></tr></thead>"
+            f"<tbody>{fires}</tbody></table>",
+            f"<p>Cannot fire under these parameters:</p><ul>{never}</ul>" if never else "",
+        ]
+    return layout("Policy card", policy_hash, body, refresh=False)
+
+
+def _ticks(markdown: str) -> str:
+    """Card text whose backticks mark names: escaped, without the backticks."""
+    return text(markdown.replace("`", ""))
 
 
 # --- the frame ------------------------------------------------------------------------------

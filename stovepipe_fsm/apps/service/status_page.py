@@ -31,6 +31,7 @@ from ...domain.trail_record import HELD, TrailRecord
 from ...machine.diagrams import header_line, mermaid_diagram, render_dot
 from ...views import page
 from ..diagram_files import DiagramError, find_dot, render_svg
+from ..policy_card import card_sections
 from .operators import request_history, status_document, status_rows
 from .pauses import Pause
 from .supervisor import Service
@@ -85,6 +86,8 @@ class StatusPage:
             )
         if route == "/policy":
             return PageReply("200 OK", await self.policy())
+        if route == "/card":
+            return PageReply("200 OK", self.card())
         if route.startswith("/queue/"):
             return await self.queue(urllib.parse.unquote(route.removeprefix("/queue/")))
         request_id = urllib.parse.unquote(route.removeprefix("/request/"))
@@ -155,6 +158,23 @@ class StatusPage:
             view, heads, decisions, service.policy_hash, commits=commits
         )
         return PageReply("200 OK", body)
+
+    def card(self) -> str:
+        """The policy card of the machines and config this replica runs."""
+        service = self.service
+        machines = service.machines
+        policy = service.queue_policy()
+        sections = (
+            card_sections(
+                machines.queue_gate.spec,
+                machines.queue_gate.registry,
+                policy,
+                machines.parameter_defaults,
+            )
+            if policy is not None
+            else []
+        )
+        return page.render_card(service.policy_hash, sections)
 
     async def request(self, request_id: str) -> PageReply:
         service = self.service

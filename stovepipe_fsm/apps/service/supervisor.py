@@ -40,6 +40,7 @@ from ...adapters.jetstream import Topology
 from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer, ProcessConsumer
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.shared_inbox import SharedInbox
+from ...config.policy import QueuePolicy
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -339,6 +340,11 @@ class Service:
             for queue, why in sorted(self._crew.queues.refused.items()):
                 problems.append(f"queue {queue!r} has no consumer: {why}")
         return problems
+
+    def queue_policy(self) -> QueuePolicy | None:
+        """The queue config in force as loaded (None for a store that is no file's)."""
+        policy = getattr(self.config, "policy", None)
+        return policy if isinstance(policy, QueuePolicy) else None
 
     def readiness_notes(self) -> list[str]:
         """What ``/readyz`` adds without failing: a refused policy edit, still on disk
