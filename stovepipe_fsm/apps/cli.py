@@ -29,13 +29,13 @@ from .options import (
     EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USAGE,
+    MACHINES_HELP,
     first_existing,
     installed_version,
     machines_of_config,
 )
 
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
-MACHINES_HELP = "the policy's machines directory (default: machines here, else the shipped one)"
 CARD_CONFIG_HELP = (
     "the queue config the policy card is drawn from (default: P/config/queues.yaml for "
     "--machines P/machines when it exists, else config/queues.yaml here, else the shipped one)"
@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="schema + lint of machines and queue config")
     p.add_argument("paths", nargs="*", help="files or directories (default: the shipped ones)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="how issues are printed"
+    )
     p.add_argument(
         "--machines",
         help="where the parameters a config file may set are declared (default: the "
