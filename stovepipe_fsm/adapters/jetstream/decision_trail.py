@@ -11,8 +11,8 @@ and every one of them holds exactly one record:
   with ``Nats-Rollup: sub``, which removes the earlier message: an hour of holds is one
   record with a count and its first and last time.
 
-An operator verb (kind ``operator``) has its verb in the tag, so each verb about a request
-has its own subject; a verb about queues (no request) lands on
+An operator verb (kind ``operator``), a plugin's note and a failed attempt carry what
+tells them apart in the tag, so each has its own subject; a verb about queues (no request) lands on
 ``<prefix>.trail._ops.<digest of its key>`` and is read back by
 :meth:`JetStreamTrail.operator_records`.
 
@@ -31,12 +31,16 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ...domain.errors import NonRetryable
-from ...domain.trail_record import HELD, OPERATOR, TrailRecord
+from ...domain.trail_record import ATTEMPT_FAILED, HELD, OPERATOR, PLUGIN, TrailRecord
 from .errors import translated
 from .publisher import MSG_ID_HEADER
 from .topology import Topology
 
 ROLLUP_HEADER = "Nats-Rollup"
+#: Kinds whose records are each on a subject of their own (the tag in it): a request
+#: has many of them, and each is kept (an operator verb, a plugin's note, a failed
+#: attempt), where a later record of another kind replaces the earlier one.
+OWN_SUBJECT_KINDS = (OPERATOR, PLUGIN, ATTEMPT_FAILED)
 #: The windows of newest sequences :meth:`JetStreamTrail.latest` reads, narrowest first,
 #: and the most messages it reads in all.
 LATEST_WINDOWS = (1_024, 16_384, 131_072)
@@ -63,7 +67,7 @@ class JetStreamTrail:
         elif not record.request_id:
             subject = topology.operator_trail_subject(record.key)
             headers = {MSG_ID_HEADER: record.key}
-        elif record.kind == OPERATOR:
+        elif record.kind in OWN_SUBJECT_KINDS:
             subject = topology.trail_subject(record.request_id, record.kind, record.tag)
             headers = {MSG_ID_HEADER: record.key}
         else:
