@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -27,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 from nats_server import isolated_tag
-from test_queue_page_support import WIDTH, boxes_fit, one_line
-from test_service_cli import CLI, ROOT, TIMEOUT_S, cli, http_get, wait_until
+from page_support import WIDTH, boxes_fit, one_line, serving
+from test_service_cli import ROOT, cli, http_get, wait_until
 from test_status_page_browser import until
 
 from stovepipe_fsm.adapters.jetstream.server import free_port
@@ -69,16 +68,7 @@ def served(nats_server, module_tag, tmp_path_factory) -> Iterator[Served]:  # ty
     common = ["--nats", nats_server.url, "--topology-tag", module_tag]
     policy = ["--machines", str(root / "machines"), "--config", str(root / "queues.yaml")]
     port = free_port()
-    serve = subprocess.Popen(
-        [*CLI, "serve", *common, *policy, "--http-port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        wait_until(lambda: http_get(port, "/healthz")[0] == 200, "healthz 200")
+    with serving([*common, *policy], port):
         page = Served(port, [*common, *policy], root / "queues.yaml", shots)
 
         def state(uri: str) -> str:
@@ -91,10 +81,6 @@ def served(nats_server, module_tag, tmp_path_factory) -> Iterator[Served]:  # ty
         wait_until(lambda: state("R1") == "processing", "R1 processing")
         wait_until(lambda: state("M1") == "processing", "M1 processing")
         yield page
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        _, err = serve.communicate(timeout=TIMEOUT_S)
-        assert serve.returncode == 0, err[-2000:]
 
 
 def at_width(browser: Any) -> None:
