@@ -75,11 +75,15 @@ def test_parameters_are_told_once_and_again_only_where_they_changed() -> None:
     first = parameters_text([("max_concurrent", 1), ("paused", False), ("skip_paths", ["a/**"])])
     second = parameters_text([("max_concurrent", 2), ("paused", False), ("skip_paths", ["a/**"])])
     assert first == "max_concurrent=1, paused=false, skip_paths=[a/**]"
+    def held(at_ms: int, reason: str, parameters: str, tag: str) -> TrailRecord:
+        why = detail(reason=reason, parameters=parameters)
+        return TrailRecord(HELD, Q, f"request/{Q}/1", at_ms, why, tag=tag)
+
     records = [
         record(INGESTED, uri="A"),
-        TrailRecord(HELD, Q, f"request/{Q}/1", 2_000, detail(reason="gate_closed", parameters=first), tag="g"),
-        TrailRecord(HELD, Q, f"request/{Q}/1", 3_000, detail(reason="paused", parameters=first), tag="p"),
-        TrailRecord(HELD, Q, f"request/{Q}/1", 4_000, detail(reason="gate_closed", parameters=second), tag="h"),
+        held(2_000, "gate_closed", first, "g"),
+        held(3_000, "paused", first, "p"),
+        held(4_000, "gate_closed", second, "h"),
     ]
     text = render_history(None, records)
     assert text.count("parameters: ") == 2, text

@@ -95,7 +95,7 @@ def test_the_policy_lines_say_when_each_part_loaded_and_the_last_refused_edit() 
 
 def test_dlq_list_has_a_header_over_aligned_columns() -> None:
     letters = [
-        StoredLetter(7, "s", 0, DeadLetter("mono/main", "request/mono/main/3", "NotFound: x", 5, 9)),
+        StoredLetter(7, "s", 0, DeadLetter("mono/main", "request/mono/main/3", "x", 5, 9)),
         StoredLetter(12, "s", 0, None, "not readable"),
     ]
     lines = render_letters(letters).splitlines()
