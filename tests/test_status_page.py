@@ -29,7 +29,7 @@ from stovepipe_fsm.apps.service import status_page
 from stovepipe_fsm.apps.service.http import HttpEndpoint
 from stovepipe_fsm.apps.service.pauses import pause
 from stovepipe_fsm.apps.service.status_page import StatusPage
-from stovepipe_fsm.domain.trail_record import HELD, INGESTED, TrailRecord, detail
+from stovepipe_fsm.domain.trail_record import HELD, INGESTED, SUPERSEDED, TrailRecord, detail
 from stovepipe_fsm.views import page
 
 HOSTILE = "<script>window.pwned=1</script>\"'&"
@@ -113,7 +113,14 @@ def test_the_queue_page_lists_heads_front_first_and_parameters_as_a_table() -> N
     }
     doc["queue_details"][name]["parameters"]["full_build_paths"] = ["WORKSPACE", HOSTILE]
     [view] = page.queue_views(doc, {}, {})
-    overview = page.render_overview(doc, [view], [], page.Selection(), now_ms=10_000)
+    doc["requests"] = [{"id": f"request/{name}/3", "queue": name, "uri": "C"}]
+    superseded = TrailRecord(
+        SUPERSEDED, name, f"request/{name}/2", 9_000, detail(by=f"request/{name}/3")
+    )
+    overview = page.render_overview(
+        doc, [view], [superseded], page.Selection(), now_ms=10_000
+    )
+    assert "superseded by C (request 3) (never built)" in overview  # in commit terms
     assert f'href="/queue/{name}"' in overview
     assert "4f2a9c1e0b</code></a> for 3m" in overview  # last green: commit and age
     assert "False" not in overview and "paused=true" in overview  # YAML, not reprs

@@ -229,7 +229,7 @@ def render_overview(
         _queue_table(shown, now),
         _pager(selection, page, pages),
         "<h2>Latest decisions</h2>",
-        _decisions(decisions),
+        _decisions(decisions, Story({r["id"]: r["uri"] for r in doc.get("requests", [])})),
         _problems(doc),
     ]
     return layout("Queues", doc_policy_hash(doc), body, refresh=True)
@@ -365,14 +365,14 @@ def _pager(selection: Selection, page: int, pages: int) -> str:
     return f'<p id="pager">{" ".join(links)}</p>'
 
 
-def _decisions(records: Sequence[TrailRecord]) -> str:
+def _decisions(records: Sequence[TrailRecord], story: Story) -> str:
     if not records:
         return '<p class="muted">No decision recorded yet.</p>'
     rows = [
         f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
         f'<td><code class="queue-name">{text(r.queue)}</code></td>'
         f'<td><a href="{request_href(r.request_id)}"><code>{text(r.request_id)}</code></a></td>'
-        f"<td>{text(sentence(r))}</td></tr>"
+        f"<td>{text(sentence(r, story))}</td></tr>"
         for r in records
     ]
     head = "<tr><th>Last at</th><th>Queue</th><th>Request</th><th>Decision</th></tr>"
