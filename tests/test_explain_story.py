@@ -65,6 +65,8 @@ def test_lines_name_the_requests_they_mention_by_short_commit_and_counter() -> N
     assert superseded == f"superseded by {SHA[:10]} (request 7) (never built)"
     held = sentence(record(HELD, reason="gate_closed", holders=f"request/{Q}/2"), story)
     assert held == f"held once: gate_closed (slot holders: request/{Q}/2 (R2))"
+    by_plugin = sentence(record(HELD, reason="embargoed", plugin="embargo_rules"), story)
+    assert by_plugin == "held once: embargoed, a rule of plugin embargo_rules (slot holders: none)"
     reclaimed = sentence(record(RECLAIMED, by=f"request/{Q}/7"), story)
     assert reclaimed.endswith(f"(found while deciding {SHA[:10]} (request 7))")
     # Without the commits, the ids.

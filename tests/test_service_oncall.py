@@ -126,7 +126,7 @@ async def test_explain_and_the_queue_page_answer_on_calls_questions(js_env) -> N
     assert "attempt 2 of 3 failed: " in ghost
     assert "dead-lettered after 3 failed attempt(s): gave up after 3 attempts: " in ghost
     # A plugin's decision: held by its condition, with the glob it noted.
-    assert "held " in said["E-wip"] and ": embargoed (slot holders: " in said["E-wip"]
+    assert ": embargoed, a rule of plugin oncall_rules (slot holders: " in said["E-wip"]
     assert "plugin oncall_rules noted: embargoed (glob=*-wip)" in said["E-wip"], said["E-wip"]
     assert "plugin oncall_rules noted: change size (paths=4)" in said["E-wip"]  # both notes kept
     # The freeze: the front waits on it, the head behind waits on the front.

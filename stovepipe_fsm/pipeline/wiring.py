@@ -85,6 +85,11 @@ def build_stages(
         policy_hash=ports.policy_hash,
         metrics=metrics,
         lifecycle_factory=lifecycle_factory,
+        condition_origins={
+            name: info.origin
+            for name, info in machines.queue_gate.registry.conditions.items()
+            if info.origin
+        },
     )
     return Stages(
         services=services,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from ..domain.entities import Request
 from ..domain.parameter_text import parameters_text
@@ -150,6 +151,8 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             tag=reason,
             stream_seq=seq,
             reason=reason,
+            # Which plugins' conditions held it (a rule of the policy's own code).
+            plugin=", ".join(_plugins_of(ctx.via, services.condition_origins)),
             holders=", ".join(queue.slot_holders) if queue is not None else "",
             # The effective parameters (max_concurrent, paused, ... as the policy declares
             # them) the hold was decided under.
@@ -182,6 +185,14 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             base=request.base_uri,
             why=ctx.strategy_reason,
         )
+
+
+def _plugins_of(step: Step | None, origins: Mapping[str, str]) -> list[str]:
+    """The plugins whose conditions the transition of ``step`` tests."""
+    t = step.transition if step is not None else None
+    if t is None or not origins:
+        return []
+    return sorted({origins[c.name] for c in t.conditions if c.name in origins})
 
 
 def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:

@@ -118,8 +118,9 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
         until = "" if record.count == 1 else f" until {clock_text(record.at_ms)}"
         holders = [h.strip() for h in d.get("holders", "").split(",") if h.strip()]
         shown = ", ".join(story.holder(h) for h in holders) or "none"
+        plugin = f", a rule of plugin {d['plugin']}" if d.get("plugin") else ""
         return (
-            f"held {times}{until}: {d.get('reason') or 'no reason recorded'} "
+            f"held {times}{until}: {d.get('reason') or 'no reason recorded'}{plugin} "
             f"(slot holders: {shown})"
         )
     if record.kind == SUPERSEDED:
