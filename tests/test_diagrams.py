@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "machines"
 COMMITTED = ROOT / "docs" / "diagrams"
 REQUIRED_NAMES = ["queue_gate.dot", "queue_gate.md", "request.dot", "request.md"]
+#: What the command writes: the diagrams and the policy card beside them.
+COMMAND_NAMES = sorted([*REQUIRED_NAMES, "policy_card.md"])
 SVG_NAMES = ["queue_gate.svg", "request.svg"]
 
 
@@ -608,7 +610,7 @@ def test_diagram_writes_then_check_finds_a_hand_edit(
     assert diagram(capsys, out, "--check")[0] == 1  # nothing written yet
     code, stdout, _ = diagram(capsys, out)
     assert code == 0
-    assert stdout.splitlines() == [f"wrote {out / name}" for name in REQUIRED_NAMES]
+    assert stdout.splitlines() == [f"wrote {out / name}" for name in COMMAND_NAMES]
     assert diagram(capsys, out, "--check")[0] == 0
     with (out / "request.md").open("a", encoding="utf-8") as handle:
         handle.write("hand edit\n")
@@ -636,7 +638,7 @@ def test_svg_is_written_and_checked_only_with_the_flag(
 ) -> None:
     out = tmp_path / "out"
     assert diagram(capsys, out)[0] == 0
-    assert sorted(p.name for p in out.iterdir()) == REQUIRED_NAMES
+    assert sorted(p.name for p in out.iterdir()) == COMMAND_NAMES
     code, _, stderr = diagram(capsys, out, "--check", "--svg")
     assert code == 1
     assert stderr.splitlines() == [
@@ -650,7 +652,7 @@ def test_svg_is_written_and_checked_only_with_the_flag(
     assert diagram(capsys, out, "--check")[0] == 0
     assert diagram(capsys, out) == (0, "", f"diagrams in {out} are up to date\n")
     assert dot_runs(fake_dot) == runs  # the runs without --svg never called dot
-    assert sorted(p.name for p in out.iterdir()) == sorted([*REQUIRED_NAMES, *SVG_NAMES])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*COMMAND_NAMES, *SVG_NAMES])
 
 
 def test_output_path_that_is_a_file_is_a_usage_error(
@@ -672,7 +674,7 @@ def test_real_graphviz_through_the_command(
     code, stdout, _ = diagram(capsys, out, "--svg")
     assert code == 0
     assert sorted(stdout.splitlines()) == [
-        f"wrote {out / name}" for name in sorted([*REQUIRED_NAMES, *SVG_NAMES])
+        f"wrote {out / name}" for name in sorted([*COMMAND_NAMES, *SVG_NAMES])
     ]
     assert diagram(capsys, out, "--check", "--svg")[0] == 0
     assert diagram(capsys, out, "--check")[0] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -175,6 +176,9 @@ def test_demo_runs_the_walkthrough_and_exits_zero() -> None:
     ]
     assert rows[-1][3:] == ["incremental_since_green", "A"]
     assert "held" in done.stdout
+    # The final status names the policy the demo ran by its hash.
+    [policy] = [line for line in done.stdout.splitlines() if line.startswith("policy:")]
+    assert re.fullmatch(r"policy: [0-9a-f]{16} \(loaded \S+ by \S+\)", policy), policy
 
 
 def test_serve_reports_a_machine_defect_before_reaching_for_the_broker(tmp_path) -> None:

@@ -149,6 +149,13 @@ async def test_a_broken_edit_keeps_the_policy_and_logs_where(
         assert f"{gate}:{line}:10:" in warning and "recieved" in warning
         assert run.service.policy_hash == before and await shown_hash(js_env) == before
         assert run.service.pipeline is not None and run.service.pipeline.stages is in_force
+        # status and /readyz say so: which part, where, since when; still ready.
+        refused = (await status_document(js_env.js, js_env.topology))["policy"]["refused"]
+        assert (refused["part"], refused["now"]) == ("machines", True)
+        assert f"{gate}:{line}:10:" in refused["error"]
+        [note] = run.service.readiness_notes()
+        assert note.startswith("policy edit refused (machines) at ") and "recieved" in note
+        assert run.service.ready
         # The old policy still runs: one slot, so B is held behind A.
         a = await run.ingest(QUEUE, "A")
         await run.wait_state(a, "processing")
@@ -160,6 +167,10 @@ async def test_a_broken_edit_keeps_the_policy_and_logs_where(
         assert await run.service.reload_policy()
         assert run.service.reloader is not None and run.service.reloader.last_error is None
         await run.wait_state(b, "processing")
+        shown = (await status_document(js_env.js, js_env.topology))["policy"]
+        assert shown["refused"]["now"] is False  # kept, as replaced since
+        assert shown["machines_loaded_at_ms"] >= refused["at_ms"]
+        assert run.service.readiness_notes() == []
 
 
 async def test_removing_a_request_state_is_refused_with_the_reason(

@@ -144,6 +144,8 @@ async def test_dlq_list_replay_and_prune(js_env) -> None:
         assert "source control unavailable" in letter["reason"]
         text = await run_cli("dlq", "list", "--queue", "monorepo/*", *where)
         assert f"{letter['id']:>6}" in text.stdout and b in text.stdout
+        header = text.stdout.splitlines()[0].split()
+        assert header == ["id", "stored", "at", "stage", "queue", "request", "attempts", "reason"]
         other = await run_cli("dlq", "list", "--queue", "mobile/*", *where)
         assert other.stdout.strip() == "no dead letters"
 

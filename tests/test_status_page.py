@@ -9,6 +9,7 @@ The browser tests (tests/browser, ``make test-browser``) load the same pages in 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import re
 import time
@@ -28,7 +29,7 @@ from stovepipe_fsm.apps.service import status_page
 from stovepipe_fsm.apps.service.http import HttpEndpoint
 from stovepipe_fsm.apps.service.pauses import pause
 from stovepipe_fsm.apps.service.status_page import StatusPage
-from stovepipe_fsm.domain.trail_record import HELD, INGESTED, TrailRecord, detail
+from stovepipe_fsm.domain.trail_record import HELD, INGESTED, SUPERSEDED, TrailRecord, detail
 from stovepipe_fsm.views import page
 
 HOSTILE = "<script>window.pwned=1</script>\"'&"
@@ -99,6 +100,62 @@ def test_every_user_string_lands_escaped() -> None:
     assert "<script" not in shown.replace("&lt;script", "")
     diagram = page.Diagram("request", "", f"stateDiagram-v2\n  a : {HOSTILE}", "no SVG: x")
     assert "<script" not in page.render_policy("cafe", "", [diagram]).replace("&lt;script", "")
+
+
+def test_the_queue_page_lists_heads_front_first_and_parameters_as_a_table() -> None:
+    doc = _doc(1)
+    name = "q/0000"
+    doc["queues"][0]["last_green_uri"] = "4f2a9c1e0b7d3a5c6e8f90a1b2c3d4e5f6a7b8c9"
+    doc["queue_details"][name]["last_green"] = {
+        "uri": "4f2a9c1e0b7d3a5c6e8f90a1b2c3d4e5f6a7b8c9",
+        "request_id": f"request/{name}/1",
+        "at_ms": 10_000 - 180_000,
+    }
+    doc["queue_details"][name]["parameters"]["full_build_paths"] = ["WORKSPACE", HOSTILE]
+    [view] = page.queue_views(doc, {}, {})
+    doc["requests"] = [{"id": f"request/{name}/3", "queue": name, "uri": "C"}]
+    superseded = TrailRecord(
+        SUPERSEDED, name, f"request/{name}/2", 9_000, detail(by=f"request/{name}/3")
+    )
+    overview = page.render_overview(
+        doc, [view], [superseded], page.Selection(), now_ms=10_000
+    )
+    assert "superseded by C (request 3) (never built)" in overview  # in commit terms
+    assert f'href="/queue/{name}"' in overview
+    assert "4f2a9c1e0b</code></a> for 3m" in overview  # last green: commit and age
+    assert "False" not in overview and "paused=true" in overview  # YAML, not reprs
+    assert "full_build_paths: 2" in overview  # a list by its length; whole on its page
+    heads = [
+        page.HeadView(1, f"request/{name}/2", "B", "accepted", 4_000, "paused", 3),
+        page.HeadView(2, f"request/{name}/3", HOSTILE, "accepted", 7_000),
+    ]
+    held = TrailRecord(HELD, name, f"request/{name}/2", 9_000, detail(reason="paused"))
+    out = page.render_queue(
+        view, heads, [held], "cafe", commits={f"request/{name}/1": "A"}, now_ms=10_000
+    )
+    assert re.findall(r'class="head" data-position="(\d+)"', out) == ["1", "2"]
+    assert "paused <span class=\"muted\">(3 times)</span>" in out
+    assert "behind the front (not delivered yet)" in out
+    assert "<th><code>paused</code></th><td class=\"params\"><code>true</code>" in out
+    assert "<code>[WORKSPACE, &lt;script&gt;" in out
+    assert "<script" not in out.replace("&lt;script", "")
+    assert 'id="queue-decisions"' in out and "held once: paused" in out
+
+
+def test_the_policy_page_shows_the_config_the_loads_and_the_refused_edit() -> None:
+    in_force = page.PolicyInForce(
+        "machines", "config/queues.yaml", f"queues: {{}}  # {HOSTILE}\n", 60_000, 120_000,
+        "config", "queues.yaml:3:18: max_concurrent: -1 is less than 1", 180_000, True,
+    )
+    out = page.render_policy("cafe", "", [], in_force)
+    assert 'id="refused" data-now="true"' in out
+    assert "Last refused edit (config) at 1970-01-01T00:03:00.000Z, still on disk" in out
+    assert "queues.yaml:3:18: max_concurrent: -1 is less than 1" in out
+    assert "loaded <span class=\"when\">1970-01-01T00:01:00.000Z</span>" in out
+    assert '<pre id="config">queues: {}  # &lt;script&gt;' in out
+    assert "<script" not in out.replace("&lt;script", "")
+    quiet = page.render_policy("cafe", "", [], dataclasses.replace(in_force, refused_part=""))
+    assert "No edit refused since start." in quiet
 
 
 def test_a_lease_shows_its_expiry_relative_to_now() -> None:
@@ -211,6 +268,14 @@ async def test_the_page_on_a_running_service(js_env, monkeypatch) -> None:  # ty
                 return 'data-paused="true"' in (await fetch(http.port, "/"))[2]
 
             await wait_for(shown_paused, "the page shows the pause", timeout=5)
+
+            status, _, body = await fetch(http.port, "/queue/team/app")
+            assert status == 200 and 'class="head" data-position="1"' in body
+            assert f"/request/{b}" in body and 'id="parameters"' in body
+            assert (await fetch(http.port, "/queue/no/such"))[0] == 404
+            status, _, body = await fetch(http.port, "/card")
+            assert status == 200 and "every other queue" in body
+            assert "gate_wait_delay_ms</code></th><td class=\"params\"><code>100" in body
 
             status, _, body = await fetch(http.port, f"/request/{b}")
             assert status == 200 and 'id="history"' in body and "ingested &lt;script&gt;" in body

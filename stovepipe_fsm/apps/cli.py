@@ -29,12 +29,17 @@ from .options import (
     EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USAGE,
+    MACHINES_HELP,
     first_existing,
     installed_version,
     machines_of_config,
 )
 
 TRACEBACK_ENV = "STOVEPIPE_FSM_TRACEBACK"
+CARD_CONFIG_HELP = (
+    "the queue config the policy card is drawn from (default: P/config/queues.yaml for "
+    "--machines P/machines when it exists, else config/queues.yaml here, else the shipped one)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="schema + lint of machines and queue config")
     p.add_argument("paths", nargs="*", help="files or directories (default: the shipped ones)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="how issues are printed"
+    )
     p.add_argument(
         "--machines",
         help="where the parameters a config file may set are declared (default: the "
@@ -95,19 +102,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_validate)
 
-    p = sub.add_parser("diagram", help="write state diagrams to docs/diagrams")
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p = sub.add_parser(
+        "diagram", help="write state diagrams and the policy card to docs/diagrams"
+    )
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
+    p.add_argument("--config", help=CARD_CONFIG_HELP)
     p.add_argument(
         "--out",
         help=f"default: the first of {', '.join(DIAGRAM_DIRS)} that exists, else {DIAGRAM_DIRS[0]}",
     )
-    p.add_argument("--check", action="store_true", help="exit 1 if the diagrams are stale")
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 if the diagrams or the card are stale"
+    )
     p.add_argument(
         "--svg",
         action="store_true",
         help="also lay each diagram out as SVG (needs Graphviz dot); with --check, check them",
     )
     p.set_defaults(handler=cmd_diagram)
+
+    p = sub.add_parser(
+        "card",
+        help="print the policy card: per queue pattern, the effective parameters and the "
+        "gate transitions that can fire under them",
+    )
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
+    p.add_argument("--config", help=CARD_CONFIG_HELP)
+    p.add_argument(
+        "--queue", help="one queue, resolved as the service would (default: every pattern)"
+    )
+    p.set_defaults(handler=cmd_card)
 
     for register in _extensions():
         register(sub)
@@ -281,7 +305,14 @@ def _file_kind(path: Path, read_yaml) -> str:  # type: ignore[no-untyped-def]
 
 def cmd_diagram(args: argparse.Namespace) -> int:
     from ..process.catalog import load_policy
-    from .diagram_files import DiagramError, diagram_files, stale_diagrams, write_diagrams
+    from .diagram_files import (
+        DiagramError,
+        DiagramFiles,
+        diagram_files,
+        stale_diagrams,
+        write_diagrams,
+    )
+    from .policy_card import CARD_FILE
 
     policy = load_policy(args.machines)
     try:
@@ -289,6 +320,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     except DiagramError as exc:
         print(f"stovepipe-fsm diagram: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    files = DiagramFiles({**files.contents, CARD_FILE: _card(args)}, files.suffixes)
     out_dir = Path(args.out or first_existing(DIAGRAM_DIRS) or DIAGRAM_DIRS[0])
     rerun = "stovepipe-fsm diagram --svg" if args.svg else "stovepipe-fsm diagram"
     if args.check:
@@ -309,6 +341,50 @@ def cmd_diagram(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     if not written:
         print(f"diagrams in {out_dir} are up to date", file=sys.stderr)
+    return EXIT_OK
+
+
+# --- card ---------------------------------------------------------------------------
+
+
+def card_config(machines: str, config: str | None) -> str:
+    """The config a policy card is drawn from (see ``--config``)."""
+    if config:
+        return config
+    beside = Path(machines).parent / "config" / "queues.yaml"
+    return str(beside) if Path(machines).name == "machines" and beside.is_file() else DEFAULT_CONFIG
+
+
+def _card(args: argparse.Namespace, queue: str | None = None) -> str:
+    from ..config.loader import load_queue_config
+    from ..process.catalog import load_process_machines
+    from .policy_card import render_card
+
+    machines = load_process_machines(args.machines)
+    config = card_config(args.machines, args.config)
+    policy = load_queue_config(config, parameters=machines.parameters)
+    gate = machines.queue_gate
+    return render_card(
+        gate.spec,
+        gate.registry,
+        policy,
+        machines.parameter_defaults,
+        config_name=config,
+        queue=queue,
+    )
+
+
+def cmd_card(args: argparse.Namespace) -> int:
+    from ..domain.queue_names import InvalidQueueName, normalize_queue_name
+
+    queue = None
+    if args.queue:
+        try:
+            queue = normalize_queue_name(args.queue)
+        except InvalidQueueName as exc:
+            print(f"error: --queue: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    sys.stdout.write(_card(args, queue))
     return EXIT_OK
 
 

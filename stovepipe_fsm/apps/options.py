@@ -36,6 +36,11 @@ def here_or_shipped(relative: str, shipped: Path) -> str:
 
 DEFAULT_MACHINES = here_or_shipped("machines", SHIPPED_MACHINES)
 DEFAULT_CONFIG = here_or_shipped("config/queues.yaml", SHIPPED_CONFIG)
+#: The help text of ``--machines`` and ``--config`` wherever a command takes them.
+MACHINES_HELP = "the policy's machines directory (default: machines here, else the shipped one)"
+CONFIG_HELP = (
+    "the policy's queue config (default: config/queues.yaml here, else the shipped one)"
+)
 
 #: Where a policy directory keeps its timelines and its generated diagrams, in the order
 #: they are looked for in the working directory (:func:`first_existing`): an example

@@ -2,7 +2,9 @@
 
 Every decision of the process stage (held, superseded, skipped, admitted - with why its
 strategy was chosen -, an older head's running build preempted, a slot reclaimed from a
-request whose end had not freed it), every recorded end (an outcome, a request failed
+request whose end had not freed it), every failed attempt that is retried (kind
+``attempt_failed``: the error, the attempt and the budget, when the next try is due),
+every recorded end (an outcome, a request failed
 closed), ingest and every operator verb (``pause``, ``resume``, ``cancel``, ``retry``,
 ``dlq replay``, ``dlq prune``: kind ``operator``, with the verb and who ran it) append one
 :class:`TrailRecord`, and so does a plugin's trail note (kind ``plugin``: the plugin,
@@ -30,6 +32,7 @@ SKIPPED = "skipped"
 ADMITTED = "admitted"
 ENDED = "ended"
 DEAD_LETTERED = "dead_lettered"
+ATTEMPT_FAILED = "attempt_failed"
 RECLAIMED = "reclaimed"
 OPERATOR = "operator"
 PLUGIN = "plugin"
@@ -42,6 +45,7 @@ KINDS = (
     ADMITTED,
     ENDED,
     DEAD_LETTERED,
+    ATTEMPT_FAILED,
     RECLAIMED,
     OPERATOR,
     PLUGIN,

@@ -26,6 +26,8 @@ from .roles import RoleShape
 
 Condition = Callable[[Any], bool]
 Action = Callable[[Any], Any]
+#: A queue's parameters (name -> value) -> why a condition can never hold ("": it can).
+NeverWhen = Callable[[Mapping[str, Any]], str]
 
 
 class RegistrationRefused(ValueError):
@@ -45,6 +47,10 @@ class ConditionInfo:
     doc: str = ""
     parameters: frozenset[str] = frozenset()
     origin: str = ""  # the plugin that registered it; "" for the built-in vocabulary
+    #: Why the condition can never hold under a queue's parameters (name -> value), or
+    #: "" when it may: what the policy card reads to leave out the transitions that
+    #: cannot fire for a queue. None: it may always hold, as far as anyone declared.
+    never_when: NeverWhen | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -90,11 +96,14 @@ class Registry:
         provides: Iterable[str] = (),
         provides_unless: Iterable[str] = (),
         parameters: Iterable[str] = (),
+        never_when: NeverWhen | None = None,
     ) -> Callable[[Condition], Condition]:
         """Register a predicate over the machine's context.
 
         ``provides``: facts that hold when it is true; ``provides_unless``: when false.
         ``parameters``: the machine parameters it reads (lint checks they are declared).
+        ``never_when``: given a queue's parameters, why the predicate can never be true
+        for it ("" when it can), for the policy card.
         A coroutine function is refused: the machine decides without awaiting, so it
         would only ever see the coroutine object, which is truthy.
         """
@@ -116,6 +125,7 @@ class Registry:
                 _doc(fn),
                 frozenset(parameters),
                 self.origin,
+                never_when,
             )
             return fn
 

@@ -86,6 +86,11 @@ def build_stages(
         metrics=metrics,
         lifecycle_factory=lifecycle_factory,
         offload_plugins=offload_plugins,
+        condition_origins={
+            name: info.origin
+            for name, info in machines.queue_gate.registry.conditions.items()
+            if info.origin
+        },
     )
     return Stages(
         services=services,

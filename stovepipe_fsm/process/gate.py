@@ -15,6 +15,7 @@ persist-before-publish ordering of the admit path from the YAML alone:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue
@@ -87,7 +88,29 @@ def newer_head_exists(ctx: DeliveryContext) -> bool:
     return bool(latest) and compare_request_id(ctx.request.queue, ctx.request.id, latest) < 0
 
 
-@GATE.condition(parameters=[MAX_CONCURRENT])
+def _never_with_every_head(parameters: Mapping[str, Any]) -> str:
+    return "every_head is true: every head is kept" if parameters.get(EVERY_HEAD) else ""
+
+
+def _never_with_one_slot(parameters: Mapping[str, Any]) -> str:
+    """With one slot, gate_closed holds a head whenever another request holds the slot,
+    so a condition that needs another holder at the later steps never sees one."""
+    if int(parameters.get(MAX_CONCURRENT, 1) or 1) <= 1:
+        return "max_concurrent is 1: gate_closed holds the head first"
+    return ""
+
+
+def _never_without_lag_bound(parameters: Mapping[str, Any]) -> str:
+    if not parameters.get(MAX_BASELINE_LAG):
+        return "max_baseline_lag is 0 (no bound)"
+    return _never_with_one_slot(parameters)
+
+
+def _never_without_skip_paths(parameters: Mapping[str, Any]) -> str:
+    return "" if parameters.get(SKIP_PATHS) else "skip_paths is empty"
+
+
+@GATE.condition(parameters=[MAX_CONCURRENT], never_when=_never_with_every_head)
 def outside_newest_n(ctx: DeliveryContext) -> bool:
     """R is no longer among the newest N heads its queue keeps; never with ``every_head``.
 
@@ -135,7 +158,7 @@ def _rewrite_running(ctx: DeliveryContext) -> bool:
     return not queue.is_expired(holder, ctx.services.clock.now_ms())
 
 
-@GATE.condition(parameters=[MAX_BASELINE_LAG])
+@GATE.condition(parameters=[MAX_BASELINE_LAG], never_when=_never_without_lag_bound)
 def baseline_lag_exceeded(ctx: DeliveryContext) -> bool:
     """R is more than max_baseline_lag heads (ingest order) past the last green it would
     pin, and work in flight may still green a newer base: drain first.
@@ -154,14 +177,14 @@ def baseline_lag(request_id: str, green_request_id: str) -> int:
     return parse_request_id(request_id).counter - parse_request_id(green_request_id).counter
 
 
-@GATE.condition()
+@GATE.condition(never_when=_never_without_skip_paths)
 def only_skip_paths_changed(ctx: DeliveryContext) -> bool:
     """Every path changed from the queue's last green to R matches a skip_paths glob
     (``match_skip_paths`` found them): R needs no build."""
     return bool(ctx.skip_matches)
 
 
-@GATE.condition()
+@GATE.condition(never_when=_never_with_one_slot)
 def rewrite_waits_for_drain(ctx: DeliveryContext) -> bool:
     """R does not descend from last green (or its ancestry is unknown) and other
     requests of its queue still hold slots: a rewrite is admitted only alone."""

@@ -65,6 +65,9 @@ class StageServices:
     #: Where decisions are noted (:mod:`.trail`), and the policy hash each one carries.
     trail: DecisionTrail
     policy_hash: Callable[[], str]
+    #: The gate's conditions a plugin registered, by name: the plugin (a hold says which
+    #: plugin's rule held it).
+    condition_origins: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -84,6 +87,7 @@ class StageServices:
         metrics: Metrics | None = None,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
         offload_plugins: bool = False,
+        condition_origins: Mapping[str, str] | None = None,
     ) -> StageServices:
         """The one place the process stage's dependencies are put together."""
         return cls(
@@ -101,4 +105,5 @@ class StageServices:
             warnings=OnceLog(),
             trail=trail,
             policy_hash=policy_hash,
+            condition_origins=dict(condition_origins or {}),
         )

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from ..domain.entities import Request
+from ..domain.parameter_text import parameters_text
 from ..domain.trail_record import (
     ADMITTED,
+    ATTEMPT_FAILED,
     HELD,
     PLUGIN,
     RECLAIMED,
@@ -151,10 +154,12 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             tag=reason,
             stream_seq=seq,
             reason=reason,
+            # Which plugins' conditions held it (a rule of the policy's own code).
+            plugin=", ".join(_plugins_of(ctx.via, services.condition_origins)),
             holders=", ".join(queue.slot_holders) if queue is not None else "",
             # The effective parameters (max_concurrent, paused, ... as the policy declares
             # them) the hold was decided under.
-            parameters=", ".join(f"{k}={v}" for k, v in sorted(ctx.config.parameters)),
+            parameters=parameters_text(ctx.config.parameters),
         )
         return
     HELD_LOG.forget(request.id)
@@ -185,6 +190,14 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
         )
 
 
+def _plugins_of(step: Step | None, origins: Mapping[str, str]) -> list[str]:
+    """The plugins whose conditions the transition of ``step`` tests."""
+    t = step.transition if step is not None else None
+    if t is None or not origins:
+        return []
+    return sorted({origins[c.name] for c in t.conditions if c.name in origins})
+
+
 def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:
     """Which skip_paths glob matched which changed paths: ``docs/** (docs/a.md, docs/b.md)``."""
     by_glob: dict[str, list[str]] = {}
@@ -211,6 +224,40 @@ async def note_reclaimed(
                 policy=services.policy_hash(),
             )
         )
+
+
+async def note_failed_attempt(
+    services: StageServices,
+    queue: str,
+    request_id: str,
+    *,
+    stream_seq: int,
+    failures: int,
+    max_attempts: int,
+    retry_in_ms: int,
+    error: str,
+) -> None:
+    """A delivery of ``request_id`` raised and is retried: the error, which attempt of the
+    budget failed and when the next try is due. Keyed by the delivery and the failure
+    count, so the performer noting it again after a crash writes the same record."""
+    now = services.clock.now_ms()
+    await services.trail.append(
+        TrailRecord(
+            kind=ATTEMPT_FAILED,
+            queue=queue,
+            request_id=request_id,
+            at_ms=now,
+            detail=detail(
+                error=error,
+                attempt=failures,
+                max_attempts=max_attempts or "",
+                next_try_at_ms=now + retry_in_ms,
+            ),
+            tag=f"{stream_seq}:{failures}",
+            stream_seq=stream_seq,
+            policy=services.policy_hash(),
+        )
+    )
 
 
 #: Detail keys a plugin note sets itself; a plugin's own pairs may not use them.

@@ -54,7 +54,7 @@ from ..adapters.memory.source_control import SourceControlOutage
 from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound
 from ..domain.ids import parse_request_id
-from ..domain.settle import Attempt, Backoff, SettleKind, settle
+from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
 from ..pipeline import verbs
 from ..pipeline.dlq import DeadLetterReconciler
 from ..pipeline.ingest import Ingest, IngestResult
@@ -67,7 +67,7 @@ from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
-from ..process.trail_notes import hold_reason
+from ..process.trail_notes import hold_reason, note_failed_attempt
 from .broker import (
     Crash,
     Message,
@@ -351,6 +351,7 @@ class World:
                 self.holds += 1
             elif decision.kind is SettleKind.RETRY:
                 pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
+                self._note_retry(pending, decision)
             elif decision.kind is SettleKind.NONE:
                 pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once
             elif decision.kind is SettleKind.DEAD_LETTER:
@@ -359,6 +360,22 @@ class World:
         return DeliveryReport(
             message.seq, message.request_id, outcome, detail or decision.reason, before
         )
+
+    def _note_retry(self, message: Message, decision: Settlement) -> None:
+        """The failed attempt in the trail, as the service notes it before its NAK."""
+        if self.trail is None:
+            return
+        note = note_failed_attempt(
+            self.stages.services,
+            message.queue,
+            message.request_id,
+            stream_seq=message.seq,
+            failures=decision.failures,
+            max_attempts=self.config.get(message.queue).max_attempts,
+            retry_in_ms=round(decision.delay_s * 1000),
+            error=decision.reason,
+        )
+        run_sync(note)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         """Record the dead letter, remove the message, and fail its request closed.

@@ -6,9 +6,11 @@ these same functions, so a simulation and a deployment read alike.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..domain.entities import Queue, Request
+from ..domain.parameter_text import short_commit
 
 
 def age_text(at_ms: int, now_ms: int) -> str:
@@ -64,25 +66,49 @@ def render_requests_and_queues(doc: dict[str, Any], *, heading: str = "requests:
     ]
 
 
+def aligned(
+    header: tuple[str, ...], rows: Sequence[tuple[str, ...]], indent: str = "  "
+) -> list[str]:
+    """``header`` and ``rows`` as text columns, each as wide as its widest cell (the last
+    one left unpadded): a header line, then a line per row."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        return (indent + "  ".join([*cells, *row[len(widths) :]])).rstrip()
+
+    return [line(header), *(line(row) for row in rows)]
+
+
+REQUEST_COLUMNS = ("request", "commit", "state", "strategy", "base")
+
+
 def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
-    lines = []
+    """One aligned line per request, commits cut short (``--json`` keeps them whole)."""
+    if not requests:
+        return []
+    rows = []
     for r in requests:
-        strategy = r["build_strategy"] or "-"
-        base = r["base_uri"] or "-"
         retry = f"  (retry of {r['retry_of']})" if r.get("retry_of") else ""
-        lines.append(
-            f"  {r['id']:<28} {r['uri']:<10} {r['state']:<11} {strategy:<24} {base}{retry}"
+        rows.append(
+            (
+                r["id"],
+                short_commit(r["uri"]),
+                r["state"],
+                r["build_strategy"] or "-",
+                (short_commit(r["base_uri"]) or "-") + retry,
+            )
         )
-    return lines
+    return aligned(REQUEST_COLUMNS, rows)
 
 
 def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str:
     held = "" if holders is None else f" holders={', '.join(holders) or '-'}"
     partition = f" partition={q['partition']}" if q.get("partition") else ""
+    green = short_commit(q["last_green_uri"]) or "-"
     return (
         f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
-        f"last_green={q['last_green_uri'] or '-'} latest={q['latest_request_id'] or '-'}"
-        f"{partition}"
+        f"last_green={green} latest={q['latest_request_id'] or '-'}{partition}"
     )
 
 

@@ -27,11 +27,12 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from ..domain.parameter_text import short_commit, value_text
 from ..domain.trail_record import TrailRecord
 from .entities import age_text
-from .explain import clock_text, sentence
+from .explain import Story, clock_text, request_counter, sentence
 
 PAGE_SIZE = 50
 #: Seconds between two loads of a page in a browser (``<meta http-equiv="refresh">``).
@@ -48,7 +49,10 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
 th{background:#f4f4f6}
 code,.mono{font-family:ui-monospace,monospace;font-size:.85rem;word-break:break-all}
-.when{white-space:nowrap;word-break:normal}
+.when,.queue-name,.commit{white-space:nowrap;word-break:normal}
+.params{word-break:normal;overflow-wrap:anywhere}
+table.facts{width:auto}table.facts th{width:12rem}
+.refused{border-left:.3rem solid #b3261e;padding:.2rem .8rem;background:#fdecea}
 .paused{color:#fff;background:#b3261e;padding:0 .4rem;border-radius:.3rem}
 .held{color:#1d1d1f;background:#ffe8a3;padding:0 .4rem;border-radius:.3rem}
 .muted{color:#6e6e73}.summary span{margin-right:1.2rem}
@@ -91,6 +95,16 @@ def request_href(request_id: str) -> str:
     return href(f"/request/{request_id}")
 
 
+def queue_href(queue: str) -> str:
+    return href(f"/queue/{queue}")
+
+
+def commit_link(request_id: str, uri: str) -> str:
+    """A commit, cut short, linking to the request that built (or waits with) it."""
+    shown = f'<code class="commit" title="{text(uri)}">{text(short_commit(uri))}</code>'
+    return f'<a href="{request_href(request_id)}">{shown}</a>' if request_id else shown
+
+
 # --- the overview ---------------------------------------------------------------------
 
 
@@ -117,6 +131,9 @@ class QueueView:
     oldest_uri: str
     oldest_ingested_at_ms: int
     last_green_uri: str
+    last_green_request_id: str = ""
+    #: When the last green's build ended (0: not known).
+    last_green_at_ms: int = 0
 
     @property
     def needs_a_look(self) -> bool:
@@ -142,6 +159,7 @@ def queue_views(
             for h in detail.get("holders", [])
         )
         oldest = detail.get("oldest_waiting") or {}
+        green = detail.get("last_green") or {}
         pattern = paused_by.get(name, "")
         views.append(
             QueueView(
@@ -155,6 +173,8 @@ def queue_views(
                 oldest_uri=str(oldest.get("uri", "")),
                 oldest_ingested_at_ms=int(oldest.get("ingested_at_ms") or 0),
                 last_green_uri=str(q.get("last_green_uri", "")),
+                last_green_request_id=str(green.get("request_id", "")),
+                last_green_at_ms=int(green.get("at_ms") or 0),
             )
         )
     return views
@@ -209,7 +229,7 @@ def render_overview(
         _queue_table(shown, now),
         _pager(selection, page, pages),
         "<h2>Latest decisions</h2>",
-        _decisions(decisions),
+        _decisions(decisions, Story({r["id"]: r["uri"] for r in doc.get("requests", [])})),
         _problems(doc),
     ]
     return layout("Queues", doc_policy_hash(doc), body, refresh=True)
@@ -262,23 +282,47 @@ def _queue_table(shown: Sequence[QueueView], now_ms: int) -> str:
     if not shown:
         return '<p class="muted">No queue.</p>'
     head = (
-        "<tr><th>Queue</th><th>State</th><th>Slot holders (since; lease expiry)</th>"
+        "<tr><th>Queue</th><th>State</th><th>Last green</th>"
+        "<th>Slot holders (since; lease expiry)</th>"
         "<th>Backlog</th><th>Oldest waiting head</th><th>Parameters</th></tr>"
     )
     rows = [_queue_row(q, now_ms) for q in shown]
     return f'<table id="queues"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _queue_row(q: QueueView, now_ms: int) -> str:
+def _queue_state(q: QueueView) -> str:
     if q.paused:
         how = f" ({text(q.paused_by)})" if q.paused_by else ""
-        state = f'<span class="paused">paused</span>{how}'
-    elif q.holders:
-        state = "building"
-    elif q.waiting:
-        state = '<span class="held">waiting</span>'
-    else:
-        state = '<span class="muted">idle</span>'
+        return f'<span class="paused">paused</span>{how}'
+    if q.holders:
+        return "building"
+    if q.waiting:
+        return '<span class="held">waiting</span>'
+    return '<span class="muted">idle</span>'
+
+
+def _last_green(q: QueueView, now_ms: int) -> str:
+    if not q.last_green_uri:
+        return '<span class="muted">none yet</span>'
+    age = f" for {text(age_text(q.last_green_at_ms, now_ms))}" if q.last_green_at_ms else ""
+    return commit_link(q.last_green_request_id, q.last_green_uri) + age
+
+
+def _parameters_inline(parameters: Mapping[str, object]) -> str:
+    """The overview's short form: the values that are set (not 0, false or empty), a
+    list by its length; every parameter is on the queue page."""
+    shown = []
+    for k, v in sorted(parameters.items()):
+        if isinstance(v, list | tuple):
+            if v:
+                shown.append(f"{text(k)}: {len(v)}")
+        elif v not in (0, False, "", None):
+            shown.append(f"{text(k)}={text(value_text(v))}")
+    return ", ".join(shown)
+
+
+def _queue_row(q: QueueView, now_ms: int) -> str:
+    state = _queue_state(q)
     holders = "<br>".join(_holder(h, now_ms) for h in q.holders) or '<span class="muted">-</span>'
     if q.oldest_id:
         oldest = (
@@ -287,13 +331,13 @@ def _queue_row(q: QueueView, now_ms: int) -> str:
         )
     else:
         oldest = '<span class="muted">-</span>'
-    parameters = ", ".join(f"{text(k)}={text(v)}" for k, v in sorted(q.parameters.items()))
+    parameters = _parameters_inline(q.parameters)
     return (
         f'<tr class="queue" data-queue="{text(q.name)}" data-paused="{str(q.paused).lower()}">'
-        f'<td><code class="queue-name">{text(q.name)}</code></td>'
-        f'<td class="state">{state}</td><td>{holders}</td>'
-        f"<td>{q.waiting}</td><td>{oldest}</td>"
-        f'<td class="mono">{parameters or "-"}</td></tr>'
+        f'<td><a href="{queue_href(q.name)}"><code class="queue-name">{text(q.name)}</code></a>'
+        f'</td><td class="state">{state}</td><td class="last-green">{_last_green(q, now_ms)}</td>'
+        f"<td>{holders}</td><td>{q.waiting}</td><td>{oldest}</td>"
+        f'<td class="params">{parameters or "-"}</td></tr>'
     )
 
 
@@ -321,18 +365,37 @@ def _pager(selection: Selection, page: int, pages: int) -> str:
     return f'<p id="pager">{" ".join(links)}</p>'
 
 
-def _decisions(records: Sequence[TrailRecord]) -> str:
+def _decisions(records: Sequence[TrailRecord], story: Story) -> str:
     if not records:
         return '<p class="muted">No decision recorded yet.</p>'
     rows = [
         f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
-        f"<td><code>{text(r.queue)}</code></td>"
+        f'<td><code class="queue-name">{text(r.queue)}</code></td>'
         f'<td><a href="{request_href(r.request_id)}"><code>{text(r.request_id)}</code></a></td>'
-        f"<td>{text(sentence(r))}</td></tr>"
+        f"<td>{text(sentence(r, story))}</td></tr>"
         for r in records
     ]
     head = "<tr><th>Last at</th><th>Queue</th><th>Request</th><th>Decision</th></tr>"
     return f'<table id="decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _queue_decisions(records: Sequence[TrailRecord], commits: Mapping[str, str]) -> str:
+    """One queue's decisions: each request by its commit and counter, lines in commit
+    terms (the queue is the page's)."""
+    if not records:
+        return '<p class="muted">No decision recorded yet.</p>'
+    story = Story(commits)
+    rows = [
+        f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
+        f'<td class="when">{commit_link(r.request_id, commits.get(r.request_id, r.request_id))}'
+        f' <span class="muted">{text(request_counter(r.request_id))}</span></td>'
+        f"<td>{text(sentence(r, story))}</td></tr>"
+        for r in records
+    ]
+    head = "<tr><th>Last at</th><th>Commit</th><th>Decision</th></tr>"
+    return (
+        f'<table id="queue-decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    )
 
 
 def _problems(doc: Mapping[str, Any]) -> str:
@@ -347,6 +410,108 @@ def _problems(doc: Mapping[str, Any]) -> str:
             f"<li>{text(d['bucket'])} <code>{text(d['key'])}</code>: {text(d['error'])}</li>"
         )
     return f'<h2>Problems</h2><ul id="problems">{"".join(out)}</ul>' if out else ""
+
+
+# --- a queue ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadView:
+    """One waiting head of a queue, in the order its consumer delivers them."""
+
+    position: int
+    request_id: str
+    uri: str
+    state: str
+    ingested_at_ms: int
+    #: Its latest hold's reason and how many times it was held for it ("": not held yet,
+    #: as a head behind a held front is not: its deliveries have not run).
+    hold_reason: str = ""
+    holds: int = 0
+
+
+def render_queue(
+    q: QueueView,
+    heads: Sequence[HeadView],
+    decisions: Sequence[TrailRecord],
+    policy_hash: str,
+    *,
+    commits: Mapping[str, str],
+    now_ms: int | None = None,
+) -> str:
+    """``/queue/<name>``: last green, waiting heads front first, holders, the effective
+    parameters as a table, and the queue's recent decisions."""
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    facts = [
+        ("state", _queue_state(q)),
+        ("last green", _last_green(q, now)),
+        ("waiting", f"{q.waiting} head(s)"),
+    ]
+    cells = "".join(f"<tr><th>{text(k)}</th><td>{v}</td></tr>" for k, v in facts)
+    body = [
+        f'<h2>Queue <code class="queue-name" id="queue-name">{text(q.name)}</code></h2>',
+        f'<table class="facts" id="queue-facts">{cells}</table>',
+        f"<h2>Waiting heads, front first ({q.waiting})</h2>",
+        _heads(heads, q.waiting, now),
+        "<h2>Slot holders</h2>",
+        _holders_table(q, commits, now),
+        "<h2>Effective parameters</h2>",
+        _parameters_table(q.parameters),
+        "<h2>Recent decisions</h2>",
+        _queue_decisions(decisions, commits),
+    ]
+    return layout(f"Queue {q.name}", policy_hash, body, refresh=True)
+
+
+def _heads(heads: Sequence[HeadView], waiting: int, now_ms: int) -> str:
+    if not heads:
+        return '<p class="muted">No head waits.</p>'
+    rows = []
+    for h in heads:
+        if h.hold_reason:
+            times = "once" if h.holds == 1 else f"{h.holds} times"
+            reason = f"{text(h.hold_reason)} <span class=\"muted\">({times})</span>"
+        elif h.position > 1:
+            reason = '<span class="muted">behind the front (not delivered yet)</span>'
+        else:
+            reason = '<span class="muted">not held yet</span>'
+        rows.append(
+            f'<tr class="head" data-position="{h.position}">'
+            f"<td>{h.position}</td><td>{commit_link(h.request_id, h.uri)}</td>"
+            f'<td><a href="{request_href(h.request_id)}"><code>{text(h.request_id)}</code></a>'
+            f"</td><td>{text(h.state)}</td><td>{reason}</td>"
+            f'<td class="when">{text(age_text(h.ingested_at_ms, now_ms))}</td></tr>'
+        )
+    more = len(heads) < waiting
+    tail = f'<p class="muted">{waiting - len(heads)} more not shown.</p>' if more else ""
+    head = (
+        "<tr><th>Position</th><th>Commit</th><th>Request</th><th>State</th>"
+        "<th>Hold reason</th><th>Waiting for</th></tr>"
+    )
+    return f'<table id="heads"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>{tail}'
+
+
+def _holders_table(q: QueueView, commits: Mapping[str, str], now_ms: int) -> str:
+    if not q.holders:
+        return '<p class="muted">No slot is held.</p>'
+    rows = [
+        f'<tr class="holder"><td>{commit_link(h.request_id, commits.get(h.request_id, ""))}</td>'
+        f"<td>{_holder(h, now_ms)}</td></tr>"
+        for h in q.holders
+    ]
+    head = "<tr><th>Commit</th><th>Request (since; lease expiry)</th></tr>"
+    return f'<table id="holders"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _parameters_table(parameters: Mapping[str, object]) -> str:
+    if not parameters:
+        return '<p class="muted">Not recorded yet (no replica has served this queue).</p>'
+    rows = [
+        f'<tr><th><code>{text(k)}</code></th><td class="params"><code>{text(value_text(v))}'
+        "</code></td></tr>"
+        for k, v in sorted(parameters.items())
+    ]
+    return f'<table class="facts" id="parameters">{"".join(rows)}</table>'
 
 
 # --- a request --------------------------------------------------------------------------
@@ -410,8 +575,31 @@ class Diagram:
     note: str = ""
 
 
-def render_policy(policy_hash: str, loaded: str, diagrams: Sequence[Diagram]) -> str:
-    """``/policy``: the policy hash in force and each machine's diagram.
+@dataclass(frozen=True)
+class PolicyInForce:
+    """What this replica runs: where its parts come from, when each was loaded, the
+    config's text, and the last refused edit (``refused_now``: the edit is still on disk
+    and not in force)."""
+
+    machines_dir: str
+    config_path: str
+    config_text: str
+    machines_loaded_at_ms: int
+    config_loaded_at_ms: int
+    refused_part: str = ""
+    refused_error: str = ""
+    refused_at_ms: int = 0
+    refused_now: bool = False
+
+
+def render_policy(
+    policy_hash: str,
+    loaded: str,
+    diagrams: Sequence[Diagram],
+    in_force: PolicyInForce | None = None,
+) -> str:
+    """``/policy``: the policy hash in force, when each part was loaded, the last refused
+    edit with its located error, the config in force, and each machine's diagram.
 
     The SVG comes from Graphviz laying out our own DOT text (its labels escaped by
     Graphviz as XML); it holds no script and, under the page's policy, could run none.
@@ -419,6 +607,7 @@ def render_policy(policy_hash: str, loaded: str, diagrams: Sequence[Diagram]) ->
     body = [
         f'<h2>Policy <code id="policy-hash">{text(policy_hash or "unknown")}</code></h2>',
         f'<p class="muted">{text(loaded)}</p>' if loaded else "",
+        _in_force(in_force) if in_force is not None else "",
     ]
     for d in diagrams:
         body.append(f'<h2 id="machine-{text(d.machine)}">{text(d.machine)}</h2>')
@@ -429,6 +618,87 @@ def render_policy(policy_hash: str, loaded: str, diagrams: Sequence[Diagram]) ->
                 body.append(f'<p class="muted">{text(d.note)}</p>')
             body.append(f'<pre class="mermaid-source">{text(d.mermaid)}</pre>')
     return layout("Policy", policy_hash, body, refresh=False)
+
+
+def _in_force(p: PolicyInForce) -> str:
+    facts = [
+        ("machines", p.machines_dir, p.machines_loaded_at_ms),
+        ("config", p.config_path, p.config_loaded_at_ms),
+    ]
+    cells = "".join(
+        f"<tr><th>{text(part)}</th><td><code>{text(where)}</code> loaded "
+        f'<span class="when">{text(_when(at))}</span></td></tr>'
+        for part, where, at in facts
+    )
+    out = [f'<table class="facts" id="policy-loads">{cells}</table>']
+    if p.refused_part:
+        state = (
+            "still on disk, not in force: the policy above keeps running"
+            if p.refused_now
+            else "replaced since by a good edit"
+        )
+        out.append(
+            f'<div class="refused" id="refused" data-now="{str(p.refused_now).lower()}">'
+            f"<p>Last refused edit ({text(p.refused_part)}) at {text(_when(p.refused_at_ms))}, "
+            f"{text(state)}:</p><pre>{text(p.refused_error)}</pre></div>"
+        )
+    else:
+        out.append('<p class="muted" id="refused">No edit refused since start.</p>')
+    out.append(f'<h2>Config in force</h2><pre id="config">{text(p.config_text)}</pre>')
+    return "".join(out)
+
+
+# --- the policy card ------------------------------------------------------------------------
+
+
+class CardSection(Protocol):
+    """One section of the policy card (``apps.policy_card.Section``)."""
+
+    @property
+    def title(self) -> str: ...
+    @property
+    def where(self) -> str: ...
+    @property
+    def parameters(self) -> tuple[tuple[str, Any], ...]: ...
+    @property
+    def fires(self) -> tuple[tuple[str, str, str], ...]: ...
+    @property
+    def never(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def render_card(policy_hash: str, sections: Sequence[CardSection]) -> str:
+    """``/card``: per queue pattern of the config in force, the effective parameters and
+    the gate transitions that can fire under them (what ``stovepipe-fsm card`` prints)."""
+    body = [
+        "<h2>Policy card</h2>",
+        '<p class="muted">Per queue pattern of the config in force: the effective '
+        "parameters, and the gate's transitions that can fire under them.</p>",
+    ]
+    for s in sections:
+        params = "".join(
+            f'<tr><th><code>{text(k)}</code></th><td class="params"><code>'
+            f"{text(value_text(v))}</code></td></tr>"
+            for k, v in s.parameters
+        )
+        fires = "".join(
+            f"<tr><td>{_ticks(label)}</td><td>{_ticks(when)}</td><td>{text(then)}</td></tr>"
+            for label, when, then in s.fires
+        )
+        never = "".join(f"<li>{_ticks(label)}: {_ticks(why)}</li>" for label, why in s.never)
+        body += [
+            f'<h2 class="card-section"><code class="queue-name">{_ticks(s.title)}</code> '
+            f'<span class="muted">({text(s.where)})</span></h2>',
+            f'<table class="facts">{params}</table>',
+            "<table><thead><tr><th>Transition</th><th>When</th><th>Then</th></tr></thead>"
+            f"<tbody>{fires}</tbody></table>",
+            f"<p>Cannot fire under these parameters:</p><ul>{never}</ul>" if never else "",
+        ]
+    return layout("Policy card", policy_hash, body, refresh=False)
+
+
+def _ticks(markdown: str) -> str:
+    """Card text whose backticks mark names: escaped, without the backticks."""
+    return text(markdown.replace("`", ""))
 
 
 # --- the frame ------------------------------------------------------------------------------
@@ -446,7 +716,7 @@ def layout(title: str, policy_hash: str, body: Iterable[str], *, refresh: bool) 
         f"{meta}<title>{text(title)} - stovepipe-fsm</title>"
         f"<style>{STYLE}</style></head><body>"
         f"<header><h1>stovepipe-fsm status</h1>"
-        '<nav><a href="/">Queues</a><a href="/policy">Policy</a></nav>'
+        '<nav><a href="/">Queues</a><a href="/policy">Policy</a><a href="/card">Card</a></nav>'
         f'<span class="muted">policy <code class="policy-hash">{shown}</code></span>'
         "</header>"
         f"{''.join(body)}"

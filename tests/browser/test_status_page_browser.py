@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +23,8 @@ from typing import Any
 
 import pytest
 from nats_server import isolated_tag
-from test_service_cli import CLI, ROOT, TIMEOUT_S, cli, http_get, wait_until
+from page_support import serving
+from test_service_cli import cli, wait_until
 
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.views.page import REFRESH_S
@@ -63,16 +62,7 @@ def served(nats_server, module_tag, tmp_path_factory) -> Iterator[Page]:  # type
     config.write_text("defaults: {gate_wait_delay_ms: 200}\nqueues: {}\n", encoding="utf-8")
     common = ["--nats", nats_server.url, "--topology-tag", module_tag, "--config", str(config)]
     port = free_port()
-    serve = subprocess.Popen(
-        [*CLI, "serve", *common, "--http-port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        wait_until(lambda: http_get(port, "/healthz")[0] == 200, "healthz 200")
+    with serving(common, port):
         page = Page(nats_server.url, module_tag, port, common)
         page.run("ingest", "--queue", QUEUE, "--uri", "A")
 
@@ -87,10 +77,6 @@ def served(nats_server, module_tag, tmp_path_factory) -> Iterator[Page]:  # type
         wait_until(lambda: processing(HOSTILE_URI), "the hostile uri processing")
         page.run("ingest", "--queue", HOSTILE_QUEUE, "--uri", HOSTILE_IMG)
         yield page
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        _, err = serve.communicate(timeout=TIMEOUT_S)
-        assert serve.returncode == 0, err[-2000:]
 
 
 def until(check: Callable[[], Any], what: str, timeout: float) -> Any:

@@ -107,6 +107,15 @@ class Handler(Protocol):
     async def handle(self, delivery: Any) -> Attempt: ...
 
 
+class RetryNote(Protocol):
+    """Notes a failed attempt that is retried: ``(queue, request_id, stream_seq, the
+    settlement, max_attempts)``."""
+
+    async def __call__(
+        self, queue: str, request_id: str, stream_seq: int, decision: Settlement, max_attempts: int
+    ) -> None: ...
+
+
 class ConfigSource(Protocol):
     def get(self, queue: str) -> QueueConfig: ...
 
@@ -320,8 +329,12 @@ class ProcessConsumer(_PullLoop):
         inbox: SharedInbox | None = None,
         partition: int = 0,
         still_here: Callable[[ProcessConsumer], Awaitable[bool]] | None = None,
+        on_retry: RetryNote | None = None,
     ) -> None:
         self.js = js
+        #: Told of each failed attempt that is retried, before the message is handed back
+        #: (the decision trail notes it: the error, the attempt, when the next try is due).
+        self.on_retry = on_retry
         self.topology = topology
         self.queue = queue
         #: The process stream partition the queue's row named when the loop opened
@@ -469,6 +482,15 @@ class ProcessConsumer(_PullLoop):
             log.error("dead-lettered: %s", clip(letter.error, LOG_FIELD_CHARS), extra=extra)
             return
         if kind is SettleKind.RETRY:
+            if self.on_retry is not None and request_id:
+                try:
+                    await self.on_retry(self.queue, request_id, seq, decision, max_attempts)
+                except Exception as exc:  # the retry itself must not depend on the note
+                    log.warning(
+                        "failed attempt not noted: %s",
+                        clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS),
+                        extra=extra,
+                    )
             with translated(f"nak {request_id}"):
                 await msg.nak(delay=decision.delay_s)
             self.observer("retry", self.queue, request_id, decision.reason)

@@ -15,9 +15,9 @@ and every one of them holds exactly one record:
   with ``Nats-Rollup: sub``, which removes the earlier message: an hour of holds is one
   record with a count and its first and last time.
 
-An operator verb (kind ``operator``) has its verb in the tag, so each verb about a request
-has its own subject; a verb about queues (no request) lands on
-``<prefix>.trail._ops.<pattern token>.<digest of its key>``, so that
+An operator verb (kind ``operator``), a plugin's note and a failed attempt carry what
+tells them apart in the tag, so each has its own subject; a verb about queues (no request)
+lands on ``<prefix>.trail._ops.<pattern token>.<digest of its key>``, so that
 :meth:`JetStreamTrail.operator_records` for one queue lists the patterns (one request)
 and reads the records of the matching ones alone, in one pass: a story costs the same
 whatever the number of verbs about other queues.
@@ -38,7 +38,14 @@ from nats.js import JetStreamContext, api
 
 from ...config.globs import glob_match
 from ...domain.errors import NonRetryable
-from ...domain.trail_record import HELD, OPERATOR, PLUGIN, TrailRecord, decision_key
+from ...domain.trail_record import (
+    ATTEMPT_FAILED,
+    HELD,
+    OPERATOR,
+    PLUGIN,
+    TrailRecord,
+    decision_key,
+)
 from .bulk import last_per_subject
 from .errors import is_wrong_last_sequence, translated
 from .names import InvalidToken, decode_token
@@ -47,6 +54,10 @@ from .topology import Topology
 
 ROLLUP_HEADER = "Nats-Rollup"
 EXPECTED_LAST_SUBJECT_SEQ_HEADER = "Nats-Expected-Last-Subject-Sequence"
+#: Kinds whose records are each on a subject of their own (the tag in it): a request
+#: has many of them, and each is kept (an operator verb, a plugin's note, a failed
+#: attempt), where a later record of another kind replaces the earlier one.
+OWN_SUBJECT_KINDS = (OPERATOR, PLUGIN, ATTEMPT_FAILED)
 #: The windows of newest sequences :meth:`JetStreamTrail.latest` reads, narrowest first,
 #: and the most messages it reads in all.
 LATEST_WINDOWS = (1_024, 16_384, 131_072)
@@ -75,7 +86,7 @@ class JetStreamTrail:
         elif not record.request_id:
             subject = topology.operator_trail_subject(record.queue, record.key)
             headers = {MSG_ID_HEADER: record.key}
-        elif record.kind == OPERATOR:
+        elif record.kind in OWN_SUBJECT_KINDS:
             subject = topology.trail_subject(record.request_id, record.kind, record.tag)
             headers = {MSG_ID_HEADER: record.key}
         else:

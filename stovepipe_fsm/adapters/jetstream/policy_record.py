@@ -58,6 +58,12 @@ class PolicyRecord:
     #: The request machine's YAML text, as the service loaded it (the operator verbs
     #: compile and run it); empty in a record written before it was recorded.
     request_machine: str = ""
+    #: When each part in force was loaded (0 in a record written before this was kept).
+    machines_loaded_at_ms: int = 0
+    config_loaded_at_ms: int = 0
+    #: The last refused edit of the policy: ``part``, ``error`` (located), ``at_ms`` and
+    #: ``now`` (still refused: the edit on disk is not in force); empty when none was.
+    refused: dict[str, object] = field(default_factory=dict)
 
     def shown(self) -> dict[str, object]:
         """The record as ``status`` shows it: every fact but the machine's text."""
@@ -103,9 +109,23 @@ async def read_policy_record(js: JetStreamContext, topology: Topology) -> Policy
             withdrawn=str(data.get("withdrawn", "")),
             preempted=[str(state) for state in data.get("preempted", [])],
             request_machine=str(data.get("request_machine", "")),
+            machines_loaded_at_ms=int(data.get("machines_loaded_at_ms", 0)),
+            config_loaded_at_ms=int(data.get("config_loaded_at_ms", 0)),
+            refused=_refused(data.get("refused") or {}),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NonRetryable(f"{topology.service_bucket} {POLICY_KEY} is damaged: {exc}") from None
+
+
+def _refused(data: object) -> dict[str, object]:
+    if not isinstance(data, dict) or not data:
+        return {}
+    return {
+        "part": str(data["part"]),
+        "error": str(data["error"]),
+        "at_ms": int(data["at_ms"]),
+        "now": bool(data.get("now", False)),
+    }
 
 
 QUEUE_KEY_PREFIX = "queue."

@@ -26,11 +26,13 @@ from ...process.catalog import ProcessMachines, load_process_machines
 from ...simulation.replay import simulate
 from ...simulation.timeline import has_expectations, load_timeline
 from ..options import (
+    CONFIG_HELP,
     DEFAULT_CONFIG,
     DEFAULT_MACHINES,
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
+    MACHINES_HELP,
     TIMELINE_DIRS,
     first_existing,
     load_policy_store,
@@ -55,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help=f"timeline files or directories (default: the first of {', '.join(TIMELINE_DIRS)} "
         "that exists)",
     )
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=CONFIG_HELP)
     p.set_defaults(handler=cmd_test)
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES
+from ..options import CONFIG_HELP, DEFAULT_CONFIG, DEFAULT_MACHINES, MACHINES_HELP
 
 if TYPE_CHECKING:
     from ...adapters.jetstream import Topology
@@ -85,8 +85,15 @@ def broker_args(p: argparse.ArgumentParser) -> None:
         default=20.0,
         help="seconds to establish the first connection before giving up (default 20)",
     )
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument(
+        "--machines",
+        default=DEFAULT_MACHINES,
+        help=f"{MACHINES_HELP}; serve runs it, the operator commands read the policy the "
+        "service recorded and fall back to it only before one did",
+    )
+    p.add_argument(
+        "--config", default=DEFAULT_CONFIG, help=f"{CONFIG_HELP}; serve runs it, hot-reloaded"
+    )
     p.add_argument(
         "--topology-tag",
         help="use streams and buckets named for this tag (several pipelines on one broker)",
@@ -104,7 +111,7 @@ def broker_args(p: argparse.ArgumentParser) -> None:
 def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
     p.add_argument("--queue", help="with --uri: the request of this head")
-    p.add_argument("--uri")
+    p.add_argument("--uri", help="with --queue: the head (commit) whose request is meant")
 
 
 def one_request(args: argparse.Namespace) -> bool:

@@ -21,7 +21,7 @@ from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.memory import SystemClock
-from ...domain.settle import Attempt
+from ...domain.settle import Attempt, Settlement
 from ...pipeline.dlq import DeadLetterReconciler
 from ...pipeline.ingest import Ingest
 from ...pipeline.record import Record
@@ -33,6 +33,7 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
+from ...process.trail_notes import note_failed_attempt
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -67,6 +68,21 @@ class Pipeline:
     async def handle(self, delivery: Any) -> Attempt:
         """A delivery, run by the controller in force when it starts: what it decided."""
         return await self.stages.controller.handle(delivery)
+
+    async def note_retry(
+        self, queue: str, request_id: str, stream_seq: int, decision: Settlement, max_attempts: int
+    ) -> None:
+        """A failed attempt the settle policy retries, noted in the decision trail."""
+        await note_failed_attempt(
+            self.stages.services,
+            queue,
+            request_id,
+            stream_seq=stream_seq,
+            failures=decision.failures,
+            max_attempts=max_attempts,
+            retry_in_ms=round(decision.delay_s * 1000),
+            error=decision.reason,
+        )
 
     async def record_outcome(self, request_id: str, outcome: str) -> object:
         """A build outcome, recorded by the stages in force."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
 from ...pipeline.ingest import IngestResult, InvalidUri
-from ..options import DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from ..options import DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE, MACHINES_HELP
 from .arguments import (
     ACK_WAIT_ENV,
     DEFAULT_ACK_WAIT,
@@ -155,8 +155,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
     broker_args(p)
-    p.add_argument("--queue")
-    p.add_argument("--uri")
+    p.add_argument("--queue", help="the queue the head was pushed to (e.g. monorepo/main)")
+    p.add_argument("--uri", help="the head: its commit id (or another name of the commit)")
     p.add_argument(
         "--from",
         dest="from_file",
@@ -177,8 +177,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "complete", help="report a build outcome of a head (the service records it)"
     )
     broker_args(p)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--uri", required=True)
+    p.add_argument("--queue", required=True, help="the queue the build ran for")
+    p.add_argument("--uri", required=True, help="the head the build validated (its commit)")
     p.add_argument(
         "--outcome",
         required=True,
@@ -198,7 +198,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     broker_args(p)
     p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
     p.add_argument("--queue", help="with --uri: the request of this head")
-    p.add_argument("--uri")
+    p.add_argument("--uri", help="with --queue: the head (commit) whose request is explained")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_needs_nats("explain", cmd_explain))
 
@@ -316,7 +316,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("prune", cmd_prune))
 
     p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
     p.set_defaults(handler=_needs_nats("demo", cmd_demo, starts_server=lambda _args: True))
 
 
@@ -536,7 +536,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from ...domain.trail_record import TrailRecord
-    from ...views.explain import render_history
+    from ...views.explain import render_history, story_from_json
     from .operators import explain_document
 
     if not one_request(args):
@@ -550,7 +550,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(json.dumps(doc, indent=2))
         else:
             records = [TrailRecord.from_json(r) for r in doc["history"]]
-            print(render_history(doc["request"], records))
+            print(render_history(doc["request"], records, story_from_json(doc)))
         return EXIT_OK
 
     return _run_operator(run())

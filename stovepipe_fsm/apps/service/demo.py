@@ -21,13 +21,12 @@ from pathlib import Path
 import nats.errors
 from nats.js import api
 
-from ...adapters.file import FileConfigStore
 from ...adapters.jetstream import NatsServer, Topology
 from ...adapters.jetstream.codec import decode_request, decode_work
-from ...process.catalog import load_process_machines
 from ...process.roles import RequestRoles
 from .connect import NatsOptions, connect
 from .operators import render_status, status_document
+from .policy import PolicyReloader
 from .service_options import ServiceOptions
 from .supervisor import Service
 
@@ -172,14 +171,17 @@ async def run_demo(
             nc = await connect(NatsOptions(url=server.url, max_reconnect_attempts=0))
             timeline = Timeline(out)
             topology = Topology()
-            machines = load_process_machines(machines_dir)
+            # As serve does: the reloader hashes the policy the demo runs (status shows it).
+            reloader = PolicyReloader.open(machines_dir, config_path)
+            machines = reloader.machines
             service = Service(
                 nc,
                 topology,
                 machines,
-                FileConfigStore(config_path, parameters=machines.parameters),
+                reloader.config,
                 options=ServiceOptions(fetch_timeout_s=0.2, discover_interval_s=0.5),
                 observer=timeline.observe,
+                reloader=reloader,
             )
             stop = asyncio.Event()
             try:

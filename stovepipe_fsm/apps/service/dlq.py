@@ -40,6 +40,7 @@ from ...adapters.jetstream.refused_outcomes import RefusalTally, read_tallies
 from ...config.globs import glob_match, is_pattern
 from ...domain.errors import IllegalOperation, NonRetryable, NotFound
 from ...pipeline.queue_verbs import dlq_prune_record
+from ...views.entities import aligned
 from .connect import NatsOptions, connected
 from .verbs import VerbContext, retry_with, verb_context
 
@@ -103,17 +104,26 @@ async def read_letters(
 
 
 def render_letters(letters: list[StoredLetter]) -> str:
+    """A header, then one aligned line per dead letter, oldest first."""
     if not letters:
         return "no dead letters"
-    lines = []
+    rows = []
     for s in letters:
         row = s.as_json()
         at = _utc(s.at_ms)
-        lines.append(
-            f"{row['id']:>6}  {at}  {row['stage'] or '-':<8} {row['queue'] or '-'}  "
-            f"{row['request_id'] or '-'}  attempts={row['attempts']}  {row['reason']}"
+        rows.append(
+            (
+                f"{row['id']:>6}",
+                at,
+                row["stage"] or "-",
+                row["queue"] or "-",
+                row["request_id"] or "-",
+                str(row["attempts"]),
+                str(row["reason"]),
+            )
         )
-    return "\n".join(lines)
+    header = (f"{'id':>6}", "stored at", "stage", "queue", "request", "attempts", "reason")
+    return "\n".join(aligned(header, rows, indent=""))
 
 
 def render_refusals(tallies: list[RefusalTally], shown: int = 3) -> str:

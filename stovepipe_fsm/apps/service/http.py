@@ -335,9 +335,10 @@ class HttpEndpoint(BoundedHttpServer):
             return "503 Service Unavailable", _listed("unhealthy", problems), "text/plain"
         if path == "/readyz":
             problems = self.service.readiness_problems()
+            notes = self.service.readiness_notes()
             if not problems:
-                return "200 OK", "ready\n", "text/plain"
-            return "503 Service Unavailable", _listed("not ready", problems), "text/plain"
+                return "200 OK", _listed("ready", notes), "text/plain"
+            return "503 Service Unavailable", _listed("not ready", problems + notes), "text/plain"
         if path == "/metrics":
             body = await render_metrics(self.service)
             return "200 OK", body, "text/plain; version=0.0.4"

@@ -39,7 +39,9 @@ from ...domain.bounded_text import clip
 from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
+from ...domain.parameter_text import parameters_text, short_commit
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name, validate_queue_name
+from ...domain.trail_record import HELD
 from ...pipeline import policy_in_force
 from ...pipeline.ingest import Ingest
 from ...pipeline.queue_verbs import with_queue_verbs
@@ -51,7 +53,7 @@ from ...views.entities import (
     render_request_rows,
     request_json,
 )
-from ...views.explain import history_json
+from ...views.explain import Position, Story, history_json, named_requests
 from .connect import NatsOptions, connected
 from .pauses import read_pauses
 
@@ -326,6 +328,7 @@ def _queue_details(
             waiting_on.get(queue.name, []), key=lambda r: (r.ingested_at_ms or 0, r.id)
         )
         oldest = waiting[0] if waiting else None
+        green = by_id.get(queue.last_green_request_id)
         details[queue.name] = {
             "parameters": parameters.get(queue.name, {}),
             "holders": [
@@ -339,6 +342,16 @@ def _queue_details(
             "oldest_waiting": (
                 {"id": oldest.id, "uri": oldest.uri, "ingested_at_ms": oldest.ingested_at_ms}
                 if oldest is not None
+                else None
+            ),
+            # The green the queue builds on, and since when (the end of its build).
+            "last_green": (
+                {
+                    "uri": queue.last_green_uri,
+                    "request_id": queue.last_green_request_id,
+                    "at_ms": green.ended_at_ms if green is not None else 0,
+                }
+                if queue.last_green_uri
                 else None
             ),
         }
@@ -386,9 +399,7 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
     holders = doc.get("slot_holders", {})
     lines = []
     if "policy" in doc:
-        policy = doc["policy"]
-        loaded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(policy["loaded_at_ms"] / 1000))
-        lines.append(f"policy: {policy['hash']} (loaded {loaded} by {policy['replica']})")
+        lines += policy_lines(doc["policy"])
     now_ms = int(time.time() * 1000)
     for paused in doc.get("pauses", []):
         who = f" by {paused['by']}" if paused["by"] else ""
@@ -411,8 +422,12 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         if oldest is not None:
             age = age_text(oldest["ingested_at_ms"], now_ms)
             lines.append(f"    waiting: {detail['waiting']}, oldest {oldest['uri']} for {age}")
+        green = detail.get("last_green")
+        if green is not None and green["at_ms"]:
+            age = age_text(green["at_ms"], now_ms)
+            lines.append(f"    last green: {short_commit(green['uri'])} for {age}")
         if detail["parameters"]:
-            values = ", ".join(f"{k}={v}" for k, v in sorted(detail["parameters"].items()))
+            values = parameters_text(detail["parameters"].items())
             lines.append(f"    parameters: {values}")
         refused = doc.get("refused_outcomes", {}).get(q["name"])
         if refused is not None:
@@ -431,6 +446,32 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         lines.append(f"damaged rows ({len(damaged)}, not decodable):")
         lines += [f"  {d['bucket']} {d['key']}: {d['error']}" for d in damaged]
     return "\n".join(lines)
+
+
+def utc_text(at_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_ms / 1000))
+
+
+def policy_lines(policy: dict[str, Any]) -> list[str]:
+    """The policy in force as ``status`` prints it: the hash (``unhashed`` for a service
+    run on machines alone), who loaded it when, when each part was loaded, and the last
+    refused edit with its located error."""
+    shown = policy["hash"] or "unhashed"
+    lines = [f"policy: {shown} (loaded {utc_text(policy['loaded_at_ms'])} by {policy['replica']})"]
+    machines_at, config_at = policy.get("machines_loaded_at_ms"), policy.get("config_loaded_at_ms")
+    if machines_at and config_at:
+        lines.append(
+            f"    machines loaded {utc_text(machines_at)}, config loaded {utc_text(config_at)}"
+        )
+    refused = policy.get("refused") or {}
+    if refused:
+        state = "not in force" if refused.get("now") else "replaced since by a good edit"
+        lines.append(
+            f"    last refused edit ({refused['part']}) at {utc_text(int(refused['at_ms']))}, "
+            f"{state}:"
+        )
+        lines += [f"      {line}" for line in str(refused["error"]).splitlines()]
+    return lines
 
 
 async def explain_document(
@@ -479,4 +520,43 @@ async def request_history(
         ended_at_ms = int(row.get("ended_at_ms") or 0) if row is not None else 0
         verbs = await trail.operator_records(about=records[0].queue)
         records = with_queue_verbs(records, verbs, ended_at_ms)
-    return history_json(row, records)
+    position = await _position(js, topology, row, trail) if row is not None else None
+    commits = {}
+    for named in sorted(named_requests(records)):
+        with contextlib.suppress(NotFound):
+            commits[named] = (await requests.get(named)).uri
+    return history_json(row, records, Story(commits, position))
+
+
+async def _position(
+    js: JetStreamContext, topology: Topology, row: dict[str, Any], trail: JetStreamTrail
+) -> Position | None:
+    """Where a head that still waits stands in its queue: the queue's waiting heads in
+    delivery order (by counter, front first), and why the front waits (its latest hold).
+    None for a head that no longer waits, or without a recorded policy to say which
+    state waits."""
+    policy = await read_policy_record(js, topology)
+    if policy is None or not policy.request_initial or row["state"] != policy.request_initial:
+        return None
+    waiting = waiting_heads((await status_rows(js, topology)).requests, row["queue"], policy)
+    ids = [r.id for r in waiting]
+    if row["id"] not in ids:
+        return None
+    front = waiting[0]
+    holds = [r for r in await trail.history(front.id) if r.kind == HELD]
+    reason = holds[-1].details.get("reason", "") if holds else ""
+    return Position(ids.index(row["id"]) + 1, len(ids), front.id, front.uri, reason)
+
+
+def waiting_heads(requests: list[Request], queue: str, policy: PolicyRecord) -> list[Request]:
+    """The heads of ``queue`` that wait (the request machine's initial state), in the
+    order the queue's consumer delivers them: by counter, front first."""
+
+    def counter(request: Request) -> int:
+        try:
+            return parse_request_id(request.id).counter
+        except ValueError:
+            return 0
+
+    mine = [r for r in requests if r.queue == queue and r.state == policy.request_initial]
+    return sorted(mine, key=counter)

@@ -32,7 +32,7 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...adapters.file import FileConfigStore
@@ -59,12 +59,18 @@ class PolicyChange:
 
 
 def policy_record(
-    machines: ProcessMachines, hash_: str, replica: str, loaded_at_ms: int
+    machines: ProcessMachines,
+    hash_: str,
+    replica: str,
+    loaded_at_ms: int,
+    reloader: PolicyReloader | None = None,
 ) -> PolicyRecord:
     """What the service records of the policy in force: its hash, the request machine's
     YAML (operator verbs run it) and the facts the other operator commands and ``status``
-    read, all derived from ``machines``."""
+    read, all derived from ``machines``; with a ``reloader``, when each part was loaded
+    and the last refused edit."""
     roles = machines.roles
+    refusal = reloader.refusal if reloader is not None else None
     withdrawn = roles.withdrawn_states
     return PolicyRecord(
         hash_,
@@ -82,7 +88,24 @@ def policy_record(
         withdrawn=next(iter(withdrawn)) if len(withdrawn) == 1 else "",
         preempted=sorted(roles.preempted_states),
         request_machine=machines.request.spec.source,
+        machines_loaded_at_ms=reloader.machines_loaded_ms if reloader else loaded_at_ms,
+        config_loaded_at_ms=reloader.config_loaded_ms if reloader else loaded_at_ms,
+        refused=(
+            {**asdict(refusal), "now": reloader.refused_now}
+            if refusal is not None and reloader is not None
+            else {}
+        ),
     )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The last edit of the policy that was refused: which part (``machines`` or
+    ``config``), its located error (``file:line:column: ...``), and when."""
+
+    part: str
+    error: str
+    at_ms: int
 
 
 class PolicyRefused(Exception):
@@ -108,6 +131,11 @@ class PolicyReloader:
         self.loads: Counter[tuple[str, str]] = Counter()
         #: When the policy in force was (re)loaded: start, or the last good reload.
         self.last_good_load_s = time.time()
+        #: When each part in force was loaded (epoch ms): start, or its last good reload.
+        self.machines_loaded_ms = self.config_loaded_ms = int(self.last_good_load_s * 1000)
+        #: The last refused edit of either part (kept after a later good load, which
+        #: :attr:`refused_now` tells apart), or None.
+        self.refusal: Refusal | None = None
         #: Why the machines directory's current version is not in force, or None.
         self.last_error: str | None = None
         self._refused_with = b""  # the config in force when it was refused
@@ -129,15 +157,21 @@ class PolicyReloader:
         self.config.refresh()
         if self.config.last_error is not None and self.config.last_error != config_error:
             self.loads[("config", "failed")] += 1
+            self.refusal = Refusal("config", str(self.config.last_error), _now_ms())
         if self.last_error is not None and self.config.source != self._refused_with:
             self._stamps = ()  # the config changed: a refused version may fit it now
         machines = self._check_machines()
         if machines is None and self.config.source == self._config_source:
             return None
+        config_before = self._config_source
         self._config_source = self.config.source
         self.hash = self._hash()
         self.loads[("machines" if machines is not None else "config", "ok")] += 1
         self.last_good_load_s = time.time()
+        if machines is not None:
+            self.machines_loaded_ms = int(self.last_good_load_s * 1000)
+        if self.config.source != config_before:
+            self.config_loaded_ms = int(self.last_good_load_s * 1000)
         what = "machines and config" if machines is not None else "config"
         log.info("policy %s in force (%s reloaded)", self.hash, what)
         return PolicyChange(machines, self.hash)
@@ -156,6 +190,7 @@ class PolicyReloader:
         except (SpecError, PolicyRefused) as error:
             self.loads[("machines", "failed")] += 1
             self.last_error = str(error)
+            self.refusal = Refusal("machines", self.last_error, _now_ms())
             self._refused_with = self.config.source
             log.warning(
                 "%s: new version not loaded, keeping the policy in force (%s):\n%s",
@@ -171,6 +206,16 @@ class PolicyReloader:
         if machines.plugin_files != old_files:  # watch the new version's plugin files
             self._stamps = self._stat()
         return machines
+
+    @property
+    def refused_now(self) -> bool:
+        """An edit on disk is refused still: the policy in force is older than it."""
+        return self.last_error is not None or self.config.last_error is not None
+
+    @property
+    def config_text(self) -> str:
+        """The config file's text in force (empty when there is none)."""
+        return (self.config.source or b"").decode("utf-8", "replace")
 
     def _hash(self) -> str:
         specs = [self.machines.request.spec, self.machines.queue_gate.spec]
@@ -205,6 +250,10 @@ def refuse_removed_states(old: ProcessMachines, new: ProcessMachines) -> None:
             "included) and could no longer be loaded or failed closed. Keep the state(s), "
             "unreachable if need be, or move the stored requests out and restart."
         )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _stamp(path: Path) -> Stamp:

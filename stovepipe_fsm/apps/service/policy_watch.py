@@ -89,6 +89,8 @@ class PolicyWatch:
         #: The parameters in the service bucket, by queue, as last read or written.
         self._recorded: dict[str, dict[str, object]] = {}
         self._service_kv: KeyValue | None = None
+        #: The refusal (and whether it was current) the last record written carries.
+        self._recorded_refusal: tuple[object, bool] = (None, False)
 
     @property
     def hash(self) -> str:
@@ -121,6 +123,8 @@ class PolicyWatch:
         async with self._reloading:
             change = await asyncio.to_thread(self.reloader.check)
         if change is None:
+            if self._recorded_refusal != self._refusal_now():
+                await self._record_policy()  # status and /policy show the refused edit
             return False
         if change.machines is not None:
             self.pipeline.swap(change.machines)
@@ -211,9 +215,14 @@ class PolicyWatch:
             log.warning("queue parameters not read: %s: %s", type(exc).__name__, exc)
             return {}
 
+    def _refusal_now(self) -> tuple[object, bool]:
+        reloader = self.reloader
+        return (reloader.refusal, reloader.refused_now) if reloader else (None, False)
+
     async def _record_policy(self) -> None:
         now_ms = int(time.time() * 1000)
-        record = policy_record(self.machines, self.hash, self.replica, now_ms)
+        record = policy_record(self.machines, self.hash, self.replica, now_ms, self.reloader)
+        self._recorded_refusal = self._refusal_now()
         try:
             await write_policy_record(self.js, self.topology, record)
         except Exception as exc:  # status shows an older hash until the next write

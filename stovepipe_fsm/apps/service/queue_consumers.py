@@ -159,6 +159,7 @@ class QueueConsumers:
             inbox=self.inbox,
             partition=partition,
             still_here=self._still_here,
+            on_retry=self.pipeline.note_retry,
         )
 
     async def _open_queue(self, queue: str) -> bool:

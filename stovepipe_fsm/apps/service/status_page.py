@@ -26,10 +26,12 @@ from ...adapters.jetstream.policy_record import (
     read_policy_record,
 )
 from ...domain.errors import NotFound
-from ...domain.trail_record import TrailRecord
+from ...domain.ids import parse_request_id
+from ...domain.trail_record import HELD, TrailRecord
 from ...machine.diagrams import header_line, mermaid_diagram, render_dot
 from ...views import page
 from ..diagram_files import DiagramError, find_dot, render_svg
+from ..policy_card import card_sections
 from .operators import request_history, status_document, status_rows
 from .pauses import Pause
 from .supervisor import Service
@@ -39,6 +41,8 @@ log = logging.getLogger("stovepipe_fsm.service")
 #: Overview loads closer together than this share one read of the broker.
 OVERVIEW_TTL_S = 1.0
 HTML = "text/html; charset=utf-8"
+#: The queue page's recent decisions are those about this many of its newest requests.
+RECENT_REQUESTS = 10
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class StatusPage:
     @staticmethod
     def serves(path: str) -> bool:
         route = urllib.parse.urlsplit(path).path
-        return route in ("/", "/policy") or route.startswith("/request/")
+        return route in ("/", "/policy", "/card") or route.startswith(("/request/", "/queue/"))
 
     async def reply(self, path: str) -> PageReply:
         parts = urllib.parse.urlsplit(path)
@@ -82,6 +86,10 @@ class StatusPage:
             )
         if route == "/policy":
             return PageReply("200 OK", await self.policy())
+        if route == "/card":
+            return PageReply("200 OK", self.card())
+        if route.startswith("/queue/"):
+            return await self.queue(urllib.parse.unquote(route.removeprefix("/queue/")))
         request_id = urllib.parse.unquote(route.removeprefix("/request/"))
         return await self.request(request_id)
 
@@ -110,6 +118,64 @@ class StatusPage:
             )
             return self._overview
 
+    async def queue(self, name: str) -> PageReply:
+        """``/queue/<name>``: the overview's row of the queue, its waiting heads in
+        delivery order with why each waits, and the decisions about its newest requests."""
+        service = self.service
+        overview = await self.overview()
+        view = next((q for q in overview.queues if q.name == name), None)
+        if view is None:
+            body = page.render_not_found(f"no queue {name!r}", service.policy_hash)
+            return PageReply("404 Not Found", body)
+        doc = overview.doc
+        initial = str((doc.get("policy") or {}).get("request_initial", ""))
+        mine = sorted((r for r in doc["requests"] if r["queue"] == name), key=_counter)
+        waiting = [r for r in mine if initial and r["state"] == initial]
+        trail = JetStreamTrail(service.js, service.topology)
+        histories: dict[str, list[TrailRecord]] = {}
+        for row in [*waiting[: page.PAGE_SIZE], *mine[-RECENT_REQUESTS:]]:
+            if row["id"] not in histories:
+                histories[row["id"]] = await trail.history(row["id"])
+        heads = []
+        for place, row in enumerate(waiting[: page.PAGE_SIZE], start=1):
+            holds = [r for r in histories[row["id"]] if r.kind == HELD]
+            latest = max(holds, key=lambda r: r.at_ms) if holds else None
+            heads.append(
+                page.HeadView(
+                    place,
+                    row["id"],
+                    row["uri"],
+                    row["state"],
+                    int(row.get("ingested_at_ms") or 0),
+                    latest.details.get("reason", "") if latest else "",
+                    latest.count if latest else 0,
+                )
+            )
+        records = [r for rows in histories.values() for r in rows]
+        decisions = sorted(records, key=lambda r: r.at_ms, reverse=True)[: page.LATEST_DECISIONS]
+        commits = {row["id"]: row["uri"] for row in mine}
+        body = page.render_queue(
+            view, heads, decisions, service.policy_hash, commits=commits
+        )
+        return PageReply("200 OK", body)
+
+    def card(self) -> str:
+        """The policy card of the machines and config this replica runs."""
+        service = self.service
+        machines = service.machines
+        policy = service.queue_policy()
+        sections = (
+            card_sections(
+                machines.queue_gate.spec,
+                machines.queue_gate.registry,
+                policy,
+                machines.parameter_defaults,
+            )
+            if policy is not None
+            else []
+        )
+        return page.render_card(service.policy_hash, sections)
+
     async def request(self, request_id: str) -> PageReply:
         service = self.service
         try:
@@ -127,7 +193,22 @@ class StatusPage:
         if record is not None:
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.loaded_at_ms / 1000))
             loaded = f"latest load recorded: {record.hash} at {when} by {record.replica}"
-        return page.render_policy(service.policy_hash, loaded, await self.diagrams())
+        reloader = service.reloader
+        in_force = None
+        if reloader is not None:
+            refusal = reloader.refusal
+            in_force = page.PolicyInForce(
+                machines_dir=str(reloader.machines_dir),
+                config_path=str(reloader.config.path),
+                config_text=reloader.config_text,
+                machines_loaded_at_ms=reloader.machines_loaded_ms,
+                config_loaded_at_ms=reloader.config_loaded_ms,
+                refused_part=refusal.part if refusal else "",
+                refused_error=refusal.error if refusal else "",
+                refused_at_ms=refusal.at_ms if refusal else 0,
+                refused_now=reloader.refused_now,
+            )
+        return page.render_policy(service.policy_hash, loaded, await self.diagrams(), in_force)
 
     async def diagrams(self) -> list[page.Diagram]:
         machines, key = self.service.machines, self.service.policy_hash
@@ -146,6 +227,13 @@ class StatusPage:
                 drawn.append(page.Diagram(spec.name, "", mermaid, f"no SVG: {exc}"))
         self._diagrams = (key, drawn)
         return drawn
+
+
+def _counter(row: dict[str, Any]) -> int:
+    try:
+        return parse_request_id(str(row["id"])).counter
+    except ValueError:
+        return 0
 
 
 def _svg_element(svg: str) -> str:

@@ -34,6 +34,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer, Process
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.memory import SystemClock
+from ...config.policy import QueuePolicy
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -381,6 +383,25 @@ class Service:
             for queue, why in sorted(self._crew.queues.refused.items()):
                 problems.append(f"queue {queue!r} has no consumer: {why}")
         return problems
+
+    def queue_policy(self) -> QueuePolicy | None:
+        """The queue config in force as loaded (None for a store that is no file's)."""
+        policy = getattr(self.config, "policy", None)
+        return policy if isinstance(policy, QueuePolicy) else None
+
+    def readiness_notes(self) -> list[str]:
+        """What ``/readyz`` adds without failing: a refused policy edit, still on disk
+        (the service runs the last good policy, so it is ready, but the edit is not in
+        force), with its located error."""
+        reloader = self.reloader
+        if reloader is None or reloader.refusal is None or not reloader.refused_now:
+            return []
+        refusal = reloader.refusal
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(refusal.at_ms / 1000))
+        return [
+            f"policy edit refused ({refusal.part}) at {when}; policy {reloader.hash} stays "
+            f"in force: {refusal.error}"
+        ]
 
     @property
     def ready(self) -> bool:

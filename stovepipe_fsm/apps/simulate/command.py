@@ -15,15 +15,22 @@ from ...process.catalog import load_process_machines
 from ...simulation.collector import settled_heap
 from ...simulation.replay import render_table, result_json, simulate
 from ...simulation.timeline import load_timeline
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
+from ..options import (
+    CONFIG_HELP,
+    DEFAULT_CONFIG,
+    DEFAULT_MACHINES,
+    EXIT_OK,
+    MACHINES_HELP,
+    load_policy_store,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="replay a timeline on in-memory adapters")
-    p.add_argument("timeline")
+    p.add_argument("timeline", help="the timeline file to replay (YAML or JSON lines)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--machines", default=DEFAULT_MACHINES)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=CONFIG_HELP)
     p.set_defaults(handler=cmd_simulate)
 
 

@@ -31,7 +31,7 @@ SIDES = ("policy", "vs_policy")
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("whatif", help="replay a timeline under two policies or more, side by side")
-    p.add_argument("timeline")
+    p.add_argument("timeline", help="the timeline file every policy replays")
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="the policy's machines")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the policy's queue config")
     p.add_argument("--vs-machines", help="the other policy's machines")
