@@ -63,8 +63,8 @@ def test_walkthrough_coalescing_against_serial_every_head(
     # Coalescing supersedes B..E and builds A (full) then F (incremental since A);
     # serial supersedes nothing and builds in ingest order: A, then B, the rest wait.
     assert (coalescing["supersedes"], serial["supersedes"]) == (4, 0)
-    assert coalescing["builds"] == {"full": 1, "incremental": 1}
-    assert serial["builds"] == {"full": 1, "incremental": 1}
+    assert coalescing["builds"] == {"full": 1, "incremental": 1, "skipped": 0}
+    assert serial["builds"] == {"full": 1, "incremental": 1, "skipped": 0}
     assert coalescing["holds"] == 2
     assert serial["holds"] == 3
     # A went green at 1000 ms under both; F (coalescing) and B (serial) waited 2000 ms.

@@ -18,7 +18,8 @@ from ...simulation.collector import settled_heap
 from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, load_policy_store
-from .compare import TOTAL, Difference, Figures, RunSummary, differences, percentile, summarize
+from .compare import Difference, RunSummary, differences, summarize
+from .figures import EMPTY, TOTAL, percentile
 from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
 
 SIDES = ("policy", "vs_policy")
@@ -61,7 +62,6 @@ def _replay(timeline: Timeline, machines_dir: str, config_path: str) -> RunSumma
 def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> dict[str, Any]:
     """The ``whatif --json`` document (docs/whatif.md describes every key)."""
     mine, theirs = run.figures, vs.figures
-    empty = Figures(0, 0, 0, 0, (), ())
     queues = sorted((mine.keys() | theirs.keys()) - {TOTAL})
     return {
         "timeline": args.timeline,
@@ -70,8 +70,8 @@ def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> di
         "queues": [
             {
                 "queue": q,
-                "policy": mine.get(q, empty).as_json(),
-                "vs_policy": theirs.get(q, empty).as_json(),
+                "policy": mine.get(q, EMPTY).as_json(),
+                "vs_policy": theirs.get(q, EMPTY).as_json(),
             }
             for q in queues
         ],
@@ -86,6 +86,9 @@ def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> di
 ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("builds full", ("builds", "full")),
     ("builds incremental", ("builds", "incremental")),
+    ("builds skipped", ("builds", "skipped")),
+    ("wasted speculative builds", ("wasted_speculative_builds",)),
+    ("slot-hours", ("slot_hours",)),
     ("supersedes", ("supersedes",)),
     ("holds", ("holds",)),
     ("went green", ("ingest_to_green_ms", "count")),
