@@ -135,6 +135,7 @@ def test_json_round_trips_and_is_deterministic(capsys: pytest.CaptureFixture[str
         "timeline",
         "policy",
         "vs_policy",
+        "seed",
         "queues",
         "total",
         "completes",
@@ -174,7 +175,7 @@ def test_a_complete_before_admission_is_kept_not_refused(
     path = tmp_path / f"{name}.yaml"
     path.write_text(BAD_TIMELINES[name][0])
     doc = whatif_json([str(path), *VS_SHIPPED], capsys)
-    kept = {"applied": 0, "dropped": 0, "waiting": 1}
+    kept = {"applied": 0, "dropped": 0, "waiting": 1, "recorded": 0, "inferred": 0}
     assert doc["completes"] == {"policy": kept, "vs_policy": kept}
 
 

@@ -36,7 +36,7 @@ hold reason under any machine, not only the shipped one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,7 @@ from .broker import (
     SingleSourceControl,
     run_sync,
 )
+from .builds import BuildModel
 
 CRASH_POINTS = (
     "after_claim_slot",
@@ -162,13 +163,16 @@ class World:
         keep_trail: bool = True,
         requests: MemoryRequestStore | None = None,
         errors_seen: set[str] | None = None,
+        builds: BuildModel | None = None,
     ) -> None:
         """``config`` is the policy, fixed for the run; ``overrides`` are values every
         queue resolves over it (a timeline's ``config:``), ``config`` steps change it
         per queue (:meth:`ResolvedConfigs.set`). ``requests``: the request store to run
         on, when not an empty one (a what-if's logs its writes). ``errors_seen``: where
         every distinct error a delivery raises is added, in this world and every world
-        forked from it (the model checker's report of what failed anywhere)."""
+        forked from it (the model checker's report of what failed anywhere).
+        ``builds``: the recorded builds that end every build this world starts
+        (:mod:`.builds`); without it a build ends only by a ``complete`` step."""
         self.machines = machines
         #: The decision trail, as the service keeps it (none for the model checker,
         #: whose states must not carry a growing history).
@@ -196,6 +200,12 @@ class World:
         self.errors_seen = errors_seen if errors_seen is not None else set()
         self.in_hand: list[InHand] = []
         self._stages: Stages | None = None
+        self.builds = builds
+        #: Builds published by the delivery in progress, started when it settles.
+        self._published_builds: list[str] = []
+        #: Called after every event a timed step runs (a delivery, a build's end), at
+        #: the instant it happened (a replay timing its requests stamps its writes).
+        self.after_event: Callable[[], None] | None = None
 
     def clone(self) -> World:
         """An independent world in the same state.
@@ -226,6 +236,9 @@ class World:
         twin.raised = list(self.raised)
         twin.errors_seen = self.errors_seen  # shared: what failed in any fork
         twin._stages = None
+        twin.builds = self.builds.clone() if self.builds is not None else None
+        twin._published_builds = list(self._published_builds)
+        twin.after_event = None
         twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
         return twin
 
@@ -253,7 +266,12 @@ class World:
             counter=self.counter,
             config=self.config,
             source_control=SingleSourceControl(self.graph),
-            publisher=SimPublisher(self.broker, self.clock, self.published),
+            publisher=SimPublisher(
+                self.broker,
+                self.clock,
+                self.published,
+                self._published_builds.append if self.builds is not None else None,
+            ),
             clock=self.clock,
             trail=self.trail,
         )
@@ -280,8 +298,10 @@ class World:
 
     # --- steps -------------------------------------------------------------------
 
-    def ingest(self, queue: str, uri: str) -> IngestResult:
-        return run_sync(self.stages.ingest.ingest(queue, uri))
+    def ingest(self, queue: str, uri: str, *, at_head: bool = False) -> IngestResult:
+        """Ingest ``uri``; ``at_head``: trunk was seen at it (a return to a commit the
+        queue moved on from is a new request, as the poller's ingest makes)."""
+        return run_sync(self.stages.ingest.ingest(queue, uri, at_head=at_head))
 
     def deliver(self, message: Message) -> DeliveryReport:
         """Deliver ``message`` once through the real controller."""
@@ -332,6 +352,7 @@ class World:
         topic to ack, hold, count, retry, dead-letter or redeliver (a late ack or NAK
         changes nothing on the server either).
         """
+        self._start_builds()
         pending = self.broker.find(message.seq)
         decision = settle(
             attempt,
@@ -428,6 +449,80 @@ class World:
             self.armed_crash = ""
             raise Crash(point)
 
+    def _start_builds(self) -> None:
+        """Start the build of every request the last delivery published to build."""
+        if not self._published_builds or self.builds is None:
+            return
+        now = self.clock.now_ms()
+        for request_id in self._published_builds:
+            request = run_sync(self.requests.get(request_id))
+            self.builds.start(request.queue, request.uri, request_id, now)
+        self._published_builds.clear()
+
+    def end_due_build(self) -> Request | None:
+        """End the first build due by now with its outcome (:mod:`.builds`); the request
+        as it ended, or as it was when its build had nothing left to end; ``None`` when
+        no build is due."""
+        if self.builds is None:
+            return None
+        started = self.builds.pop_due(self.clock.now_ms())
+        if started is None:
+            return None
+        request = run_sync(self.requests.get(started.request_id))
+        if request.state in self.machines.roles.admitted_states:
+            request = self.complete(started.request_id, started.outcome)
+        return request
+
+    def next_event(self) -> DeliveryReport | Request | None:
+        """Run the first thing due now: a build's end, else a delivery (``None``: none)."""
+        ended = self.end_due_build()
+        if ended is not None:
+            return ended
+        return self.deliver_next()
+
+    def run_for(self, ms: int, limit: int) -> list[DeliveryReport | Request]:
+        """Move the clock ``ms`` on, running every delivery and ending every build at the
+        instant it falls due, as a live consumer and build system would; what falls due
+        at the end is left to the next step. ``ValueError`` when one instant does not
+        settle within ``limit`` events."""
+        end = self.clock.now_ms() + ms
+        events: list[DeliveryReport | Request] = []
+        while True:
+            for _ in range(limit):
+                event = self.next_event()
+                if event is None:
+                    break
+                events.append(event)
+                if self.after_event is not None:
+                    self.after_event()
+            else:
+                raise ValueError(f"run_ms did not settle after {limit} events at one instant")
+            due = [t for t in (self.broker.next_due_ms(), self._next_build_ms()) if t is not None]
+            if not due or min(due) >= end:
+                break
+            self.clock.set(max(min(due), self.clock.now_ms()))
+        self.clock.set(max(end, self.clock.now_ms()))
+        return events
+
+    def _next_build_ms(self) -> int | None:
+        return self.builds.next_due_ms() if self.builds is not None else None
+
+    def retry(self, request_id: str) -> verbs.RetryResult:
+        """An operator's ``retry`` of ``request_id``: the verb the command runs, on this
+        world's stores (``IllegalOperation`` when it refuses)."""
+        queue = parse_request_id(request_id).queue
+        parameters = dict(self.config.get(queue).parameters)
+        coalesces = verbs.queue_coalesces(self.machines.coalesces, parameters)
+        verb = verbs.retry(
+            self.lifecycle,
+            self.ingester,
+            self.uri_index,
+            request_id,
+            by="timeline",
+            coalesces=coalesces,
+        )
+        return run_sync(verb)
+
     def deliver_next(self) -> DeliveryReport | None:
         first = self.broker.first_due(self.clock.now_ms())
         return self.deliver(first) if first is not None else None
@@ -453,4 +548,3 @@ class World:
 
     def request_for(self, queue: str, uri: str) -> str | None:
         return run_sync(self.uri_index.get(queue, uri))
-

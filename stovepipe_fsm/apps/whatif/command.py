@@ -30,8 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("timeline")
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="the policy's machines")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the policy's queue config")
-    p.add_argument("--vs-machines", required=True, help="the other policy's machines")
-    p.add_argument("--vs-config", required=True, help="the other policy's queue config")
+    p.add_argument("--vs-machines", help="the other policy's machines (default: --machines)")
+    p.add_argument("--vs-config", help="the other policy's queue config (default: --config)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the build durations drawn for commits never built live (default 0)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_whatif)
 
@@ -39,13 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int:
     """Replay, compare, print. ``parallel`` (default: for a long timeline on a machine
     with the cores, :mod:`.parallel`) runs the two replays side by side."""
+    if args.vs_machines is None:
+        args.vs_machines = args.machines
+    if args.vs_config is None:
+        args.vs_config = args.config
     timeline = load_timeline(args.timeline)
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
     with settled_heap():  # frozen before the fork: the child does not copy the timeline
         run, vs = replay_both(
-            lambda: _replay(timeline, args.machines, args.config),
-            lambda: _replay(timeline, args.vs_machines, args.vs_config),
+            lambda: _replay(timeline, args.machines, args.config, args.seed),
+            lambda: _replay(timeline, args.vs_machines, args.vs_config, args.seed),
             parallel=parallel,
         )
         doc = whatif_json(args, run, vs)
@@ -53,10 +63,10 @@ def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int
     return EXIT_OK
 
 
-def _replay(timeline: Timeline, machines_dir: str, config_path: str) -> RunSummary:
+def _replay(timeline: Timeline, machines_dir: str, config_path: str, seed: int) -> RunSummary:
     machines = load_process_machines(machines_dir)
     config = load_policy_store(config_path, machines.parameters)
-    return summarize(replay_timed(timeline, machines, config))
+    return summarize(replay_timed(timeline, machines, config, seed=seed))
 
 
 def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> dict[str, Any]:
@@ -67,6 +77,7 @@ def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> di
         "timeline": args.timeline,
         "policy": {"machines": args.machines, "config": args.config},
         "vs_policy": {"machines": args.vs_machines, "config": args.vs_config},
+        "seed": args.seed,
         "queues": [
             {
                 "queue": q,
@@ -107,12 +118,13 @@ def render(doc: dict[str, Any]) -> str:
     for name, block in blocks:
         for i, (label, path) in enumerate(ROWS):
             rows.append((name if i == 0 else "", label, *(_at(block[s], path) for s in SIDES)))
-    for key in ("applied", "dropped", "waiting"):
+    for key in ("applied", "dropped", "waiting", "recorded", "inferred"):
         rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
     lines = [
         f"timeline: {doc['timeline']}",
         f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",
         f"vs policy: {doc['vs_policy']['machines']} + {doc['vs_policy']['config']}",
+        f"seed:      {doc['seed']} (draws build durations for commits never built live)",
         "",
         *_table(header, rows),
         "",

@@ -43,10 +43,15 @@ class RunSummary:
 
 
 def summarize(run: TimedRun) -> RunSummary:
+    builds = run.world.builds
     completes = {
         "applied": run.completes_applied,
         "dropped": run.completes_dropped,
         "waiting": run.completes_waiting,
+        # Builds ended by the recorded builds (:mod:`...simulation.builds`): with the
+        # commit's own recorded outcome, or with one inferred for a commit never built.
+        "recorded": builds.from_record if builds is not None else 0,
+        "inferred": builds.inferred if builds is not None else 0,
     }
     final = {(r.queue, r.uri): (r.state, r.id) for r in run.world.requests.snapshot()}
     return RunSummary(figures_by_queue(run), completes, final)
