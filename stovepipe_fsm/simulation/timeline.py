@@ -33,6 +33,7 @@ from .timeline_lines import is_lines, parse_lines
 from .timeline_shape import (
     BULK_KEYS,
     builds_valid,
+    changes_valid,
     commits_valid,
     header_valid,
     step_decided,
@@ -77,6 +78,9 @@ class TimelineStep:
         return f"{self.kind} {self.uri}"
 
 
+Changes = tuple[str, ...] | dict[str, str]
+
+
 @dataclass(frozen=True)
 class Timeline:
     file: str
@@ -85,7 +89,8 @@ class Timeline:
     config: dict[str, Any] = field(default_factory=dict)
     history: dict[str, tuple[str, ...]] = field(default_factory=dict)
     config_location: Location = field(default_factory=lambda: Location("", 0, 0))
-    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: commit -> its changed paths: a tuple, or a map of path -> content id.
+    changes: dict[str, Changes] = field(default_factory=dict)
     #: The builds a live run recorded, in admission order (``export`` writes them).
     builds: tuple[RecordedBuild, ...] = ()
 
@@ -137,7 +142,7 @@ def _fast_timeline(
     history_data = data.get("history", {})
     changes_data = data.get("changes", {})
     builds_data = data.get("builds", [])
-    if not (commits_valid(history_data) and commits_valid(changes_data)):
+    if not (commits_valid(history_data) and changes_valid(changes_data)):
         return None
     if not builds_valid(builds_data):
         return None
@@ -155,7 +160,7 @@ def _fast_timeline(
             checked.add(step.queue)
         steps.append(step)
     history = {str(k): tuple(v) for k, v in history_data.items()}
-    changes = {str(k): tuple(v) for k, v in changes_data.items()}
+    changes = {str(k): _paths(v) for k, v in changes_data.items()}
     if issues or any(commit not in history for commit in changes):
         return None
     if any(parent not in history for parents in history.values() for parent in parents):
@@ -205,7 +210,7 @@ def located_timeline(doc: SourceDocument) -> Timeline:
         steps.append(step)
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
-    changes = {str(k): tuple(v) for k, v in data.get("changes", {}).items()}
+    changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
     for commit in changes:
         if commit not in history:
             issues.append(
@@ -362,6 +367,11 @@ def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineSte
     if isinstance(value, str):
         return TimelineStep(kind, where, uri=value, queue=queue)
     return TimelineStep(kind, where, uri=value["uri"], queue=value.get("queue", queue))
+
+
+def _paths(value: list[str] | dict[str, str]) -> Changes:
+    """A commit's changes as given: paths, or paths with their content ids."""
+    return dict(value) if isinstance(value, dict) else tuple(value)
 
 
 def _build(raw: dict[str, Any], where: Location, queue: str) -> RecordedBuild:

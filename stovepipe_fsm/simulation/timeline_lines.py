@@ -168,7 +168,7 @@ def _commit(
             SpecIssue(
                 where,
                 'a commit line is {"commit": ID, "parents": [ID, ...]} with an optional '
-                f'"changes": [PATH, ...]{extra}',
+                f'"changes": [PATH, ...] or {{PATH: CONTENT_ID, ...}}{extra}',
             )
         )
         return
@@ -195,7 +195,8 @@ def timeline_lines(doc: Mapping[str, Any]) -> Iterator[str]:
     for commit, parents in doc.get("history", {}).items():
         line: dict[str, Any] = {"commit": commit, "parents": list(parents)}
         if commit in changes:
-            line["changes"] = list(changes[commit])
+            paths = changes[commit]
+            line["changes"] = dict(paths) if isinstance(paths, Mapping) else list(paths)
         yield dumps(line)
     for build in doc.get("builds", []):
         yield dumps({"build": build})

@@ -133,6 +133,20 @@ def commits_valid(commits: Any) -> bool:
     return True
 
 
+def changes_valid(changes: Any) -> bool:
+    """The schema's ``changes``: commit -> a list of paths, or a map of path -> content id."""
+    if type(changes) is not dict:
+        return False
+    for paths in changes.values():
+        if type(paths) is dict:
+            for path, content in paths.items():
+                if path == "" or type(content) is not str:
+                    return False
+        elif not commits_valid({"": paths}):
+            return False
+    return True
+
+
 def builds_valid(builds: Any) -> bool:
     """The schema's ``builds``: a list of ``{uri, queue?, duration_ms, outcome}``."""
     if type(builds) is not list:

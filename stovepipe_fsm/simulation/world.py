@@ -36,7 +36,7 @@ hold reason under any machine, not only the shipped one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,7 +158,7 @@ class World:
         history: Mapping[str, Sequence[str]] | None = None,
         *,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
-        changes: Mapping[str, Sequence[str]] | None = None,
+        changes: Mapping[str, Iterable[str]] | None = None,
         overrides: Mapping[str, Any] | None = None,
         keep_trail: bool = True,
         requests: MemoryRequestStore | None = None,
