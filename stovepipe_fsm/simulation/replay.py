@@ -224,6 +224,9 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
         return [_cancelled(world, request_id)]
     if kind == "retry":
         return [_retried(world, request_id)]
+    if kind == "failing":
+        world.fail_deliveries(request_id)
+        return [f"every delivery of {request_id} fails from now on"]
     if kind == "dead_letter":
         ended = world.dead_letter(request_id)
         state = ended.state if ended else "missing"

@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator
 from ..located.schema import load_schema
 
 _TARGET_KINDS = frozenset(
-    {"ingest", "redeliver", "dead_letter", "resume", "cancel", "return", "retry"}
+    {"ingest", "redeliver", "dead_letter", "resume", "cancel", "return", "retry", "failing"}
 )
 _BARE = frozenset({"deliver", "run"})
 _CRASH_POINTS = frozenset(

@@ -52,7 +52,7 @@ from ..adapters.memory import (
 from ..adapters.memory.decision_trail import MemoryTrail
 from ..adapters.memory.source_control import SourceControlOutage
 from ..domain.entities import Request, evolve
-from ..domain.errors import NotFound
+from ..domain.errors import NotFound, Retryable
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, settle
 from ..pipeline import verbs
@@ -98,6 +98,14 @@ RAISED_OUTCOMES = {
     SettleKind.RETRY: "retry",
     SettleKind.DEAD_LETTER: "dead_letter",
 }
+
+
+RECORDED_FAILURE = "every delivery of this head failed in the recorded run"
+
+
+class RecordedFailure(Retryable):
+    """The failure of a delivery a timeline says fails (``failing``): what a live run's
+    deliveries of the head met, replayed; a fault of the world, not of the policy."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +209,8 @@ class World:
         self.in_hand: list[InHand] = []
         self._stages: Stages | None = None
         self.builds = builds
+        #: Requests every delivery of which fails (a timeline's ``failing`` step).
+        self.failing: frozenset[str] = frozenset()
         #: Builds published by the delivery in progress, started when it settles.
         self._published_builds: list[str] = []
         #: Called after every event a timed step runs (a delivery, a build's end), at
@@ -236,6 +246,7 @@ class World:
         twin.raised = list(self.raised)
         twin.errors_seen = self.errors_seen  # shared: what failed in any fork
         twin._stages = None
+        twin.failing = self.failing
         twin.builds = self.builds.clone() if self.builds is not None else None
         twin._published_builds = list(self._published_builds)
         twin.after_event = None
@@ -306,6 +317,8 @@ class World:
     def deliver(self, message: Message) -> DeliveryReport:
         """Deliver ``message`` once through the real controller."""
         message.deliveries += 1
+        if message.request_id in self.failing:
+            return self._failed(message, RecordedFailure(RECORDED_FAILURE), before="")
         delivery = SimDelivery(self, message)
         probe = self._probe if self.armed_crash else None
         # Recorded so a report can tell an admission from the re-announce of a request
@@ -337,7 +350,7 @@ class World:
         attempt = Attempt.raised(exc, crashed=isinstance(exc, Crash))
         if not attempt.crashed:
             self.raised.append((message.request_id, attempt.error))
-            if not isinstance(exc, SourceControlOutage):  # the world's own fault
+            if not isinstance(exc, SourceControlOutage | RecordedFailure):  # the world's
                 self.errors_seen.add(attempt.error)
         # A crash is reported by its crash point; a failure by what the policy says.
         detail = str(exc) if isinstance(exc, Crash) else ""
@@ -506,6 +519,12 @@ class World:
 
     def _next_build_ms(self) -> int | None:
         return self.builds.next_due_ms() if self.builds is not None else None
+
+    def fail_deliveries(self, request_id: str) -> None:
+        """From now on every delivery of ``request_id`` fails, retryably: the settle
+        policy retries it with the runtime's backoff and dead-letters it at the queue's
+        ``max_attempts``, as it did live."""
+        self.failing = self.failing | {request_id}
 
     def retry(self, request_id: str) -> verbs.RetryResult:
         """An operator's ``retry`` of ``request_id``: the verb the command runs, on this
