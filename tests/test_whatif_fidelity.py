@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,7 @@ async def live_run(live: Live, c: dict[str, str], repo: Path) -> None:
     await live.build(h12, 300, "succeeded")
 
 
-def keyed(requests: list[Request]) -> dict[tuple[str, int], Request]:
+def keyed(requests: Iterable[Request]) -> dict[tuple[str, int], Request]:
     """Each request by (commit, how many requests for that commit came before it)."""
     out: dict[tuple[str, int], Request] = {}
     for r in sorted(requests, key=lambda r: parse_request_id(r.id).counter):
