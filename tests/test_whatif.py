@@ -327,3 +327,18 @@ def test_the_bench_timeline_is_deterministic_and_replays(tmp_path: Path) -> None
     run = replay_timed(timeline, machines, config)
     assert len(run.times) == 300
     assert {q.name for q in run.world.queues.snapshot()} == {f"repo{i}/main" for i in range(3)}
+
+
+def test_vs_config_alone_compares_two_configs_under_one_set_of_machines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two = tmp_path / "two.yaml"
+    two.write_text("defaults: {max_concurrent: 2}\n")
+    args = [WALKTHROUGH, "--config", "config/queues.yaml", "--vs-config", str(two)]
+    doc = whatif_json(args, capsys)
+    assert doc["vs_policy"] == {"machines": "machines", "config": str(two)}
+    assert doc["policy"]["machines"] == "machines"
+    assert doc["seed"] == 0
+    for figures in (doc["total"]["policy"], doc["total"]["vs_policy"]):
+        assert set(figures) >= {"wasted_speculative_builds", "slot_hours", "builds"}
+        assert set(figures["builds"]) == {"full", "incremental", "skipped"}

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
 from ...pipeline.ingest import IngestResult, InvalidUri
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from ..options import DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from .arguments import (
     ACK_WAIT_ENV,
     DEFAULT_ACK_WAIT,
@@ -215,13 +215,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=("yaml", "jsonl"),
         help="yaml, or jsonl: JSON lines (default: jsonl for an --out ending .jsonl, else yaml)",
     )
+    # --config (a broker option every command shares) names each queue's repository.
     p.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG,
-        help="the queue config naming each queue's repository (default: %(default)s)",
-    )
-    p.add_argument(
-        "--git-repo", help="read every queue's history from this repository instead"
+        "--git-repo", help="read every queue's history from this repository, not --config's"
     )
     p.set_defaults(handler=_needs_nats("export", cmd_export))
 
