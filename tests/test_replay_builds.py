@@ -19,7 +19,7 @@ from stovepipe_fsm.apps.whatif.figures import TOTAL, figures_by_queue
 from stovepipe_fsm.domain.entities import Request
 from stovepipe_fsm.domain.trail_record import DEAD_LETTERED, OPERATOR, TrailRecord, detail
 from stovepipe_fsm.process.catalog import load_process_machines
-from stovepipe_fsm.simulation.replay import simulate
+from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timed import replay_timed
 from stovepipe_fsm.simulation.timeline import load_timeline
 
@@ -174,3 +174,4 @@ def test_a_return_a_retry_a_failing_head_and_a_cancel_replay_as_recorded(
     live = sorted((r.id, r.uri, r.state, r.retry_of) for r in rows)
     assert replayed == live
     assert [rid for rid, _ in world.dead_letters] == [f"request/{Q}/5"]
+    assert result_json(world)["recorded_builds"] == {"recorded": 5, "inferred": 0, "seed": 0}

@@ -339,8 +339,17 @@ def result_json(world: World, sim: Simulation | None = None) -> dict[str, Any]:
         "pending": len(world.broker.messages),
         **({"in_hand": len(world.in_hand)} if world.in_hand else {}),
         **({"dead_letters": dead_letters_json(world)} if world.dead_letters else {}),
+        **({"recorded_builds": recorded_builds_json(world)} if world.builds else {}),
         **({"expectations": expectations_json(sim)} if sim is not None and sim.expects else {}),
     }
+
+
+def recorded_builds_json(world: World) -> dict[str, int]:
+    """How the builds a replay started ended, from a timeline's recorded builds
+    (:mod:`.builds`): with their commit's recorded outcome, or an inferred one."""
+    builds = world.builds
+    assert builds is not None
+    return {"recorded": builds.from_record, "inferred": builds.inferred, "seed": builds.seed}
 
 
 def expectations_json(sim: Simulation) -> dict[str, Any]:
@@ -388,4 +397,10 @@ def final_table(world: World) -> str:
         f"builds: {', '.join(doc['builds']) or '-'}; hooks: {len(doc['hooks'])}; "
         f"holds: {doc['holds']}; pending: {doc['pending']}"
     )
+    if "recorded_builds" in doc:
+        ended = doc["recorded_builds"]
+        lines.append(
+            f"build outcomes: {ended['recorded']} recorded, {ended['inferred']} inferred "
+            f"(durations drawn with seed {ended['seed']})"
+        )
     return "\n".join(lines)
