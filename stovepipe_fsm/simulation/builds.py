@@ -115,20 +115,10 @@ class BuildModel:
 
     def _contains(self, head: str, commit: str) -> bool:
         """Whether ``head`` is ``commit`` or descends from it in the graph."""
-        seen: set[str] = set()
-        frontier = [head]
-        while frontier:
-            sha = frontier.pop()
-            if sha == commit:
-                return True
-            if sha in seen:
-                continue
-            seen.add(sha)
-            try:
-                frontier.extend(self.graph.parents_of(sha))
-            except NotFound:
-                continue
-        return False
+        try:
+            return self.graph.reaches(head, commit)
+        except NotFound:
+            return False
 
     def clone(self) -> BuildModel:
         twin = BuildModel(self.recorded, self.graph, self.green_outcome, self.seed)

@@ -156,6 +156,12 @@ class MemorySourceControl:
         self.calls += 1
         if not self._available:
             raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        return self.reaches(descendant, ancestor)
+
+    def reaches(self, descendant: str, ancestor: str) -> bool:
+        """Whether ``descendant`` is ``ancestor`` or descends from it (``NotFound`` for
+        a commit the graph does not have); a plain question of the graph, not a call
+        of the port (not counted, answered in an outage too)."""
         for sha in (ancestor, descendant):
             if sha not in self._parents:
                 raise NotFound(f"commit {sha!r} not found")
@@ -206,7 +212,8 @@ class MemorySourceControl:
 
         A commit's tree holds at a path what the commit changed it to, else what its
         first parent holds there, and a root what it was given (nothing, else). A path a
-        commit changed without a content id is a content of its own. Every path any commit either side reaches changed is a candidate.
+        commit changed without a content id is a content of its own. Every path a commit
+        either side reaches changed is a candidate.
         """
         touched = self._reachable(head) | self._reachable(base)
         candidates = {path for sha in touched for path in self._changes.get(sha, ())}
