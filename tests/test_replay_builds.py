@@ -86,9 +86,9 @@ def test_the_export_lists_builds_in_admission_order_and_steps_up_to_the_export(
 ) -> None:
     doc = yaml.safe_load(exported(tmp_path).read_text())
     assert doc["builds"] == [
-        {"uri": "A", "queue": Q, "duration_ms": 3000, "outcome": "succeeded"},
-        {"uri": "D", "queue": Q, "duration_ms": 3000, "outcome": "failed"},
-        {"uri": "E", "queue": Q, "duration_ms": 2000, "outcome": "succeeded"},
+        {"uri": "A", "queue": Q, "admitted_ms": 0, "duration_ms": 3000, "outcome": "succeeded"},
+        {"uri": "D", "queue": Q, "admitted_ms": 3050, "duration_ms": 3000, "outcome": "failed"},
+        {"uri": "E", "queue": Q, "admitted_ms": 7000, "duration_ms": 2000, "outcome": "succeeded"},
     ]
     assert doc["history"] == HISTORY.parents
     assert sum(s["run_ms"] for s in doc["steps"] if isinstance(s, dict) and "run_ms" in s) == 20_000

@@ -126,6 +126,7 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
         {
             "uri": "A",
             "queue": QUEUE,
+            "admitted_ms": row_a["admitted_at_ms"] - row_a["ingested_at_ms"],
             "duration_ms": row_a["ended_at_ms"] - row_a["admitted_at_ms"],
             "outcome": "succeeded",
         }

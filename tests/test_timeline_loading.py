@@ -161,7 +161,10 @@ def test_changes_check_answers_as_the_schema_does(changes: Any) -> None:
      [{"uri": "A", "duration_ms": 5, "outcome": "Failed"}],
      [{"uri": "", "duration_ms": 5, "outcome": "failed"}],
      [{"uri": "A", "duration_ms": 5}], [{"uri": "A", "duration_ms": 5, "outcome": "x", "y": 1}],
-     [{"uri": "A", "queue": "", "duration_ms": 5, "outcome": "x"}], ["A"], {}],
+     [{"uri": "A", "queue": "", "duration_ms": 5, "outcome": "x"}], ["A"], {},
+     [{"uri": "A", "admitted_ms": 7, "duration_ms": 5, "outcome": "x"}],
+     [{"uri": "A", "admitted_ms": -7, "duration_ms": 5, "outcome": "x"}],
+     [{"uri": "A", "admitted_ms": "7", "duration_ms": 5, "outcome": "x"}]],
 )  # fmt: skip
 def test_builds_check_answers_as_the_schema_does(builds: Any) -> None:
     schema = load_schema("timeline")

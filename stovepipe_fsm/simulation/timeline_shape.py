@@ -148,7 +148,8 @@ def changes_valid(changes: Any) -> bool:
 
 
 def builds_valid(builds: Any) -> bool:
-    """The schema's ``builds``: a list of ``{uri, queue?, duration_ms, outcome}``."""
+    """The schema's ``builds``: a list of ``{uri, queue?, admitted_ms?, duration_ms,
+    outcome}``."""
     if type(builds) is not list:
         return False
     for build in builds:
@@ -162,10 +163,13 @@ def builds_valid(builds: Any) -> bool:
             return False
         if any(k not in _BUILD_KEYS or (k == "queue" and not _text(v)) for k, v in build.items()):
             return False
+        admitted: Any = build.get("admitted_ms", 0)
+        if not (_integer(admitted) and admitted >= 0):
+            return False
     return True
 
 
-_BUILD_KEYS = frozenset({"uri", "queue", "duration_ms", "outcome"})
+_BUILD_KEYS = frozenset({"uri", "queue", "admitted_ms", "duration_ms", "outcome"})
 
 
 def header_valid(header: Mapping[str, Any]) -> bool:

@@ -15,8 +15,9 @@ those, the timeline holds, at their real relative times:
   ``config`` steps setting ``paused`` for every exported queue it matched;
 - ``run_ms`` between them, so each delivery and each build's end happens when it falls
   due, up to the time of the export;
-- ``builds``: each build that ended with an outcome (admission to end, and the outcome),
-  in admission order, which end the builds a replay admits (simulation/builds.py).
+- ``builds``: each build that ended with an outcome (when it was admitted, its duration
+  from admission to end, and the outcome), in admission order, which end the builds a
+  replay admits (simulation/builds.py).
 
 What the stage decided (holds, supersedes, admissions, strategies) is left out on
 purpose: a replay decides it again. ``history``/``changes`` are the repository's (real
@@ -120,10 +121,10 @@ def recorded_timeline(
             verb_step: dict[str, Any] = {"config": {"queue": queue, PAUSED: verb == "pause"}}
             events.append((record.at_ms, _QUEUE_VERB, 0, verb_step))
         counts["pauses"] += bool(matched)
-    builds = _builds(chosen, recorded.outcome_of_state)
     events.sort(key=lambda e: (e[0], e[1], e[2]))
     steps: list[Any] = []
     clock = events[0][0] if events else since_ms
+    builds = _builds(chosen, recorded.outcome_of_state, clock)
     for at, _order, _n, step in events:
         if at > clock:
             steps.append({"run_ms": at - clock})
@@ -166,8 +167,11 @@ def _matches(pattern: str, queue: str) -> bool:
     return glob_match(pattern, queue) if is_pattern(pattern) else pattern == queue
 
 
-def _builds(requests: Iterable[Request], outcome_of_state: Mapping[str, str]) -> list[Any]:
-    """Every build that ended with an outcome, in admission order."""
+def _builds(
+    requests: Iterable[Request], outcome_of_state: Mapping[str, str], start_ms: int
+) -> list[Any]:
+    """Every build that ended with an outcome, in admission order, admitted at a time of
+    the timeline's clock (which starts at ``start_ms``)."""
     ended = [
         r
         for r in requests
@@ -181,6 +185,7 @@ def _builds(requests: Iterable[Request], outcome_of_state: Mapping[str, str]) ->
         {
             "uri": r.uri,
             "queue": r.queue,
+            "admitted_ms": max(r.admitted_at_ms - start_ms, 0),
             "duration_ms": max(r.ended_at_ms - r.admitted_at_ms, 0),
             "outcome": outcome_of_state[r.state],
         }
