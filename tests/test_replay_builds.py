@@ -14,6 +14,7 @@ import yaml
 from stovepipe_fsm.adapters.git.history import RecordedHistory
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.cli import EXIT_OK, main
+from stovepipe_fsm.apps.service.export import repositories_of
 from stovepipe_fsm.apps.service.recorded_run import Recorded, recorded_timeline
 from stovepipe_fsm.apps.whatif.figures import TOTAL, figures_by_queue
 from stovepipe_fsm.domain.entities import Request
@@ -175,3 +176,13 @@ def test_a_return_a_retry_a_failing_head_and_a_cancel_replay_as_recorded(
     assert replayed == live
     assert [rid for rid, _ in world.dead_letters] == [f"request/{Q}/5"]
     assert result_json(world)["recorded_builds"] == {"recorded": 5, "inferred": 0, "seed": 0}
+
+
+def test_export_reads_each_queues_repository_from_the_config_or_git_repo(tmp_path: Path) -> None:
+    config = tmp_path / "queues.yaml"
+    config.write_text("queues:\n  mono/main: {repository: /srv/mono}\n  other/main: {}\n")
+    queues = ["mono/main", "other/main"]
+    assert repositories_of(queues, str(config), None) == {"mono/main": "/srv/mono"}
+    both = {"mono/main": "/srv/x", "other/main": "/srv/x"}
+    assert repositories_of(queues, str(config), "/srv/x") == both
+    assert repositories_of(queues, None, None) == {}
