@@ -258,6 +258,7 @@ async def test_an_exported_live_run_replays_as_it_ran(js_env, tmp_path: Path) ->
     # The same export with more slots: ingest->green of every commit green under all
     # three no later with more slots, and sooner for some (built from recorded times).
     to_green: list[dict[tuple[str, int], int]] = []
+    builds: list[int] = []
     for slots in (1, 2, 3):
         policy = yaml.safe_load(yaml.safe_dump(config))
         policy["defaults"]["max_concurrent"] = slots
@@ -269,8 +270,12 @@ async def test_an_exported_live_run_replays_as_it_ran(js_env, tmp_path: Path) ->
             if r.state in green and times is not None and times.ended_ms is not None:
                 ends[key] = times.ended_ms - times.ingest_ms
         to_green.append(ends)
-        assert figures_by_queue(timed)[TOTAL].to_green_ms
+        figures = figures_by_queue(timed)[TOTAL]
+        builds.append(figures.builds_full + figures.builds_incremental)
+        assert timed.world.builds is not None
+        assert not any(r.state == "processing" for r in timed.world.requests.snapshot())
     one, two, three = to_green
+    assert builds[0] <= builds[1] <= builds[2], builds  # more slots never build less
     both = one.keys() & two.keys() & three.keys()
     assert both
     assert all(three[k] <= two[k] <= one[k] for k in both), (one, two, three)
