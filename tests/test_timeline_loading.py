@@ -30,6 +30,8 @@ from stovepipe_fsm.simulation.timeline import (
 )
 from stovepipe_fsm.simulation.timeline_lines import timeline_lines
 from stovepipe_fsm.simulation.timeline_shape import (
+    builds_valid,
+    changes_valid,
     commits_valid,
     header_valid,
     step_decided,
@@ -85,6 +87,10 @@ CORPUS: list[Any] = [
     {"config": {}}, {"config": {"queue": "q/r"}}, {"config": {"queue": ""}},
     {"config": {"queue": 1, "x": 1}}, {"config": {"x": None}}, {"config": {"x": {"a": 1}}},
     {"config": {"x": [1, "a"]}}, {"config": {"x": 1.5}}, {"config": "max_concurrent"},
+    {"run_ms": 0}, {"run_ms": 5}, {"run_ms": -1}, {"run_ms": 1.5}, {"run_ms": "5"},
+    {"return": "A"}, {"return": ""}, {"return": {"uri": "A", "queue": "q/r"}},
+    {"retry": "A"}, {"retry": 1}, {"retry": {"uri": "A", "x": 1}},
+    {"failing": "A"}, {"failing": None}, {"failing": {"queue": "q"}},
     {"explode": "A"},
 ]  # fmt: skip
 
@@ -134,6 +140,36 @@ def test_history_check_answers_as_the_schema_does(commits: Any) -> None:
     schema = load_schema("timeline")
     validator = Draft202012Validator(schema["properties"]["history"])
     assert commits_valid(commits) == validator.is_valid(commits)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"a": ["p"]}, {"a": {"p": "100644 x", "q": ""}}, {"a": {"": "x"}}, {"a": {"p": 1}},
+     {"a": {"p": None}}, {"a": [""]}, {"a": "p"}, {"a": None}, []],
+)  # fmt: skip
+def test_changes_check_answers_as_the_schema_does(changes: Any) -> None:
+    validator = Draft202012Validator(load_schema("timeline")["properties"]["changes"])
+    assert changes_valid(changes) == validator.is_valid(changes)
+
+
+@pytest.mark.parametrize(
+    "builds",
+    [[], [{"uri": "A", "duration_ms": 5, "outcome": "succeeded"}],
+     [{"uri": "A", "queue": "q/r", "duration_ms": 0, "outcome": "failed"}],
+     [{"uri": "A", "duration_ms": -1, "outcome": "failed"}],
+     [{"uri": "A", "duration_ms": 1.5, "outcome": "failed"}],
+     [{"uri": "A", "duration_ms": 5, "outcome": "Failed"}],
+     [{"uri": "", "duration_ms": 5, "outcome": "failed"}],
+     [{"uri": "A", "duration_ms": 5}], [{"uri": "A", "duration_ms": 5, "outcome": "x", "y": 1}],
+     [{"uri": "A", "queue": "", "duration_ms": 5, "outcome": "x"}], ["A"], {},
+     [{"uri": "A", "admitted_ms": 7, "duration_ms": 5, "outcome": "x"}],
+     [{"uri": "A", "admitted_ms": -7, "duration_ms": 5, "outcome": "x"}],
+     [{"uri": "A", "admitted_ms": "7", "duration_ms": 5, "outcome": "x"}]],
+)  # fmt: skip
+def test_builds_check_answers_as_the_schema_does(builds: Any) -> None:
+    schema = load_schema("timeline")
+    validator = Draft202012Validator({**schema["properties"]["builds"], "$defs": schema["$defs"]})
+    assert builds_valid(builds) == validator.is_valid(builds)
 
 
 @pytest.mark.parametrize(

@@ -63,8 +63,8 @@ def test_walkthrough_coalescing_against_serial_every_head(
     # Coalescing supersedes B..E and builds A (full) then F (incremental since A);
     # serial supersedes nothing and builds in ingest order: A, then B, the rest wait.
     assert (coalescing["supersedes"], serial["supersedes"]) == (4, 0)
-    assert coalescing["builds"] == {"full": 1, "incremental": 1}
-    assert serial["builds"] == {"full": 1, "incremental": 1}
+    assert coalescing["builds"] == {"full": 1, "incremental": 1, "skipped": 0}
+    assert serial["builds"] == {"full": 1, "incremental": 1, "skipped": 0}
     assert coalescing["holds"] == 2
     assert serial["holds"] == 3
     # A went green at 1000 ms under both; F (coalescing) and B (serial) waited 2000 ms.
@@ -135,6 +135,7 @@ def test_json_round_trips_and_is_deterministic(capsys: pytest.CaptureFixture[str
         "timeline",
         "policy",
         "vs_policy",
+        "seed",
         "queues",
         "total",
         "completes",
@@ -174,7 +175,7 @@ def test_a_complete_before_admission_is_kept_not_refused(
     path = tmp_path / f"{name}.yaml"
     path.write_text(BAD_TIMELINES[name][0])
     doc = whatif_json([str(path), *VS_SHIPPED], capsys)
-    kept = {"applied": 0, "dropped": 0, "waiting": 1}
+    kept = {"applied": 0, "dropped": 0, "waiting": 1, "recorded": 0, "inferred": 0}
     assert doc["completes"] == {"policy": kept, "vs_policy": kept}
 
 
@@ -326,3 +327,18 @@ def test_the_bench_timeline_is_deterministic_and_replays(tmp_path: Path) -> None
     run = replay_timed(timeline, machines, config)
     assert len(run.times) == 300
     assert {q.name for q in run.world.queues.snapshot()} == {f"repo{i}/main" for i in range(3)}
+
+
+def test_vs_config_alone_compares_two_configs_under_one_set_of_machines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two = tmp_path / "two.yaml"
+    two.write_text("defaults: {max_concurrent: 2}\n")
+    args = [WALKTHROUGH, "--config", "config/queues.yaml", "--vs-config", str(two)]
+    doc = whatif_json(args, capsys)
+    assert doc["vs_policy"] == {"machines": "machines", "config": str(two)}
+    assert doc["policy"]["machines"] == "machines"
+    assert doc["seed"] == 0
+    for figures in (doc["total"]["policy"], doc["total"]["vs_policy"]):
+        assert set(figures) >= {"wasted_speculative_builds", "slot_hours", "builds"}
+        assert set(figures["builds"]) == {"full", "incremental", "skipped"}

@@ -13,7 +13,7 @@ Because in-memory adapters never suspend, every coroutine completes in one
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -137,10 +137,17 @@ def _seq(message: Message) -> int:
 class SimPublisher:
     """Process messages go to the simulated topic; build and hook publishes are recorded."""
 
-    def __init__(self, broker: SimBroker, clock: ManualClock, record: MemoryPublisher) -> None:
+    def __init__(
+        self,
+        broker: SimBroker,
+        clock: ManualClock,
+        record: MemoryPublisher,
+        on_build: Callable[[str], None] | None = None,
+    ) -> None:
         self.broker = broker
         self.clock = clock
         self.record = record
+        self.on_build = on_build  # told the request id of every build published
 
     async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
         await self.record.publish_process(queue, request_id, partition)
@@ -148,6 +155,8 @@ class SimPublisher:
 
     async def publish_build(self, queue: str, request_id: str) -> None:
         await self.record.publish_build(queue, request_id)
+        if self.on_build is not None:
+            self.on_build(request_id)
 
     async def publish_hook(self, event: HookEvent) -> None:
         await self.record.publish_hook(event)

@@ -9,6 +9,7 @@ their results are kept on the :class:`Simulation`, shown as log rows, and counte
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..process.services import LifecycleFactory
 from ..process.together import stepwise
 from ..views.entities import queue_json, render_requests_and_queues, request_json
 from .broker import run_sync
+from .builds import BuildModel
 from .expectations import Expectation, Result, evaluate, state_issues
 from .timeline import Timeline, TimelineStep, config_issues, has_expectations
 from .world import DeliveryReport, World
@@ -60,10 +62,13 @@ def build_world(
     lifecycle_factory: LifecycleFactory = RequestLifecycle,
     keep_trail: bool = True,
     requests: MemoryRequestStore | None = None,
+    seed: int = 0,
 ) -> World:
     """The world ``timeline`` runs in: its commit graph, ``config`` with the timeline's
-    own values over it, and ``requests`` when given (see :class:`World`)."""
-    return World(
+    own values over it, ``requests`` when given (see :class:`World`), and the builds
+    the timeline recorded, which end every build it starts (``seed`` draws the
+    durations of commits never built live, :mod:`.builds`)."""
+    world = World(
         machines,
         config,
         timeline.history,
@@ -73,9 +78,15 @@ def build_world(
         keep_trail=keep_trail,
         requests=requests,
     )
+    if timeline.builds:
+        green = machines.roles.green_outcome.name
+        world.builds = BuildModel(timeline.builds, world.graph, green, seed)
+    return world
 
 
-def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> Simulation:
+def simulate(
+    timeline: Timeline, machines: ProcessMachines, config: ConfigStore, *, seed: int = 0
+) -> Simulation:
     """Run every step; a step that cannot apply raises SpecError at its location.
 
     Expected states are checked against the request machine, and the parameters the
@@ -89,7 +100,8 @@ def simulate(timeline: Timeline, machines: ProcessMachines, config: ConfigStore)
     issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
-    sim = Simulation(build_world(timeline, machines, config), expects=has_expectations(timeline))
+    world = build_world(timeline, machines, config, seed=seed)
+    sim = Simulation(world, expects=has_expectations(timeline))
     with stepwise():  # once for the whole run, not once per step
         _run(sim, timeline)
     return sim
@@ -126,6 +138,12 @@ def input_issues(timeline: Timeline, machines: ProcessMachines) -> list[SpecIssu
         if step.expect is not None
         for issue in state_issues(step.expect, machines.request.spec.state_names)
     ]
+    outcomes = machines.roles.outcomes
+    for build in timeline.builds:
+        if build.outcome not in outcomes:
+            declared = ", ".join(sorted(outcomes))
+            message = f"builds: outcome {build.outcome!r} is not one of {declared}"
+            issues.append(SpecIssue(build.location, message))
     return issues + config_issues(timeline, machines.parameters)
 
 
@@ -149,8 +167,8 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
     """
     kind = step.kind
     say = explain if rows else _unsaid
-    if kind == "ingest":
-        result = world.ingest(step.queue, step.uri)
+    if kind in ("ingest", "return"):
+        result = world.ingest(step.queue, step.uri, at_head=kind == "return")
         if not rows:
             return []
         verb = "created" if result.created else "existing"
@@ -162,13 +180,19 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
     if kind == "run":
         out = []
         for _ in range(MAX_DELIVERIES_PER_RUN):
-            report = world.deliver_next()
-            if report is None:
+            event = world.next_event()
+            if event is None:
                 break
-            out.append(say(world, report))
+            out.append(_said(world, event, say))
         else:
             raise ValueError(f"run did not settle after {MAX_DELIVERIES_PER_RUN} deliveries")
         return out or ["nothing due"]
+    if kind == "run_ms":
+        events = world.run_for(step.amount, MAX_DELIVERIES_PER_RUN)
+        if not rows:
+            return []
+        said = [_said(world, event, say) for event in events]
+        return [*said, f"clock at {world.clock.now_ms()} ms"]
     if kind == "advance_ms":
         world.advance(step.amount)
         return [f"clock at {world.clock.now_ms()} ms"]
@@ -198,6 +222,11 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
         return [f"duplicate process message for {request_id}"]
     if kind == "cancel":
         return [_cancelled(world, request_id)]
+    if kind == "retry":
+        return [_retried(world, request_id)]
+    if kind == "failing":
+        world.fail_deliveries(request_id)
+        return [f"every delivery of {request_id} fails from now on"]
     if kind == "dead_letter":
         ended = world.dead_letter(request_id)
         state = ended.state if ended else "missing"
@@ -207,6 +236,24 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
 
 def _unsaid(world: World, report: DeliveryReport) -> str:
     return ""
+
+
+def _said(
+    world: World, event: DeliveryReport | Request, say: Callable[[World, DeliveryReport], str]
+) -> str:
+    """A log row for a delivery, or for a build that ended (:mod:`.builds`)."""
+    if isinstance(event, Request):
+        return f"{event.id} build ended: {event.state}; {_queue_summary(world, event.queue)}"
+    return say(world, event)
+
+
+def _retried(world: World, request_id: str) -> str:
+    """The log row of a retry: the new request, or why the verb refused."""
+    try:
+        result = world.retry(request_id)
+    except IllegalOperation as exc:
+        return f"{request_id} retry refused: {exc}"
+    return f"{request_id} retried as {result.request_id}"
 
 
 def _cancelled(world: World, request_id: str) -> str:
@@ -292,8 +339,17 @@ def result_json(world: World, sim: Simulation | None = None) -> dict[str, Any]:
         "pending": len(world.broker.messages),
         **({"in_hand": len(world.in_hand)} if world.in_hand else {}),
         **({"dead_letters": dead_letters_json(world)} if world.dead_letters else {}),
+        **({"recorded_builds": recorded_builds_json(world)} if world.builds else {}),
         **({"expectations": expectations_json(sim)} if sim is not None and sim.expects else {}),
     }
+
+
+def recorded_builds_json(world: World) -> dict[str, int]:
+    """How the builds a replay started ended, from a timeline's recorded builds
+    (:mod:`.builds`): with their commit's recorded outcome, or an inferred one."""
+    builds = world.builds
+    assert builds is not None
+    return {"recorded": builds.from_record, "inferred": builds.inferred, "seed": builds.seed}
 
 
 def expectations_json(sim: Simulation) -> dict[str, Any]:
@@ -341,4 +397,10 @@ def final_table(world: World) -> str:
         f"builds: {', '.join(doc['builds']) or '-'}; hooks: {len(doc['hooks'])}; "
         f"holds: {doc['holds']}; pending: {doc['pending']}"
     )
+    if "recorded_builds" in doc:
+        ended = doc["recorded_builds"]
+        lines.append(
+            f"build outcomes: {ended['recorded']} recorded, {ended['inferred']} inferred "
+            f"(durations drawn with seed {ended['seed']})"
+        )
     return "\n".join(lines)

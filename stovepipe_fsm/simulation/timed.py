@@ -79,16 +79,21 @@ class TimedRun:
     completes_waiting: int = 0  # kept for a head that was never admitted before the end
 
 
-def timed_world(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> World:
+def timed_world(
+    timeline: Timeline, machines: ProcessMachines, config: ConfigStore, *, seed: int = 0
+) -> World:
     """A world for ``timeline`` whose request store logs its writes (:class:`WriteLog`).
 
-    ``config`` is a loaded policy, fixed for the run.
+    ``config`` is a loaded policy, fixed for the run; ``seed`` draws the build durations
+    of commits the timeline's recorded builds do not cover (:mod:`.builds`).
     """
     # No decision trail: a what-if compares outcomes, and a long timeline's trail costs.
-    return build_world(timeline, machines, config, keep_trail=False, requests=WriteLog())
+    return build_world(timeline, machines, config, keep_trail=False, requests=WriteLog(), seed=seed)
 
 
-def replay_timed(timeline: Timeline, machines: ProcessMachines, config: ConfigStore) -> TimedRun:
+def replay_timed(
+    timeline: Timeline, machines: ProcessMachines, config: ConfigStore, *, seed: int = 0
+) -> TimedRun:
     """Run every acting step of ``timeline``, timing each request.
 
     Input problems are reported as :func:`~.replay.simulate` reports them: located
@@ -97,7 +102,11 @@ def replay_timed(timeline: Timeline, machines: ProcessMachines, config: ConfigSt
     issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
-    run = TimedRun(timed_world(timeline, machines, config))
+    run = TimedRun(timed_world(timeline, machines, config, seed=seed))
+    log = run.world.requests
+    assert isinstance(log, WriteLog)
+    # A step that moves the clock (run_ms) times each event at its own instant.
+    run.world.after_event = lambda: _stamp(run, log.drain())
     waiting: dict[str, tuple[TimelineStep, int]] = {}  # request id -> its complete step
     with stepwise():  # once for the whole run, not once per step
         _run(run, timeline, waiting)

@@ -27,9 +27,18 @@ from ..located.yaml_source import (
 )
 from ..machine.model import ParameterSpec
 from ..machine.parameters import as_json, value_problems
+from .builds import RecordedBuild
 from .expectations import Expectation, parse_expectation
 from .timeline_lines import is_lines, parse_lines
-from .timeline_shape import BULK_KEYS, commits_valid, header_valid, step_decided, step_valid
+from .timeline_shape import (
+    BULK_KEYS,
+    builds_valid,
+    changes_valid,
+    commits_valid,
+    header_valid,
+    step_decided,
+    step_valid,
+)
 
 DEFAULT_QUEUE = "monorepo/main"
 #: The largest timeline file read: recorded history runs to tens of MB, policy files
@@ -56,8 +65,8 @@ class TimelineStep:
             return f"expect {self.expect.subject}"
         if self.kind in ("deliver", "run"):
             return self.kind
-        if self.kind == "advance_ms":
-            return f"advance_ms {self.amount}"
+        if self.kind in ("advance_ms", "run_ms"):
+            return f"{self.kind} {self.amount}"
         if self.kind == "complete":
             return f"complete {self.uri} {self.outcome}"
         if self.kind in ("crash", "source_control", "stall"):
@@ -69,6 +78,9 @@ class TimelineStep:
         return f"{self.kind} {self.uri}"
 
 
+Changes = tuple[str, ...] | dict[str, str]
+
+
 @dataclass(frozen=True)
 class Timeline:
     file: str
@@ -77,7 +89,10 @@ class Timeline:
     config: dict[str, Any] = field(default_factory=dict)
     history: dict[str, tuple[str, ...]] = field(default_factory=dict)
     config_location: Location = field(default_factory=lambda: Location("", 0, 0))
-    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: commit -> its changed paths: a tuple, or a map of path -> content id.
+    changes: dict[str, Changes] = field(default_factory=dict)
+    #: The builds a live run recorded, in admission order (``export`` writes them).
+    builds: tuple[RecordedBuild, ...] = ()
 
 
 def load_timeline(path: str | Path) -> Timeline:
@@ -94,7 +109,8 @@ def load_timeline(path: str | Path) -> Timeline:
     if is_lines(path, text[:4096].encode()):
         doc = parse_lines(text, name)
         steps_at = tuple(doc.locate(("steps", i)) for i in range(len(doc.data["steps"])))
-        fast = _fast_timeline(name, doc.data, steps_at, doc.locate(("config",)))
+        builds_at = tuple(doc.locate(("builds", i)) for i in range(len(doc.data.get("builds", []))))
+        fast = _fast_timeline(name, doc.data, steps_at, doc.locate(("config",)), builds_at)
         return fast if fast is not None else located_timeline(doc)
     quick = parse_yaml_fast(text, name, "steps")
     if quick is not None:
@@ -108,7 +124,11 @@ def load_timeline(path: str | Path) -> Timeline:
 
 
 def _fast_timeline(
-    file: str, data: dict[str, Any], steps_at: tuple[Location, ...], config_at: Location
+    file: str,
+    data: dict[str, Any],
+    steps_at: tuple[Location, ...],
+    config_at: Location,
+    builds_at: tuple[Location, ...] = (),
 ) -> Timeline | None:
     """The timeline of ``data`` when every check passes on the fast path; ``None`` as soon
     as one does not (the located path then says what and where), or for a timeline with
@@ -121,7 +141,10 @@ def _fast_timeline(
         return None
     history_data = data.get("history", {})
     changes_data = data.get("changes", {})
-    if not (commits_valid(history_data) and commits_valid(changes_data)):
+    builds_data = data.get("builds", [])
+    if not (commits_valid(history_data) and changes_valid(changes_data)):
+        return None
+    if not builds_valid(builds_data):
         return None
     queue = data.get("queue", DEFAULT_QUEUE)
     issues: list[SpecIssue] = []  # any issue sends the file to the located path
@@ -137,17 +160,28 @@ def _fast_timeline(
             checked.add(step.queue)
         steps.append(step)
     history = {str(k): tuple(v) for k, v in history_data.items()}
-    changes = {str(k): tuple(v) for k, v in changes_data.items()}
+    changes = {str(k): _paths(v) for k, v in changes_data.items()}
     if issues or any(commit not in history for commit in changes):
         return None
     if any(parent not in history for parents in history.values() for parent in parents):
         return None
     if parents_first(history)[1]:
         return None
+    builds = []
+    for index, raw in enumerate(builds_data):
+        build = _build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue)
+        if build.queue not in checked:
+            _check_queue(build.queue, build.location, issues)
+            checked.add(build.queue)
+        builds.append((index, build))
+    if issues:
+        return None
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     if "config" not in data:
         config_at = Location(file, 1, 1)
-    return Timeline(file, queue, tuple(steps), config, history, config_at, changes)
+    return Timeline(
+        file, queue, tuple(steps), config, history, config_at, changes, tuple(b for _, b in builds)
+    )
 
 
 def located_timeline(doc: SourceDocument) -> Timeline:
@@ -176,7 +210,7 @@ def located_timeline(doc: SourceDocument) -> Timeline:
         steps.append(step)
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
-    changes = {str(k): tuple(v) for k, v in data.get("changes", {}).items()}
+    changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
     for commit in changes:
         if commit not in history:
             issues.append(
@@ -185,11 +219,19 @@ def located_timeline(doc: SourceDocument) -> Timeline:
                     f"changes: {commit!r} is not a commit of the history",
                 )
             )
+    builds = []
+    for index, raw in enumerate(data.get("builds", [])):
+        build = _build(raw, doc.locate(("builds", index)), queue)
+        if build.queue != queue:
+            _check_queue(build.queue, build.location, issues)
+        builds.append(build)
     if issues:
         raise SpecError(issues)
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
-    return Timeline(doc.file, queue, tuple(steps), config, history, config_at, changes)
+    return Timeline(
+        doc.file, queue, tuple(steps), config, history, config_at, changes, tuple(builds)
+    )
 
 
 def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> list[SpecIssue]:
@@ -309,7 +351,7 @@ def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineSte
     if isinstance(raw, str):
         return TimelineStep(raw, where, queue=queue)
     ((kind, value),) = raw.items()
-    if kind == "advance_ms":
+    if kind in ("advance_ms", "run_ms"):
         return TimelineStep(kind, where, queue=queue, amount=int(value))
     if kind in ("crash", "source_control", "stall"):
         return TimelineStep(kind, where, queue=queue, value=str(value))
@@ -325,6 +367,17 @@ def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineSte
     if isinstance(value, str):
         return TimelineStep(kind, where, uri=value, queue=queue)
     return TimelineStep(kind, where, uri=value["uri"], queue=value.get("queue", queue))
+
+
+def _paths(value: list[str] | dict[str, str]) -> Changes:
+    """A commit's changes as given: paths, or paths with their content ids."""
+    return dict(value) if isinstance(value, dict) else tuple(value)
+
+
+def _build(raw: dict[str, Any], where: Location, queue: str) -> RecordedBuild:
+    return RecordedBuild(
+        raw.get("queue", queue), raw["uri"], int(raw["duration_ms"]), raw["outcome"], where
+    )
 
 
 def _hashable(value: Any) -> Any:

@@ -10,8 +10,9 @@ One JSON value per line (docs/whatif.md, schema ``timeline-lines.schema.json``):
     {"advance_ms": 1000}
 
 The first line is the header: ``"timeline": 1`` (the format's version) and the keys of a
-YAML timeline other than its bulk (``steps``, ``history``, ``changes``). Every other line
-is a commit of the history (``commit``, ``parents``, optional ``changes``) or a step,
+YAML timeline other than its bulk (``steps``, ``history``, ``changes``, ``builds``). Every
+other line is a commit of the history (``commit``, ``parents``, optional ``changes``), a recorded
+build (``{"build": {...}}``, an entry of the YAML form's ``builds``, in order) or a step,
 written exactly as a step of a YAML timeline. Commits may come anywhere (the history is a
 graph, read whole before the run); steps run in file order. Blank lines are skipped.
 
@@ -33,7 +34,7 @@ from ..located.yaml_source import JsonPath, SourceDocument
 FORMAT_KEY = "timeline"
 FORMAT_VERSION = 1
 SUFFIXES = (".jsonl", ".ndjson")
-BULK = ("steps", "history", "changes")
+BULK = ("steps", "history", "changes", "builds")
 
 
 class _DuplicateKey(ValueError):
@@ -83,6 +84,7 @@ def parse_lines(text: str, file: str) -> SourceDocument:
     steps: list[Any] = []
     history: dict[str, Any] = {}
     changes: dict[str, Any] = {}
+    builds: list[Any] = []
     decode = json.JSONDecoder(object_pairs_hook=_pairs).decode
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -104,6 +106,10 @@ def parse_lines(text: str, file: str) -> SourceDocument:
         if isinstance(value, dict) and "commit" in value:
             _commit(value, where, history, changes, values, keys, issues)
             continue
+        if isinstance(value, dict) and "build" in value and len(value) == 1:
+            values[("builds", len(builds))] = where
+            builds.append(value["build"])
+            continue
         values[("steps", len(steps))] = where
         steps.append(value)
     if header is None:
@@ -116,6 +122,8 @@ def parse_lines(text: str, file: str) -> SourceDocument:
         data["history"] = history
     if changes:
         data["changes"] = changes
+    if builds:
+        data["builds"] = builds
     values.setdefault((), Location(file, 1, 1))
     values.setdefault(("steps",), Location(file, 1, 1))
     return SourceDocument(file, data, values, keys)
@@ -160,7 +168,7 @@ def _commit(
             SpecIssue(
                 where,
                 'a commit line is {"commit": ID, "parents": [ID, ...]} with an optional '
-                f'"changes": [PATH, ...]{extra}',
+                f'"changes": [PATH, ...] or {{PATH: CONTENT_ID, ...}}{extra}',
             )
         )
         return
@@ -179,7 +187,7 @@ def _commit(
 
 def timeline_lines(doc: Mapping[str, Any]) -> Iterator[str]:
     """A timeline document (the YAML form's data) as JSON lines, each without its newline:
-    the header, the history's commits, then the steps."""
+    the header, the history's commits, the recorded builds, then the steps."""
     header = {FORMAT_KEY: FORMAT_VERSION, **{k: v for k, v in doc.items() if k not in BULK}}
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
     yield dumps(header)
@@ -187,7 +195,10 @@ def timeline_lines(doc: Mapping[str, Any]) -> Iterator[str]:
     for commit, parents in doc.get("history", {}).items():
         line: dict[str, Any] = {"commit": commit, "parents": list(parents)}
         if commit in changes:
-            line["changes"] = list(changes[commit])
+            paths = changes[commit]
+            line["changes"] = dict(paths) if isinstance(paths, Mapping) else list(paths)
         yield dumps(line)
+    for build in doc.get("builds", []):
+        yield dumps({"build": build})
     for step in doc.get("steps", []):
         yield dumps(step)

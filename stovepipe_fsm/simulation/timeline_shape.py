@@ -22,7 +22,9 @@ from jsonschema import Draft202012Validator
 
 from ..located.schema import load_schema
 
-_TARGET_KINDS = frozenset({"ingest", "redeliver", "dead_letter", "resume", "cancel"})
+_TARGET_KINDS = frozenset(
+    {"ingest", "redeliver", "dead_letter", "resume", "cancel", "return", "retry", "failing"}
+)
 _BARE = frozenset({"deliver", "run"})
 _ADMIT_POINTS = frozenset(
     {"after_claim_slot", "after_mark_processing", "after_announce", "after_publish_build"}
@@ -34,10 +36,19 @@ _OUTCOME = re.compile("^[a-z][a-z0-9_]*$")  # the schema's pattern, searched as 
 _PARAMETER_TYPES = (bool, int, float, str, list)
 #: Step kinds these predicates decide; any other step is left to the schema.
 FAST_KINDS = frozenset(
-    {*_TARGET_KINDS, "advance_ms", "complete", "crash", "source_control", "stall", "config"}
+    {
+        *_TARGET_KINDS,
+        "advance_ms",
+        "run_ms",
+        "complete",
+        "crash",
+        "source_control",
+        "stall",
+        "config",
+    }
 )
 #: Header keys whose values are checked here by shape (the rest by the schema, once).
-BULK_KEYS = ("steps", "history", "changes")
+BULK_KEYS = ("steps", "history", "changes", "builds")
 
 
 def _text(value: Any) -> bool:
@@ -90,7 +101,7 @@ def step_valid(raw: Any) -> bool:
     ((kind, value),) = raw.items()
     if kind in _TARGET_KINDS:
         return _target(value)
-    if kind == "advance_ms":
+    if kind in ("advance_ms", "run_ms"):
         return _integer(value) and value >= 0
     if kind == "complete":
         return _complete(value)
@@ -121,6 +132,45 @@ def commits_valid(commits: Any) -> bool:
             if type(item) is not str or item == "":
                 return False
     return True
+
+
+def changes_valid(changes: Any) -> bool:
+    """The schema's ``changes``: commit -> a list of paths, or a map of path -> content id."""
+    if type(changes) is not dict:
+        return False
+    for paths in changes.values():
+        if type(paths) is dict:
+            for path, content in paths.items():
+                if path == "" or type(content) is not str:
+                    return False
+        elif not commits_valid({"": paths}):
+            return False
+    return True
+
+
+def builds_valid(builds: Any) -> bool:
+    """The schema's ``builds``: a list of ``{uri, queue?, admitted_ms?, duration_ms,
+    outcome}``."""
+    if type(builds) is not list:
+        return False
+    for build in builds:
+        if type(build) is not dict or not _text(build.get("uri")):
+            return False
+        duration: Any = build.get("duration_ms")
+        outcome = build.get("outcome")
+        if not (_integer(duration) and duration >= 0):
+            return False
+        if type(outcome) is not str or not _OUTCOME.search(outcome):
+            return False
+        if any(k not in _BUILD_KEYS or (k == "queue" and not _text(v)) for k, v in build.items()):
+            return False
+        admitted: Any = build.get("admitted_ms", 0)
+        if not (_integer(admitted) and admitted >= 0):
+            return False
+    return True
+
+
+_BUILD_KEYS = frozenset({"uri", "queue", "admitted_ms", "duration_ms", "outcome"})
 
 
 def header_valid(header: Mapping[str, Any]) -> bool:

@@ -36,7 +36,7 @@ hold reason under any machine, not only the shipped one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,7 @@ from ..adapters.memory import (
 from ..adapters.memory.decision_trail import MemoryTrail
 from ..adapters.memory.source_control import SourceControlOutage
 from ..domain.entities import Request, evolve
-from ..domain.errors import NotFound
+from ..domain.errors import NotFound, Retryable
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
 from ..pipeline import verbs
@@ -77,6 +77,7 @@ from .broker import (
     SingleSourceControl,
     run_sync,
 )
+from .builds import BuildModel
 
 ADMIT_CRASH_POINTS = (
     "after_claim_slot",
@@ -100,6 +101,14 @@ RAISED_OUTCOMES = {
     SettleKind.RETRY: "retry",
     SettleKind.DEAD_LETTER: "dead_letter",
 }
+
+
+RECORDED_FAILURE = "every delivery of this head failed in the recorded run"
+
+
+class RecordedFailure(Retryable):
+    """The failure of a delivery a timeline says fails (``failing``): what a live run's
+    deliveries of the head met, replayed; a fault of the world, not of the policy."""
 
 
 @dataclass(frozen=True)
@@ -160,18 +169,21 @@ class World:
         history: Mapping[str, Sequence[str]] | None = None,
         *,
         lifecycle_factory: LifecycleFactory = RequestLifecycle,
-        changes: Mapping[str, Sequence[str]] | None = None,
+        changes: Mapping[str, Iterable[str]] | None = None,
         overrides: Mapping[str, Any] | None = None,
         keep_trail: bool = True,
         requests: MemoryRequestStore | None = None,
         errors_seen: set[str] | None = None,
+        builds: BuildModel | None = None,
     ) -> None:
         """``config`` is the policy, fixed for the run; ``overrides`` are values every
         queue resolves over it (a timeline's ``config:``), ``config`` steps change it
         per queue (:meth:`ResolvedConfigs.set`). ``requests``: the request store to run
         on, when not an empty one (a what-if's logs its writes). ``errors_seen``: where
         every distinct error a delivery raises is added, in this world and every world
-        forked from it (the model checker's report of what failed anywhere)."""
+        forked from it (the model checker's report of what failed anywhere).
+        ``builds``: the recorded builds that end every build this world starts
+        (:mod:`.builds`); without it a build ends only by a ``complete`` step."""
         self.machines = machines
         #: The decision trail, as the service keeps it (none for the model checker,
         #: whose states must not carry a growing history).
@@ -199,6 +211,14 @@ class World:
         self.errors_seen = errors_seen if errors_seen is not None else set()
         self.in_hand: list[InHand] = []
         self._stages: Stages | None = None
+        self.builds = builds
+        #: Requests every delivery of which fails (a timeline's ``failing`` step).
+        self.failing: frozenset[str] = frozenset()
+        #: Builds published by the delivery in progress, started when it settles.
+        self._published_builds: list[str] = []
+        #: Called after every event a timed step runs (a delivery, a build's end), at
+        #: the instant it happened (a replay timing its requests stamps its writes).
+        self.after_event: Callable[[], None] | None = None
 
     def clone(self) -> World:
         """An independent world in the same state.
@@ -229,6 +249,10 @@ class World:
         twin.raised = list(self.raised)
         twin.errors_seen = self.errors_seen  # shared: what failed in any fork
         twin._stages = None
+        twin.failing = self.failing
+        twin.builds = self.builds.clone() if self.builds is not None else None
+        twin._published_builds = list(self._published_builds)
+        twin.after_event = None
         twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
         return twin
 
@@ -256,7 +280,12 @@ class World:
             counter=self.counter,
             config=self.config,
             source_control=SingleSourceControl(self.graph),
-            publisher=SimPublisher(self.broker, self.clock, self.published),
+            publisher=SimPublisher(
+                self.broker,
+                self.clock,
+                self.published,
+                self._published_builds.append if self.builds is not None else None,
+            ),
             clock=self.clock,
             trail=self.trail,
         )
@@ -283,12 +312,16 @@ class World:
 
     # --- steps -------------------------------------------------------------------
 
-    def ingest(self, queue: str, uri: str) -> IngestResult:
-        return run_sync(self.stages.ingest.ingest(queue, uri))
+    def ingest(self, queue: str, uri: str, *, at_head: bool = False) -> IngestResult:
+        """Ingest ``uri``; ``at_head``: trunk was seen at it (a return to a commit the
+        queue moved on from is a new request, as the poller's ingest makes)."""
+        return run_sync(self.stages.ingest.ingest(queue, uri, at_head=at_head))
 
     def deliver(self, message: Message) -> DeliveryReport:
         """Deliver ``message`` once through the real controller."""
         message.deliveries += 1
+        if message.request_id in self.failing:
+            return self._failed(message, RecordedFailure(RECORDED_FAILURE), before="")
         delivery = SimDelivery(self, message)
         probe = self._probe if self.armed_crash else None
         # Recorded so a report can tell an admission from the re-announce of a request
@@ -320,7 +353,7 @@ class World:
         attempt = Attempt.raised(exc, crashed=isinstance(exc, Crash))
         if not attempt.crashed:
             self.raised.append((message.request_id, attempt.error))
-            if not isinstance(exc, SourceControlOutage):  # the world's own fault
+            if not isinstance(exc, SourceControlOutage | RecordedFailure):  # the world's
                 self.errors_seen.add(attempt.error)
         # A crash is reported by its crash point; a failure by what the policy says.
         detail = str(exc) if isinstance(exc, Crash) else ""
@@ -335,6 +368,7 @@ class World:
         topic to ack, hold, count, retry, dead-letter or redeliver (a late ack or NAK
         changes nothing on the server either).
         """
+        self._start_builds()
         pending = self.broker.find(message.seq)
         decision = settle(
             attempt,
@@ -448,6 +482,86 @@ class World:
             self.armed_crash = ""
             raise Crash(point)
 
+    def _start_builds(self) -> None:
+        """Start the build of every request the last delivery published to build."""
+        if not self._published_builds or self.builds is None:
+            return
+        now = self.clock.now_ms()
+        for request_id in self._published_builds:
+            request = run_sync(self.requests.get(request_id))
+            self.builds.start(request.queue, request.uri, request_id, now)
+        self._published_builds.clear()
+
+    def end_due_build(self) -> Request | None:
+        """End the first build due by now with its outcome (:mod:`.builds`); the request
+        as it ended, or as it was when its build had nothing left to end; ``None`` when
+        no build is due."""
+        if self.builds is None:
+            return None
+        started = self.builds.pop_due(self.clock.now_ms())
+        if started is None:
+            return None
+        request = run_sync(self.requests.get(started.request_id))
+        if request.state in self.machines.roles.admitted_states:
+            request = self.complete(started.request_id, started.outcome)
+        return request
+
+    def next_event(self) -> DeliveryReport | Request | None:
+        """Run the first thing due now: a build's end, else a delivery (``None``: none)."""
+        ended = self.end_due_build()
+        if ended is not None:
+            return ended
+        return self.deliver_next()
+
+    def run_for(self, ms: int, limit: int) -> list[DeliveryReport | Request]:
+        """Move the clock ``ms`` on, running every delivery and ending every build at the
+        instant it falls due, as a live consumer and build system would; what falls due
+        at the end is left to the next step. ``ValueError`` when one instant does not
+        settle within ``limit`` events."""
+        end = self.clock.now_ms() + ms
+        events: list[DeliveryReport | Request] = []
+        while True:
+            for _ in range(limit):
+                event = self.next_event()
+                if event is None:
+                    break
+                events.append(event)
+                if self.after_event is not None:
+                    self.after_event()
+            else:
+                raise ValueError(f"run_ms did not settle after {limit} events at one instant")
+            due = [t for t in (self.broker.next_due_ms(), self._next_build_ms()) if t is not None]
+            if not due or min(due) >= end:
+                break
+            self.clock.set(max(min(due), self.clock.now_ms()))
+        self.clock.set(max(end, self.clock.now_ms()))
+        return events
+
+    def _next_build_ms(self) -> int | None:
+        return self.builds.next_due_ms() if self.builds is not None else None
+
+    def fail_deliveries(self, request_id: str) -> None:
+        """From now on every delivery of ``request_id`` fails, retryably: the settle
+        policy retries it with the runtime's backoff and dead-letters it at the queue's
+        ``max_attempts``, as it did live."""
+        self.failing = self.failing | {request_id}
+
+    def retry(self, request_id: str) -> verbs.RetryResult:
+        """An operator's ``retry`` of ``request_id``: the verb the command runs, on this
+        world's stores (``IllegalOperation`` when it refuses)."""
+        queue = parse_request_id(request_id).queue
+        parameters = dict(self.config.get(queue).parameters)
+        coalesces = verbs.queue_coalesces(self.machines.coalesces, parameters)
+        verb = verbs.retry(
+            self.lifecycle,
+            self.ingester,
+            self.uri_index,
+            request_id,
+            by="timeline",
+            coalesces=coalesces,
+        )
+        return run_sync(verb)
+
     def deliver_next(self) -> DeliveryReport | None:
         first = self.broker.first_due(self.clock.now_ms())
         return self.deliver(first) if first is not None else None
@@ -473,4 +587,3 @@ class World:
 
     def request_for(self, queue: str, uri: str) -> str | None:
         return run_sync(self.uri_index.get(queue, uri))
-

@@ -69,6 +69,10 @@ class MemorySourceControl:
     ) -> None:
         self._parents: dict[str, tuple[str, ...]] = {}
         self._changes: dict[str, frozenset[str]] = {}
+        #: What each changed path holds after the commit (a content id, "" when the
+        #: commit deleted it), for commits given as ``{path: id}``: with these, changed
+        #: paths are the diff of the two trees (:meth:`changed_paths`).
+        self._contents: dict[str, Mapping[str, str]] = {}
         self._available = True
         self.calls = 0
         graph = dict(parents or {})
@@ -91,6 +95,8 @@ class MemorySourceControl:
             if isinstance(paths, str):
                 raise TypeError(f"changes of {sha!r} must be a sequence of paths, not a string")
             self._changes[sha] = frozenset(paths)
+            if isinstance(paths, Mapping):
+                self._contents[sha] = dict(paths)
 
     @property
     def available(self) -> bool:
@@ -131,6 +137,8 @@ class MemorySourceControl:
         if isinstance(paths, str):
             raise TypeError(f"changes of {sha!r} must be a sequence of paths, not a string")
         self._changes = {**self._changes, sha: frozenset(paths)}
+        if sha in self._contents:
+            self._contents = {k: v for k, v in self._contents.items() if k != sha}
 
     def changes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Every commit given changes, with its paths, sorted: a hashable value."""
@@ -148,6 +156,12 @@ class MemorySourceControl:
         self.calls += 1
         if not self._available:
             raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        return self.reaches(descendant, ancestor)
+
+    def reaches(self, descendant: str, ancestor: str) -> bool:
+        """Whether ``descendant`` is ``ancestor`` or descends from it (``NotFound`` for
+        a commit the graph does not have); a plain question of the graph, not a call
+        of the port (not counted, answered in an outage too)."""
         for sha in (ancestor, descendant):
             if sha not in self._parents:
                 raise NotFound(f"commit {sha!r} not found")
@@ -177,6 +191,10 @@ class MemorySourceControl:
         A commit's own changes are what it was given (none by default); on a linear
         history this is exactly the diff of the two trees, and across a rewrite it is
         every path either side touched since they parted (a superset, never less).
+        Where commits were given what their changed paths hold (``{path: content id}``
+        against their first parent, as ``export`` writes them), it is the diff of the
+        two trees, as ``git diff --name-only base head`` gives it, merges included: a
+        path is changed when the two commits hold different content there.
         """
         self.calls += 1
         if not self._available:
@@ -184,8 +202,33 @@ class MemorySourceControl:
         for sha in (base, head):
             if sha not in self._parents:
                 raise NotFound(f"commit {sha!r} not found")
+        if self._contents:
+            return self._tree_diff(base, head)
         only = self._reachable(head) ^ self._reachable(base)
         return frozenset(path for sha in only for path in self._changes.get(sha, ()))
+
+    def _tree_diff(self, base: str, head: str) -> frozenset[str]:
+        """The paths whose content differs between the trees of ``base`` and ``head``.
+
+        A commit's tree holds at a path what the commit changed it to, else what its
+        first parent holds there, and a root what it was given (nothing, else). A path a
+        commit changed without a content id is a content of its own. Every path a commit
+        either side reaches changed is a candidate.
+        """
+        touched = self._reachable(head) | self._reachable(base)
+        candidates = {path for sha in touched for path in self._changes.get(sha, ())}
+        return frozenset(p for p in candidates if self._content(base, p) != self._content(head, p))
+
+    def _content(self, sha: str, path: str) -> str:
+        """What ``path`` holds in ``sha``'s tree; ``""``: nothing any commit wrote."""
+        commit: str | None = sha
+        while commit is not None:
+            if path in self._changes.get(commit, ()):
+                contents = self._contents.get(commit)
+                return contents[path] if contents is not None else f"@{commit}"
+            parents = self._parents[commit]
+            commit = parents[0] if parents else None
+        return ""
 
     def _reachable(self, sha: str) -> set[str]:
         seen: set[str] = set()
@@ -202,6 +245,7 @@ class MemorySourceControl:
         twin = object.__new__(MemorySourceControl)  # nothing to check: a copy of a valid graph
         twin._parents = self._parents.copy()
         twin._changes = self._changes
+        twin._contents = self._contents
         twin._available = self._available
         twin.calls = self.calls
         return twin

@@ -132,7 +132,7 @@ def as_timeline(setup: Setup, counterexample: Counterexample) -> Timeline:
         steps,
         setup.knobs(),
         history,
-        changes=changes_of(counterexample),
+        changes=dict(changes_of(counterexample)),
     )
 
 

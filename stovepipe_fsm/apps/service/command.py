@@ -203,7 +203,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_needs_nats("explain", cmd_explain))
 
     p = sub.add_parser(
-        "export", help="recorded ingests and build outcomes as a timeline (for whatif)"
+        "export", help="the recorded run (heads, builds, verbs, history) as a timeline"
     )
     broker_args(p)
     p.add_argument(
@@ -215,6 +215,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--format",
         choices=("yaml", "jsonl"),
         help="yaml, or jsonl: JSON lines (default: jsonl for an --out ending .jsonl, else yaml)",
+    )
+    # --config (a broker option every command shares) names each queue's repository.
+    p.add_argument(
+        "--git-repo", help="read every queue's history from this repository, not --config's"
     )
     p.set_defaults(handler=_needs_nats("export", cmd_export))
 
@@ -559,7 +563,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import datetime
 
-    from .export import export_format, export_timeline, parse_since, render_timeline
+    from .export import (
+        export_format,
+        export_timeline,
+        exported_queues,
+        parse_since,
+        render_timeline,
+        repositories_of,
+    )
 
     try:
         since_ms = parse_since(args.since, datetime.datetime.now(datetime.UTC))
@@ -569,8 +580,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with _jetstream(args) as js:
+            queues = await exported_queues(js, topology_of(args), args.queue)
+            config = args.config if Path(args.config).is_file() else None
+            repositories = repositories_of(queues, config, args.git_repo)
             export = await export_timeline(
-                js, topology_of(args), since_ms=since_ms, queue_glob=args.queue
+                js,
+                topology_of(args),
+                since_ms=since_ms,
+                queue_glob=args.queue,
+                repositories=repositories,
             )
         text = render_timeline(export.timeline, export_format(args.format, args.out))
         if args.out:
@@ -579,7 +597,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         left_out = export.without_times
         note = f"; {left_out} row(s) without times left out" if left_out else ""
-        counts = f"{export.heads} head(s), {export.outcomes} outcome(s)"
+        if not repositories:
+            note += "; no repository: history assumed (give --config or --git-repo)"
+        counts = (
+            f"{export.heads} head(s), {export.outcomes} build(s), {export.returns} return(s), "
+            f"{export.retries} retry(ies), {export.dead_letters} dead letter(s), "
+            f"{export.cancels} cancel(s), {export.pauses} pause/resume(s)"
+        )
         print(f"exported {counts}{note}", file=sys.stderr)
         return EXIT_OK
 

@@ -1,49 +1,35 @@
-"""``export``: a live deployment's recorded history as a timeline ``simulate`` can replay.
+"""``export``: a live deployment's recorded run as a timeline ``simulate`` and ``whatif``
+replay (what it holds: :mod:`.recorded_run`).
 
-The request rows hold when each head was ingested and when it ended, and the policy
-record says which outcome each terminal state is. From those, the timeline is the heads
-as they were ingested and the outcomes the builds reported, at their real relative
-times: ``ingest`` and ``complete`` steps, each batch followed by ``run``, separated by
-``advance_ms`` and a ``run`` of what fell due meanwhile. What the stage decided (holds,
-supersedes, admissions) is left out on purpose: replaying the timeline under a policy
-decides it again, which is what ``whatif`` compares.
-
-The commit history is taken to be first-parent trunk: each head's parent is the head
-ingested before it on its queue (``history``), which is what a poller of one ref sees.
-Where trunk was rewritten that is wrong, and the timeline says so in its description;
-edit ``history`` there. A head that ended without a build (superseded, or failed closed
-before admission) has no ``complete``; one still waiting or building at the export has
-none either. Rows written before the stored times existed (layout 1) have no ingest time
-and are left out, and counted.
+It reads the request rows, the policy record (which state is which outcome), the
+decision trail of every request that ended without a build and the operator verbs about
+queues, and, from the repository each queue is configured with (``--config``) or the one
+``--git-repo`` names, the commits between the exported heads (real parents, changes).
 """
 
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 from nats.js import JetStreamContext
 
+from ...adapters.git.history import RecordedHistory, read_history
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.bulk import kv_snapshot
-from ...adapters.jetstream.codec import decode_request
+from ...adapters.jetstream.codec import decode_queue, decode_request
+from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.policy_record import read_policy_record
 from ...config.globs import glob_match
 from ...domain.entities import Request
 from ...domain.errors import NonRetryable
 from ...simulation.timeline_lines import SUFFIXES, timeline_lines
+from ..options import load_policy_store
 from .durations import parse_duration
-
-
-@dataclass(frozen=True)
-class Export:
-    timeline: dict[str, Any]
-    heads: int
-    outcomes: int
-    without_times: int
-
+from .recorded_run import Export, Recorded, recorded_timeline
 
 FORMATS = ("yaml", "jsonl")
 
@@ -83,91 +69,106 @@ def parse_since(text: str, now: datetime.datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def build_timeline(
-    requests: list[Request],
-    outcome_of_state: dict[str, str],
-    *,
-    since_ms: int,
-    queue_glob: str,
-    description: str,
-) -> Export:
-    """The timeline of ``requests`` ingested at or after ``since_ms`` on queues matching
-    ``queue_glob``; ``outcome_of_state`` names the outcome each terminal state is."""
-    events: list[tuple[int, int, str, dict[str, Any]]] = []
-    heads = outcomes = without_times = 0
-    for r in requests:
-        if not glob_match(queue_glob, r.queue):
-            continue
-        if not r.ingested_at_ms:
-            without_times += 1
-            continue
-        if r.ingested_at_ms < since_ms:
-            continue
-        target = {"uri": r.uri, "queue": r.queue}
-        events.append((r.ingested_at_ms, 0, r.id, {"ingest": target}))
-        heads += 1
-        outcome = outcome_of_state.get(r.state)
-        if outcome and r.build_strategy and r.ended_at_ms:
-            events.append((r.ended_at_ms, 1, r.id, {"complete": {**target, "outcome": outcome}}))
-            outcomes += 1
-    events.sort(key=lambda e: (e[0], e[1], e[2]))
-    history: dict[str, list[str]] = {}
-    previous: dict[str, str] = {}
-    for _at, order, _rid, step in events:
-        if order:
-            continue
-        ingest = step["ingest"]
-        parent = previous.get(ingest["queue"])
-        history.setdefault(ingest["uri"], [parent] if parent and parent != ingest["uri"] else [])
-        previous[ingest["queue"]] = ingest["uri"]
-    steps: list[Any] = []
-    clock = events[0][0] if events else since_ms
-    for at, _order, _rid, step in events:
-        if at > clock:
-            # What the last batch left due runs before time moves on, and what fell due
-            # meanwhile runs before the next batch arrives.
-            steps += ["run", {"advance_ms": at - clock}, "run"]
-            clock = at
-        steps.append(step)
-    if steps:
-        steps.append("run")
-    queues = sorted({r.queue for r in requests if any(e[2] == r.id for e in events)})
-    timeline: dict[str, Any] = {
-        "description": description,
-        "queue": queues[0] if queues else queue_glob,
-        "history": history,
-        "steps": steps,
-    }
-    return Export(timeline, heads, outcomes, without_times)
-
-
 async def export_timeline(
     js: JetStreamContext,
     topology: Topology,
     *,
     since_ms: int,
     queue_glob: str,
+    until_ms: int | None = None,
+    repositories: Mapping[str, str] | None = None,
 ) -> Export:
-    """Read the request rows and the policy record; build the timeline."""
+    """Read what the deployment recorded; build the timeline up to ``until_ms`` (default:
+    now). ``repositories``: queue -> the git repository its history is read from (a
+    queue without one is taken as first-parent trunk, each head a child of the last)."""
     requests = []
     for _key, value in await kv_snapshot(js, topology.requests_bucket):
         try:
             requests.append(decode_request(value))
         except NonRetryable:
             continue  # status lists damaged rows; a history cannot use them
+    requests = [r for r in requests if glob_match(queue_glob, r.queue)]
     record = await read_policy_record(js, topology)
     declared = record.outcomes if record is not None else {}
     outcome_of_state = {state: name for name, states in declared.items() for state in states}
+    trail = JetStreamTrail(js, topology)
+    trails = {}
+    for r in requests:
+        # A head that ended and was not superseded may have been dead-lettered or
+        # cancelled (the trail says); a superseded one cannot, and its trail is not read.
+        if r.ingested_at_ms >= since_ms and r.ended_at_ms and not r.superseded_by:
+            trails[r.id] = await trail.history(r.id)
+    queue_verbs = await trail.operator_records()
+    history = await _history(requests, since_ms, repositories or {})
     since = datetime.datetime.fromtimestamp(since_ms / 1000, datetime.UTC)
+    said = (
+        "real parents and changes from the repository"
+        if history is not None
+        else "history assumes each head descends from the one ingested before it on its queue"
+    )
     description = (
         f"exported from {topology.prefix} since {since.strftime('%Y-%m-%dT%H:%M:%SZ')} "
-        f"for queues {queue_glob}: real ingests and build outcomes at their relative times; "
-        "history assumes each head descends from the one ingested before it on its queue"
+        f"for queues {queue_glob}: recorded heads, builds and operator verbs at their "
+        f"relative times; {said}"
     )
-    return build_timeline(
-        requests,
-        outcome_of_state,
-        since_ms=since_ms,
-        queue_glob=queue_glob,
-        description=description,
+    end = until_ms if until_ms is not None else int(time.time() * 1000)
+    recorded = Recorded(requests, outcome_of_state, trails, queue_verbs, history)
+    return recorded_timeline(
+        recorded, since_ms=since_ms, until_ms=end, queue_glob=queue_glob, description=description
     )
+
+
+async def _history(
+    requests: list[Request], since_ms: int, repositories: Mapping[str, str]
+) -> RecordedHistory | None:
+    """The commits of the exported heads, read from their queues' repositories (one
+    read per repository); ``None`` when no exported queue has one."""
+    heads: dict[str, list[str]] = {}
+    for r in requests:
+        repo = repositories.get(r.queue)
+        if repo and r.ingested_at_ms >= since_ms:
+            heads.setdefault(repo, []).append(r.uri)
+    if not heads:
+        return None
+    parents: dict[str, list[str]] = {}
+    changes: dict[str, dict[str, str]] = {}
+    unknown: list[str] = []
+    for repo, uris in sorted(heads.items()):
+        read = await read_history(repo, uris)
+        for commit, commit_parents in read.parents.items():
+            parents.setdefault(commit, commit_parents)
+        for commit, paths in read.changes.items():
+            changes.setdefault(commit, paths)
+        unknown += read.unknown
+    return RecordedHistory(parents, changes, tuple(unknown))
+
+
+async def exported_queues(js: JetStreamContext, topology: Topology, queue_glob: str) -> list[str]:
+    """The queues ``queue_glob`` matches that have a row."""
+    queues = []
+    for _key, value in await kv_snapshot(js, topology.queues_bucket):
+        try:
+            name = decode_queue(value).name
+        except NonRetryable:
+            continue
+        if glob_match(queue_glob, name):
+            queues.append(name)
+    return sorted(queues)
+
+
+def repositories_of(
+    queues: list[str], config_path: str | None, git_repo: str | None
+) -> dict[str, str]:
+    """queue -> the repository to read its history from: ``git_repo`` for every queue,
+    else each queue's ``repository`` in ``config_path``."""
+    if git_repo:
+        return {queue: git_repo for queue in queues}
+    if not config_path:
+        return {}
+    store = load_policy_store(config_path)
+    found = {}
+    for queue in queues:
+        repository = store.get(queue).repository
+        if repository:
+            found[queue] = repository
+    return found

@@ -159,12 +159,13 @@ def replay_columns(
 
 
 def columns_json(
-    timeline: str, columns: Sequence[PolicyColumn], runs: Sequence[RunSummary]
+    timeline: str, columns: Sequence[PolicyColumn], runs: Sequence[RunSummary], seed: int = 0
 ) -> dict[str, Any]:
     """The ``whatif --json`` document of a run with more than two policies."""
     names = sorted({q for run in runs for q in run.figures} - {TOTAL})
     return {
         "timeline": timeline,
+        "seed": seed,
         "policies": [c.as_json() for c in columns],
         "queues": [
             {"queue": q, "figures": [run.figures.get(q, EMPTY).as_json() for run in runs]}
@@ -201,12 +202,13 @@ def render_columns(doc: dict[str, Any], rows: Rows) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in policy["set"].items())
         more = f" ({settings} on every queue)" if settings else ""
         lines.append(f"{policy['label']}: {policy['machines']} + {policy['config']}{more}")
+    lines.append(f"seed: {doc['seed']} (draws build durations for commits never built live)")
     body: list[tuple[str, ...]] = []
     blocks = [(q["queue"], q["figures"]) for q in doc["queues"]] + [(TOTAL, doc["total"])]
     for name, figures in blocks:
         for i, (label, path) in enumerate(rows):
             body.append((name if i == 0 else "", label, *(at(f, path) for f in figures)))
-    for key in ("applied", "dropped", "waiting"):
+    for key in ("applied", "dropped", "waiting", "recorded", "inferred"):
         body.append(("", f"outcomes {key}", *(str(c[key]) for c in doc["completes"])))
     lines += ["", *table(("queue", "figure", *labels), body), ""]
     found = doc["differences"]

@@ -22,7 +22,8 @@ from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE, load_policy_store
 from . import columns
-from .compare import TOTAL, Difference, Figures, RunSummary, differences, percentile, summarize
+from .compare import Difference, RunSummary, differences, summarize
+from .figures import EMPTY, TOTAL, percentile
 from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
 from .table import at, table
 
@@ -34,8 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("timeline", help="the timeline file every policy replays")
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="the policy's machines")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the policy's queue config")
-    p.add_argument("--vs-machines", help="the other policy's machines")
-    p.add_argument("--vs-config", help="the other policy's queue config")
+    p.add_argument("--vs-machines", help="the other policy's machines (default: --machines)")
+    p.add_argument("--vs-config", help="the other policy's queue config (default: --config)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the build durations drawn for commits never built live (default 0)",
+    )
     columns.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_whatif)
@@ -44,25 +51,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int:
     """Replay, compare, print. ``parallel`` (default: for a long timeline on a machine
     with the cores, :mod:`.parallel`) runs the two replays side by side."""
-    if (args.vs_machines is None) != (args.vs_config is None):
-        return _usage("--vs-machines and --vs-config go together: give both or neither")
     if columns.wants_columns(args):
         try:
             return _whatif_columns(args)
         except columns.ColumnsError as exc:
             return _usage(str(exc))
-    if args.vs_machines is None:
+    if args.vs_machines is None and args.vs_config is None:
         return _usage(
-            "nothing to compare: give --vs-machines and --vs-config, or --policy DIR or "
-            "--vary PARAM=V1,V2,... (docs/whatif.md)"
+            "nothing to compare: give --vs-config or --vs-machines (the other defaults to "
+            "this policy's), or --policy DIR or --vary PARAM=V1,V2,... (docs/whatif.md)"
         )
+    if args.vs_machines is None:
+        args.vs_machines = args.machines
+    if args.vs_config is None:
+        args.vs_config = args.config
     timeline = load_timeline(args.timeline)
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
     with settled_heap():  # frozen before the fork: the child does not copy the timeline
         run, vs = replay_both(
-            lambda: _replay(timeline, args.machines, args.config),
-            lambda: _replay(timeline, args.vs_machines, args.vs_config),
+            lambda: _replay(timeline, args.machines, args.config, args.seed),
+            lambda: _replay(timeline, args.vs_machines, args.vs_config, args.seed),
             parallel=parallel,
         )
         doc = whatif_json(args, run, vs)
@@ -83,35 +92,36 @@ def _whatif_columns(args: argparse.Namespace) -> int:
     def replay(column: columns.PolicyColumn) -> RunSummary:
         machines = load_process_machines(column.machines)
         config = columns.config_store(column, machines.parameters)
-        return summarize(replay_timed(columns.timeline_for(column, timeline), machines, config))
+        timeline_of = columns.timeline_for(column, timeline)
+        return summarize(replay_timed(timeline_of, machines, config, seed=args.seed))
 
     with settled_heap():
         runs = columns.replay_columns(chosen, replay)
-    doc = columns.columns_json(args.timeline, chosen, runs)
+    doc = columns.columns_json(args.timeline, chosen, runs, args.seed)
     print(json.dumps(doc, indent=2) if args.json else columns.render_columns(doc, ROWS))
     return EXIT_OK
 
 
-def _replay(timeline: Timeline, machines_dir: str, config_path: str) -> RunSummary:
+def _replay(timeline: Timeline, machines_dir: str, config_path: str, seed: int) -> RunSummary:
     machines = load_process_machines(machines_dir)
     config = load_policy_store(config_path, machines.parameters)
-    return summarize(replay_timed(timeline, machines, config))
+    return summarize(replay_timed(timeline, machines, config, seed=seed))
 
 
 def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> dict[str, Any]:
     """The ``whatif --json`` document (docs/whatif.md describes every key)."""
     mine, theirs = run.figures, vs.figures
-    empty = Figures(0, 0, 0, 0, (), ())
     queues = sorted((mine.keys() | theirs.keys()) - {TOTAL})
     return {
         "timeline": args.timeline,
         "policy": {"machines": args.machines, "config": args.config},
         "vs_policy": {"machines": args.vs_machines, "config": args.vs_config},
+        "seed": args.seed,
         "queues": [
             {
                 "queue": q,
-                "policy": mine.get(q, empty).as_json(),
-                "vs_policy": theirs.get(q, empty).as_json(),
+                "policy": mine.get(q, EMPTY).as_json(),
+                "vs_policy": theirs.get(q, EMPTY).as_json(),
             }
             for q in queues
         ],
@@ -126,6 +136,9 @@ def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> di
 ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("builds full", ("builds", "full")),
     ("builds incremental", ("builds", "incremental")),
+    ("builds skipped", ("builds", "skipped")),
+    ("wasted speculative builds", ("wasted_speculative_builds",)),
+    ("slot-hours", ("slot_hours",)),
     ("supersedes", ("supersedes",)),
     ("preempted", ("preempted",)),
     ("holds", ("holds",)),
@@ -145,12 +158,13 @@ def render(doc: dict[str, Any]) -> str:
     for name, block in blocks:
         for i, (label, path) in enumerate(ROWS):
             rows.append((name if i == 0 else "", label, *(at(block[s], path) for s in SIDES)))
-    for key in ("applied", "dropped", "waiting"):
+    for key in ("applied", "dropped", "waiting", "recorded", "inferred"):
         rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
     lines = [
         f"timeline: {doc['timeline']}",
         f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",
         f"vs policy: {doc['vs_policy']['machines']} + {doc['vs_policy']['config']}",
+        f"seed:      {doc['seed']} (draws build durations for commits never built live)",
         "",
         *table(header, rows),
         "",
