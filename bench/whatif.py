@@ -66,6 +66,7 @@ def generate(
     names: tuple[str, ...] = (),
     config: dict[str, Any] | None = None,
     tail_ticks: int = 0,
+    recorded_builds: bool = False,
 ) -> dict[str, Any]:
     """A timeline document: ``heads`` heads over ``queues`` queues.
 
@@ -77,6 +78,12 @@ def generate(
     turn. ``names`` names the queues (``repo<i>/main`` otherwise); ``config`` is the
     timeline's own ``config:`` (max_concurrent 1 and the gate delay otherwise);
     ``tail_ticks`` more ticks follow the last outcome, for a backlog to drain.
+
+    ``recorded_builds``: instead of outcomes at fixed times, every head's build is listed
+    (``builds:``, its duration and outcome, drawn the same way) and the clock moves by
+    ``run_ms`` steps, so each policy's replay ends the builds it starts after their
+    duration and its latency shows what its slots and its gate buy; the last step runs
+    until every build has ended.
     """
     rng = random.Random(seed)
     names_list = list(names) or [f"repo{i}/main" for i in range(queues)]
@@ -84,9 +91,10 @@ def generate(
     history: dict[str, list[str]] = {}
     due: dict[int, list[dict[str, Any]]] = {}
     steps: list[Any] = []
+    builds: list[dict[str, Any]] = []
     made = tick = 0
     while made < heads or due:
-        if tick:
+        if tick and not recorded_builds:
             steps.append({"advance_ms": TICK_MS})
         for step in due.pop(tick, []):
             steps.append({"complete": step})
@@ -101,21 +109,37 @@ def generate(
                 tips[queue] = uri
                 steps.append({"ingest": {"uri": uri, "queue": queue}})
                 outcome = "succeeded" if rng.random() < green else "failed"
-                at = tick + rng.randint(*build_ticks)
-                due.setdefault(at, []).append({"uri": uri, "queue": queue, "outcome": outcome})
-        steps.append("run")
+                ticks = rng.randint(*build_ticks)
+                if recorded_builds:
+                    duration_ms = ticks * TICK_MS
+                    builds.append(
+                        {"uri": uri, "queue": queue, "duration_ms": duration_ms, "outcome": outcome}
+                    )
+                    continue
+                due.setdefault(tick + ticks, []).append(
+                    {"uri": uri, "queue": queue, "outcome": outcome}
+                )
+        steps.append({"run_ms": TICK_MS} if recorded_builds else "run")
         tick += 1
-    steps += [{"advance_ms": TICK_MS}, "run"] * tail_ticks
+    if recorded_builds:
+        total_ms = sum(b["duration_ms"] for b in builds) + tail_ticks * TICK_MS
+        steps.append({"run_ms": total_ms})  # time enough for every build, one at a time
+    else:
+        steps += [{"advance_ms": TICK_MS}, "run"] * tail_ticks
     shape = f", bursts of {burst[0]} ticks every {sum(burst)}" if burst else ""
     if config is None:
         config = {"max_concurrent": 1, "gate_wait_delay_ms": TICK_MS}
-    return {
+    doc: dict[str, Any] = {
         "description": f"{heads} heads over {len(names_list)} queues, seed {seed}{shape}",
         "queue": names_list[0],
         "config": config,
         "history": history,
-        "steps": steps,
     }
+    if recorded_builds:
+        doc["description"] += f", builds of {build_ticks[0]}-{build_ticks[1]} s"
+        doc["builds"] = builds
+    doc["steps"] = steps
+    return doc
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -130,8 +154,9 @@ def _poisson(rng: random.Random, mean: float) -> int:
 #: The generated trunk docs/whatif.md compares the peer policies on
 #: (``examples/bursty_trunk.yaml``, written by ``python -m bench.whatif --write-bursty``):
 #: one queue, pushes in bursts of 3 ticks every 30, builds of 8-14 ticks, so a burst
-#: lands while a build runs and the queue drains between bursts. The timeline sets only
-#: the gate delay, so each policy's own max_concurrent applies; 30 quiet ticks end it.
+#: lands while a build runs and the queue drains between bursts. Every head's build is
+#: listed with its duration, so each policy's builds take the time they would. The
+#: timeline sets only the gate delay, so each policy's own max_concurrent applies.
 BURSTY_TRUNK: dict[str, Any] = {
     "heads": 60,
     "queues": 1,
@@ -142,6 +167,7 @@ BURSTY_TRUNK: dict[str, Any] = {
     "names": ("monorepo/main",),
     "config": {"gate_wait_delay_ms": TICK_MS},
     "tail_ticks": 30,
+    "recorded_builds": True,
 }
 
 SHAPES = {

@@ -104,7 +104,6 @@ def test_the_vs_policy_is_the_second_column(capsys: pytest.CaptureFixture[str]) 
     ("args", "said"),
     [
         ([], "nothing to compare"),
-        (["--vs-machines", "machines"], "--vs-machines and --vs-config go together"),
         (["--policy", "docs"], "--policy docs: not a policy directory"),
         (["--vary", "max_concurrent"], "write PARAM=V1,V2,..."),
         (["--vary", "max_concurrent=1,,2"], "write PARAM=V1,V2,..."),
