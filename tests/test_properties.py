@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -278,3 +279,29 @@ def test_a_backlog_drains_to_its_newest_head(max_concurrent: int, heads: list[st
     assert sorted(p.request_id for p in world.published.builds()) == sorted(newest)
     assert world.holds == 0
     assert not world.broker.messages
+
+
+@pytest.mark.parametrize("end", ["complete", "dead_letter"])
+def test_an_end_before_the_redelivery_that_announces_the_start_follows_a_start(end: str) -> None:
+    """A crash after the admission is written, before its start is announced; the head's
+    end (an outcome reported for it, or its dead letter) comes before the redelivery that
+    would announce the start. The start is announced first, once, with the admission's
+    own event id, and the redelivery announces nothing more."""
+    world = World(MACHINES, StaticConfigStore(QueueConfig.of(max_concurrent=1)), {"A": []})
+    world.ingest("monorepo/main", "A")
+    world.armed_crash = "after_mark_processing"
+    world.deliver_next()
+    [request] = requests(world)
+    assert request.state == "processing" and not world.published.hooks()
+    seen = Observed()
+    check_invariants(world, 1, seen)
+    if end == "complete":
+        world.complete(request.id, "succeeded")
+    else:
+        world.dead_letter(request.id)
+    check_invariants(world, 1, seen)
+    while world.deliver_next() is not None:
+        check_invariants(world, 1, seen)
+    types = [h.event_type for h in world.published.hooks()]
+    assert types[0] == VALIDATION_STARTED and types.count(VALIDATION_STARTED) == 1
+    assert len(types) == 2

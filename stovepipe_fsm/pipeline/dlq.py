@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..domain.entities import Request
 from ..domain.errors import NotFound, VersionMismatch
 from ..domain.trail_record import DEAD_LETTERED
+from ..process.gate import announce_start_before_end
 from ..process.services import StageServices
 from ..process.trail_notes import note
 from .record import end_once
@@ -42,6 +43,8 @@ class DeadLetterReconciler:
             if repeat:
                 await self.lifecycle.settle_queue(request)
             else:
+                if request.build_strategy and self.lifecycle.is_admitted(request):
+                    await announce_start_before_end(self.services, request)
                 try:
                     request = await self.lifecycle.fail_closed(request)
                 except VersionMismatch:

@@ -24,6 +24,7 @@ from ..domain.entities import Request
 from ..domain.errors import AlreadyEnded, NotYetAdmitted
 from ..domain.hooks import ended_event
 from ..domain.trail_record import ENDED
+from ..process.gate import announce_start_before_end
 from ..process.services import StageServices
 from ..process.trail_notes import note
 
@@ -106,6 +107,8 @@ class Record:
                 )
             await self.lifecycle.settle_queue(request)
         else:
+            if request.build_strategy and self.lifecycle.is_admitted(request):
+                await announce_start_before_end(self.services, request)
             request = await self.lifecycle.apply(request, declared.trigger)
         await end_once(self.services, request, repeat=repeat, outcome=outcome, by=by)
         return request

@@ -18,13 +18,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue
+from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Queue, Request
 from ..domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 from ..domain.hooks import ended_event, lease_expired_event, started_event
 from ..domain.ids import compare_request_id, format_request_id, parse_request_id
 from ..domain.path_globs import all_match, first_match
 from ..domain.settle import ACKED, HELD
-from ..domain.trail_record import PREEMPTED
+from ..domain.trail_record import ADMITTED, PREEMPTED
 from ..machine.registry import Registry
 from ..ports.source_control import SourceControl
 from .context import DeliveryContext
@@ -379,6 +379,7 @@ async def preempt_older_builds(ctx: DeliveryContext) -> None:
             continue  # reclaim_ended_holders reports a holder with no row
         if not services.lifecycle.is_admitted(running):
             continue
+        await announce_start_before_end(services, running)
         try:
             ended = await services.lifecycle.preempt(running, by=request.id)
         except VersionMismatch:
@@ -590,9 +591,30 @@ async def release_lost_claim(ctx: DeliveryContext) -> None:
 @GATE.action(requires=[REQUEST_PROCESSING], provides=[START_ANNOUNCED])
 async def announce(ctx: DeliveryContext) -> None:
     """Publish validation.repository.started; its id is stable for this admission."""
-    request = ctx.request
-    event = started_event(request.queue, request.id, request.version, ctx.services.clock.now_ms())
-    await ctx.services.publisher.publish_hook(event)
+    await announce_start(ctx.services, ctx.request)
+
+
+async def announce_start(services: StageServices, admitted: Request) -> None:
+    """Announce the start of ``admitted``'s validation (the request as its admission
+    wrote it: its version is the event's id, so every announce of it is one event).
+
+    The gate announces it before publishing the build.
+    """
+    now = services.clock.now_ms()
+    await services.publisher.publish_hook(
+        started_event(admitted.queue, admitted.id, admitted.version, now)
+    )
+
+
+async def announce_start_before_end(services: StageServices, admitted: Request) -> None:
+    """Announce ``admitted``'s start unless the trail notes its admission: whoever ends
+    an admitted request (record, the dead-letter reconciler, a preemption) calls this
+    first. A crash between the admission's write and its announcement leaves the start to
+    the redelivery, and the end can come before it; the gate notes the admission only
+    after announcing it, so without that note the start is announced here, and it always
+    precedes the end (the same event id: downstream, one start)."""
+    if not await services.trail.has(admitted.id, ADMITTED):
+        await announce_start(services, admitted)
 
 
 @GATE.action()
