@@ -276,13 +276,13 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     """The poller dies between ingesting a range and moving the cursor: the next poller
     reads the same range again, finds every head ingested, and moves the cursor."""
     from stovepipe_fsm.adapters.jetstream import open_cell
-    from stovepipe_fsm.adapters.jetstream.poll_cursors import KvPollCursors, PollCursor
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import KvRefCursors, RefCursor
     from stovepipe_fsm.apps.options import DEFAULT_MACHINES
     from stovepipe_fsm.apps.service.operators import ingest_on
     from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
 
-    class DiesBeforeTheCursor(KvPollCursors):
-        async def advance(self, read: PollCursor, commit: str) -> bool:
+    class DiesBeforeTheCursor(KvRefCursors):
+        async def advance(self, read: RefCursor, commit: str, **_: object) -> bool:
             raise SystemExit("killed")
 
     repo = make_repo(tmp_path)
@@ -290,12 +290,12 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
     cell = await open_cell(js_env.js, js_env.topology.service_bucket)
     target = [PollTarget(repo, "main", "mono/main")]
-    await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    await poll_round(Poller(ingest, KvRefCursors(cell)), target)
     pushed = [commit(repo, name) for name in "BC"]
     with pytest.raises(SystemExit):
         await poll_round(Poller(ingest, DiesBeforeTheCursor(cell)), target)
 
-    (again,) = await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    (again,) = await poll_round(Poller(ingest, KvRefCursors(cell)), target)
     assert [c["uri"] for c in again["earlier"]] + [again["uri"]] == pushed
     assert [c["created"] for c in again["earlier"]] + [again["created"]] == [False, False]
-    assert (await KvPollCursors(cell).read("mono/main", "main")).commit == pushed[-1]
+    assert (await KvRefCursors(cell).read("mono/main", "main")).commit == pushed[-1]

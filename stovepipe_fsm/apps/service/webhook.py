@@ -25,8 +25,20 @@ clone (or one behind the forge): the commits the payload lists, oldest first; a 
 push, its tip only. The forges list at most 20 commits; GitLab says how many the push
 held, and the ones not listed are reported as ``unlisted`` and logged (configure a clone
 to ingest them). At most ``max_commits`` per push, the newest; the older ones are
-reported as ``skipped``. Except on a force-push, a head is never a return: a late or
-repeated delivery never moves trunk validation backwards.
+reported as ``skipped``. Except on a force-push, a head is never a return.
+
+A late push never moves trunk validation backwards: the commit reported last for the
+ref (its cursor, shared with ``poll``: :mod:`...adapters.jetstream.ref_cursors`) is
+moved by compare-and-set after each push's commits were ingested, and a push that is
+not forced, does not start from the cursor, and whose ``after`` is the cursor or behind
+it is answered ``"stale": true`` (202), recorded as delivered, ingests nothing. Behind
+it: an ancestor of the cursor in the clone; without a clone (or one that lacks either
+commit), a commit the cursor knows it descends from (a ``before`` or listed commit of
+the pushes that moved it) or one already ingested into the queue. A forced push (GitHub
+``forced``; with a clone, ``before`` no ancestor of ``after``) or one that starts from
+the cursor (a GitLab rollback) is never stale. Two deliveries handled at once: the
+cursor's compare-and-set decides, the loser reads it again, and the head the cursor
+stands at is ingested again ``at_head``, so it is ``latest`` whichever ingested last.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from pathlib import Path
 
 from ...adapters.git import GitSourceControl, rev_parse
 from ...adapters.jetstream.deliveries import KvDeliveries
+from ...adapters.jetstream.ref_cursors import WEBHOOK, KvRefCursors, RefCursor, full_ref
 from ...domain.errors import NotFound, Retryable, StovepipeError
 from ...pipeline.ingest import Head, Ingest
 from .bounded_http import LOOPBACK, Answer, BoundedHttpServer, HttpLimits, RequestHead
@@ -63,9 +76,10 @@ log = logging.getLogger("stovepipe_fsm.webhook")
 JSON = "application/json"
 
 
-def full_ref(ref: str) -> str:
-    """A branch name as the forges name it (``main`` -> ``refs/heads/main``)."""
-    return ref if ref.startswith("refs/") else f"refs/heads/{ref}"
+#: Compare-and-set attempts on a ref's cursor before the delivery is answered 503.
+CURSOR_ATTEMPTS = 16
+
+__all__ = ["WebhookServer", "WebhookSettings", "full_ref"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,7 @@ class WebhookServer(BoundedHttpServer):
         self,
         ingest: Ingest,
         deliveries: KvDeliveries,
+        cursors: KvRefCursors,
         settings: WebhookSettings,
         port: int,
         host: str = LOOPBACK,
@@ -115,6 +130,7 @@ class WebhookServer(BoundedHttpServer):
         super().__init__(port, host, limits)
         self.ingest = ingest
         self.deliveries = deliveries
+        self.cursors = cursors
         self.settings = settings
         self.rate = RateLimit(settings.rate_per_s, settings.burst)
 
@@ -171,7 +187,12 @@ class WebhookServer(BoundedHttpServer):
         queue = self.settings.follows[push.ref]
         if await self.deliveries.seen(forge, delivery):
             return _json("200 OK", {"delivery": delivery, "duplicate": True})
-        plan = await self._commits(push)
+        cursor, plan = await asyncio.gather(self.cursors.read(queue, push.ref), self._commits(push))
+        stale = await self._stale(queue, push, plan, cursor)
+        if stale:
+            return await self._answer_stale(forge, queue, push, stale)
+        if await self._rolls_back(queue, push, plan, cursor):
+            plan = _Commits((push.after,), plan.source, forced=True)
         heads = [
             Head(queue, commit, at_head=plan.forced and commit == push.after)
             for commit in plan.commits
@@ -193,6 +214,7 @@ class WebhookServer(BoundedHttpServer):
             "skipped": plan.skipped,
             "unlisted": plan.unlisted,
         }
+        await self._advance(queue, push, plan, cursor)
         await self.deliveries.record(forge, delivery, json.dumps(report).encode())
         if plan.unlisted or plan.skipped:
             log.warning(
@@ -207,6 +229,100 @@ class WebhookServer(BoundedHttpServer):
                 push.after,
             )
         return _json("200 OK", {**report, "duplicate": False})
+
+    async def _answer_stale(self, forge: str, queue: str, push: PushEvent, why: str) -> Answer:
+        """Nothing ingested; the delivery recorded, so a repeat is a duplicate (and the
+        warning is logged once)."""
+        report: dict[str, object] = {
+            "delivery": push.delivery,
+            "queue": queue,
+            "ref": push.ref,
+            "before": push.before,
+            "after": push.after,
+            "stale": True,
+            "why": why,
+        }
+        await self.deliveries.record(forge, push.delivery, json.dumps(report).encode())
+        log.warning(
+            "%s push %s to %s is stale, nothing ingested: %s", forge, push.delivery, push.ref, why
+        )
+        return _json("202 Accepted", {**report, "duplicate": False})
+
+    async def _stale(self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor) -> str:
+        """Why the push is older than the commit the ref was reported at ("" when not)."""
+        if plan.forced or not cursor.commit or push.before == cursor.commit:
+            return ""
+        at = f"{push.ref} was reported at {cursor.commit}"
+        if push.after == cursor.commit:
+            return f"after {push.after} is the commit {at}"
+        ancestor = await self._is_ancestor(push.after, cursor.commit)
+        if ancestor is not None:
+            return f"after {push.after} is an ancestor of {cursor.commit}: {at}" if ancestor else ""
+        if cursor.covers(push.after):
+            return f"after {push.after} is older than {cursor.commit}, as a push since said: {at}"
+        if await self.ingest.uri_index.get(queue, push.after) is not None:
+            return f"after {push.after} was ingested into {queue} before; {at}"
+        return ""
+
+    async def _rolls_back(
+        self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor
+    ) -> bool:
+        """A push read from the payload that starts at the cursor and lands on a commit
+        known to be older: a force-push back to it (GitLab does not say ``forced``)."""
+        if plan.forced or plan.source != "payload" or push.before != cursor.commit:
+            return False
+        if cursor.covers(push.after):
+            return True
+        return await self.ingest.uri_index.get(queue, push.after) is not None
+
+    async def _is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
+        """What the clone says; None without one, or when it cannot tell."""
+        path = self.settings.git_repo
+        if path is None:
+            return None
+        try:
+            return await GitSourceControl(path, cache_size=0).is_ancestor(ancestor, descendant)
+        except (NotFound, Retryable) as exc:
+            log.info("the clone cannot tell %s from %s: %s", ancestor, descendant, exc)
+            return None
+
+    async def _continues(self, push: PushEvent, plan: _Commits, cursor: RefCursor) -> bool:
+        """The push's ``after`` is known to descend from the cursor."""
+        if plan.forced or not cursor.commit:
+            return False
+        if push.before == cursor.commit:
+            return True
+        return bool(await self._is_ancestor(cursor.commit, push.after))
+
+    async def _advance(
+        self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor
+    ) -> None:
+        """Move the ref's cursor to ``after`` by compare-and-set. Lost to another writer:
+        read it again; a push of ours it has passed leaves theirs standing. Either way,
+        after a lost write the head the cursor stands at is ingested again ``at_head``
+        so that it is ``latest`` even if ours took the newer ids."""
+        named = () if plan.forced else (*plan.commits[-2::-1], push.before)
+        older = tuple(c for c in named if c.strip("0"))
+        read, conflicted = cursor, False
+        for _ in range(CURSOR_ATTEMPTS):
+            continues = await self._continues(push, plan, read)
+            if await self.cursors.advance(
+                read, push.after, reporter=WEBHOOK, older=older, continues=continues
+            ):
+                standing = push.after
+                break
+            conflicted = True
+            read = await self.cursors.read(queue, push.ref)
+            if await self._stale(queue, push, plan, read):
+                standing = read.commit
+                break
+        else:
+            raise Retryable(f"the cursor of {push.ref} on {queue} kept moving; not recorded")
+        if conflicted:
+            log.info(
+                "push %s to %s: raced another writer; %s stands", push.delivery, push.ref, standing
+            )
+            await self.ingest.ingest(queue, standing, at_head=True)
 
     def _ignored(self, push: PushEvent) -> str:
         """Why the push is not ingested ("" when it is)."""
