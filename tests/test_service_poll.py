@@ -299,3 +299,30 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     assert [c["uri"] for c in again["earlier"]] + [again["uri"]] == pushed
     assert [c["created"] for c in again["earlier"]] + [again["created"]] == [False, False]
     assert (await KvRefCursors(cell).read("mono/main", "main")).commit == pushed[-1]
+
+
+async def test_a_clone_behind_a_pushed_cursor_ingests_nothing(js_env, tmp_path) -> None:
+    """A push moved the ref's cursor past what this clone holds: the poller waits for
+    its clone (``behind``) instead of taking its tip as a rewrite and a return."""
+    from stovepipe_fsm.adapters.jetstream import open_cell
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK, KvRefCursors
+    from stovepipe_fsm.apps.options import DEFAULT_MACHINES
+    from stovepipe_fsm.apps.service.operators import ingest_on
+    from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
+
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
+    cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
+    poller, target = Poller(ingest, cursors), [PollTarget(repo, "main", "mono/main")]
+    await poll_round(poller, target)
+    pushed = "d" * 40  # a commit the forge reported that this clone has not fetched
+    await ingest.ingest("mono/main", pushed)
+    read = await cursors.read("mono/main", "refs/heads/main")
+    assert await cursors.advance(read, pushed, reporter=WEBHOOK, older=[first])
+
+    (report,) = await poll_round(poller, target)
+    assert (report["behind"], report["commits"], report["since"]) == (True, 0, pushed)
+    assert (await cursors.read("mono/main", "main")).commit == pushed
+    row = await ingest.queues.get("mono/main")
+    assert row.latest_request_id == await ingest.uri_index.get("mono/main", pushed)
