@@ -326,3 +326,34 @@ async def test_a_clone_behind_a_pushed_cursor_ingests_nothing(js_env, tmp_path) 
     assert (await cursors.read("mono/main", "main")).commit == pushed
     row = await ingest.queues.get("mono/main")
     assert row.latest_request_id == await ingest.uri_index.get("mono/main", pushed)
+
+
+async def test_a_clone_not_fetched_since_a_pushed_rollback_does_not_undo_it(
+    js_env, tmp_path
+) -> None:
+    """The clone is at B; a forced push back to A was reported by the webhook (A
+    validated again, the cursor at A). The poller's round finds B descending from A:
+    B is not taken as a return, A stays the head trunk validation stands at."""
+    from stovepipe_fsm.adapters.jetstream import open_cell
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK, KvRefCursors
+    from stovepipe_fsm.apps.options import DEFAULT_MACHINES
+    from stovepipe_fsm.apps.service.operators import ingest_on
+    from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
+
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
+    cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
+    poller, target = Poller(ingest, cursors), [PollTarget(repo, "main", "mono/main")]
+    await poll_round(poller, target)
+    second = commit(repo, "B")
+    await poll_round(poller, target)
+    back = await ingest.ingest("mono/main", first, at_head=True)  # the forced push
+    assert back.returned
+    read = await cursors.read("mono/main", "main")
+    assert await cursors.advance(read, first, reporter=WEBHOOK, continues=False)
+
+    (report,) = await poll_round(poller, target)
+    assert (report["uri"], report["created"], report["returned"]) == (second, False, False)
+    row = await ingest.queues.get("mono/main")
+    assert row.latest_request_id == back.request_id

@@ -17,8 +17,9 @@ two finds every head in ingest's dedup index and creates nothing. Rules at the e
   new tip only, reported as ``rewritten``; a ref moved back to a head the queue had moved
   on from is ingested as a new head and validated again (``at_head``);
 - a cursor a push moved (``webhook``) that the tip does not descend from: the clone is
-  not fetched that far yet, reported as ``behind``, nothing ingested (forced pushes are
-  the webhook's to report);
+  not fetched that far yet, reported as ``behind``, nothing ingested; and a tip that
+  does descend from it is no return (a clone not fetched since a rollback the push
+  reported would undo it): forced pushes are the webhook's to report;
 - more than ``max_commits`` new commits: the oldest ``max_commits``, the cursor moved to
   the last of them, and ``pending`` says how many wait; ``poll_forever`` goes on at once.
 """
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from ...adapters.git import GitSourceControl, rev_parse
 from ...adapters.jetstream import Topology, open_cell
-from ...adapters.jetstream.ref_cursors import POLL, KvRefCursors, RefCursor
+from ...adapters.jetstream.ref_cursors import POLL, WEBHOOK, KvRefCursors, RefCursor
 from ...domain.errors import NotFound, Retryable
 from ...pipeline.ingest import Head, Ingest
 from .connect import NatsOptions, connected
@@ -74,6 +75,13 @@ class _Plan:
     rewritten: bool
     #: The cursor is a push's commit this clone's tip does not reach: nothing to ingest.
     behind: bool = False
+
+    @property
+    def observed(self) -> bool:
+        """The tip is the ref's head on this clone's word: a return to it is validated
+        again. Not when a push reported the ref last: the forge's word is newer than a
+        clone that may not have fetched a rollback yet."""
+        return self.cursor.reporter != WEBHOOK
 
 
 @contextlib.asynccontextmanager
@@ -146,7 +154,7 @@ async def poll_round(
             continue
         plans.append(plan)
     heads = [
-        Head(plan.target.queue, commit, at_head=commit == plan.tip)
+        Head(plan.target.queue, commit, at_head=commit == plan.tip and plan.observed)
         for plan in plans
         for commit in plan.commits
     ]
