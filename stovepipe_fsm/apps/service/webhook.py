@@ -250,7 +250,7 @@ class WebhookServer(BoundedHttpServer):
 
     async def _stale(self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor) -> str:
         """Why the push is older than the commit the ref was reported at ("" when not)."""
-        if plan.forced or not cursor.commit or push.before == cursor.commit:
+        if plan.forced or push.forced or not cursor.commit or push.before == cursor.commit:
             return ""
         at = f"{push.ref} was reported at {cursor.commit}"
         if push.after == cursor.commit:
@@ -298,9 +298,9 @@ class WebhookServer(BoundedHttpServer):
         self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor
     ) -> None:
         """Move the ref's cursor to ``after`` by compare-and-set. Lost to another writer:
-        read it again; a push of ours it has passed leaves theirs standing. Either way,
-        after a lost write the head the cursor stands at is ingested again ``at_head``
-        so that it is ``latest`` even if ours took the newer ids."""
+        read it again and try again, unless it has passed this push (theirs stands).
+        After a lost write, the head the cursor stands at is made ``latest`` again if a
+        commit known to be older took the newer id in the race."""
         named = () if plan.forced else (*plan.commits[-2::-1], push.before)
         older = tuple(c for c in named if c.strip("0"))
         read, conflicted = cursor, False
@@ -310,18 +310,30 @@ class WebhookServer(BoundedHttpServer):
                 read, push.after, reporter=WEBHOOK, older=older, continues=continues
             ):
                 standing = push.after
+                passed = {*older, *((read.commit, *read.behind) if continues else ())}
                 break
             conflicted = True
             read = await self.cursors.read(queue, push.ref)
             if await self._stale(queue, push, plan, read):
-                standing = read.commit
+                standing, passed = read.commit, {*plan.commits, *read.behind}
                 break
         else:
             raise Retryable(f"the cursor of {push.ref} on {queue} kept moving; not recorded")
         if conflicted:
             log.info(
-                "push %s to %s: raced another writer; %s stands", push.delivery, push.ref, standing
+                "push %s to %s: raced another writer; %s stands",
+                push.delivery,
+                push.ref,
+                standing,
             )
+            await self._restore(queue, standing, passed - {standing})
+
+    async def _restore(self, queue: str, standing: str, older: set[str]) -> None:
+        """Make ``standing`` the queue's head again when a commit known to be older
+        took a newer id (an ingest that raced ours); a newer head of another origin is
+        left alone."""
+        latest = (await self.ingest.queues.get(queue)).latest_request_id
+        if latest and (await self.ingest.requests.get(latest)).uri in older:
             await self.ingest.ingest(queue, standing, at_head=True)
 
     def _ignored(self, push: PushEvent) -> str:
