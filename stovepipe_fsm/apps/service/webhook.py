@@ -37,8 +37,9 @@ commit), a commit the cursor knows it descends from (a ``before`` or listed comm
 the pushes that moved it) or one already ingested into the queue. A forced push (GitHub
 ``forced``; with a clone, ``before`` no ancestor of ``after``) or one that starts from
 the cursor (a GitLab rollback) is never stale. Two deliveries handled at once: the
-cursor's compare-and-set decides, the loser reads it again, and the head the cursor
-stands at is ingested again ``at_head``, so it is ``latest`` whichever ingested last.
+cursor's compare-and-set decides, the loser reads it again, and when a commit known to
+be older than the head the cursor stands at took the newer id, that head is ingested
+again ``at_head``, so it stays ``latest``.
 """
 
 from __future__ import annotations
