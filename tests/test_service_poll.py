@@ -301,11 +301,11 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     assert (await KvRefCursors(cell).read("mono/main", "main")).commit == pushed[-1]
 
 
-async def test_a_clone_behind_a_pushed_cursor_ingests_nothing(js_env, tmp_path) -> None:
-    """A push moved the ref's cursor past what this clone holds: the poller waits for
-    its clone (``behind``) instead of taking its tip as a rewrite and a return."""
+async def polled_once(js_env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A repository at A, a poller of its ``main`` into ``mono/main`` that ran one round,
+    its ingest and the ref cursors, on the broker."""
     from stovepipe_fsm.adapters.jetstream import open_cell
-    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK, KvRefCursors
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import KvRefCursors
     from stovepipe_fsm.apps.options import DEFAULT_MACHINES
     from stovepipe_fsm.apps.service.operators import ingest_on
     from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
@@ -314,14 +314,27 @@ async def test_a_clone_behind_a_pushed_cursor_ingests_nothing(js_env, tmp_path) 
     first = commit(repo, "A")
     ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
     cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
-    poller, target = Poller(ingest, cursors), [PollTarget(repo, "main", "mono/main")]
-    await poll_round(poller, target)
+    poller, targets = Poller(ingest, cursors), [PollTarget(repo, "main", "mono/main")]
+
+    async def round_() -> list[dict[str, object]]:
+        return await poll_round(poller, targets)
+
+    await round_()
+    return repo, first, ingest, cursors, round_
+
+
+async def test_a_clone_behind_a_pushed_cursor_ingests_nothing(js_env, tmp_path) -> None:
+    """A push moved the ref's cursor past what this clone holds: the poller waits for
+    its clone (``behind``) instead of taking its tip as a rewrite and a return."""
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK
+
+    _, first, ingest, cursors, round_ = await polled_once(js_env, tmp_path)
     pushed = "d" * 40  # a commit the forge reported that this clone has not fetched
     await ingest.ingest("mono/main", pushed)
     read = await cursors.read("mono/main", "refs/heads/main")
     assert await cursors.advance(read, pushed, reporter=WEBHOOK, older=[first])
 
-    (report,) = await poll_round(poller, target)
+    (report,) = await round_()
     assert (report["behind"], report["commits"], report["since"]) == (True, 0, pushed)
     assert (await cursors.read("mono/main", "main")).commit == pushed
     row = await ingest.queues.get("mono/main")
@@ -334,26 +347,17 @@ async def test_a_clone_not_fetched_since_a_pushed_rollback_does_not_undo_it(
     """The clone is at B; a forced push back to A was reported by the webhook (A
     validated again, the cursor at A). The poller's round finds B descending from A:
     B is not taken as a return, A stays the head trunk validation stands at."""
-    from stovepipe_fsm.adapters.jetstream import open_cell
-    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK, KvRefCursors
-    from stovepipe_fsm.apps.options import DEFAULT_MACHINES
-    from stovepipe_fsm.apps.service.operators import ingest_on
-    from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK
 
-    repo = make_repo(tmp_path)
-    first = commit(repo, "A")
-    ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
-    cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
-    poller, target = Poller(ingest, cursors), [PollTarget(repo, "main", "mono/main")]
-    await poll_round(poller, target)
+    repo, first, ingest, cursors, round_ = await polled_once(js_env, tmp_path)
     second = commit(repo, "B")
-    await poll_round(poller, target)
+    await round_()
     back = await ingest.ingest("mono/main", first, at_head=True)  # the forced push
     assert back.returned
     read = await cursors.read("mono/main", "main")
     assert await cursors.advance(read, first, reporter=WEBHOOK, continues=False)
 
-    (report,) = await poll_round(poller, target)
+    (report,) = await round_()
     assert (report["uri"], report["created"], report["returned"]) == (second, False, False)
     row = await ingest.queues.get("mono/main")
     assert row.latest_request_id == back.request_id
