@@ -27,19 +27,9 @@ held, and the ones not listed are reported as ``unlisted`` and logged (configure
 to ingest them). At most ``max_commits`` per push, the newest; the older ones are
 reported as ``skipped``. Except on a force-push, a head is never a return.
 
-A late push never moves trunk validation backwards: the commit reported last for the
-ref (its cursor, shared with ``poll``: :mod:`...adapters.jetstream.ref_cursors`) is
-moved by compare-and-set after each push's commits were ingested, and a push that is
-not forced, does not start from the cursor, and whose ``after`` is the cursor or behind
-it is answered ``"stale": true`` (202), recorded as delivered, ingests nothing. Behind
-it: an ancestor of the cursor in the clone; without a clone (or one that lacks either
-commit), a commit the cursor knows it descends from (a ``before`` or listed commit of
-the pushes that moved it) or one already ingested into the queue. A forced push (GitHub
-``forced``; with a clone, ``before`` no ancestor of ``after``) or one that starts from
-the cursor (a GitLab rollback) is never stale. Two deliveries handled at once: the
-cursor's compare-and-set decides, the loser reads it again, and when a commit known to
-be older than the head the cursor stands at took the newer id, that head is ingested
-again ``at_head``, so it stays ``latest``.
+A late push never moves trunk validation backwards: a push older than the commit the
+ref was reported at is answered ``"stale": true`` (202), recorded as delivered, and
+ingests nothing (:mod:`.push_order` decides, on the ref's cursor shared with ``poll``).
 """
 
 from __future__ import annotations
@@ -54,7 +44,7 @@ from pathlib import Path
 
 from ...adapters.git import GitSourceControl, rev_parse
 from ...adapters.jetstream.deliveries import KvDeliveries
-from ...adapters.jetstream.ref_cursors import WEBHOOK, KvRefCursors, RefCursor, full_ref
+from ...adapters.jetstream.ref_cursors import KvRefCursors, full_ref
 from ...domain.errors import NotFound, Retryable, StovepipeError
 from ...pipeline.ingest import Head, Ingest
 from .bounded_http import LOOPBACK, Answer, BoundedHttpServer, HttpLimits, RequestHead
@@ -70,15 +60,13 @@ from .push_events import (
     event_name,
     parse_push,
 )
+from .push_order import PushOrder
 from .rate_limit import RateLimit
 
 log = logging.getLogger("stovepipe_fsm.webhook")
 
 JSON = "application/json"
 
-
-#: Compare-and-set attempts on a ref's cursor before the delivery is answered 503.
-CURSOR_ATTEMPTS = 16
 
 __all__ = ["WebhookServer", "WebhookSettings", "full_ref"]
 
@@ -131,7 +119,7 @@ class WebhookServer(BoundedHttpServer):
         super().__init__(port, host, limits)
         self.ingest = ingest
         self.deliveries = deliveries
-        self.cursors = cursors
+        self.order = PushOrder(ingest, cursors, settings.git_repo)
         self.settings = settings
         self.rate = RateLimit(settings.rate_per_s, settings.burst)
 
@@ -188,11 +176,11 @@ class WebhookServer(BoundedHttpServer):
         queue = self.settings.follows[push.ref]
         if await self.deliveries.seen(forge, delivery):
             return _json("200 OK", {"delivery": delivery, "duplicate": True})
-        cursor, plan = await asyncio.gather(self.cursors.read(queue, push.ref), self._commits(push))
-        stale = await self._stale(queue, push, plan, cursor)
+        cursor, plan = await asyncio.gather(self.order.cursor(queue, push), self._commits(push))
+        stale = await self.order.stale(queue, push, cursor, forced=plan.forced)
         if stale:
             return await self._answer_stale(forge, queue, push, stale)
-        if await self._rolls_back(queue, push, plan, cursor):
+        if plan.source == "payload" and await self.order.rolls_back(queue, push, cursor):
             plan = _Commits((push.after,), plan.source, forced=True)
         heads = [
             Head(queue, commit, at_head=plan.forced and commit == push.after)
@@ -215,7 +203,7 @@ class WebhookServer(BoundedHttpServer):
             "skipped": plan.skipped,
             "unlisted": plan.unlisted,
         }
-        await self._advance(queue, push, plan, cursor)
+        await self.order.advance(queue, push, cursor, plan.commits, forced=plan.forced)
         await self.deliveries.record(forge, delivery, json.dumps(report).encode())
         if plan.unlisted or plan.skipped:
             log.warning(
@@ -248,94 +236,6 @@ class WebhookServer(BoundedHttpServer):
             "%s push %s to %s is stale, nothing ingested: %s", forge, push.delivery, push.ref, why
         )
         return _json("202 Accepted", {**report, "duplicate": False})
-
-    async def _stale(self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor) -> str:
-        """Why the push is older than the commit the ref was reported at ("" when not)."""
-        if plan.forced or push.forced or not cursor.commit or push.before == cursor.commit:
-            return ""
-        at = f"{push.ref} was reported at {cursor.commit}"
-        if push.after == cursor.commit:
-            return f"after {push.after} is the commit {at}"
-        ancestor = await self._is_ancestor(push.after, cursor.commit)
-        if ancestor is not None:
-            return f"after {push.after} is an ancestor of {cursor.commit}: {at}" if ancestor else ""
-        if cursor.covers(push.after):
-            return f"after {push.after} is older than {cursor.commit}, as a push since said: {at}"
-        if await self.ingest.uri_index.get(queue, push.after) is not None:
-            return f"after {push.after} was ingested into {queue} before; {at}"
-        return ""
-
-    async def _rolls_back(
-        self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor
-    ) -> bool:
-        """A push read from the payload that starts at the cursor and lands on a commit
-        known to be older: a force-push back to it (GitLab does not say ``forced``)."""
-        if plan.forced or plan.source != "payload" or push.before != cursor.commit:
-            return False
-        if cursor.covers(push.after):
-            return True
-        return await self.ingest.uri_index.get(queue, push.after) is not None
-
-    async def _is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
-        """What the clone says; None without one, or when it cannot tell."""
-        path = self.settings.git_repo
-        if path is None:
-            return None
-        try:
-            return await GitSourceControl(path, cache_size=0).is_ancestor(ancestor, descendant)
-        except (NotFound, Retryable) as exc:
-            log.info("the clone cannot tell %s from %s: %s", ancestor, descendant, exc)
-            return None
-
-    async def _continues(self, push: PushEvent, plan: _Commits, cursor: RefCursor) -> bool:
-        """The push's ``after`` is known to descend from the cursor."""
-        if plan.forced or not cursor.commit:
-            return False
-        if push.before == cursor.commit:
-            return True
-        return bool(await self._is_ancestor(cursor.commit, push.after))
-
-    async def _advance(
-        self, queue: str, push: PushEvent, plan: _Commits, cursor: RefCursor
-    ) -> None:
-        """Move the ref's cursor to ``after`` by compare-and-set. Lost to another writer:
-        read it again and try again, unless it has passed this push (theirs stands).
-        After a lost write, the head the cursor stands at is made ``latest`` again if a
-        commit known to be older took the newer id in the race."""
-        named = () if plan.forced else (*plan.commits[-2::-1], push.before)
-        older = tuple(c for c in named if c.strip("0"))
-        read, conflicted = cursor, False
-        for _ in range(CURSOR_ATTEMPTS):
-            continues = await self._continues(push, plan, read)
-            if await self.cursors.advance(
-                read, push.after, reporter=WEBHOOK, older=older, continues=continues
-            ):
-                standing = push.after
-                passed = {*older, *((read.commit, *read.behind) if continues else ())}
-                break
-            conflicted = True
-            read = await self.cursors.read(queue, push.ref)
-            if await self._stale(queue, push, plan, read):
-                standing, passed = read.commit, {*plan.commits, *read.behind}
-                break
-        else:
-            raise Retryable(f"the cursor of {push.ref} on {queue} kept moving; not recorded")
-        if conflicted:
-            log.info(
-                "push %s to %s: raced another writer; %s stands",
-                push.delivery,
-                push.ref,
-                standing,
-            )
-            await self._restore(queue, standing, passed - {standing})
-
-    async def _restore(self, queue: str, standing: str, older: set[str]) -> None:
-        """Make ``standing`` the queue's head again when a commit known to be older
-        took a newer id (an ingest that raced ours); a newer head of another origin is
-        left alone."""
-        latest = (await self.ingest.queues.get(queue)).latest_request_id
-        if latest and (await self.ingest.requests.get(latest)).uri in older:
-            await self.ingest.ingest(queue, standing, at_head=True)
 
     def _ignored(self, push: PushEvent) -> str:
         """Why the push is not ingested ("" when it is)."""
