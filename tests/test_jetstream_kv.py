@@ -212,20 +212,48 @@ async def test_worst_case_names_fit_the_servers_limits(js_env: JsEnv) -> None:
     assert info.state.messages == 1
 
 
-async def test_a_poll_cursor_moves_by_compare_and_set(js_env: JsEnv) -> None:
-    """Two pollers read one ref's cursor: the first to write moves it, the other is told
+async def test_a_ref_cursor_moves_by_compare_and_set(js_env: JsEnv) -> None:
+    """Two writers read one ref's cursor: the first to write moves it, the other is told
     and leaves it; a cursor of another queue or ref is another key."""
-    from stovepipe_fsm.adapters.jetstream.poll_cursors import KvPollCursors
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import POLL, KvRefCursors
 
-    cursors = KvPollCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
+    cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
     blank = await cursors.read(QUEUE, "main")
     assert (blank.commit, blank.revision) == ("", 0)
-    assert await cursors.advance(blank, "a" * 40)
-    assert not await cursors.advance(blank, "b" * 40)  # a second first write loses
+    assert await cursors.advance(blank, "a" * 40, reporter=POLL)
+    assert not await cursors.advance(blank, "b" * 40, reporter=POLL)  # a second first write loses
     read = await cursors.read(QUEUE, "main")
     assert read.commit == "a" * 40
-    assert await cursors.advance(read, "c" * 40)
-    assert not await cursors.advance(read, "d" * 40)  # stale: the cursor moved since
+    assert await cursors.advance(read, "c" * 40, reporter=POLL)
+    assert not await cursors.advance(read, "d" * 40, reporter=POLL)  # stale: the cursor moved since
     assert (await cursors.read(QUEUE, "main")).commit == "c" * 40
     assert (await cursors.read(QUEUE, "release")).commit == ""
     assert (await cursors.read("other/main", "main")).commit == ""
+
+
+async def test_a_ref_cursor_knows_the_commits_behind_it_until_a_force_push(
+    js_env: JsEnv,
+) -> None:
+    """``main`` and ``refs/heads/main`` are one cursor; the commits it is known to
+    descend from are kept while it moves in order, bounded, and dropped on a rewrite."""
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import (
+        MAX_BEHIND,
+        WEBHOOK,
+        KvRefCursors,
+    )
+
+    a, b, c, d = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
+    cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
+    assert await cursors.advance(await cursors.read(QUEUE, "main"), b, reporter=WEBHOOK, older=[a])
+    read = await cursors.read(QUEUE, "refs/heads/main")
+    assert (read.commit, read.reporter, read.behind) == (b, WEBHOOK, (a,))
+    assert await cursors.advance(read, d, reporter=WEBHOOK, older=[c])
+    read = await cursors.read(QUEUE, "main")
+    assert read.behind == (c, b, a) and read.covers(a) and read.covers(d)
+    assert not read.covers("e" * 40)
+    assert await cursors.advance(read, a, reporter=WEBHOOK, continues=False)
+    read = await cursors.read(QUEUE, "main")
+    assert (read.commit, read.behind) == (a, ())
+    many = [f"{n:040x}" for n in range(1, 2 * MAX_BEHIND)]
+    assert await cursors.advance(read, b, reporter=WEBHOOK, older=many)
+    assert len((await cursors.read(QUEUE, "main")).behind) == MAX_BEHIND

@@ -276,13 +276,13 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     """The poller dies between ingesting a range and moving the cursor: the next poller
     reads the same range again, finds every head ingested, and moves the cursor."""
     from stovepipe_fsm.adapters.jetstream import open_cell
-    from stovepipe_fsm.adapters.jetstream.poll_cursors import KvPollCursors, PollCursor
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import KvRefCursors, RefCursor
     from stovepipe_fsm.apps.options import DEFAULT_MACHINES
     from stovepipe_fsm.apps.service.operators import ingest_on
     from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
 
-    class DiesBeforeTheCursor(KvPollCursors):
-        async def advance(self, read: PollCursor, commit: str) -> bool:
+    class DiesBeforeTheCursor(KvRefCursors):
+        async def advance(self, read: RefCursor, commit: str, **_: object) -> bool:
             raise SystemExit("killed")
 
     repo = make_repo(tmp_path)
@@ -290,15 +290,15 @@ async def test_a_round_cut_short_before_its_cursor_moved_is_redone_creating_noth
     ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
     cell = await open_cell(js_env.js, js_env.topology.service_bucket)
     target = [PollTarget(repo, "main", "mono/main")]
-    await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    await poll_round(Poller(ingest, KvRefCursors(cell)), target)
     pushed = [commit(repo, name) for name in "BC"]
     with pytest.raises(SystemExit):
         await poll_round(Poller(ingest, DiesBeforeTheCursor(cell)), target)
 
-    (again,) = await poll_round(Poller(ingest, KvPollCursors(cell)), target)
+    (again,) = await poll_round(Poller(ingest, KvRefCursors(cell)), target)
     assert [c["uri"] for c in again["earlier"]] + [again["uri"]] == pushed
     assert [c["created"] for c in again["earlier"]] + [again["created"]] == [False, False]
-    assert (await KvPollCursors(cell).read("mono/main", "main")).commit == pushed[-1]
+    assert (await KvRefCursors(cell).read("mono/main", "main")).commit == pushed[-1]
 
 
 def publish_like_git_sync(origin: Path, root: Path, link: str) -> str:
@@ -339,3 +339,66 @@ def test_poll_follows_the_head_git_sync_publishes(nats_server, tag, tmp_path) ->
     assert newer.returncode == 0, newer.stderr
     assert json.loads(newer.stdout)["uri"] == second
     assert stored_uris(nats_server.url, tag) == [first, second]
+
+
+
+async def polled_once(js_env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A repository at A, a poller of its ``main`` into ``mono/main`` that ran one round,
+    its ingest and the ref cursors, on the broker."""
+    from stovepipe_fsm.adapters.jetstream import open_cell
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import KvRefCursors
+    from stovepipe_fsm.apps.options import DEFAULT_MACHINES
+    from stovepipe_fsm.apps.service.operators import ingest_on
+    from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
+
+    repo = make_repo(tmp_path)
+    first = commit(repo, "A")
+    ingest = await ingest_on(js_env.js, js_env.topology, DEFAULT_MACHINES)
+    cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
+    poller, targets = Poller(ingest, cursors), [PollTarget(repo, "main", "mono/main")]
+
+    async def round_() -> list[dict[str, object]]:
+        return await poll_round(poller, targets)
+
+    await round_()
+    return repo, first, ingest, cursors, round_
+
+
+async def test_a_clone_behind_a_pushed_cursor_ingests_nothing(js_env, tmp_path) -> None:
+    """A push moved the ref's cursor past what this clone holds: the poller waits for
+    its clone (``behind``) instead of taking its tip as a rewrite and a return."""
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK
+
+    _, first, ingest, cursors, round_ = await polled_once(js_env, tmp_path)
+    pushed = "d" * 40  # a commit the forge reported that this clone has not fetched
+    await ingest.ingest("mono/main", pushed)
+    read = await cursors.read("mono/main", "refs/heads/main")
+    assert await cursors.advance(read, pushed, reporter=WEBHOOK, older=[first])
+
+    (report,) = await round_()
+    assert (report["behind"], report["commits"], report["since"]) == (True, 0, pushed)
+    assert (await cursors.read("mono/main", "main")).commit == pushed
+    row = await ingest.queues.get("mono/main")
+    assert row.latest_request_id == await ingest.uri_index.get("mono/main", pushed)
+
+
+async def test_a_clone_not_fetched_since_a_pushed_rollback_does_not_undo_it(
+    js_env, tmp_path
+) -> None:
+    """The clone is at B; a forced push back to A was reported by the webhook (A
+    validated again, the cursor at A). The poller's round finds B descending from A:
+    B is not taken as a return, A stays the head trunk validation stands at."""
+    from stovepipe_fsm.adapters.jetstream.ref_cursors import WEBHOOK
+
+    repo, first, ingest, cursors, round_ = await polled_once(js_env, tmp_path)
+    second = commit(repo, "B")
+    await round_()
+    back = await ingest.ingest("mono/main", first, at_head=True)  # the forced push
+    assert back.returned
+    read = await cursors.read("mono/main", "main")
+    assert await cursors.advance(read, first, reporter=WEBHOOK, continues=False)
+
+    (report,) = await round_()
+    assert (report["uri"], report["created"], report["returned"]) == (second, False, False)
+    row = await ingest.queues.get("mono/main")
+    assert row.latest_request_id == back.request_id

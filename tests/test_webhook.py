@@ -153,6 +153,12 @@ class Webhook:
         self.repo = make_repo(tmp_path)
         self.processes: list[subprocess.Popen[str]] = []
 
+    def latest(self) -> str:
+        """The uri of the queue's latest request: the head trunk validation stands at."""
+        doc = status(self.url, self.tag)
+        latest = doc["queues"][0]["latest_request_id"]
+        return next(r["uri"] for r in doc["requests"] if r["id"] == latest)
+
     def stored(self) -> list[str]:
         """The stored requests' uris, in the order of their ids."""
         done = cli("status", "--json", "--all", "--nats", self.url, "--topology-tag", self.tag)
@@ -161,13 +167,13 @@ class Webhook:
         ordered = sorted(requests, key=lambda r: int(r["id"].rsplit("/", 1)[1]))
         return [r["uri"] for r in ordered]
 
-    def start(self, *extra: str) -> int:
+    def start(self, *extra: str, queue: str = "mono/main") -> int:
         secret = self.tmp_path / f"github-secret-{len(self.processes)}"
         secret.write_text(SECRET + "\n")
         secret.chmod(0o600)
         port = free_port()
         args = [*CLI, "webhook", "--nats", self.url, "--topology-tag", self.tag]
-        args += ["--port", str(port), "--ref", "main", "--queue", "mono/main"]
+        args += ["--port", str(port), "--ref", "main", "--queue", queue]
         args += ["--repository", REPO, "--github-secret-file", str(secret), *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "STOVEPIPE_GITLAB_WEBHOOK_TOKEN": TOKEN}
         process = subprocess.Popen(
@@ -216,9 +222,10 @@ def test_a_github_push_ingests_every_commit_oldest_first_once(webhook) -> None:
     # The forge delivers it again: nothing more is ingested.
     code, body, _ = to_github(port, github_push(base, pushed[-1], pushed), delivery="d-1")
     assert (code, json.loads(body)["duplicate"]) == (200, True)
-    # Another delivery of the same commits (a second hook): the same requests.
+    # Another delivery of the same commits (a second hook): the ref is reported there
+    # already, so it is stale and nothing is ingested.
     code, body, _ = to_github(port, github_push(base, pushed[-1], pushed), delivery="d-2")
-    assert code == 200 and [c["created"] for c in json.loads(body)["ingested"]] == [False] * 3
+    assert code == 202 and json.loads(body)["stale"] is True
     assert webhook.stored() == pushed
 
 
@@ -287,7 +294,7 @@ def test_gitlab_pushes_past_the_listed_twenty_are_read_from_the_clone(webhook) -
     merge = git(repo, "rev-parse", "HEAD")
     pushed.append(merge)
     listed = [*pushed[-19:-1], side, merge]  # the newest 20 of the 27 commits pushed
-    with_clone = webhook.start("--git-repo", str(repo))
+    with_clone = webhook.start("--git-repo", str(repo), queue="mono/clone")
     without = webhook.start()
 
     code, body, _ = to_gitlab(without, gitlab_push(base, merge, listed, 27))
@@ -322,3 +329,95 @@ def test_webhook_refuses_to_start_without_a_readable_secret(
     assert done.returncode == 2 and "unauthenticated" in done.stderr, done.stderr
     missing = cli(*common, "--ref", "main", "--queue", "q", "--github-secret-file", "nofile")
     assert missing.returncode == 2 and "--github-secret-file nofile" in missing.stderr
+
+
+def late_push_sequence(webhook: Webhook, *extra: str) -> tuple[int, list[str]]:
+    """A, then B and C pushed one at a time; the push of A is ingested, the push of B
+    (delivery d-1) failed before it was recorded, the push of C (d-2) is ingested."""
+    repo = webhook.repo
+    a, b, c = (commit(repo, name) for name in "ABC")
+    port = webhook.start(*extra)
+    assert to_github(port, github_push(ZERO, a, [a]), delivery="d-0")[0] == 200
+    code, body, _ = to_github(port, github_push(b, c, [c]), delivery="d-2")
+    assert code == 200, body
+    return port, [a, b, c]
+
+
+@pytest.mark.parametrize("clone", [True, False], ids=["clone", "no-clone"])
+def test_a_late_push_is_stale_and_never_moves_latest_back(webhook, clone) -> None:
+    """The push of B arrives after the push of C was ingested: B is not ingested, C
+    stays the head trunk validation stands at; a repeat of the late delivery is a
+    duplicate."""
+    extra = ("--git-repo", str(webhook.repo)) if clone else ()
+    port, (a, b, c) = late_push_sequence(webhook, *extra)
+
+    code, body, _ = to_github(port, github_push(a, b, [b]), delivery="d-1")
+    assert code == 202, body
+    report = json.loads(body)
+    assert (report["stale"], report["after"]) == (True, b)
+    assert c in report["why"]
+    assert webhook.stored() == [a, c]
+    assert webhook.latest() == c
+    again = to_github(port, github_push(a, b, [b]), delivery="d-1")
+    assert (again[0], json.loads(again[1])["duplicate"]) == (200, True)
+    (errors,) = webhook.stop()
+    assert errors.count("stale") == 1, errors
+
+
+def test_without_a_clone_a_late_push_no_stored_push_named_is_ingested(webhook) -> None:
+    """Without a clone, B's push delivered after C's and D's (C's push lost too) names a
+    commit nothing stored knows: ingested (as documented). With a clone it is stale."""
+    repo = webhook.repo
+    a, b, c, d = (commit(repo, name) for name in "ABCD")
+    without = webhook.start()
+    with_clone = webhook.start("--git-repo", str(repo), queue="mono/clone")
+    for port in (without, with_clone):
+        assert to_github(port, github_push(ZERO, a, [a]))[0] == 200
+        assert to_github(port, github_push(c, d, [d]))[0] == 200
+
+    late = github_push(a, b, [b])
+    code, body, _ = to_github(without, late)
+    assert (code, [i["uri"] for i in json.loads(body)["ingested"]]) == (200, [b])
+    code, body, _ = to_github(with_clone, late)
+    assert (code, json.loads(body)["stale"]) == (202, True)
+
+
+def test_a_forced_push_onto_an_older_commit_is_a_rollback(webhook) -> None:
+    """A force-push from C back to B is not stale: B is validated again, the newest."""
+    port, (_, b, c) = late_push_sequence(webhook, "--git-repo", str(webhook.repo))
+    code, body, _ = to_github(port, github_push(c, b, [], forced=True))
+    assert code == 200, body
+    report = json.loads(body)
+    assert (report["forced"], [i["uri"] for i in report["ingested"]]) == (True, [b])
+    assert webhook.latest() == b
+    # Then the ref moves on from B: in order again.
+    d = commit(webhook.repo, "D")
+    assert to_github(port, github_push(b, d, [d]))[0] == 200
+    assert webhook.latest() == d
+
+
+def test_a_gitlab_rollback_from_the_cursor_is_ingested_without_a_clone(webhook) -> None:
+    """GitLab does not say ``forced``: a push that starts at the commit the ref was
+    reported at and lands on an older one is a rollback, ingested as a return."""
+    repo = webhook.repo
+    a, b = commit(repo, "A"), commit(repo, "B")
+    port = webhook.start()
+    assert to_gitlab(port, gitlab_push(ZERO, a, [a], 1))[0] == 200
+    assert to_gitlab(port, gitlab_push(a, b, [b], 1))[0] == 200
+    code, body, _ = to_gitlab(port, gitlab_push(b, a, [], 0))
+    assert code == 200, body
+    assert webhook.latest() == a and webhook.stored() == [a, b, a]
+
+
+def test_in_order_pushes_are_each_ingested(webhook) -> None:
+    repo = webhook.repo
+    port = webhook.start("--git-repo", str(repo))
+    before, seen = ZERO, []
+    for name in "ABCD":
+        tip = commit(repo, name)
+        code, body, _ = to_github(port, github_push(before, tip, [tip]))
+        assert code == 200 and json.loads(body)["ingested"][0]["created"], body
+        before = tip
+        seen.append(tip)
+        assert webhook.latest() == tip
+    assert webhook.stored() == seen

@@ -17,9 +17,11 @@
 - ``logs``            one JSON object per log line
 - ``bounded_http``    the HTTP server both endpoints run on, bounded per client
 - ``http``            ``/healthz`` and Prometheus-text ``/metrics`` on loopback
-- ``poll``            every commit pushed to git refs, from a cursor per ref
+- ``poll``            every commit pushed to git refs, from a cursor per ref (shared
+  with ``webhook``: ``adapters.jetstream.ref_cursors``)
 - ``webhook``         GitHub and GitLab push events (``push_events``, ``rate_limit``;
-  the command in ``webhook_command``, its flags in ``webhook_arguments``)
+  late pushes told by ``push_order``; the command in ``webhook_command``, its flags in
+  ``webhook_arguments``)
 - ``operators``       ``ingest``, ``complete``, ``status``, ``explain`` against the broker
 - ``pauses``, ``verbs``, ``dlq``  ``pause``/``resume``, ``cancel``/``retry``, ``dlq``
 - ``demo``            the seed's A→F walkthrough on an embedded broker and a real git

@@ -6,7 +6,8 @@ batch (:meth:`Ingest.ingest_many`, so the broker operations are pipelined). Two 
 pushed between two rounds are two heads: a queue that validates every head validates
 both, a coalescing one supersedes the older on sight.
 
-The cursor is stored in the broker (:mod:`...adapters.jetstream.poll_cursors`) and moved
+The cursor is stored in the broker (:mod:`...adapters.jetstream.ref_cursors`), shared with
+``webhook``, and moved
 by compare-and-set only after its commits were ingested, so a poller restarted at any
 moment neither skips a range nor ingests one twice; a repeat after a crash between the
 two finds every head in ingest's dedup index and creates nothing. Rules at the edges:
@@ -15,6 +16,10 @@ two finds every head in ingest's dedup index and creates nothing. Rules at the e
 - the cursor is no longer an ancestor of the tip (a force-push rewrote the branch): the
   new tip only, reported as ``rewritten``; a ref moved back to a head the queue had moved
   on from is ingested as a new head and validated again (``at_head``);
+- a cursor a push moved (``webhook``) that the tip does not descend from: the clone is
+  not fetched that far yet, reported as ``behind``, nothing ingested; and a tip that
+  does descend from it is no return (a clone not fetched since a rollback the push
+  reported would undo it): forced pushes are the webhook's to report;
 - more than ``max_commits`` new commits: the oldest ``max_commits``, the cursor moved to
   the last of them, and ``pending`` says how many wait; ``poll_forever`` goes on at once.
 """
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from ...adapters.git import GitSourceControl, rev_parse
 from ...adapters.jetstream import Topology, open_cell
-from ...adapters.jetstream.poll_cursors import KvPollCursors, PollCursor
+from ...adapters.jetstream.ref_cursors import POLL, WEBHOOK, KvRefCursors, RefCursor
 from ...domain.errors import NotFound, Retryable
 from ...pipeline.ingest import Head, Ingest
 from .connect import NatsOptions, connected
@@ -55,7 +60,7 @@ class Poller:
     """Ingest, and the cursors of the refs it follows."""
 
     ingest: Ingest
-    cursors: KvPollCursors
+    cursors: KvRefCursors
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,20 @@ class _Plan:
     """What a round ingests for one ref: ``commits`` oldest first."""
 
     target: PollTarget
-    cursor: PollCursor
+    cursor: RefCursor
     tip: str
     commits: tuple[str, ...]
     pending: int
     rewritten: bool
+    #: The cursor is a push's commit this clone's tip does not reach: nothing to ingest.
+    behind: bool = False
+
+    @property
+    def observed(self) -> bool:
+        """The tip is the ref's head on this clone's word: a return to it is validated
+        again. Not when a push reported the ref last: the forge's word is newer than a
+        clone that may not have fetched a rollback yet."""
+        return self.cursor.reporter != WEBHOOK
 
 
 @contextlib.asynccontextmanager
@@ -78,7 +92,7 @@ async def operator_poller(
     async with connected(options) as nc:
         js = nc.jetstream()
         ingest = await ingest_on(js, topology, machines_dir)
-        yield Poller(ingest, KvPollCursors(await open_cell(js, topology.service_bucket)))
+        yield Poller(ingest, KvRefCursors(await open_cell(js, topology.service_bucket)))
 
 
 async def _plan(poller: Poller, target: PollTarget, max_commits: int) -> _Plan:
@@ -90,6 +104,16 @@ async def _plan(poller: Poller, target: PollTarget, max_commits: int) -> _Plan:
     found = await GitSourceControl(target.repository, cache_size=0).first_parents_since(
         cursor.commit, tip, limit=max_commits
     )
+    if found is None and cursor.reporter != POLL:
+        log.info(
+            "poll %s %s: the ref was reported at %s by a push; this clone is at %s, "
+            "not fetched that far yet",
+            target.repository,
+            target.ref,
+            cursor.commit,
+            tip,
+        )
+        return _Plan(target, cursor, tip, (), 0, rewritten=False, behind=True)
     if found is None:
         log.warning(
             "poll %s %s: %s is no longer an ancestor of %s (the branch was rewritten); "
@@ -130,16 +154,25 @@ async def poll_round(
             continue
         plans.append(plan)
     heads = [
-        Head(plan.target.queue, commit, at_head=commit == plan.tip)
+        Head(plan.target.queue, commit, at_head=commit == plan.tip and plan.observed)
         for plan in plans
         for commit in plan.commits
     ]
     results = iter(await poller.ingest.ingest_many(heads))
-    reports = []
+    reports: list[dict[str, object]] = []
     for plan in plans:
+        if plan.behind:
+            reports.append(_behind_report(plan))
+            continue
         ingested = [(commit, next(results)) for commit in plan.commits]
         moved = plan.commits[-1] != plan.cursor.commit
-        if moved and not await poller.cursors.advance(plan.cursor, plan.commits[-1]):
+        if moved and not await poller.cursors.advance(
+            plan.cursor,
+            plan.commits[-1],
+            reporter=POLL,
+            older=plan.commits[-2::-1],
+            continues=not plan.rewritten,
+        ):
             log.info(
                 "poll %s %s: another poller moved the cursor first",
                 plan.target.queue,
@@ -163,9 +196,24 @@ async def poll_round(
                 ],
                 "pending": plan.pending,
                 "rewritten": plan.rewritten,
+                "behind": False,
             }
         )
     return reports
+
+
+def _behind_report(plan: _Plan) -> dict[str, object]:
+    return {
+        "queue": plan.target.queue,
+        "ref": plan.target.ref,
+        "uri": plan.tip,
+        "since": plan.cursor.commit,
+        "commits": 0,
+        "earlier": [],
+        "pending": 0,
+        "rewritten": False,
+        "behind": True,
+    }
 
 
 async def poll_forever(

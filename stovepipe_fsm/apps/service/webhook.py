@@ -25,8 +25,11 @@ clone (or one behind the forge): the commits the payload lists, oldest first; a 
 push, its tip only. The forges list at most 20 commits; GitLab says how many the push
 held, and the ones not listed are reported as ``unlisted`` and logged (configure a clone
 to ingest them). At most ``max_commits`` per push, the newest; the older ones are
-reported as ``skipped``. Except on a force-push, a head is never a return: a late or
-repeated delivery never moves trunk validation backwards.
+reported as ``skipped``. Except on a force-push, a head is never a return.
+
+A late push never moves trunk validation backwards: a push older than the commit the
+ref was reported at is answered ``"stale": true`` (202), recorded as delivered, and
+ingests nothing (:mod:`.push_order` decides, on the ref's cursor shared with ``poll``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pathlib import Path
 
 from ...adapters.git import GitSourceControl, rev_parse
 from ...adapters.jetstream.deliveries import KvDeliveries
+from ...adapters.jetstream.ref_cursors import KvRefCursors, full_ref
 from ...domain.errors import NotFound, Retryable, StovepipeError
 from ...pipeline.ingest import Head, Ingest
 from .bounded_http import LOOPBACK, Answer, BoundedHttpServer, HttpLimits, RequestHead
@@ -56,6 +60,7 @@ from .push_events import (
     event_name,
     parse_push,
 )
+from .push_order import PushOrder
 from .rate_limit import RateLimit
 
 log = logging.getLogger("stovepipe_fsm.webhook")
@@ -63,9 +68,7 @@ log = logging.getLogger("stovepipe_fsm.webhook")
 JSON = "application/json"
 
 
-def full_ref(ref: str) -> str:
-    """A branch name as the forges name it (``main`` -> ``refs/heads/main``)."""
-    return ref if ref.startswith("refs/") else f"refs/heads/{ref}"
+__all__ = ["WebhookServer", "WebhookSettings", "full_ref"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class WebhookServer(BoundedHttpServer):
         self,
         ingest: Ingest,
         deliveries: KvDeliveries,
+        cursors: KvRefCursors,
         settings: WebhookSettings,
         port: int,
         host: str = LOOPBACK,
@@ -115,6 +119,7 @@ class WebhookServer(BoundedHttpServer):
         super().__init__(port, host, limits)
         self.ingest = ingest
         self.deliveries = deliveries
+        self.order = PushOrder(ingest, cursors, settings.git_repo)
         self.settings = settings
         self.rate = RateLimit(settings.rate_per_s, settings.burst)
 
@@ -171,7 +176,12 @@ class WebhookServer(BoundedHttpServer):
         queue = self.settings.follows[push.ref]
         if await self.deliveries.seen(forge, delivery):
             return _json("200 OK", {"delivery": delivery, "duplicate": True})
-        plan = await self._commits(push)
+        cursor, plan = await asyncio.gather(self.order.cursor(queue, push), self._commits(push))
+        stale = await self.order.stale(queue, push, cursor, forced=plan.forced)
+        if stale:
+            return await self._answer_stale(forge, queue, push, stale)
+        if plan.source == "payload" and await self.order.rolls_back(queue, push, cursor):
+            plan = _Commits((push.after,), plan.source, forced=True)
         heads = [
             Head(queue, commit, at_head=plan.forced and commit == push.after)
             for commit in plan.commits
@@ -193,6 +203,7 @@ class WebhookServer(BoundedHttpServer):
             "skipped": plan.skipped,
             "unlisted": plan.unlisted,
         }
+        await self.order.advance(queue, push, cursor, plan.commits, forced=plan.forced)
         await self.deliveries.record(forge, delivery, json.dumps(report).encode())
         if plan.unlisted or plan.skipped:
             log.warning(
@@ -207,6 +218,24 @@ class WebhookServer(BoundedHttpServer):
                 push.after,
             )
         return _json("200 OK", {**report, "duplicate": False})
+
+    async def _answer_stale(self, forge: str, queue: str, push: PushEvent, why: str) -> Answer:
+        """Nothing ingested; the delivery recorded, so a repeat is a duplicate (and the
+        warning is logged once)."""
+        report: dict[str, object] = {
+            "delivery": push.delivery,
+            "queue": queue,
+            "ref": push.ref,
+            "before": push.before,
+            "after": push.after,
+            "stale": True,
+            "why": why,
+        }
+        await self.deliveries.record(forge, push.delivery, json.dumps(report).encode())
+        log.warning(
+            "%s push %s to %s is stale, nothing ingested: %s", forge, push.delivery, push.ref, why
+        )
+        return _json("202 Accepted", {**report, "duplicate": False})
 
     def _ignored(self, push: PushEvent) -> str:
         """Why the push is not ingested ("" when it is)."""

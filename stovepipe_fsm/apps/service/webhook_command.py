@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...adapters.jetstream import open_cell
 from ...adapters.jetstream.deliveries import KvDeliveries
+from ...adapters.jetstream.ref_cursors import KvRefCursors
 from ...adapters.jetstream.topology import ensure_bucket
 from ...domain.queue_names import normalize_queue_name
 from .arguments import nats_options, topology_of
@@ -84,9 +85,10 @@ async def run_webhook(args: argparse.Namespace, stop: asyncio.Event) -> None:
         ingest = await ingest_on(js, topology, args.machines)
         await ensure_bucket(js, topology.deliveries_bucket_spec())
         deliveries = KvDeliveries(await open_cell(js, topology.deliveries_bucket))
+        cursors = KvRefCursors(await open_cell(js, topology.service_bucket))
         limits = HttpLimits(max_connections=args.max_connections)
         server = await WebhookServer(
-            ingest, deliveries, settings, args.port, args.host, limits
+            ingest, deliveries, cursors, settings, args.port, args.host, limits
         ).start()
         print(f"webhook endpoint on http://{server.host}:{server.port}", flush=True)
         try:
