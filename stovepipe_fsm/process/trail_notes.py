@@ -179,7 +179,29 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             strategy=request.build_strategy,
             base=request.base_uri,
             why=ctx.strategy_reason,
+            **base_choice_detail(ctx),
         )
+
+
+def base_choice_detail(ctx: DeliveryContext) -> dict[str, object]:
+    """The structured why of an admission's base: the green chosen (``base_request``),
+    how many newer recorded greens are not ancestors of the head
+    (``newer_greens_not_ancestors``) and whose ancestry was unknown
+    (``greens_ancestry_unknown``), how many ancestry queries the choice took
+    (``ancestry_queries``), and why the build is full (``full_cause``: cold start, no
+    recorded green is an ancestor, ancestry unknown, path rule, no repository
+    configured). Empty values are left out of the note."""
+    choice = ctx.base_choice
+    if choice is None:
+        return {}
+    searched = choice.asked > 0
+    return {
+        "base_request": choice.green.request_id if choice.green and ctx.base_uri else "",
+        "newer_greens_not_ancestors": len(choice.passed) if searched else "",
+        "greens_ancestry_unknown": len(choice.unknown) or "",
+        "ancestry_queries": choice.asked if searched else "",
+        "full_cause": ctx.full_cause,
+    }
 
 
 def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..domain.trail_record import (
@@ -53,7 +53,7 @@ def sentence(record: TrailRecord) -> str:
     if record.kind == ADMITTED:
         base = d.get("base") or "no base"
         why = f" ({d['why']})" if d.get("why") else ""
-        return f"admitted: {d.get('strategy', '')} build on {base}{why}"
+        return f"admitted: {d.get('strategy', '')} build on {base}{why}" + green_chosen(d)
     if record.kind == ENDED:
         return f"ended {d.get('outcome', '')} (reported by {d.get('by', '')})"
     if record.kind == RECLAIMED:
@@ -71,6 +71,14 @@ def sentence(record: TrailRecord) -> str:
             f" ({own})" if own else ""
         )
     return record.kind
+
+
+def green_chosen(d: Mapping[str, str]) -> str:
+    """The recorded green an admission builds on, and how many newer greens it passed."""
+    if not d.get("base_request"):
+        return ""
+    passed = d.get("newer_greens_not_ancestors", "0")
+    return f"; green of {d['base_request']} ({passed} newer green(s) not ancestors)"
 
 
 def render_history(request: dict[str, Any] | None, records: Sequence[TrailRecord]) -> str:

@@ -191,7 +191,9 @@ class _ByIdentity(Generic[K, V]):
 
 
 _stripped_request: _ByIdentity[Request, Request] = _ByIdentity(Request.without_times)
-_unversioned_queue: _ByIdentity[Queue, Queue] = _ByIdentity(lambda row: evolve(row, version=0))
+_unversioned_queue: _ByIdentity[Queue, Queue] = _ByIdentity(
+    lambda row: evolve(row.without_times(), version=0)
+)
 
 
 class _Rows(tuple[Any, ...]):
@@ -302,7 +304,7 @@ def _relative(row: Queue, now: int) -> Queue:
     if not row.leases:  # nothing relative to the clock: the same row, state after state
         return _unversioned_queue(row)
     leases = tuple((holder, max(0, expires - now)) for holder, expires in row.leases)
-    return evolve(row, version=0, leases=leases)
+    return evolve(row.without_times(), version=0, leases=leases)
 
 
 def _paused(world: World, rows: tuple[Queue, ...], messages: list[Message]) -> frozenset[str]:
