@@ -22,8 +22,8 @@ influence what the world does next, and nothing that cannot:
   loaded, and whether what it loaded is still current. Absolute CAS versions are not
   observed, but whether a stalled delivery's request or queue row is stale is: that
   alone decides whether its compare-and-set writes will succeed. What it loaded is
-  seen as the stores are seen (a request without its times, a queue row's leases as
-  time left), so a stall does not tell apart worlds the stores do not.
+  seen as the stores are seen (a request and a row's recent greens without their times,
+  a queue row's leases as time left), so a stall does not tell apart worlds the stores do not.
 
 Two worlds with equal observations (and equal budgets) have the same futures up to a
 shift of the clock, so the search expands each observation once.
