@@ -10,8 +10,8 @@ on the *oldest* recorded green ancestor instead is caught, with a replayable tim
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

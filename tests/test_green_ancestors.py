@@ -242,7 +242,9 @@ def replay(trunk: list[tuple[str, list[str], bool]], recent_greens: int) -> list
     seen = []
     for uri, _, is_green in trunk:
         r = request(w, admit(w, uri, outcome="succeeded" if is_green else "failed"))
-        expected = next((g for g in greens[:recent_greens] if run_sync(graph.is_ancestor(g, uri))), "")
+        expected = next(
+            (g for g in greens[:recent_greens] if run_sync(graph.is_ancestor(g, uri))), ""
+        )
         assert r.base_uri == expected, (uri, greens[:recent_greens])
         assert r.build_strategy == (INCREMENTAL_SINCE_GREEN if expected else FULL)
         if is_green:

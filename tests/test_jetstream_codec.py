@@ -233,7 +233,9 @@ def test_a_row_written_before_recent_greens_reads_its_last_green_alone() -> None
     assert queue.greens == (Green("c7", "request/q/7"),)
     # A row without the list is written as before: no new field appears in it.
     assert json.loads(encode_queue(queue)).keys() == old.keys()
-    listed = replace(queue, recent_greens=(Green("c7", "request/q/7", 5), Green("c3", "request/q/3", 2)))
+    listed = replace(
+        queue, recent_greens=(Green("c7", "request/q/7", 5), Green("c3", "request/q/3", 2))
+    )
     body = json.loads(encode_queue(listed))
     assert body["recent_greens"] == [
         {"uri": "c7", "request_id": "request/q/7", "at_ms": 5},

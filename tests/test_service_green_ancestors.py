@@ -61,7 +61,9 @@ async def test_after_a_force_push_the_next_admission_builds_on_the_older_green(
             await run.wait_state(ids[name], "succeeded")
         row = await run.queue(QUEUE)
         assert [(g.uri, g.request_id) for g in row.greens] == [
-            ("C", ids["C"]), ("B", ids["B"]), ("A", ids["A"])
+            ("C", ids["C"]),
+            ("B", ids["B"]),
+            ("A", ids["A"]),
         ]
         assert all(g.at_ms > 0 for g in row.greens)
 

@@ -112,7 +112,11 @@ class Queue:
         A list that does not start with last green (a row written without the list, or
         one whose last green was set alone) reads as last green alone.
         """
-        recent, uri, request_id = self.recent_greens, self.last_green_uri, self.last_green_request_id
+        recent, uri, request_id = (
+            self.recent_greens,
+            self.last_green_uri,
+            self.last_green_request_id,
+        )
         if recent and (recent[0].uri, recent[0].request_id) == (uri, request_id):
             return recent
         return (Green(uri, request_id),) if uri else ()
@@ -152,7 +156,9 @@ class Queue:
         """This row with its greens' times cleared: what a state comparison should see."""
         if not any(g.at_ms for g in self.recent_greens):
             return self
-        return evolve(self, recent_greens=tuple(Green(g.uri, g.request_id) for g in self.recent_greens))
+        return evolve(
+            self, recent_greens=tuple(Green(g.uri, g.request_id) for g in self.recent_greens)
+        )
 
     @property
     def in_flight_count(self) -> int:

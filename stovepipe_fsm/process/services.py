@@ -88,7 +88,12 @@ class StageServices:
         """The one place the process stage's dependencies are put together."""
         effective = stage_config(config, parameter_defaults)
         lifecycle = lifecycle_factory(
-            request_machine, roles, requests, queues, clock=clock, greens_kept=greens_kept_by(effective)
+            request_machine,
+            roles,
+            requests,
+            queues,
+            clock=clock,
+            greens_kept=greens_kept_by(effective),
         )
         return cls(
             roles=roles,

@@ -144,7 +144,10 @@ class SourceControlContract:
         ancestors, x is, and a is never asked about; a green the backend does not know
         is passed over; with no green an ancestor there is no base."""
         graph = await build_graph(GRAPH)
-        greens = [Green(graph.ids[n], f"request/q/{i}") for i, n in ((4, "c"), (3, "b"), (2, "x"), (1, "a"))]
+        greens = [
+            Green(graph.ids[n], f"request/q/{i}")
+            for i, n in ((4, "c"), (3, "b"), (2, "x"), (1, "a"))
+        ]
         counted = Counted(graph.source_control)
         choice = await newest_green_ancestor(counted, greens, graph.ids["y"])
         assert choice.green == greens[2] and choice.passed == tuple(greens[:2])
