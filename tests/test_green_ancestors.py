@@ -91,7 +91,9 @@ def test_a_row_without_the_list_reads_its_last_green_alone() -> None:
 def test_without_a_bound_the_row_keeps_as_many_as_it_has() -> None:
     row = Queue(Q).with_green(green(1), 3, newer=newer).with_green(green(2), 3, newer=newer)
     assert row.with_green(green(3), None, newer=newer).greens == (green(3), green(2))
-    assert row.with_green(green(3), 1, newer=newer).greens == (green(3),)
+    alone = row.with_green(green(3), 1, newer=newer)
+    # Keeping one green the row has no list: it reads (and is stored) as rows did before.
+    assert alone.recent_greens == () and alone.greens == (Green("c3", rid(3)),)
 
 
 # --- the search ---------------------------------------------------------------------

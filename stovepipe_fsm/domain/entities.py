@@ -128,7 +128,7 @@ class Queue:
         Last green moves only to a green newer than it; an older green takes its place in
         the list (or none, beyond ``keep``). A commit is listed once, under its newest
         green. ``keep`` None keeps as many as the row holds (at least one). Recording a
-        green already listed leaves the row as it is.
+        green already listed leaves the row as it is. Keeping one, no list is written.
         """
         greens = self.greens
         if any(g.request_id == green.request_id for g in greens):
@@ -142,14 +142,17 @@ class Queue:
         listed = listed[:bound]
         if listed == greens:
             return self
+        # Keeping one green, the row is written as before the list existed: last green
+        # alone (a release that does not know the list reads it).
+        stored = listed if bound > 1 else ()
         head = listed[0]
         if head.request_id != green.request_id:
-            return evolve(self, recent_greens=listed)
+            return evolve(self, recent_greens=stored)
         return evolve(
             self,
             last_green_uri=head.uri,
             last_green_request_id=head.request_id,
-            recent_greens=listed,
+            recent_greens=stored,
         )
 
     def without_times(self) -> Queue:
