@@ -65,11 +65,14 @@ class Policy:
     label: str
     max_concurrent: int
     max_validation_ms: int = 0
+    recent_greens: int = 0  # 0: the machines' default
 
     def config(self) -> dict[str, int]:
         values = {"max_concurrent": self.max_concurrent, "gate_wait_delay_ms": HOLD_DELAY_MS}
         if self.max_validation_ms:
             values["max_validation_ms"] = self.max_validation_ms
+        if self.recent_greens:
+            values["recent_greens"] = self.recent_greens
         return values
 
 
@@ -122,6 +125,8 @@ class Outcome:
     moot_greens: int = 0
     overtaken: int = 0
     leases_expired: int = 0
+    #: Questions asked of source control (ancestry; no policy here asks for a diff).
+    ancestry_queries: int = 0
 
     @property
     def builds(self) -> int:
@@ -196,6 +201,7 @@ def run(policy: Policy, trunk: list[Head], machines: ProcessMachines, operator_m
     outcome.leases_expired = sum(
         1 for r in world.published.unique("hook") if r.event_type == VALIDATION_LEASE_EXPIRED
     )
+    outcome.ancestry_queries = world.graph.calls
     end = world.clock.now_ms()
     outcome.to_green_ms = [reached.get(n, end) - at for n, at in sorted(ingested_at.items())]
     return outcome

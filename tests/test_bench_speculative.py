@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.greens import main as greens_main
 from bench.speculative import POLICIES, main
 
 
@@ -36,3 +37,18 @@ def test_the_same_seed_prints_the_same_table(capsys: pytest.CaptureFixture[str])
     first = capsys.readouterr().out
     main(["--heads", "40", "--seed", "11"])
     assert capsys.readouterr().out == first
+
+
+def test_keeping_recent_greens_turns_full_builds_after_force_pushes_incremental(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert greens_main(["--heads", "120", "--seed", "3", "--rewrites", "0.1"]) == 0
+    table = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines()]
+    rows = {
+        cells[0]: [float(c) for c in cells[1:]]
+        for cells in table
+        if cells[0].startswith("recent_greens")
+    }
+    alone, kept = rows["recent_greens 1"], rows["recent_greens 8"]
+    assert kept[1] < alone[1]  # fewer full builds
+    assert alone[4] <= 1.0 < kept[4] <= 8.0  # questions per admission: at most the greens kept

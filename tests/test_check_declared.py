@@ -49,7 +49,7 @@ SHIPPED_ORDER = (
     "slot_bookkeeping, strategy_immutable, last_green_forward, dead_letter_failed_closed, "
     "persist_before_publish, one_event_per_admission, admits_latest, keeps_newest_n, "
     "newest_not_superseded, superseded_never_started, max_concurrent, strategy_sound, "
-    "base_is_last_green, rewrite_runs_alone, baseline_lag_bounded, lease_bounds_stall, progress"
+    "base_is_green_ancestor, rewrite_runs_alone, baseline_lag_bounded, lease_bounds_stall, progress"
 )
 
 
@@ -128,7 +128,7 @@ def test_check_prints_what_it_proves(tmp_path: Path, capsys: pytest.CaptureFixtu
         "strategy_immutable, last_green_forward, dead_letter_failed_closed, "
         "persist_before_publish, one_event_per_admission, keeps_newest_n, "
         "newest_not_superseded, superseded_never_started, max_concurrent, strategy_sound, "
-        "base_is_last_green, rewrite_runs_alone, baseline_lag_bounded, lease_bounds_stall"
+        "base_is_green_ancestor, rewrite_runs_alone, baseline_lag_bounded, lease_bounds_stall"
     )
 
 

@@ -378,7 +378,7 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
     for old in ids[:2]:
         await lifecycle.supersede(await lifecycle.requests.get(old), ids[2])
     third = await lifecycle.requests.get(ids[2])
-    admitted = await lifecycle.admit(third, lifecycle.plan_admit(third), "full", "")
+    admitted = await lifecycle.admit(third, await lifecycle.plan_admit(third), "full", "")
     await pipeline.record.complete(admitted.id, roles.green_outcome.name)
     terminal = machines.request.terminal
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2)
@@ -450,6 +450,27 @@ async def test_a_marker_purge_keeps_a_value_written_after_the_marker(js_env: JsE
     assert await _purge_markers(js_env.js, bucket, seen, later) == 1
     assert (await kv.get("k")).value == b"again"
     assert await _kept_on(js_env, bucket, "k") == 1
+
+
+async def test_prune_keeps_every_recent_green_a_queue_row_lists(js_env: JsEnv) -> None:
+    """An older green the row still lists is a base a later head may build on, and the
+    trail names its request: it is not pruned, though it is no longer last green."""
+    machines = load_process_machines("machines")
+    pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
+    lifecycle = pipeline.lifecycle
+    ids = []
+    for uri in ("A", "B"):
+        head = await lifecycle.requests.get((await pipeline.ingest.ingest("q", uri)).request_id)
+        admitted = await lifecycle.admit(head, await lifecycle.plan_admit(head), "full", "")
+        await pipeline.record.complete(admitted.id, machines.roles.green_outcome.name)
+        ids.append(head.id)
+    row = await lifecycle.queues.get("q")
+    assert row.last_green_request_id == ids[1]
+    assert [g.request_id for g in row.greens] == [ids[1], ids[0]]
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2)
+    terminal = machines.request.terminal
+    report = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
+    assert report.pruned == [] and sorted(report.referenced) == sorted(ids)
 
 
 async def _exists(pipeline: Any, request_id: str) -> bool:

@@ -65,6 +65,7 @@ def test_shipped_config_passes_schema_and_loads() -> None:
         every_head=False,
         keep_newest=0,
         skip_paths=[],
+        recent_greens=8,
     )
 
 
@@ -99,7 +100,7 @@ def test_declared_parameters_are_the_only_keys_beyond_the_runtime_ones(tmp_path:
     assert str(issue) == (
         "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: every_head, "
         "full_build_paths, gate_wait_delay_ms, keep_newest, max_attempts, max_baseline_lag, "
-        "max_concurrent, max_validation_ms, paused, ref, repository, skip_paths"
+        "max_concurrent, max_validation_ms, paused, recent_greens, ref, repository, skip_paths"
     )
     # Loaded without the declarations (an operator command), any further key is kept.
     policy = load_queue_config(path)
@@ -120,6 +121,7 @@ def _all_fields() -> list[tuple[str, object]]:
         ("every_head", "true"),
         ("keep_newest", 2),
         ("skip_paths", '["docs/**"]'),
+        ("recent_greens", 3),
     ]
 
 
@@ -139,6 +141,7 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         every_head=True,
         keep_newest=2,
         skip_paths=["docs/**"],
+        recent_greens=3,
     )
 
 
@@ -165,6 +168,8 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         ("max_baseline_lag", "2.5", "not of type 'integer'"),
         ("max_validation_ms", "-5", "less than the minimum of 0"),
         ("max_validation_ms", '"1h"', "not of type 'integer'"),
+        ("recent_greens", "0", "less than the minimum of 1"),
+        ("recent_greens", "65", "greater than the maximum of 64"),
     ],
 )
 def test_bad_default_value_is_located(
@@ -252,6 +257,7 @@ def test_null_blocks_set_nothing(tmp_path: Path) -> None:
         every_head=False,
         keep_newest=0,
         skip_paths=[],
+        recent_greens=8,
     )
 
 

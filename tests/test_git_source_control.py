@@ -24,9 +24,10 @@ from stovepipe_fsm.adapters.git import (
     rev_parse,
     subprocess_runner,
 )
-from stovepipe_fsm.domain import NotFound, Retryable
+from stovepipe_fsm.domain import Green, NotFound, Retryable
 from stovepipe_fsm.domain.errors import EnvironmentFailure
 from stovepipe_fsm.domain.settle import Attempt, SettleKind, settle
+from stovepipe_fsm.process.greens import newest_green_ancestor
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "Trunk Bot",
@@ -499,3 +500,22 @@ async def test_first_parents_since_lists_new_commits_oldest_first_in_slices(hist
     assert await repo.first_parents_since("f" * 40, c4, limit=10) is None
     with pytest.raises(ValueError):
         await repo.first_parents_since(c1, c4, limit=0)
+
+
+async def test_the_newest_green_ancestor_asks_git_once_per_green_until_an_ancestor(
+    history: dict[str, str],
+) -> None:
+    """After the force-push to r4, greens c4, c3, c2, c1 (newest first): git is asked
+    about c4, c3 and c2 - one launch each - and never about c1; a green git does not
+    know is passed over."""
+    runner = CountingRunner(history["repo"])
+    sc = GitSourceControl(history["repo"], runner=runner)
+    greens = tuple(Green(history[f"c{n}"], f"request/q/{n}") for n in (4, 3, 2, 1))
+    choice = await newest_green_ancestor(sc, greens, history["r4"])
+    assert choice.green == greens[2] and choice.passed == greens[:2]
+    assert runner.launches == 3
+    assert [argv[-2] for argv in runner.argvs] == [history["c4"], history["c3"], history["c2"]]
+    gone = Green("0" * 40, "request/q/5")
+    again = await newest_green_ancestor(sc, (gone, *greens), history["r4"])
+    assert again.green == greens[2] and again.unknown == (gone,)
+    assert (await newest_green_ancestor(sc, greens, history["c4"])).asked == 1

@@ -23,7 +23,7 @@ from stovepipe_fsm.adapters.jetstream.codec import (
     encode_uri_entry,
     encode_work,
 )
-from stovepipe_fsm.domain import FULL, NonRetryable, Queue, Request
+from stovepipe_fsm.domain import FULL, Green, NonRetryable, Queue, Request
 
 text = st.text(max_size=40)
 requests = st.builds(
@@ -49,6 +49,9 @@ queues = st.builds(
         lambda d: tuple(sorted(d.items()))
     ),
     serial_holder=text,
+    recent_greens=st.lists(
+        st.builds(Green, uri=text, request_id=text, at_ms=st.integers(0, 2**53)), max_size=3
+    ).map(tuple),
     version=st.integers(min_value=1, max_value=2**53),
 )
 
@@ -212,6 +215,51 @@ def test_a_row_written_before_leases_reads_as_none() -> None:
     assert not queue.is_expired("request/q/1", 10**15)
     # A row without leases is written as before: no new field appears in it.
     assert json.loads(encode_queue(queue)).keys() == old.keys()
+
+
+def test_a_row_written_before_recent_greens_reads_its_last_green_alone() -> None:
+    old = {
+        "schema": SCHEMA_VERSION,
+        "kind": "queue",
+        "name": "q",
+        "last_green_uri": "c7",
+        "last_green_request_id": "request/q/7",
+        "latest_request_id": "request/q/9",
+        "slot_holders": [],
+        "version": 12,
+    }
+    queue = decode_queue(json.dumps(old).encode())
+    assert queue.recent_greens == ()
+    assert queue.greens == (Green("c7", "request/q/7"),)
+    # A row without the list is written as before: no new field appears in it.
+    assert json.loads(encode_queue(queue)).keys() == old.keys()
+    listed = replace(
+        queue, recent_greens=(Green("c7", "request/q/7", 5), Green("c3", "request/q/3", 2))
+    )
+    body = json.loads(encode_queue(listed))
+    assert body["recent_greens"] == [
+        {"uri": "c7", "request_id": "request/q/7", "at_ms": 5},
+        {"uri": "c3", "request_id": "request/q/3", "at_ms": 2},
+    ]
+    assert decode_queue(encode_queue(listed)) == listed
+
+
+@pytest.mark.parametrize(
+    ("greens", "complaint"),
+    [
+        ({"uri": "c1"}, "must be a list of at most 64 greens"),
+        ([{"uri": "c1", "request_id": "request/q/1", "at_ms": 0}] * 65, "at most 64 greens"),
+        ([{"uri": "c1", "request_id": "request/q/1"}], "uri, request_id and at_ms"),
+        ([["c1", "request/q/1", 0]], "uri, request_id and at_ms"),
+        ([{"uri": 1, "request_id": "request/q/1", "at_ms": 0}], "'uri' must be a string"),
+        ([{"uri": "c1", "request_id": "request/q/1", "at_ms": -1}], "'at_ms' must be an integer"),
+    ],
+)
+def test_malformed_recent_greens_are_non_retryable(greens: object, complaint: str) -> None:
+    body = json.loads(encode_queue(Queue(name="q")))
+    body["recent_greens"] = greens
+    with pytest.raises(NonRetryable, match=complaint):
+        decode_queue(json.dumps(body).encode())
 
 
 def test_a_queue_rows_partition_round_trips_and_is_left_out_at_zero() -> None:

@@ -532,7 +532,7 @@ def _cases(request: str, gate: str) -> list[Case]:
         text,
         line_of(text, "- admit_latest "),
         "no invariant named 'admit_latest' in the catalogue; invariants: admits_latest, "
-        "base_is_last_green, baseline_lag_bounded, dead_letter_failed_closed, keeps_newest_n,",
+        "base_is_green_ancestor, baseline_lag_bounded, dead_letter_failed_closed, keeps_newest_n,",
         column=len("  - ") + 1,
     )
     text = edit(GATE, "  - progress ", "  - {name: progress, held_by: paused} ")

@@ -36,6 +36,7 @@ def test_the_shipped_gate_declares_its_knobs_with_their_defaults() -> None:
         "every_head": False,
         "keep_newest": 0,
         "skip_paths": (),
+        "recent_greens": 8,
     }
     declared = MACHINES.parameters["max_concurrent"]
     assert declared.value_schema() == {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -114,8 +115,8 @@ def test_validate_checks_config_keys_against_the_declarations(
     assert "unknown key 'max_concurrnt' in queues.monorepo/main; allowed: " in out
     allowed = (
         "every_head, full_build_paths, gate_wait_delay_ms, keep_newest, max_attempts, "
-        "max_baseline_lag, max_concurrent, max_validation_ms, paused, ref, repository, "
-        "skip_paths"
+        "max_baseline_lag, max_concurrent, max_validation_ms, paused, recent_greens, ref, "
+        "repository, skip_paths"
     )
     assert allowed in out
 

@@ -91,7 +91,8 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
     assert [r["kind"] for r in f] == [INGESTED, HELD, ADMITTED]
     assert f[1]["detail"]["reason"] == "gate_closed" and f[1]["detail"]["holders"] == ids["A"]
     assert f[2]["sentence"] == (
-        "admitted: incremental_since_green build on A (descends from last green A)"
+        "admitted: incremental_since_green build on A (descends from last green A); "
+        f"green of {ids['A']} (0 newer green(s) not ancestors)"
     )
     for uri in "BCDE":
         history = stories[uri]["history"]

@@ -53,7 +53,7 @@ async def test_the_walkthrough_tells_the_story_of_every_head() -> None:
     trail, ids = walkthrough_trail()
     a = await trail.history(ids["A"])
     assert [r.kind for r in a] == [INGESTED, ADMITTED, ENDED]
-    assert a[1].details == {"strategy": "full", "why": "no last green"}
+    assert a[1].details == {"strategy": "full", "why": "no last green", "full_cause": "cold start"}
     assert a[2].details == {"outcome": "succeeded", "by": "build"}
     for uri, by in (("B", "D"), ("C", "D"), ("D", "F"), ("E", "F")):
         kinds = [r.kind for r in await trail.history(ids[uri])]
@@ -71,9 +71,13 @@ async def test_the_walkthrough_tells_the_story_of_every_head() -> None:
         "strategy": "incremental_since_green",
         "base": "A",
         "why": "descends from last green A",
+        "base_request": ids["A"],
+        "newer_greens_not_ancestors": "0",
+        "ancestry_queries": "1",
     }
     assert sentence(f[2]) == (
-        "admitted: incremental_since_green build on A (descends from last green A)"
+        "admitted: incremental_since_green build on A (descends from last green A); "
+        f"green of {ids['A']} (0 newer green(s) not ancestors)"
     )
 
 

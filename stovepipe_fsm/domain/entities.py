@@ -7,11 +7,14 @@ Callers never mutate an entity; they build the next snapshot with :func:`evolve`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 _E = TypeVar("_E")
+
+#: ``newer(a, b)``: whether request id ``a`` is newer than ``b`` in ingest order.
+GreenOrder = Callable[[str, str], bool]
 
 NO_STRATEGY = ""
 FULL = "full"
@@ -55,6 +58,20 @@ class Request:
         return evolve(self, version=version)
 
 
+#: The most recent greens a queue row may keep (the ``recent_greens`` parameter's maximum).
+MAX_RECENT_GREENS = 64
+
+
+@dataclass(frozen=True)
+class Green:
+    """One recorded green of a queue: the commit, the request that validated it, and when
+    that request ended (milliseconds of the clock port; 0 = not recorded)."""
+
+    uri: str
+    request_id: str
+    at_ms: int = 0
+
+
 @dataclass(frozen=True)
 class Queue:
     """Runtime coordination row of one queue.
@@ -86,7 +103,66 @@ class Queue:
     leases: tuple[tuple[str, int], ...] = ()
     serial_holder: str = ""
     partition: int = 0
+    recent_greens: tuple[Green, ...] = ()
     version: int = 1
+
+    @property
+    def greens(self) -> tuple[Green, ...]:
+        """The recorded greens, newest first, last green always first (empty: none yet).
+
+        A list that does not start with last green (a row written without the list, or
+        one whose last green was set alone) reads as last green alone.
+        """
+        recent, uri, request_id = (
+            self.recent_greens,
+            self.last_green_uri,
+            self.last_green_request_id,
+        )
+        if recent and (recent[0].uri, recent[0].request_id) == (uri, request_id):
+            return recent
+        return (Green(uri, request_id),) if uri else ()
+
+    def with_green(self, green: Green, keep: int | None, *, newer: GreenOrder) -> Queue:
+        """This row with ``green`` recorded among the newest ``keep`` greens.
+
+        ``newer(a, b)`` says whether request id ``a`` is newer than ``b`` (ingest order).
+        Last green moves only to a green newer than it; an older green takes its place in
+        the list (or none, beyond ``keep``). A commit is listed once, under its newest
+        green. ``keep`` None keeps as many as the row holds (at least one). Recording a
+        green already listed leaves the row as it is. Keeping one, no list is written.
+        """
+        greens = self.greens
+        if any(g.request_id == green.request_id for g in greens):
+            return self
+        if any(g.uri == green.uri and newer(g.request_id, green.request_id) for g in greens):
+            return self
+        bound = min(MAX_RECENT_GREENS, max(1, len(greens) if keep is None else keep))
+        others = [g for g in greens if g.uri != green.uri]
+        at = next((i for i, g in enumerate(others) if newer(green.request_id, g.request_id)), None)
+        listed = tuple([*others[:at], green, *others[at:]] if at is not None else [*others, green])
+        listed = listed[:bound]
+        if listed == greens:
+            return self
+        # Keeping one green, the row is written as before the list existed: last green
+        # alone (a release that does not know the list reads it).
+        stored = listed if bound > 1 else ()
+        head = listed[0]
+        if head.request_id != green.request_id:
+            return evolve(self, recent_greens=stored)
+        return evolve(
+            self,
+            last_green_uri=head.uri,
+            last_green_request_id=head.request_id,
+            recent_greens=stored,
+        )
+
+    def without_times(self) -> Queue:
+        """This row with its greens' times cleared: what a state comparison should see."""
+        if not any(g.at_ms for g in self.recent_greens):
+            return self
+        return evolve(
+            self, recent_greens=tuple(Green(g.uri, g.request_id) for g in self.recent_greens)
+        )
 
     @property
     def in_flight_count(self) -> int:

@@ -341,8 +341,9 @@ INVARIANTS.built_in(
     "never more slot holders than the queue's max_concurrent",
 )
 INVARIANTS.built_in(
-    "base_is_last_green",
-    "an incremental admission pins the queue's last green at its admit as its base",
+    "base_is_green_ancestor",
+    "an incremental admission's base is a recorded green of its queue at its admit and "
+    "an ancestor of its head: the newest recorded green that is",
 )
 INVARIANTS.built_in(
     "rewrite_runs_alone",

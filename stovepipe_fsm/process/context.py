@@ -13,6 +13,7 @@ from typing import Any
 from ..domain.entities import NO_STRATEGY, Queue, QueueConfig, Request
 from ..machine.compiler import Step
 from ..ports.delivery import Delivery
+from .greens import BaseChoice
 from .services import StageServices
 
 DEFAULT_CONFIG = QueueConfig()  # frozen: shared until load_queue resolves the real one
@@ -39,6 +40,10 @@ class DeliveryContext:
     rewrite: bool = False
     #: Why ``derive_strategy`` chose the strategy it did (noted in the trail).
     strategy_reason: str = ""
+    #: Which recorded green ``derive_strategy`` chose as the base, and what it passed
+    #: over (None: not derived); why the build is full ("" when it is not).
+    base_choice: BaseChoice | None = None
+    full_cause: str = ""
     #: Paths changed from a last green to R, once asked: (last green uri, paths).
     changed_since_green: tuple[str, frozenset[str]] | None = None
     #: Each path changed since last green with the skip_paths glob it matches, when all

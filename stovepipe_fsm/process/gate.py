@@ -28,6 +28,16 @@ from ..domain.trail_record import ADMITTED, PREEMPTED
 from ..machine.registry import Registry
 from ..ports.source_control import SourceControl
 from .context import DeliveryContext
+from .greens import (
+    ANCESTRY_UNKNOWN,
+    COLD_START,
+    NO_REPOSITORY,
+    PATH_RULE,
+    RECENT_GREENS,
+    BaseChoice,
+    greens_considered,
+    newest_green_ancestor,
+)
 from .services import StageServices
 from .together import together
 from .trail_notes import note, note_decision, note_reclaimed
@@ -450,17 +460,25 @@ async def _changed_since_green(
 
 @GATE.action(provides=[STRATEGY_DERIVED])
 async def derive_strategy(ctx: DeliveryContext) -> None:
-    """Full or incremental-since-green, from ancestry of the queue's last green; full
-    also when the diff from last green to R touches a full_build_paths glob.
+    """Incremental on the newest recorded green that is an ancestor of R, else full;
+    full also when the diff from that green to R touches a full_build_paths glob.
 
-    The diff is taken against last green, the base an incremental build would reuse,
-    never against the previous head: a build file changed by a head that was superseded
-    (or failed) is still in the diff of the next one. ``full_build_paths`` is read only
-    if the policy declares it, so a policy written without it keeps validating and
-    never asks for the diff.
+    The queue's recent greens (newest first, at most ``recent_greens``) are asked about
+    one at a time, stopping at the first ancestor (:mod:`.greens`). Full with no base on
+    a cold start (no green recorded), when no recorded green is an ancestor, when
+    ancestry is unknown, or when a path rule forces it; the trail names the green chosen
+    and why. R is a rewrite (it runs alone) when it does not descend from last green
+    itself, or that ancestry is unknown, whatever older green it builds on.
+
+    The diff is taken against the chosen green, the base an incremental build would
+    reuse, never against the previous head: a build file changed by a head that was
+    superseded (or failed) is still in the diff of the next one. ``full_build_paths`` and
+    ``recent_greens`` are read only if the policy declares them: without the first the
+    diff is never asked, without the second last green alone is a candidate.
     """
-    request, last_green = ctx.request, ctx.queue.last_green_uri
-    ctx.build_strategy, ctx.base_uri, ctx.rewrite = FULL, "", False
+    request, greens = ctx.request, ctx.queue.greens
+    ctx.build_strategy, ctx.base_uri, ctx.rewrite, ctx.full_cause = FULL, "", False, ""
+    ctx.base_choice = BaseChoice(None)
     source_control = ctx.services.source_control.for_queue(request.queue)
     if source_control is None and (slots := int(_declared(ctx, MAX_CONCURRENT, 1))) > 1:
         ctx.services.warnings.warning(
@@ -470,11 +488,11 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
             request.queue,
             slots,
         )
-    if not last_green:
-        ctx.strategy_reason = "no last green"
+    if not greens:
+        ctx.strategy_reason, ctx.full_cause = "no last green", COLD_START
         return
     if source_control is None:
-        ctx.strategy_reason = "no repository configured"
+        ctx.strategy_reason, ctx.full_cause = "no repository configured", NO_REPOSITORY
         ctx.services.warnings.warning(
             f"no-repository:{request.queue}",
             "queue %s has no repository configured; every admit is a full build",
@@ -482,45 +500,65 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
         )
         return
     await ctx.delivery.in_progress()
+    considered = greens_considered(greens, int(_declared(ctx, RECENT_GREENS, 1)))
+    choice = ctx.base_choice = await newest_green_ancestor(source_control, considered, request.uri)
+    ctx.rewrite = not choice.descends_from_last_green
+    last_green = greens[0].uri
+    if choice.green is None:
+        ctx.full_cause = choice.full_cause
+        if choice.unknown:
+            log.warning(
+                "queue %s request %s: ancestry of %s unknown; full build",
+                request.queue,
+                request.id,
+                ", ".join(g.uri for g in choice.unknown),
+            )
+            ctx.strategy_reason = f"unknown commit: ancestry of last green {last_green} unknown"
+        else:
+            ctx.strategy_reason = f"last green {last_green} is not an ancestor (rewrite)"
+        return
+    base = choice.green.uri
     try:
-        is_ancestor = await source_control.is_ancestor(last_green, request.uri)
-        if is_ancestor and (hit := await _build_file_changed(ctx, source_control, last_green)):
-            ctx.strategy_reason = f"{hit[0]} changed since last green (full_build_paths {hit[1]})"
-            return
+        hit = await _build_file_changed(ctx, source_control, base)
     except NotFound as exc:
         log.warning(
-            "queue %s request %s: ancestry of %s unknown (%s); full build",
+            "queue %s request %s: the diff from %s is unknown (%s); full build",
             request.queue,
             request.id,
-            last_green,
+            base,
             exc,
         )
-        ctx.strategy_reason = f"unknown commit: ancestry of last green {last_green} unknown"
-        ctx.rewrite = True
+        ctx.strategy_reason = f"unknown commit: the diff from green {base} is unknown"
+        ctx.full_cause, ctx.rewrite = ANCESTRY_UNKNOWN, True
         return
-    if is_ancestor:
-        ctx.build_strategy, ctx.base_uri = INCREMENTAL_SINCE_GREEN, last_green
-        ctx.strategy_reason = f"descends from last green {last_green}"
+    if hit:
+        ctx.strategy_reason = f"{hit[0]} changed since last green (full_build_paths {hit[1]})"
+        ctx.full_cause = PATH_RULE
+        return
+    ctx.build_strategy, ctx.base_uri = INCREMENTAL_SINCE_GREEN, base
+    if choice.passed or choice.unknown:
+        ctx.strategy_reason = f"descends from green {base}, not from last green {last_green}"
     else:
-        ctx.strategy_reason = f"last green {last_green} is not an ancestor (rewrite)"
-        ctx.rewrite = True
+        ctx.strategy_reason = f"descends from last green {last_green}"
 
 
 async def _build_file_changed(
-    ctx: DeliveryContext, source_control: SourceControl, last_green: str
+    ctx: DeliveryContext, source_control: SourceControl, base: str
 ) -> tuple[str, str] | None:
-    """The first (path, glob) of full_build_paths changed since last green, if any; the
-    diff is asked only when the queue has such globs."""
+    """The first (path, glob) of full_build_paths changed since the green ``base``, if
+    any; the diff is asked only when the queue has such globs."""
     globs = _full_build_paths(ctx)
     if not globs:
         return None
-    hit = first_match(await _changed_since_green(ctx, source_control, last_green), globs)
+    hit = first_match(await _changed_since_green(ctx, source_control, base), globs)
     if hit is not None:
         log.info(
-            "queue %s request %s: %s changed since last green (matches %s); full build",
+            "queue %s request %s: %s changed since green %s (matches %s); full build",
             ctx.request.queue,
             ctx.request.id,
-            *hit,
+            hit[0],
+            base,
+            hit[1],
         )
     return hit
 

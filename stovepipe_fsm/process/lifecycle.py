@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..domain.entities import Queue, Request, evolve
+from ..domain.entities import Green, Queue, Request, evolve
 from ..domain.errors import NotFound, Retryable, VersionMismatch
 from ..domain.ids import compare_request_id
 from ..machine.compiler import CompiledLifecycle, IllegalTransition, Step
@@ -37,16 +37,24 @@ log = logging.getLogger("stovepipe_fsm.lifecycle")
 
 QUEUE_CAS_ATTEMPTS = 16
 QueueChange = Callable[[Queue], Queue]
+#: ``greens_kept(queue)``: how many recent greens ``queue`` keeps (None: as many as it has).
+GreensKept = Callable[[str], int | None]
 
 
-def advance_last_green(request: Request) -> QueueChange:
-    """A queue change that moves last green to ``request`` if it is newer (ingest order)."""
+def advance_last_green(request: Request, keep: int | None = None) -> QueueChange:
+    """A queue change that records ``request`` as a green of its queue: last green moves
+    to it if it is newer (ingest order), and it joins the newest ``keep`` recent greens
+    (None: as many as the row holds)."""
+    green = Green(request.uri, request.id, request.ended_at_ms)
+
+    def newer(a: str, b: str) -> bool:
+        # A green recorded without its request (a row set by hand) is older than any.
+        if not a or not b:
+            return bool(a)
+        return compare_request_id(request.queue, a, b) > 0
 
     def change(queue: Queue) -> Queue:
-        current = queue.last_green_request_id
-        if current and compare_request_id(queue.name, request.id, current) <= 0:
-            return queue
-        return evolve(queue, last_green_uri=request.uri, last_green_request_id=request.id)
+        return queue.with_green(green, keep, newer=newer)
 
     return change
 
@@ -79,6 +87,7 @@ class RequestLifecycle:
         *,
         clock: Clock | None = None,
         offload: bool = False,
+        greens_kept: GreensKept | None = None,
     ) -> None:
         self.machine = machine
         #: Ask a plugin's guard off the event loop, within its budget (a service).
@@ -88,6 +97,9 @@ class RequestLifecycle:
         self.queues = queues
         #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
         self.clock = clock
+        #: How many recent greens a queue keeps (its ``recent_greens``); without it a
+        #: green end keeps as many as the row holds.
+        self.greens_kept = greens_kept
         # Per state, whether ending there is the green outcome's end (end_change asks it
         # on every terminal write).
         self._green_end = {
@@ -119,7 +131,10 @@ class RequestLifecycle:
         changes nothing else. Record applies it with the release, and so does whoever
         finishes a release record did not get to.
         """
-        return advance_last_green(request) if self._green_end.get(request.state) else None
+        if not self._green_end.get(request.state):
+            return None
+        keep = self.greens_kept(request.queue) if self.greens_kept is not None else None
+        return advance_last_green(request, keep)
 
     def is_admitted(self, request: Request) -> bool:
         """In a state the admit trigger leads to."""

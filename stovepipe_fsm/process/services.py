@@ -24,14 +24,15 @@ from ..ports.publisher import Publisher
 from ..ports.source_control import SourceControlProvider
 from ..ports.stores import QueueStore, RequestStore
 from .effective_config import stage_config
+from .greens import greens_kept_by
 from .lifecycle import RequestLifecycle
 from .metrics import Metrics
 from .roles import RequestRoles
 
 log = logging.getLogger("stovepipe_fsm.process")
 
-#: ``factory(machine, roles, requests, queues, clock=clock, offload=...)``: a RequestLifecycle (or a
-#: variant of it, for check's mutants).
+#: ``factory(machine, roles, requests, queues, clock=clock, offload=..., greens_kept=...)``:
+#: a RequestLifecycle (or a variant of it, for check's mutants).
 LifecycleFactory = Callable[..., RequestLifecycle]
 
 
@@ -90,17 +91,25 @@ class StageServices:
         condition_origins: Mapping[str, str] | None = None,
     ) -> StageServices:
         """The one place the process stage's dependencies are put together."""
+        effective = stage_config(config, parameter_defaults)
+        lifecycle = lifecycle_factory(
+            request_machine,
+            roles,
+            requests,
+            queues,
+            clock=clock,
+            offload=offload_plugins,
+            greens_kept=greens_kept_by(effective),
+        )
         return cls(
             roles=roles,
             requests=requests,
             queues=queues,
-            config=stage_config(config, parameter_defaults),
+            config=effective,
             source_control=source_control,
             publisher=publisher,
             clock=clock,
-            lifecycle=lifecycle_factory(
-                request_machine, roles, requests, queues, clock=clock, offload=offload_plugins
-            ),
+            lifecycle=lifecycle,
             metrics=metrics or Metrics(),
             warnings=OnceLog(),
             trail=trail,

@@ -172,6 +172,7 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
         green = ctx.loaded_queue.last_green_uri if ctx.loaded_queue is not None else ""
         await note(services, SKIPPED, request, stream_seq=seq, green=green, matched=matched)
     elif request.state in roles.admitted_states:
+        chosen, passed, unknown, asked, cause = base_choice_detail(ctx)
         log.info(
             "admitted: %s build on %s (%s)",
             request.build_strategy,
@@ -187,6 +188,11 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             strategy=request.build_strategy,
             base=request.base_uri,
             why=ctx.strategy_reason,
+            base_request=chosen,
+            newer_greens_not_ancestors=passed,
+            greens_ancestry_unknown=unknown,
+            ancestry_queries=asked,
+            full_cause=cause,
         )
 
 
@@ -196,6 +202,27 @@ def _plugins_of(step: Step | None, origins: Mapping[str, str]) -> list[str]:
     if t is None or not origins:
         return []
     return sorted({origins[c.name] for c in t.conditions if c.name in origins})
+
+
+def base_choice_detail(ctx: DeliveryContext) -> tuple[str, str, str, str, str]:
+    """The structured why of an admission's base, as noted: the green chosen
+    (``base_request``), how many newer recorded greens are not ancestors of the head
+    (``newer_greens_not_ancestors``) and whose ancestry was unknown
+    (``greens_ancestry_unknown``), how many ancestry queries the choice took
+    (``ancestry_queries``), and why the build is full (``full_cause``: cold start, no
+    recorded green is an ancestor, ancestry unknown, path rule, no repository
+    configured). Empty values are left out of the note."""
+    choice = ctx.base_choice
+    if choice is None:
+        return "", "", "", "", ""
+    searched = choice.asked > 0
+    return (
+        choice.green.request_id if choice.green and ctx.base_uri else "",
+        str(len(choice.passed)) if searched else "",
+        str(len(choice.unknown) or ""),
+        str(choice.asked) if searched else "",
+        ctx.full_cause,
+    )
 
 
 def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:

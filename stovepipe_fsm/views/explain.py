@@ -137,7 +137,7 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
             f"{d.get('matched', '')} (never built, last green unchanged)"
         )
     if record.kind == ADMITTED:
-        return _admitted(d)
+        return _admitted(d) + green_chosen(d)
     if record.kind == ENDED and d.get("moot"):
         return (
             f"outcome {d.get('outcome', '')} reported by {d.get('by', '')} after the build "
@@ -163,6 +163,14 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
             f" ({own})" if own else ""
         )
     return record.kind
+
+
+def green_chosen(d: Mapping[str, str]) -> str:
+    """The recorded green an admission builds on, and how many newer greens it passed."""
+    if not d.get("base_request"):
+        return ""
+    passed = d.get("newer_greens_not_ancestors", "0")
+    return f"; green of {d['base_request']} ({passed} newer green(s) not ancestors)"
 
 
 def _admitted(d: Mapping[str, str]) -> str:

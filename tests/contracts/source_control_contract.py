@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from stovepipe_fsm.domain import NotFound
+from stovepipe_fsm.domain import Green, NotFound
 from stovepipe_fsm.ports import SourceControl
+from stovepipe_fsm.process.greens import NO_GREEN_ANCESTOR, newest_green_ancestor
 
 # root ─ a ─ b ─ c ─────── m      (trunk; m merges the side branch)
 #         └─ x ─ y ───────┘
@@ -49,6 +50,18 @@ class CommitGraph:
 
 
 GraphBuilder = Callable[[Mapping[str, Sequence[str]]], Awaitable[CommitGraph]]
+
+
+class Counted:
+    """A source control that counts the ancestry questions it is asked."""
+
+    def __init__(self, inner: SourceControl) -> None:
+        self.inner = inner
+        self.asked: list[str] = []
+
+    async def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        self.asked.append(ancestor)
+        return await self.inner.is_ancestor(ancestor, descendant)
 
 
 class SourceControlContract:
@@ -123,3 +136,24 @@ class SourceControlContract:
         first = [await graph.ancestor(a, b) for a, b in pairs]
         second = [await graph.ancestor(a, b) for a, b in pairs]
         assert first == second == [True, False, False]
+
+    async def test_the_newest_green_ancestor_is_asked_for_newest_first(
+        self, build_graph: GraphBuilder
+    ) -> None:
+        """Greens c, b, x, a (newest first) for the side branch's y: c and b are not
+        ancestors, x is, and a is never asked about; a green the backend does not know
+        is passed over; with no green an ancestor there is no base."""
+        graph = await build_graph(GRAPH)
+        greens = [
+            Green(graph.ids[n], f"request/q/{i}")
+            for i, n in ((4, "c"), (3, "b"), (2, "x"), (1, "a"))
+        ]
+        counted = Counted(graph.source_control)
+        choice = await newest_green_ancestor(counted, greens, graph.ids["y"])
+        assert choice.green == greens[2] and choice.passed == tuple(greens[:2])
+        assert counted.asked == [graph.ids[n] for n in ("c", "b", "x")]
+        gone = Green(graph.missing, "request/q/9")
+        again = await newest_green_ancestor(graph.source_control, [gone, *greens], graph.ids["m"])
+        assert again.green == greens[0] and again.unknown == (gone,)
+        none = await newest_green_ancestor(graph.source_control, greens, graph.ids["r2"])
+        assert none.green is None and none.full_cause == NO_GREEN_ANCESTOR

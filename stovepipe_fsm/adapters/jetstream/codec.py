@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...domain.bounded_text import clip
-from ...domain.entities import Queue, Request
+from ...domain.entities import MAX_RECENT_GREENS, Green, Queue, Request
 from ...domain.errors import NonRetryable
 from ...domain.ids import parse_request_id
 from ...domain.queue_names import MAX_QUEUE_NAME_LENGTH
@@ -182,18 +182,24 @@ def encode_queue(queue: Queue) -> bytes:
         fields["serial_holder"] = queue.serial_holder
     if queue.partition:
         fields["partition"] = queue.partition
+    if queue.recent_greens:
+        fields["recent_greens"] = [
+            {"uri": g.uri, "request_id": g.request_id, "at_ms": g.at_ms}
+            for g in queue.recent_greens
+        ]
     fields["version"] = queue.version
     return _dump(QUEUE_KIND, fields)
 
 
 def decode_queue(data: bytes | None) -> Queue:
-    """A queue row; ``leases``, ``serial_holder`` and ``partition`` may be missing (none
-    of either, partition 0)."""
+    """A queue row; ``leases``, ``serial_holder``, ``partition`` and ``recent_greens``
+    may be missing (none of either, partition 0, no list: a row written before the list
+    existed reads its last green as the only recent green)."""
     fields = _load(
         data,
         QUEUE_KIND,
         frozenset((*_QUEUE_STR_FIELDS, "slot_holders", "version")),
-        optional=frozenset(("leases", "serial_holder", "partition")),
+        optional=frozenset(("leases", "serial_holder", "partition", "recent_greens")),
     )
     strings = {name: _str(QUEUE_KIND, fields, name) for name in _QUEUE_STR_FIELDS}
     holders = fields["slot_holders"]
@@ -216,8 +222,30 @@ def decode_queue(data: bytes | None) -> Queue:
         leases=tuple(sorted(leases.items())),
         serial_holder=serial,
         partition=partition,
+        recent_greens=_greens(fields.get("recent_greens", [])),
         version=_version(QUEUE_KIND, fields),
     )
+
+
+def _greens(value: Any) -> tuple[Green, ...]:
+    """The ``recent_greens`` of a queue row: at most ``MAX_RECENT_GREENS`` objects, each
+    ``uri`` and ``request_id`` strings and ``at_ms`` an integer >= 0."""
+    what = "queue field 'recent_greens'"
+    if not isinstance(value, list) or len(value) > MAX_RECENT_GREENS:
+        raise NonRetryable(
+            f"{what} must be a list of at most {MAX_RECENT_GREENS} greens, "
+            f"got {clip(repr(value), 200)}"
+        )
+    greens = []
+    for item in value:
+        if not isinstance(item, dict) or item.keys() != {"uri", "request_id", "at_ms"}:
+            raise NonRetryable(
+                f"{what}: each green must be an object with uri, request_id and at_ms, "
+                f"got {clip(repr(item), 200)}"
+            )
+        uri, request_id = _str(QUEUE_KIND, item, "uri"), _str(QUEUE_KIND, item, "request_id")
+        greens.append(Green(uri, request_id, _time(QUEUE_KIND, item, "at_ms")))
+    return tuple(greens)
 
 
 def encode_uri_entry(entry: UriEntry) -> bytes:

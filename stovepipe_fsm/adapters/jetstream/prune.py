@@ -133,6 +133,7 @@ async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
         except NonRetryable:
             continue
         ids.update((queue.latest_request_id, queue.last_green_request_id, *queue.slot_holders))
+        ids.update(green.request_id for green in queue.recent_greens)
     ids.discard("")
     return ids
 

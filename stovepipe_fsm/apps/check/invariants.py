@@ -30,7 +30,7 @@ from functools import cached_property
 from typing import Any
 
 from ...config.globs import glob_match
-from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Request
+from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Green, Request
 from ...located.errors import SpecError
 from ...machine.invariants import (
     INVARIANTS,
@@ -44,6 +44,7 @@ from ...machine.lint import UNKNOWN_INVARIANT
 from ...machine.model import InvariantRef
 from ...process.catalog import ProcessMachines
 from ...process.gate import EVERY_HEAD, KEEP_NEWEST, PAUSED
+from ...process.greens import RECENT_GREENS
 from .observe import Observation, counter_of
 from .paths import PathClass
 
@@ -74,6 +75,7 @@ class Rules:
     path_classes: tuple[PathClass, ...] = ()
     every_head: bool = False  # the checked queue keeps every head (none superseded)
     keep_newest: int = 0  # the checked queue's heads kept when coalescing (0: max_concurrent)
+    recent_greens: int = 1  # the checked queue's recent greens (1: last green alone)
 
     @property
     def kept(self) -> int:
@@ -136,7 +138,16 @@ class Rules:
             path_classes=path_classes,
             every_head=bool(chosen.get(EVERY_HEAD, False)),
             keep_newest=int(chosen.get(KEEP_NEWEST, 0)),
+            recent_greens=int(chosen.get(RECENT_GREENS, 1)),
         )
+
+    def newest_green_ancestor(self, greens: Sequence[Green], head: str) -> str:
+        """The newest of the first ``recent_greens`` of ``greens`` that is an ancestor of
+        ``head`` ("" when none is)."""
+        for green in greens[: self.recent_greens]:
+            if self.is_ancestor(green.uri, head):
+                return green.uri
+        return ""
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         seen: set[str] = set()
@@ -505,18 +516,25 @@ def _keeps_newest_n(pre: Observation, post: Observation, rules: Rules) -> Iterat
             )
 
 
-def _base_is_last_green(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+def _base_is_green_ancestor(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     for before in _newly(pre, post, rules.admitted_states):
         after = post.by_id[before.id]
         if after.build_strategy != INCREMENTAL_SINCE_GREEN:
             continue
-        row = pre.queue(before.queue)
-        greens = {r.last_green_uri for r in [row, *_stalled_rows(pre, before.id)] if r}
-        if after.base_uri not in greens:
-            yield (
-                f"{_label(after)} pinned base {after.base_uri!r} but last green at its admit "
-                f"was {' or '.join(sorted(greens)) or 'unset'}"
-            )
+        rows = [r for r in [pre.queue(before.queue), *_stalled_rows(pre, before.id)] if r]
+        base = after.base_uri
+        recorded = {g.uri for row in rows for g in row.greens[: rules.recent_greens]}
+        chosen = {rules.newest_green_ancestor(row.greens, before.uri) for row in rows}
+        if base in chosen:
+            continue
+        if base not in recorded:
+            why = f"is not a recorded green (recorded: {', '.join(sorted(recorded)) or 'none'})"
+        elif not rules.is_ancestor(base, before.uri):
+            why = f"is not an ancestor of {before.uri}"
+        else:
+            newer = " or ".join(sorted(g for g in chosen if g))
+            why = f"is not the newest recorded green that is an ancestor ({newer})"
+        yield f"{_label(after)} pinned base {base!r}, which {why} at its admit"
 
 
 def _rewrite_holder_alone(obs: Observation, rules: Rules) -> Iterator[str]:
@@ -679,9 +697,10 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         _keeps_newest_n,
     ),
     Invariant(
-        "base_is_last_green",
-        "an incremental admission pins the last green at its admit",
-        _base_is_last_green,
+        "base_is_green_ancestor",
+        "an incremental admission's base is the newest recorded green at its admit that "
+        "is an ancestor of its head",
+        _base_is_green_ancestor,
     ),
     Invariant(
         "rewrite_admitted_alone",
@@ -728,7 +747,7 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "max_concurrent": ("max_concurrent",),
     "preempts_only_older": ("preempts_only_older",),
     "keeps_newest_n": ("keeps_newest_n",),
-    "base_is_last_green": ("base_is_last_green",),
+    "base_is_green_ancestor": ("base_is_green_ancestor",),
     "rewrite_runs_alone": ("rewrite_holder_alone", "rewrite_admitted_alone"),
     "baseline_lag_bounded": ("baseline_lag_bounded",),
     "slot_bookkeeping": (

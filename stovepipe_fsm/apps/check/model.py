@@ -100,8 +100,9 @@ class Bounds:
     def history(self) -> dict[str, list[str]]:
         """A linear trunk A1..AN, plus R branching off A1 (a force-push target).
 
-        R is not a descendant of A2..AN, so once last green is past A1 an admitted R
-        must take the non-ancestor branch of the strategy decision: a full build.
+        R is not a descendant of A2..AN: once last green is past A1, an admitted R
+        builds on A1 when A1 is a recorded green (an older green, the only ancestor),
+        else in full (no recorded green is an ancestor).
         """
         heads = self.linear_heads()
         graph = {head: ([heads[i - 1]] if i else []) for i, head in enumerate(heads)}

@@ -22,8 +22,8 @@ influence what the world does next, and nothing that cannot:
   loaded, and whether what it loaded is still current. Absolute CAS versions are not
   observed, but whether a stalled delivery's request or queue row is stale is: that
   alone decides whether its compare-and-set writes will succeed. What it loaded is
-  seen as the stores are seen (a request without its times, a queue row's leases as
-  time left), so a stall does not tell apart worlds the stores do not.
+  seen as the stores are seen (a request and a row's recent greens without their times,
+  a queue row's leases as time left), so a stall does not tell apart worlds the stores do not.
 
 Two worlds with equal observations (and equal budgets) have the same futures up to a
 shift of the clock, so the search expands each observation once.
@@ -191,7 +191,9 @@ class _ByIdentity(Generic[K, V]):
 
 
 _stripped_request: _ByIdentity[Request, Request] = _ByIdentity(Request.without_times)
-_unversioned_queue: _ByIdentity[Queue, Queue] = _ByIdentity(lambda row: evolve(row, version=0))
+_unversioned_queue: _ByIdentity[Queue, Queue] = _ByIdentity(
+    lambda row: evolve(row.without_times(), version=0)
+)
 
 
 class _Rows(tuple[Any, ...]):
@@ -302,7 +304,7 @@ def _relative(row: Queue, now: int) -> Queue:
     if not row.leases:  # nothing relative to the clock: the same row, state after state
         return _unversioned_queue(row)
     leases = tuple((holder, max(0, expires - now)) for holder, expires in row.leases)
-    return evolve(row, version=0, leases=leases)
+    return evolve(row.without_times(), version=0, leases=leases)
 
 
 def _paused(world: World, rows: tuple[Queue, ...], messages: list[Message]) -> frozenset[str]:
