@@ -252,7 +252,12 @@ async def test_an_exported_live_run_replays_as_it_ran(js_env, tmp_path: Path) ->
     assert states[(commits["c10"], 0)] == "failed" and not live[(commits["c10"], 0)].admitted_at_ms
     assert states[(commits["c9"], 0)] == "cancelled"
     assert live[(commits["c6"], 0)].build_strategy == "full"
-    assert live[(commits["r1"], 0)].build_strategy == "full"
+    # The force-push onto c2: built on the newest recorded green that is its ancestor.
+    rewritten = live[(commits["r1"], 0)]
+    assert (rewritten.build_strategy, rewritten.base_uri) == (
+        "incremental_since_green",
+        commits["c1"],
+    )
     assert world.builds is not None and world.builds.inferred == 0
 
     # The same export with more slots: ingest->green of every commit green under all

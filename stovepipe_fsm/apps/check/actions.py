@@ -31,6 +31,10 @@ Enabled actions, for the one checked queue:
   so what is explored is every moment the operator may run it, the race with an
   admission included (the cancel lands before or after the admission's write); a
   refused cancel changes nothing and is no edge;
+- when the policy declares states a retry takes (``retryable`` outcomes), an operator's
+  ``retry`` of any head that ended in one (``--max-retries``), at every moment, a newer
+  head's ingest and admission included: the verb refuses a head behind a newer one on a
+  queue that coalesces, and a refused retry changes nothing and is no edge;
 - overlapping deliveries (``--max-overlaps``, off by default): stall the head's delivery
   in hand after one of the bounds' stall points (bounded, kept only when the delivery got
   there); resuming a stalled delivery is fair (a delivery in hand eventually continues).
@@ -63,6 +67,7 @@ from .model import (
     REDELIVER,
     RESTORE,
     RESUME,
+    RETRY,
     STALL,
     UNPAUSE,
     Action,
@@ -257,6 +262,10 @@ def enabled(
         for request in obs.requests_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))
+    if others and rules.retryable_states and budget.retries < bounds.max_retries:
+        for request in obs.requests_of(q):
+            if request.state in rules.retryable_states:
+                actions.append(one_step(RETRY, "retry", q, uri=request.uri))
     if rules.pausable:
         if q in obs.paused:
             if head_due or not pending or resumable or resume_anywhere:
@@ -280,7 +289,7 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     its stall point, is a plain delivery under another name; it is dropped so every
     explored fault happens where its label says.
 
-    A cancel the verb refused (a running head) wrote nothing: no edge either.
+    A cancel or a retry the verb refused wrote nothing: no edge either.
 
     ``in_place`` applies it to ``world`` itself, for the last action taken from a world
     nothing needs afterwards (the search forks every other one): ``world`` is changed
@@ -288,7 +297,7 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
     """
     twin = world if in_place else world.clone()
     asked, stalled = twin.graph.calls, len(twin.in_hand)
-    rows = twin.requests.snapshot() if action.kind == CANCEL else ()
+    rows = twin.requests.snapshot() if action.kind in (CANCEL, RETRY) else ()
     for commit, paths in action.changed().items():
         twin.graph.set_changes(commit, paths)
     for item in action.steps:
@@ -302,6 +311,6 @@ def perform(world: World, action: Action, *, in_place: bool = False) -> World | 
         return None
     if action.kind == STALL and len(twin.in_hand) == stalled:
         return None
-    if action.kind == CANCEL and twin.requests.snapshot() == rows:
+    if action.kind in (CANCEL, RETRY) and twin.requests.snapshot() == rows:
         return None
     return twin

@@ -54,6 +54,7 @@ from .variants import Variant
 DEFAULT_MAX_CONCURRENT = (1, 2)
 OVERLAPS_BY_DEFAULT = False
 DEFAULT_MAX_CANCELS = 0
+DEFAULT_MAX_RETRIES = 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -117,6 +118,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default=DEFAULT_MAX_CANCELS,
         help="operator cancels per path, of a head not yet ended, when the policy declares "
         f"the withdraw role (default {DEFAULT_MAX_CANCELS})",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=_count,
+        default=DEFAULT_MAX_RETRIES,
+        help="operator retries per path, of a head that ended failed or cancelled, when "
+        f"the policy declares retryable outcomes (default {DEFAULT_MAX_RETRIES})",
     )
     p.add_argument(
         "--max-outages",
@@ -379,6 +387,7 @@ def _bounds(args: argparse.Namespace, queue: str) -> Bounds:
         stall_points=tuple(p for p in STALL_POINTS if p in args.stall_at),
         pauses=args.pauses,
         max_cancels=args.max_cancels,
+        max_retries=args.max_retries,
     )
 
 
@@ -457,6 +466,8 @@ def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: boo
         overlaps += ", pause and resume"
     if withdrawable and bounds.max_cancels:
         overlaps += f", {bounds.max_cancels} operator cancel(s)"
+    if bounds.max_retries:
+        overlaps += f", {bounds.max_retries} operator retry(ies)"
     return (
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "

@@ -68,6 +68,8 @@ class Rules:
     pausable: bool = False  # the policy declares ``paused``: check pauses and resumes
     #: Where the ``withdraw`` role leads (an operator's cancel); empty: the policy has none.
     withdrawn_states: frozenset[str] = frozenset()
+    #: The states an operator's ``retry`` takes a head from; empty: the policy has none.
+    retryable_states: frozenset[str] = frozenset()
     #: Where the ``preempt`` role leads; empty: the policy never preempts a running build.
     preempted_states: frozenset[str] = frozenset()
     #: What a head ingested after the first may change (:mod:`.paths`); empty: nothing
@@ -134,6 +136,7 @@ class Rules:
             max_validation_ms=max_validation_ms,
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
+            retryable_states=roles.retryable_states,
             preempted_states=roles.preempted_states,
             path_classes=path_classes,
             every_head=bool(chosen.get(EVERY_HEAD, False)),
@@ -417,6 +420,25 @@ def _last_green_forward(pre: Observation, post: Observation, rules: Rules) -> It
             yield f"queue {before.name}: last green moved back from {old} to {new or 'nothing'}"
 
 
+def _retries_only_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
+    """A retry (a request that appeared with ``retry_of``) of a queue that coalesces is
+    of the head that was its queue's latest: an older commit never becomes latest over a
+    newer head, whatever ran between the verb's check and its id."""
+    if rules.every_head:
+        return
+    known = pre.by_id
+    for request in post.requests:
+        if not request.retry_of or request.id in known:
+            continue
+        row = pre.queue(request.queue)
+        latest = row.latest_request_id if row else ""
+        if latest != request.retry_of:
+            yield (
+                f"{_label(request)} retried {request.retry_of} while the queue's latest "
+                f"head was {latest or 'unset'}: trunk validation moved backwards"
+            )
+
+
 def _newer_live(obs: Observation, request: Request, rules: Rules, upto: str = "") -> int:
     """Heads of ``request``'s queue newer than it and not yet terminal, the latest head
     always counted: ``request`` is among the newest N while this is below N.
@@ -678,6 +700,12 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         _strategy_immutable,
     ),
     Invariant(
+        "retries_only_latest",
+        "an operator's retry in a queue that coalesces is of its latest head: an older "
+        "commit never becomes latest over a newer one",
+        _retries_only_latest,
+    ),
+    Invariant(
         "last_green_forward",
         "last green never moves back in ingest order",
         _last_green_forward,
@@ -737,7 +765,8 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "persist_before_publish": ("persist_before_publish",),
     "one_event_per_admission": ("one_event_per_admission",),
     "admits_latest": ("admits_latest",),
-    "newest_not_superseded": ("newest_not_superseded",),
+    # A retry of an older head would make an older commit the newest, superseding it.
+    "newest_not_superseded": ("newest_not_superseded", "retries_only_latest"),
     # A withdrawn head, like a superseded one, ended before any admission.
     "superseded_never_started": (
         "superseded_never_started",

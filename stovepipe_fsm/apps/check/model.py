@@ -50,6 +50,7 @@ RESUME = "resume"
 PAUSE = "pause"
 UNPAUSE = "unpause"
 CANCEL = "cancel"
+RETRY = "retry"
 FAIR_KINDS = frozenset({DELIVER, ADVANCE, COMPLETE, RESTORE, RESUME})
 
 
@@ -69,6 +70,7 @@ class Bounds:
     stall_points: tuple[str, ...] = STALL_POINTS
     pauses: bool = True  # explored only when the policy declares the ``paused`` parameter
     max_cancels: int = 0  # explored only when the policy declares the ``withdraw`` role
+    max_retries: int = 0  # explored only when the policy declares states a retry takes
 
     def __post_init__(self) -> None:
         if self.heads < 1:
@@ -85,6 +87,7 @@ class Bounds:
             "max_outages",
             "max_overlaps",
             "max_cancels",
+            "max_retries",
         )
         for name in names:
             if getattr(self, name) < 0:
@@ -129,6 +132,7 @@ class Budget:
     outages: int = 0
     overlaps: int = 0
     cancels: int = 0
+    retries: int = 0
 
     def __post_init__(self) -> None:
         # Hashed once, here: a budget is half of every state's key (a handful per run).
@@ -154,6 +158,7 @@ class Budget:
             and self.outages <= other.outages
             and self.overlaps <= other.overlaps
             and self.cancels <= other.cancels
+            and self.retries <= other.retries
         )
 
     def spend(self, kind: str) -> Budget:
@@ -178,6 +183,7 @@ _SPENDS = {
     OUTAGE: "outages",
     STALL: "overlaps",
     CANCEL: "cancels",
+    RETRY: "retries",
 }
 
 
