@@ -234,27 +234,11 @@ def test_a_budget_covers_one_with_the_same_heads_and_no_less_spent() -> None:
     assert not Budget(heads=1).covers(spent)  # the next head ingested differs
     assert not Budget(heads=3).covers(Budget(heads=2))
     # Every other field counts: one more of it spent is covered, never covering.
-    for name in (
-        "crashes",
-        "duplicates",
-        "dead_letters",
-        "outages",
-        "overlaps",
-        "cancels",
-        "retries",
-    ):
+    others = ("crashes", "duplicates", "dead_letters", "outages", "overlaps", "cancels", "retries")
+    for name in others:
         more = Budget(**{name: 1})
         assert Budget().covers(more) and not more.covers(Budget()), name
-    assert {f.name for f in dataclass_fields(Budget)} == {
-        "heads",
-        "crashes",
-        "duplicates",
-        "dead_letters",
-        "outages",
-        "overlaps",
-        "cancels",
-        "retries",
-    }
+    assert {f.name for f in dataclass_fields(Budget)} == {"heads", *others}
 
 
 def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(

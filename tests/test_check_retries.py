@@ -10,42 +10,24 @@ nothing and is no edge. Off by default (it multiplies the space).
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
+from test_check_cancels import SMALL, STATES, _repo_root, run_check  # noqa: F401
 
-from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.pipeline import verbs
 from stovepipe_fsm.simulation.broker import run_sync
 from stovepipe_fsm.simulation.world import World
 
-ROOT = Path(__file__).resolve().parent.parent
-SMALL = [
-    "--heads", "2", "--no-rewrite", "--max-concurrent", "1", "--jobs", "1", "--quiet",
-    "--max-crashes", "0", "--max-duplicates", "0", "--max-outages", "0",
-]  # fmt: skip
-STATES = re.compile(r"ok: every invariant holds - (\d+) states")
-
-
-@pytest.fixture(autouse=True)
-def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-
-
-def run_check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(["check", *args])
-    return code, capsys.readouterr().out
+#: No faults but the retry: the space stays small enough for the fast tier.
+NO_FAULTS = ["--max-crashes", "0", "--max-duplicates", "0", "--max-outages", "0"]
 
 
 def test_retries_explored_hold_every_invariant_and_reach_more_states(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, plain = run_check(capsys, *SMALL)
+    code, plain = run_check(capsys, *SMALL, *NO_FAULTS)
     assert code == 0, plain
     assert "operator retry" not in plain
-    code, with_retries = run_check(capsys, *SMALL, "--max-retries", "1")
+    code, with_retries = run_check(capsys, *SMALL, *NO_FAULTS, "--max-retries", "1")
     assert code == 0, with_retries
     assert "1 operator retry(ies)" in with_retries
     (before,) = STATES.findall(plain)
@@ -73,7 +55,7 @@ def test_a_retry_that_ignores_a_newer_head_is_caught(
         )
 
     monkeypatch.setattr(World, "retry", blind_retry)
-    code, out = run_check(capsys, *SMALL, "--max-retries", "1")
+    code, out = run_check(capsys, *SMALL, *NO_FAULTS, "--max-retries", "1")
     assert code != 0, out
     assert "retries_only_latest" in out
     assert "trunk validation moved backwards" in out

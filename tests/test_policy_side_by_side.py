@@ -60,13 +60,21 @@ def summary_of(policy: Path) -> str:
     return info.summary
 
 
-def test_validate_of_two_versions_of_a_plugin_policy_passes(
+@pytest.fixture
+def two_versions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Versions ``a`` and ``b`` of the policy in the working directory, nothing captured."""
     policy_copy(tmp_path, "a", "Version a.")
     policy_copy(tmp_path, "b", "Version b.")
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
+
+
+@pytest.mark.usefixtures("two_versions")
+def test_validate_of_two_versions_of_a_plugin_policy_passes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code = main(
         ["validate", "a/machines", "a/config/queues.yaml", "b/machines", "b/config/queues.yaml"]
     )
@@ -75,13 +83,10 @@ def test_validate_of_two_versions_of_a_plugin_policy_passes(
     assert "validated 6 file(s): ok" in err
 
 
+@pytest.mark.usefixtures("two_versions")
 def test_whatif_between_two_versions_of_a_plugin_policy_runs_both(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    policy_copy(tmp_path, "a", "Version a.")
-    policy_copy(tmp_path, "b", "Version b.")
-    monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
     code = main(
         [
             "whatif", "a/timelines/embargo.yaml",
