@@ -43,8 +43,7 @@ class DeadLetterReconciler:
             if repeat:
                 await self.lifecycle.settle_queue(request)
             else:
-                if request.build_strategy and self.lifecycle.is_admitted(request):
-                    await announce_start_before_end(self.services, request)
+                await announce_start_before_end(self.services, request)
                 try:
                     request = await self.lifecycle.fail_closed(request)
                 except VersionMismatch:

@@ -107,8 +107,7 @@ class Record:
                 )
             await self.lifecycle.settle_queue(request)
         else:
-            if request.build_strategy and self.lifecycle.is_admitted(request):
-                await announce_start_before_end(self.services, request)
+            await announce_start_before_end(self.services, request)
             request = await self.lifecycle.apply(request, declared.trigger)
         await end_once(self.services, request, repeat=repeat, outcome=outcome, by=by)
         return request

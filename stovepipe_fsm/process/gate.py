@@ -644,15 +644,18 @@ async def announce_start(services: StageServices, admitted: Request) -> None:
     )
 
 
-async def announce_start_before_end(services: StageServices, admitted: Request) -> None:
-    """Announce ``admitted``'s start unless the trail notes its admission: whoever ends
-    an admitted request (record, the dead-letter reconciler, a preemption) calls this
-    first. A crash between the admission's write and its announcement leaves the start to
-    the redelivery, and the end can come before it; the gate notes the admission only
-    after announcing it, so without that note the start is announced here, and it always
-    precedes the end (the same event id: downstream, one start)."""
-    if not await services.trail.has(admitted.id, ADMITTED):
-        await announce_start(services, admitted)
+async def announce_start_before_end(services: StageServices, request: Request) -> None:
+    """Announce ``request``'s start if it is admitted and the trail does not note its
+    admission: whoever ends a request that is not yet terminal (record, the dead-letter
+    reconciler, a preemption) calls this first. A crash between the admission's write and
+    its announcement leaves the start to the redelivery, and the end can come before it;
+    the gate notes the admission only after announcing it, so without that note the start
+    is announced here, and it always precedes the end (the same event id: downstream, one
+    start). A request not admitted started nothing and announces nothing."""
+    if not request.build_strategy or not services.lifecycle.is_admitted(request):
+        return
+    if not await services.trail.has(request.id, ADMITTED):
+        await announce_start(services, request)
 
 
 @GATE.action()
