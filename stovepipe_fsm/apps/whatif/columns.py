@@ -208,7 +208,7 @@ def render_columns(doc: dict[str, Any], rows: Rows) -> str:
     for name, figures in blocks:
         for i, (label, path) in enumerate(rows):
             body.append((name if i == 0 else "", label, *(at(f, path) for f in figures)))
-    for key in ("applied", "dropped", "waiting", "recorded", "inferred"):
+    for key in doc["completes"][0]:  # in :func:`.compare.summarize`'s order
         body.append(("", f"outcomes {key}", *(str(c[key]) for c in doc["completes"])))
     lines += ["", *table(("queue", "figure", *labels), body), ""]
     found = doc["differences"]

@@ -158,7 +158,7 @@ def render(doc: dict[str, Any]) -> str:
     for name, block in blocks:
         for i, (label, path) in enumerate(ROWS):
             rows.append((name if i == 0 else "", label, *(at(block[s], path) for s in SIDES)))
-    for key in ("applied", "dropped", "waiting", "recorded", "inferred"):
+    for key in doc["completes"][SIDES[0]]:  # in :func:`.compare.summarize`'s order
         rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
     lines = [
         f"timeline: {doc['timeline']}",
