@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..located.errors import SpecError, SpecIssue
+from ..machine.loader import LoadedPolicy
 from ..machine.model import MachineSpec, ParameterSpec
 from .options import (
     DEFAULT_CONFIG,
@@ -320,7 +321,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     except DiagramError as exc:
         print(f"stovepipe-fsm diagram: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    files = DiagramFiles({**files.contents, CARD_FILE: _card(args)}, files.suffixes)
+    files = DiagramFiles({**files.contents, CARD_FILE: _card(args, policy)}, files.suffixes)
     out_dir = Path(args.out or first_existing(DIAGRAM_DIRS) or DIAGRAM_DIRS[0])
     rerun = "stovepipe-fsm diagram --svg" if args.svg else "stovepipe-fsm diagram"
     if args.check:
@@ -355,20 +356,21 @@ def card_config(machines: str, config: str | None) -> str:
     return str(beside) if Path(machines).name == "machines" and beside.is_file() else DEFAULT_CONFIG
 
 
-def _card(args: argparse.Namespace, queue: str | None = None) -> str:
+def _card(args: argparse.Namespace, loaded: LoadedPolicy, queue: str | None = None) -> str:
+    """The policy card of the machines ``loaded`` (from ``args.machines``, loaded once by
+    the caller) under the config ``args`` names."""
     from ..config.loader import load_queue_config
-    from ..process.catalog import load_process_machines
+    from ..machine.parameters import declared_parameters, defaults_of
     from .policy_card import render_card
 
-    machines = load_process_machines(args.machines)
+    parameters = declared_parameters(loaded.specs.values())
     config = card_config(args.machines, args.config)
-    policy = load_queue_config(config, parameters=machines.parameters)
-    gate = machines.queue_gate
+    policy = load_queue_config(config, parameters=parameters)
     return render_card(
-        gate.spec,
-        gate.registry,
+        loaded.specs["queue_gate"],
+        loaded.registries["queue_gate"],
         policy,
-        machines.parameter_defaults,
+        defaults_of(parameters),
         config_name=config,
         queue=queue,
     )
@@ -384,7 +386,9 @@ def cmd_card(args: argparse.Namespace) -> int:
         except InvalidQueueName as exc:
             print(f"error: --queue: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    sys.stdout.write(_card(args, queue))
+    from ..process.catalog import load_policy
+
+    sys.stdout.write(_card(args, load_policy(args.machines), queue))
     return EXIT_OK
 
 
