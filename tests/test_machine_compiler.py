@@ -33,6 +33,7 @@ from stovepipe_fsm.machine.loader import load_machine, parse_machine
 from stovepipe_fsm.machine.model import MachineSpec
 from stovepipe_fsm.machine.registry import Registry
 from stovepipe_fsm.process.catalog import REGISTRIES, REQUEST
+from stovepipe_fsm.simulation.broker import run_sync
 
 
 def spec_of(text: str) -> MachineSpec:
@@ -65,7 +66,7 @@ def test_lifecycle_fire_returns_dest_and_derived_slot_effects(
     request_machine: CompiledLifecycle, source: str, trigger: str
 ) -> None:
     dest, takes, releases = REQUEST_STEPS[(source, trigger)]
-    step = request_machine.fire(source, trigger, object())
+    step = run_sync(request_machine.decide(source, trigger, object()))
     assert step == Step(
         trigger=trigger,
         source=source,
@@ -89,15 +90,15 @@ def test_every_other_trigger_is_illegal(
     request_machine: CompiledLifecycle, state: str, trigger: str
 ) -> None:
     with pytest.raises(IllegalTransition) as caught:
-        request_machine.fire(state, trigger, object())
+        run_sync(request_machine.decide(state, trigger, object()))
     assert f"trigger {trigger!r} is not allowed from state {state!r}" in str(caught.value)
     assert isinstance(caught.value, StovepipeError)
 
 
 def test_refused_trigger_leaves_the_machine_usable(request_machine: CompiledLifecycle) -> None:
     with pytest.raises(IllegalTransition):
-        request_machine.fire("succeeded", "admit", object())
-    assert request_machine.fire("accepted", "admit", object()).dest == "processing"
+        run_sync(request_machine.decide("succeeded", "admit", object()))
+    assert run_sync(request_machine.decide("accepted", "admit", object())).dest == "processing"
 
 
 @pytest.mark.parametrize(
@@ -111,7 +112,7 @@ def test_undeclared_trigger_or_state_is_illegal_not_a_library_error(
     request_machine: CompiledLifecycle, state: str, trigger: str, fragment: str
 ) -> None:
     with pytest.raises(IllegalTransition) as caught:
-        request_machine.fire(state, trigger, object())
+        run_sync(request_machine.decide(state, trigger, object()))
     assert fragment in str(caught.value)
 
 
@@ -135,7 +136,7 @@ def test_one_machine_and_one_model_however_often_it_fires(
     assert len(models_before) == 1
     for i in range(1000):
         source, trigger = sorted(REQUEST_STEPS)[i % len(REQUEST_STEPS)]
-        request_machine.fire(source, trigger, object())
+        run_sync(request_machine.decide(source, trigger, object()))
     assert request_machine.machine is machine
     assert machine.models == models_before
 
@@ -155,7 +156,7 @@ def test_compiling_builds_exactly_one_transitions_machine(
     compiled = CompiledLifecycle(load_machine(MACHINES / "request.yaml", REGISTRIES), REQUEST)
     assert built == [compiled.machine]
     for _ in range(50):
-        compiled.fire("accepted", "admit", object())
+        run_sync(compiled.decide("accepted", "admit", object()))
     assert len(built) == 1
 
 
@@ -219,18 +220,18 @@ def toy() -> CompiledLifecycle:
 
 def test_fire_names_actions_in_order_without_running_them(toy: CompiledLifecycle) -> None:
     ctx = {"approved": True}
-    step = toy.fire("idle", "start", ctx)
+    step = run_sync(toy.decide("idle", "start", ctx))
     assert step.actions == ("audit", "notify")
     assert ctx == {"approved": True}
 
 
 def test_false_condition_refuses_the_trigger(toy: CompiledLifecycle) -> None:
     with pytest.raises(IllegalTransition, match="had its conditions met"):
-        toy.fire("idle", "start", {"approved": False})
+        run_sync(toy.decide("idle", "start", {"approved": False}))
 
 
 def test_moving_between_slot_states_takes_no_second_slot(toy: CompiledLifecycle) -> None:
-    step = toy.fire("running", "boost", {})
+    step = run_sync(toy.decide("running", "boost", {}))
     assert (step.dest, step.takes_slot, step.releases_slot) == ("boosted", False, False)
 
 
@@ -240,7 +241,7 @@ def test_entering_a_terminal_state_releases_from_any_source(
 ) -> None:
     # Release is idempotent downstream, so it is requested even when none may be held
     # (an idle request can hold one after a crash between claim and mark).
-    step = toy.fire(source, "stop", {})
+    step = run_sync(toy.decide(source, "stop", {}))
     assert (step.dest, step.takes_slot, step.releases_slot) == ("stopped", False, True)
 
 

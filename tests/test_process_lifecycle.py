@@ -17,6 +17,7 @@ from stovepipe_fsm.domain.errors import VersionMismatch
 from stovepipe_fsm.machine.compiler import IllegalTransition
 from stovepipe_fsm.process.catalog import load_process_machines
 from stovepipe_fsm.process.lifecycle import RequestLifecycle
+from stovepipe_fsm.simulation.broker import run_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = load_process_machines(ROOT / "machines")
@@ -54,9 +55,9 @@ def test_transition_table(state: str, trigger: str) -> None:
     dest = LEGAL.get((state, trigger))
     if dest is None:
         with pytest.raises(IllegalTransition):
-            machine.fire(state, trigger, request)
+            run_sync(machine.decide(state, trigger, request))
         return
-    step = machine.fire(state, trigger, request)
+    step = run_sync(machine.decide(state, trigger, request))
     assert step.dest == dest
     assert step.takes_slot == (dest == "processing")
     assert step.releases_slot == (dest != "processing")

@@ -294,12 +294,9 @@ class _Compiled:
 
         return record
 
-    def fire(self, state: str, trigger: str, ctx: Any) -> Step:
-        """Fire ``trigger`` from ``state``; atomic (no await inside)."""
-        return self._fire(state, trigger, ctx)[0]
-
     async def decide(self, state: str, trigger: str, ctx: Any, *, offload: bool = False) -> Step:
-        """:meth:`fire`, with a plugin condition asked as :meth:`_decide` asks it."""
+        """Fire ``trigger`` from ``state``: the step the machine picks (a plugin condition
+        asked as :meth:`_decide` asks it; without one, atomic: no await inside)."""
         return (await self._decide(state, trigger, ctx, offload))[0]
 
     async def _decide(self, state: str, trigger: str, ctx: Any, offload: bool) -> Picked:
