@@ -108,7 +108,7 @@ def test_the_command_line_loads_no_nats_code(hidden: bool, no_nats: dict[str, st
 def test_validate_without_nats(no_nats: dict[str, str]) -> None:
     done = cli(no_nats, "validate")
     assert done.returncode == EXIT_OK, done.stderr
-    assert done.stderr.strip() == "validated 3 file(s): ok"
+    assert done.stderr.strip() == "validated 4 file(s): ok"
 
 
 def test_diagram_and_its_check_without_nats(no_nats: dict[str, str], tmp_path: Path) -> None:

@@ -66,6 +66,13 @@ def test_shipped_config_passes_schema_and_loads() -> None:
         keep_newest=0,
         skip_paths=[],
         recent_greens=8,
+        probe_slots=0,
+        confirm_reds=2,
+        max_probes=32,
+        max_blamelist=256,
+        flake_aware=False,
+        flake_rate_percent=1,
+        confidence_percent=99,
     )
 
 
@@ -98,9 +105,11 @@ def test_declared_parameters_are_the_only_keys_beyond_the_runtime_ones(tmp_path:
     path = write(tmp_path, "defaults:\n  max_concurent: 2\n")
     [issue] = issues_of(path)
     assert str(issue) == (
-        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: every_head, "
+        "queues.yaml:2:3: unknown key 'max_concurent' in defaults; allowed: "
+        "confidence_percent, confirm_reds, every_head, flake_aware, flake_rate_percent, "
         "full_build_paths, gate_wait_delay_ms, keep_newest, max_attempts, max_baseline_lag, "
-        "max_concurrent, max_validation_ms, paused, recent_greens, ref, repository, skip_paths"
+        "max_blamelist, max_concurrent, max_probes, max_validation_ms, paused, probe_slots, "
+        "recent_greens, ref, repository, skip_paths"
     )
     # Loaded without the declarations (an operator command), any further key is kept.
     policy = load_queue_config(path)
@@ -142,6 +151,13 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         keep_newest=2,
         skip_paths=["docs/**"],
         recent_greens=3,
+        probe_slots=0,
+        confirm_reds=2,
+        max_probes=32,
+        max_blamelist=256,
+        flake_aware=False,
+        flake_rate_percent=1,
+        confidence_percent=99,
     )
 
 
@@ -258,6 +274,13 @@ def test_null_blocks_set_nothing(tmp_path: Path) -> None:
         keep_newest=0,
         skip_paths=[],
         recent_greens=8,
+        probe_slots=0,
+        confirm_reds=2,
+        max_probes=32,
+        max_blamelist=256,
+        flake_aware=False,
+        flake_rate_percent=1,
+        confidence_percent=99,
     )
 
 

@@ -145,24 +145,29 @@ def unit_directives() -> list[tuple[str, str]]:
 @dataclass(frozen=True)
 class ProjectedPolicy:
     """What a projected volume of ConfigMaps puts where: ``items`` maps a path in the
-    volume to its (ConfigMap, key); ``whole`` names the ConfigMaps projected whole."""
+    volume to its (ConfigMap, key); ``whole`` names the ConfigMaps projected whole;
+    ``optional`` the paths whose key the kubelet leaves out when the ConfigMap lacks it."""
 
     items: dict[Path, tuple[str, str]]
     whole: tuple[str, ...]
+    optional: frozenset[Path] = frozenset()
 
 
 def projected_policy(volume: dict[str, Any]) -> ProjectedPolicy:
     assert "projected" in volume, f"{volume['name']} is not a projected volume"
     items: dict[Path, tuple[str, str]] = {}
     whole: list[str] = []
+    optional: set[Path] = set()
     for source in volume["projected"]["sources"]:
         config_map = source["configMap"]
         if "items" in config_map:
             for item in config_map["items"]:
                 items[Path(item["path"])] = (config_map["name"], item["key"])
+                if config_map.get("optional"):
+                    optional.add(Path(item["path"]))
         else:
             whole.append(config_map["name"])
-    return ProjectedPolicy(items, tuple(whole))
+    return ProjectedPolicy(items, tuple(whole), frozenset(optional))
 
 
 def kit_command_lines() -> dict[str, list[str]]:
@@ -429,10 +434,12 @@ def test_kubernetes_deployment_probes_security_and_mounts() -> None:
     assert {p for p in policy.items if p.parent == machines} == {
         machines / "request.yaml",
         machines / "queue_gate.yaml",
+        machines / "culprit.yaml",
     }
     assert {p.name for p in (ROOT / "machines").glob("*.yaml")} == {
         "request.yaml",
         "queue_gate.yaml",
+        "culprit.yaml",
     }
     config = Path(options.config)
     assert config.parent == policy_dir and config.name not in {p.name for p in policy.items}
@@ -490,6 +497,8 @@ def project(
     for name in volume.whole:
         files.update({Path(key): data for key, data in config_maps[name].items()})
     for path, (name, key) in volume.items.items():
+        if path in volume.optional and key not in config_maps[name]:
+            continue
         files[path] = config_maps[name][key]
     dated = root / f"..{version}"
     for path, data in files.items():

@@ -219,7 +219,8 @@ def _cases(request: str, gate: str) -> list[Case]:
         "unknown-machine",
         text,
         line_of(text, "name: requests"),
-        "no Python registry serves machine 'requests'; known machines: queue_gate, request",
+        "no Python registry serves machine 'requests'; known machines: culprit, queue_gate, "
+        "request",
     )
 
     text = edit(

@@ -37,6 +37,13 @@ def test_the_shipped_gate_declares_its_knobs_with_their_defaults() -> None:
         "keep_newest": 0,
         "skip_paths": (),
         "recent_greens": 8,
+        "probe_slots": 0,
+        "confirm_reds": 2,
+        "max_probes": 32,
+        "max_blamelist": 256,
+        "flake_aware": False,
+        "flake_rate_percent": 1,
+        "confidence_percent": 99,
     }
     declared = MACHINES.parameters["max_concurrent"]
     assert declared.value_schema() == {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -114,9 +121,10 @@ def test_validate_checks_config_keys_against_the_declarations(
     assert code == 1
     assert "unknown key 'max_concurrnt' in queues.monorepo/main; allowed: " in out
     allowed = (
-        "every_head, full_build_paths, gate_wait_delay_ms, keep_newest, max_attempts, "
-        "max_baseline_lag, max_concurrent, max_validation_ms, paused, recent_greens, ref, "
-        "repository, skip_paths"
+        "confidence_percent, confirm_reds, every_head, flake_aware, flake_rate_percent, "
+        "full_build_paths, gate_wait_delay_ms, keep_newest, max_attempts, max_baseline_lag, "
+        "max_blamelist, max_concurrent, max_probes, max_validation_ms, paused, probe_slots, "
+        "recent_greens, ref, repository, skip_paths"
     )
     assert allowed in out
 

@@ -86,7 +86,7 @@ def test_a_fork_of_the_world_keeps_its_own_pause() -> None:
 @pytest.mark.parametrize(
     ("step", "fragment"),
     [
-        ("{pasued: true}", "config: unknown parameter 'pasued'; allowed: every_head, "),
+        ("{pasued: true}", "config: unknown parameter 'pasued'; allowed: confidence_percent, "),
         ("{paused: 1}", "config: paused: 1 is not of type 'boolean'"),
         ("{queue: mobile/ios, max_concurrent: 0}", "config: max_concurrent: 0 is less than"),
     ],

@@ -27,6 +27,7 @@ def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_shipped_copies_are_the_repository_policy() -> None:
     assert sorted(p.name for p in SHIPPED_MACHINES.glob("*.yaml")) == [
+        "culprit.yaml",
         "queue_gate.yaml",
         "request.yaml",
     ]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..located.errors import SpecError, SpecIssue
-from ..machine.loader import LoadedPolicy
+from ..machine.loader import LoadedPolicy, present_machine_files
 from ..machine.model import MachineSpec, ParameterSpec
 from .options import (
     DEFAULT_CONFIG,
@@ -155,11 +155,8 @@ def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:  # type
 
 
 def default_validate_paths() -> list[Path]:
-    return [
-        Path(DEFAULT_MACHINES) / "request.yaml",
-        Path(DEFAULT_MACHINES) / "queue_gate.yaml",
-        Path(DEFAULT_CONFIG),
-    ]
+    machines = present_machine_files(DEFAULT_MACHINES)
+    return [*(Path(DEFAULT_MACHINES) / name for name in machines), Path(DEFAULT_CONFIG)]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

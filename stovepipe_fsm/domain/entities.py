@@ -31,7 +31,10 @@ class Request:
     ``superseded_by`` names the newer request that made this one stale (superseded, or
     its running build preempted by a policy with the ``preempt`` role); ``retry_of``
     names the request an operator's ``retry`` (or ``dlq replay``) made this one again
-    for (same commit), so a repeated retry finds it instead of making another. The times
+    for (same commit), so a repeated retry finds it instead of making another.
+    ``probe_of`` marks a *probe*: a build of a blamelist commit that a culprit search
+    started for the red head it names; a probe is never a trunk head (it takes no build
+    slot, never moves latest or last green by itself, and is never coalesced). The times
     (milliseconds of the clock port; 0 = not yet, or written by a release that did not
     record it) say when the head was ingested, admitted and ended.
     """
@@ -48,6 +51,7 @@ class Request:
     admitted_at_ms: int = 0
     ended_at_ms: int = 0
     retry_of: str = ""
+    probe_of: str = ""
 
     def without_times(self) -> Request:
         """This snapshot with its times cleared: what a state comparison should see."""

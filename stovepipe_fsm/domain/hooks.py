@@ -5,11 +5,13 @@ baseline from the request store instead of trusting a snapshot off the wire. An 
 is derived from the transition it announces (request id and the version that transition
 wrote), never from the clock, so every re-announce of one transition dedupes downstream.
 
-Two kinds: ``validation.repository.started`` when process admits a head, and
+Validations: ``validation.repository.started`` when process admits a head, and
 ``validation.repository.<outcome>`` (``succeeded``, ``failed``, ``cancelled`` in the
 shipped machine) when its validation ends, so a consumer pairs each start with one end. A
 build a newer head preempted (a policy with the ``preempt`` role) ends as
-``validation.repository.<its state>`` (``preempted``), by the same id rule.
+``validation.repository.<its state>`` (``preempted``), by the same id rule. A probe
+build of a culprit search is not a validation of trunk and announces neither; the search
+announces its end as ``validation.repository.culprit_found`` or ``culprit_unresolved``.
 """
 
 from __future__ import annotations
@@ -122,4 +124,29 @@ def lease_expired_event(queue: str, request_id: str, expires_at_ms: int, now_ms:
         type=VALIDATION_LEASE_EXPIRED,
         timestamp_ms=now_ms,
         payload={"queue": queue, "request_id": request_id, "expired_at_ms": str(expires_at_ms)},
+    )
+
+
+CULPRIT_FOUND = VALIDATION_EVENT_PREFIX + "culprit_found"
+CULPRIT_UNRESOLVED = VALIDATION_EVENT_PREFIX + "culprit_unresolved"
+
+
+def culprit_event(
+    found: bool,
+    queue: str,
+    red_request_id: str,
+    search_version: int,
+    now_ms: int,
+    evidence: dict[str, str],
+) -> HookEvent:
+    """The end of the culprit search of ``red_request_id``: ``culprit_found`` (the
+    evidence names the culprit and its green parent) or ``culprit_unresolved`` (it says
+    why). The id is that of the search row's write that ended it, so announcing again
+    publishes one event."""
+    kind = CULPRIT_FOUND if found else CULPRIT_UNRESOLVED
+    return HookEvent(
+        id=name_based_id(f"{kind}|{queue}|{red_request_id}|{search_version}"),
+        type=kind,
+        timestamp_ms=now_ms,
+        payload={"queue": queue, "request_id": red_request_id, **evidence},
     )

@@ -36,6 +36,10 @@ ATTEMPT_FAILED = "attempt_failed"
 RECLAIMED = "reclaimed"
 OPERATOR = "operator"
 PLUGIN = "plugin"
+#: A culprit search started a probe build (about the probe), and where a search stands
+#: after a build ended (about the red head it searches for).
+PROBE_STARTED = "probe_started"
+CULPRIT = "culprit"
 KINDS = (
     INGESTED,
     HELD,
@@ -49,6 +53,8 @@ KINDS = (
     RECLAIMED,
     OPERATOR,
     PLUGIN,
+    PROBE_STARTED,
+    CULPRIT,
 )
 
 

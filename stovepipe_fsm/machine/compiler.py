@@ -47,7 +47,7 @@ from transitions.core import EventData
 
 from ..domain.errors import STEP_NOTE, Retryable, StovepipeError
 from ..located.errors import Location
-from .model import FLOW, LIFECYCLE, MachineSpec, TransitionSpec
+from .model import FLOW_KINDS, LIFECYCLE, MachineSpec, TransitionSpec
 from .plugin_calls import (
     StepWatch,
     Worker,
@@ -400,7 +400,8 @@ class FlowDidNotSettle(Retryable):
 
 
 class CompiledFlow(_Compiled):
-    """A per-delivery decision procedure (``machines/queue_gate.yaml``)."""
+    """A per-delivery decision procedure (``machines/queue_gate.yaml``), or a queue's
+    culprit search run once per ended build (``kind: search``, ``machines/culprit.yaml``)."""
 
     def __init__(
         self,
@@ -410,7 +411,7 @@ class CompiledFlow(_Compiled):
         max_steps: int = 64,
         watch: StepWatch | None = None,
     ) -> None:
-        if spec.kind != FLOW:
+        if spec.kind not in FLOW_KINDS:
             raise ValueError(f"{spec.name} is a {spec.kind} machine, not a flow")
         super().__init__(spec, registry, watch=watch)
         self.max_steps = max_steps

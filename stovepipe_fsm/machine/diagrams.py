@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .model import FLOW, MachineSpec, StateSpec, TransitionSpec
+from .model import FLOW, SEARCH, MachineSpec, StateSpec, TransitionSpec
 from .parameters import as_json
 from .registry import Registry
 
@@ -49,6 +49,10 @@ _KIND_NOTES = {
     FLOW: (
         "a decision procedure: the driver fires the one trigger leaving each state "
         "until a terminal state; actions run in the order shown"
+    ),
+    SEARCH: (
+        "a flow run once for each build of the queue that ends; the terminal state it "
+        "reaches is where the queue's culprit search stands"
     ),
 }
 

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 from ..located.errors import Location, SpecIssue
 from .invariants import INVARIANTS, InvariantCatalog, queue_scope_issues, unknown_invariant
-from .model import FLOW, MachineSpec, TransitionSpec
+from .model import FLOW, FLOW_KINDS, MachineSpec, TransitionSpec
 from .parameters import parameter_issues
 from .registry import Registry
 from .roles import role_issues
@@ -92,8 +92,10 @@ def lint_machine(
     issues += _graph(spec, reachable)
     issues += _determinism(spec)
     wrong_kind = any(i.rule == "wrong-kind" for i in issues)
-    if spec.kind == FLOW and not wrong_kind:  # flow rules would only repeat that mistake
-        issues += _flow_shape(spec, registry)
+    if spec.kind in FLOW_KINDS and not wrong_kind:  # they would only repeat that mistake
+        issues += _flow_shape(spec)
+        if spec.kind == FLOW:
+            issues += _flow_finish(spec, registry)
     issues += parameter_issues(spec, registry)
     if registry is not None and not any(i.rule == "unregistered" for i in issues):
         issues += _persist_before_publish(spec, registry, reachable)
@@ -308,7 +310,7 @@ def _describe(values: Mapping[str, bool]) -> str:
     return ", ".join(f"{k}={'true' if v else 'false'}" for k, v in values.items())
 
 
-def _flow_shape(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]:
+def _flow_shape(spec: MachineSpec) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     for state in spec.states:
         outgoing = spec.outgoing(state.name)
@@ -337,6 +339,13 @@ def _flow_shape(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]
                     )
                 )
                 break
+    return issues
+
+
+def _flow_finish(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]:
+    """Every transition into a terminal state of a flow ends with one finishing action
+    (the delivery is settled once); none before."""
+    issues: list[SpecIssue] = []
     if registry is None:
         return issues
     terminal = spec.terminal_states

@@ -41,7 +41,18 @@ from .parameters import clash_issues
 from .plugins import ApiFactory, PolicyVocabulary, policy_registries
 from .registry import Registry
 
-MACHINE_FILES = ("request.yaml", "queue_gate.yaml")
+MACHINE_FILES = ("request.yaml", "queue_gate.yaml", "culprit.yaml")
+#: Machine files a policy may leave out: without ``culprit.yaml`` no search is ever made.
+OPTIONAL_MACHINE_FILES = frozenset({"culprit.yaml"})
+
+
+def present_machine_files(directory: str | Path, files: Iterable[str] = MACHINE_FILES) -> list[str]:
+    """``files`` less the optional ones ``directory`` does not hold."""
+    return [
+        name
+        for name in files
+        if name not in OPTIONAL_MACHINE_FILES or (Path(directory) / name).exists()
+    ]
 
 
 def parse_machine(doc: SourceDocument) -> MachineSpec:
@@ -152,6 +163,7 @@ def _outcome(doc: SourceDocument, name: str, body: dict[str, Any]) -> OutcomeSpe
         location=doc.locate(("outcomes", name), key=True),
         green=bool(body.get("green", False)),
         description=body.get("description", ""),
+        red=bool(body.get("red", False)),
     )
 
 
@@ -241,7 +253,7 @@ def load_machine_dir(
     """
     specs: list[MachineSpec] = []
     issues: list[SpecIssue] = []
-    for filename in files:
+    for filename in present_machine_files(directory, files):
         try:
             specs.append(load_machine(Path(directory) / filename, registries, lint=lint))
         except SpecError as exc:
@@ -337,7 +349,7 @@ def load_policy(
     Plugin problems raise even with ``lint=False``: nothing can run a name that is not
     registered.
     """
-    paths = [Path(directory) / filename for filename in files]
+    paths = [Path(directory) / filename for filename in present_machine_files(directory, files)]
     specs, vocabulary, issues = check_policy(
         paths, builtins, api, policy_dir=policy_dir_of(directory), lint=lint
     )

@@ -16,6 +16,10 @@ from ..located.errors import Location
 
 LIFECYCLE = "lifecycle"
 FLOW = "flow"
+#: A flow run once per ended build for a queue's culprit search (machines/culprit.yaml).
+SEARCH = "search"
+#: The kinds the driver advances state by state to a terminal state.
+FLOW_KINDS = (FLOW, SEARCH)
 #: The key of an ``invariants:`` entry that scopes it to queue names and patterns.
 INVARIANT_QUEUES = "queues"
 
@@ -81,6 +85,7 @@ class OutcomeSpec:
     location: Location
     green: bool = False
     description: str = ""
+    red: bool = False
 
 
 @dataclass(frozen=True)

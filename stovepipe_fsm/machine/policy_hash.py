@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 
-from .loader import MACHINE_FILES
+from .loader import MACHINE_FILES, OPTIONAL_MACHINE_FILES
 from .model import MachineSpec
 from .plugins import ENTRY_POINT_GROUP
 
@@ -56,6 +56,8 @@ def policy_hash(
         raw = (machine_sources or {}).get(name)
         if raw is None:
             raw = read_machine_file(Path(machines_dir) / name)
+        if not raw and name in OPTIONAL_MACHINE_FILES:
+            continue  # a policy without it hashes as it did before the file existed
         _record(digest, "machine", name, raw)
     for module in sorted({ref.name for spec in specs for ref in spec.plugins}):
         _record(digest, "plugin", module, (plugin_sources or {}).get(module, b""))

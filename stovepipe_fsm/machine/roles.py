@@ -142,6 +142,15 @@ def _outcome_issues(spec: MachineSpec, needs_outcomes: bool) -> list[SpecIssue]:
                 "role-shape",
             )
         )
+    for both in (o for o in spec.outcomes if o.green and o.red):
+        issues.append(
+            SpecIssue(
+                both.location,
+                f"outcome {both.name!r} is both green and red; a build outcome says the commit "
+                "works or that it is broken, not both",
+                "role-shape",
+            )
+        )
     for extra in greens[1:]:
         issues.append(
             SpecIssue(

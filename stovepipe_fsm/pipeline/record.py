@@ -15,7 +15,9 @@ is moot. So is an outcome for a head whose running build a newer head preempted 
 ``preempt`` role of a policy that declares it): nothing is applied and nothing refused,
 the trail notes it and the end (``preempted``) is announced again, so a crash between the
 preemption and its announcement is healed by the build's own report. An outcome for a
-head not yet admitted raises ``NotYetAdmitted`` (retryable).
+head not yet admitted raises ``NotYetAdmitted`` (retryable). Last, with a policy that
+declares ``machines/culprit.yaml``, the end goes to the queue's culprit search (a red
+head starts one, a probe's result narrows it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..domain.entities import Request
 from ..domain.errors import AlreadyEnded, NotYetAdmitted
 from ..domain.hooks import ended_event
 from ..domain.trail_record import ENDED
+from ..process.culprit import CulpritFinder
 from ..process.gate import announce_start_before_end
 from ..process.services import StageServices
 from ..process.trail_notes import note
@@ -36,12 +39,17 @@ async def announce_end(services: StageServices, request: Request) -> bool:
 
     Only a request that was admitted (its strategy is written) started a validation, so
     only such a request announces its end: a superseded head, or one failed closed before
-    admission, never started. The event is named for the outcome whose state the request
-    is in (the dead-letter role ends in ``failed``, as the build outcome does), and its id
-    is that of the terminal write, so announcing twice publishes one event.
+    admission, never started; nor does a probe. The event is named for the outcome whose
+    state the request is in (the dead-letter role ends in ``failed``, as the build outcome
+    does), and its id is that of the terminal write, so announcing twice publishes one
+    event.
     """
-    if not services.lifecycle.is_terminal(request) or not request.build_strategy:
-        return False
+    if (
+        not services.lifecycle.is_terminal(request)
+        or not request.build_strategy
+        or request.probe_of
+    ):
+        return False  # a probe is not a validation of trunk: its search announces
     outcome = services.roles.outcome_of_state(request.state)
     name = outcome.name if outcome is not None else request.state
     event = ended_event(request.queue, request.id, name, request.version, services.clock.now_ms())
@@ -67,12 +75,14 @@ async def end_once(
 
 
 class Record:
-    """Applies build outcomes, named as ``machines/request.yaml`` declares them."""
+    """Applies build outcomes, named as ``machines/request.yaml`` declares them, then
+    hands each end to the queue's culprit search when the policy has one."""
 
-    def __init__(self, services: StageServices) -> None:
+    def __init__(self, services: StageServices, culprits: CulpritFinder | None = None) -> None:
         self.services = services
         self.lifecycle = services.lifecycle
         self.roles = services.roles
+        self.culprits = culprits
 
     async def complete(self, request_id: str, outcome: str, *, by: str = "build") -> Request:
         """Record ``outcome`` for ``request_id`` as reported ``by`` (build, operator);
@@ -110,4 +120,8 @@ class Record:
             await announce_start_before_end(self.services, request)
             request = await self.lifecycle.apply(request, declared.trigger)
         await end_once(self.services, request, repeat=repeat, outcome=outcome, by=by)
+        if self.culprits is not None:
+            # After the end is durable and announced; a repeat runs it again (the search
+            # ignores an end it has seen, and finishes what a crash left undone).
+            await self.culprits.ended(request, declared)
         return request

@@ -16,9 +16,10 @@ from ..ports.config import ConfigStore
 from ..ports.decision_trail import DecisionTrail
 from ..ports.publisher import Publisher
 from ..ports.source_control import SourceControlProvider
-from ..ports.stores import Counter, QueueStore, RequestStore, UriIndex
+from ..ports.stores import Counter, QueueStore, RequestStore, SearchStore, UriIndex
 from ..process.catalog import ProcessMachines
 from ..process.controller import ProcessController
+from ..process.culprit import CulpritFinder
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory, StageServices
@@ -44,6 +45,8 @@ class Ports:
     trail: DecisionTrail | None = None
     #: The policy hash in force, read for every trail record.
     policy_hash: Callable[[], str] = lambda: ""
+    #: Culprit search rows; ``None``: no search is run whatever the policy declares.
+    searches: SearchStore | None = None
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,17 @@ def build_stages(
             if info.origin
         },
     )
+    culprits = (
+        CulpritFinder(
+            machines.culprit, services, ports.searches, ports.counter, offload=offload_plugins
+        )
+        if machines.culprit is not None and ports.searches is not None
+        else None
+    )
     return Stages(
         services=services,
         controller=ProcessController(machines, services, offload_plugins=offload_plugins),
         ingest=Ingest.on(services, uri_index=ports.uri_index, counter=ports.counter),
-        record=Record(services),
+        record=Record(services, culprits),
         reconciler=DeadLetterReconciler(services),
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from ..domain.culprit_search import CulpritSearch
 from ..domain.entities import Queue, Request
 
 
@@ -41,6 +42,16 @@ class QueueStore(Protocol):
     async def get(self, name: str) -> Queue: ...
 
     async def update(self, queue: Queue, old_version: int, new_version: int) -> None: ...
+
+
+class SearchStore(Protocol):
+    """A queue's culprit search row, keyed by the queue's name."""
+
+    async def create(self, search: CulpritSearch) -> None: ...
+
+    async def get(self, queue: str) -> CulpritSearch: ...
+
+    async def update(self, search: CulpritSearch, old_version: int, new_version: int) -> None: ...
 
 
 class UriIndex(Protocol):

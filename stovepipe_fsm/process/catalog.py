@@ -29,13 +29,16 @@ from ..machine.parameters import declared_parameters, defaults_of
 from ..machine.plugin_calls import StepWatch
 from ..machine.plugins import policy_registries
 from ..machine.registry import Registry
+from .culprit import CULPRIT
 from .gate import GATE
 from .plugins import PluginRegistry
 from .roles import PREEMPT, REQUEST_ROLES, RequestRoles
 
 REQUEST = Registry("request", kind="lifecycle", roles=REQUEST_ROLES, outcomes=True)
 
-REGISTRIES: Mapping[str, Registry] = MappingProxyType({"request": REQUEST, "queue_gate": GATE})
+REGISTRIES: Mapping[str, Registry] = MappingProxyType(
+    {"request": REQUEST, "queue_gate": GATE, "culprit": CULPRIT}
+)
 
 DEFAULT_MACHINES_DIR = Path("machines")
 
@@ -46,9 +49,10 @@ ACTIONS_NEEDING_ROLES: Mapping[str, str] = MappingProxyType({"preempt_older_buil
 
 @dataclass(frozen=True)
 class ProcessMachines:
-    """The two compiled machines the process stage runs on, the request's roles, the
-    invariants the policy may declare (the shipped ones and its plugins'), and the source
-    of each plugin module as it was imported (:class:`~..machine.plugins.PolicyVocabulary`)."""
+    """The compiled machines the process stage runs on (the culprit search only when the
+    policy declares ``culprit.yaml``), the request's roles, the invariants the policy may
+    declare (the shipped ones and its plugins'), and the source of each plugin module as
+    it was imported (:class:`~..machine.plugins.PolicyVocabulary`)."""
 
     request: CompiledLifecycle
     queue_gate: CompiledFlow
@@ -57,6 +61,7 @@ class ProcessMachines:
     invariants: InvariantCatalog = INVARIANTS
     plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
     plugin_files: tuple[Path, ...] = ()
+    culprit: CompiledFlow | None = None
 
     @classmethod
     def from_specs(
@@ -77,6 +82,11 @@ class ProcessMachines:
             invariants=invariants,
             plugin_sources=dict(plugin_sources or {}),
             plugin_files=plugin_files,
+            culprit=(
+                CompiledFlow(specs["culprit"], registries["culprit"], watch=watch)
+                if "culprit" in specs
+                else None
+            ),
         )
 
     @cached_property
@@ -98,7 +108,10 @@ class ProcessMachines:
     @property
     def registries(self) -> dict[str, Registry]:
         """The registries the machines were compiled against (built-ins and plugins)."""
-        return {"request": self.request.registry, "queue_gate": self.queue_gate.registry}
+        found = {"request": self.request.registry, "queue_gate": self.queue_gate.registry}
+        if self.culprit is not None:
+            found["culprit"] = self.culprit.registry
+        return found
 
 
 def load_policy(directory: str | Path = DEFAULT_MACHINES_DIR, *, lint: bool = True) -> LoadedPolicy:

@@ -283,7 +283,8 @@ async def count_newer_heads(ctx: DeliveryContext) -> None:
     the heads between R and the latest are read newest first, ``NEWER_HEADS_PER_READ``
     ids in one read, until N such heads are counted: a backlog of hundreds costs one
     read, not one per head. A counter value with no request (spent on a lost ingest
-    race, or pruned) is skipped. A queue keeping every head counts nothing.
+    race, or pruned) is skipped, and so is a probe (a culprit search's build, never a
+    head). A queue keeping every head counts nothing.
     """
     ctx.newer_live_heads = 0
     latest = ctx.queue.latest_request_id
@@ -305,7 +306,7 @@ async def count_newer_heads(ctx: DeliveryContext) -> None:
         heads = await ctx.services.requests.get_many(ids)
         for request_id in ids:
             head = heads.get(request_id)
-            if head is not None and not lifecycle.is_terminal(head):
+            if head is not None and not head.probe_of and not lifecycle.is_terminal(head):
                 ctx.newer_live_heads += 1
                 if ctx.newer_live_heads >= limit:
                     return
@@ -652,8 +653,12 @@ async def announce_start_before_end(services: StageServices, request: Request) -
     the gate notes the admission only after announcing it, so without that note the start
     is announced here, and it always precedes the end (the same event id: downstream, one
     start). A request not admitted started nothing and announces nothing."""
-    if not request.build_strategy or not services.lifecycle.is_admitted(request):
-        return
+    if (
+        not request.build_strategy
+        or request.probe_of
+        or not services.lifecycle.is_admitted(request)
+    ):
+        return  # a probe is not a validation of trunk: it announces no start
     if not await services.trail.has(request.id, ADMITTED):
         await announce_start(services, request)
 

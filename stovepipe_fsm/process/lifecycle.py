@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..domain.entities import Green, Queue, Request, evolve
+from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Green, Queue, Request, evolve
 from ..domain.errors import NotFound, Retryable, VersionMismatch
 from ..domain.ids import compare_request_id
 from ..machine.compiler import CompiledLifecycle, IllegalTransition, Step
@@ -131,14 +131,53 @@ class RequestLifecycle:
         changes nothing else. Record applies it with the release, and so does whoever
         finishes a release record did not get to.
         """
-        if not self._green_end.get(request.state):
-            return None
+        if not self._green_end.get(request.state) or request.probe_of:
+            return None  # a probe's green is recorded by its search (record_probe_green)
         keep = self.greens_kept(request.queue) if self.greens_kept is not None else None
         return advance_last_green(request, keep)
 
     def is_admitted(self, request: Request) -> bool:
         """In a state the admit trigger leads to."""
         return request.state in self.roles.admitted_states
+
+    async def start_probe(
+        self, request_id: str, queue: str, commit: str, *, probe_of: str, base: str
+    ) -> Request:
+        """Store a probe of ``commit`` for the red head ``probe_of``, admitted: in the
+        state the admit trigger leads to from the initial one, built on ``base`` (full
+        without one), in one create. A probe takes no build slot (its search holds a
+        probe slot for it). ``AlreadyExists`` when it was stored before: a repeat."""
+        initial = self.new_request(request_id, queue, commit)
+        step = await self.plan(initial, self.roles.admit)
+        now = self.clock.now_ms() if self.clock is not None else 0
+        probe = evolve(
+            initial,
+            state=step.dest,
+            build_strategy=INCREMENTAL_SINCE_GREEN if base else FULL,
+            base_uri=base,
+            probe_of=probe_of,
+            ingested_at_ms=now,
+            admitted_at_ms=now,
+        )
+        await self.requests.create(probe)
+        return probe
+
+    async def record_probe_green(self, probe: Request, below: Sequence[str]) -> Queue:
+        """Record ``probe``'s commit as its queue's newest green, if the newest green the
+        row lists is one of ``below`` (the search's base and the blamelist commits under
+        the probe's): only then is the probe's commit newer than every recorded green.
+        Otherwise (trunk went green again meanwhile) the row is left as it is."""
+        keep = self.greens_kept(probe.queue) if self.greens_kept is not None else None
+        green = Green(probe.uri, probe.id, probe.ended_at_ms)
+        under = frozenset(below)
+
+        def change(queue: Queue) -> Queue:
+            greens = queue.greens
+            if greens and greens[0].uri not in under:
+                return queue
+            return queue.with_green(green, keep, newer=lambda a, b: a == probe.id)
+
+        return await self.update_queue(probe.queue, change)
 
     async def admit(self, request: Request, planned: Step, strategy: str, base: str) -> Request:
         """Persist the admission ``planned`` for ``request``: strategy and base, once."""

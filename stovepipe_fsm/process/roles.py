@@ -77,6 +77,8 @@ class Outcome:
     trigger: str
     states: frozenset[str]
     green: bool
+    #: The outcome says the commit is broken (a culprit search starts on a red head).
+    red: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,9 @@ class RequestRoles:
             admitted_states=leads_to(spec, admit),
             superseded_states=leads_to(spec, supersede),
             outcomes={
-                o.name: Outcome(o.name, o.trigger.name, leads_to(spec, o.trigger.name), o.green)
+                o.name: Outcome(
+                    o.name, o.trigger.name, leads_to(spec, o.trigger.name), o.green, o.red
+                )
                 for o in spec.outcomes
             },
         )

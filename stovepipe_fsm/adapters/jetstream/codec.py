@@ -8,9 +8,11 @@ Request rows have two layouts. Layout 2 adds the times (``ingested_at_ms``,
 ``admitted_at_ms``, ``ended_at_ms``); both are read (a layout-1 row has no times: 0), and
 layout 2 is written unless a deployment asks for layout 1 while replicas of a release
 that reads only layout 1 still run (docs/service.md, "Upgrades and the stored layout").
-Layout 2 has one optional field, ``retry_of`` (the request an operator's ``retry`` made
-this one again for), written only when set, so rows written before it read as they did;
-layout 1 cannot carry it (a retry written in layout 1 loses its link). Decoding is
+Layout 2 has two optional fields, ``retry_of`` (the request an operator's ``retry`` made
+this one again for) and ``probe_of`` (the red head a probe build was started for),
+written only when set, so rows written before it read as they did;
+layout 1 cannot carry them (a retry written in layout 1 loses its link; a probe is never
+written in layout 1). Decoding is
 strict: a missing, extra or mistyped field raises
 :class:`~stovepipe_fsm.domain.errors.NonRetryable` naming the field, because redelivering
 a delivery cannot repair a stored value. (Ignoring unknown fields would be worse: the next
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...domain.bounded_text import clip
+from ...domain.culprit_search import MAX_BLAMELIST, CulpritSearch, Probe, Tally
 from ...domain.entities import MAX_RECENT_GREENS, Green, Queue, Request
 from ...domain.errors import NonRetryable
 from ...domain.ids import parse_request_id
@@ -36,12 +39,13 @@ REQUEST_LAYOUT = 2
 REQUEST_KIND = "request"
 QUEUE_KIND = "queue"
 URI_ENTRY_KIND = "uri"
+SEARCH_KIND = "search"
 WORK_KIND = "work"
 
 _REQUEST_STR_FIELDS = ("id", "queue", "uri", "state", "build_strategy", "base_uri", "superseded_by")
 _REQUEST_TIME_FIELDS = ("ingested_at_ms", "admitted_at_ms", "ended_at_ms")
 #: Fields of layout 2 a row may leave out (written only when set).
-_REQUEST_OPTIONAL = ("retry_of",)
+_REQUEST_OPTIONAL = ("retry_of", "probe_of")
 _QUEUE_STR_FIELDS = ("name", "last_green_uri", "last_green_request_id", "latest_request_id")
 
 
@@ -149,8 +153,13 @@ def encode_request(request: Request, layout: int = REQUEST_LAYOUT) -> bytes:
     if layout not in REQUEST_LAYOUTS:
         raise ValueError(f"request layout must be one of {REQUEST_LAYOUTS}, got {layout}")
     fields: dict[str, Any] = {name: getattr(request, name) for name in _REQUEST_FIELDS[layout]}
-    if layout >= 2 and request.retry_of:
-        fields["retry_of"] = request.retry_of
+    for name in _REQUEST_OPTIONAL:
+        if getattr(request, name):
+            if layout < 2:
+                if name == "probe_of":
+                    raise ValueError("a probe request cannot be written in request layout 1")
+                continue
+            fields[name] = getattr(request, name)
     return _dump(REQUEST_KIND, fields, schema=layout)
 
 
@@ -158,11 +167,12 @@ def decode_request(data: bytes | None) -> Request:
     fields = _load(
         data, REQUEST_KIND, frozenset(), frozenset(_REQUEST_OPTIONAL), layouts=_REQUEST_FIELDS
     )
-    if fields["schema"] < 2 and "retry_of" in fields:
-        raise NonRetryable("request value has unknown field(s) retry_of")
+    optional = [name for name in _REQUEST_OPTIONAL if name in fields]
+    if fields["schema"] < 2 and optional:
+        raise NonRetryable(f"request value has unknown field(s) {', '.join(optional)}")
     strings = {name: _str(REQUEST_KIND, fields, name) for name in _REQUEST_STR_FIELDS}
-    if "retry_of" in fields:
-        strings["retry_of"] = _str(REQUEST_KIND, fields, "retry_of")
+    for name in optional:
+        strings[name] = _str(REQUEST_KIND, fields, name)
     return Request(
         **strings,
         version=_version(REQUEST_KIND, fields),
@@ -246,6 +256,88 @@ def _greens(value: Any) -> tuple[Green, ...]:
         uri, request_id = _str(QUEUE_KIND, item, "uri"), _str(QUEUE_KIND, item, "request_id")
         greens.append(Green(uri, request_id, _time(QUEUE_KIND, item, "at_ms")))
     return tuple(greens)
+
+
+_SEARCH_STR_FIELDS = ("queue", "state", "red_request_id", "base_uri", "culprit", "reason")
+_SEARCH_INT_FIELDS = ("probes_started", "started_at_ms", "ended_at_ms")
+#: The most probes a search row may list in flight (``probe_slots`` at most, carried over
+#: from searches before it).
+MAX_PROBES_LISTED = 1024
+
+
+def encode_search(search: CulpritSearch) -> bytes:
+    fields: dict[str, Any] = {name: getattr(search, name) for name in _SEARCH_STR_FIELDS}
+    fields.update({name: getattr(search, name) for name in _SEARCH_INT_FIELDS})
+    fields["blamelist"] = list(search.blamelist)
+    fields["tallies"] = [[t.greens, t.reds] for t in search.tallies]
+    fields["probes"] = [{"request_id": p.request_id, "commit": p.commit} for p in search.probes]
+    fields["version"] = search.version
+    return _dump(SEARCH_KIND, fields)
+
+
+def decode_search(data: bytes | None) -> CulpritSearch:
+    """A queue's search row: a blamelist of at most ``MAX_BLAMELIST`` commits, one tally
+    of two counts per commit, at most ``MAX_PROBES_LISTED`` probes."""
+    fields = _load(
+        data,
+        SEARCH_KIND,
+        frozenset(
+            (*_SEARCH_STR_FIELDS, *_SEARCH_INT_FIELDS, "blamelist", "tallies", "probes", "version")
+        ),
+    )
+    strings: dict[str, Any] = {name: _str(SEARCH_KIND, fields, name) for name in _SEARCH_STR_FIELDS}
+    counts: dict[str, Any] = {name: _time(SEARCH_KIND, fields, name) for name in _SEARCH_INT_FIELDS}
+    blamelist = fields["blamelist"]
+    if (
+        not isinstance(blamelist, list)
+        or len(blamelist) > MAX_BLAMELIST
+        or not all(isinstance(c, str) for c in blamelist)
+    ):
+        raise NonRetryable(
+            f"search field 'blamelist' must be a list of at most {MAX_BLAMELIST} strings, "
+            f"got {clip(repr(blamelist), 200)}"
+        )
+    tallies = fields["tallies"]
+    if (
+        not isinstance(tallies, list)
+        or len(tallies) != len(blamelist)
+        or not all(
+            isinstance(t, list)
+            and len(t) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in t)
+            for t in tallies
+        )
+    ):
+        raise NonRetryable(
+            "search field 'tallies' must list one [greens, reds] pair of integers >= 0 per "
+            f"blamelist commit, got {clip(repr(tallies), 200)}"
+        )
+    probes = fields["probes"]
+    if not isinstance(probes, list) or len(probes) > MAX_PROBES_LISTED:
+        raise NonRetryable(
+            f"search field 'probes' must be a list of at most {MAX_PROBES_LISTED} probes, "
+            f"got {clip(repr(probes), 200)}"
+        )
+    listed = []
+    for item in probes:
+        if not isinstance(item, dict) or item.keys() != {"request_id", "commit"}:
+            raise NonRetryable(
+                "search field 'probes': each probe must be an object with request_id and "
+                f"commit, got {clip(repr(item), 200)}"
+            )
+        request_id, commit = (
+            _str(SEARCH_KIND, item, "request_id"),
+            _str(SEARCH_KIND, item, "commit"),
+        )
+        listed.append(Probe(request_id, commit))
+    return CulpritSearch(
+        **strings,
+        **counts,
+        blamelist=tuple(blamelist),
+        tallies=tuple(Tally(g, r) for g, r in tallies),
+        probes=tuple(listed),
+        version=_version(SEARCH_KIND, fields),
+    )
 
 
 def encode_uri_entry(entry: UriEntry) -> bytes:

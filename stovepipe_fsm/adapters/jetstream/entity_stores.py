@@ -1,4 +1,4 @@
-"""``RequestStore`` and ``QueueStore`` on JetStream KV (see ``ports/stores.py``).
+"""``RequestStore``, ``QueueStore`` and ``SearchStore`` on JetStream KV (see ``ports/stores.py``).
 
 The port's compare-and-set is on the entity's ``version``; KV's is on the key's revision.
 ``update(entity, old, new)`` joins them: it needs a revision at which the stored version
@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Generic, NamedTuple, TypeVar
 
+from ...domain.culprit_search import CulpritSearch
 from ...domain.entities import Queue, Request
 from ...domain.errors import NotFound, VersionMismatch
 from .codec import (
@@ -38,13 +39,15 @@ from .codec import (
     REQUEST_LAYOUTS,
     decode_queue,
     decode_request,
+    decode_search,
     encode_queue,
     encode_request,
+    encode_search,
 )
 from .kv_cell import KvCell
 from .names import queue_key, request_key
 
-E = TypeVar("E", Request, Queue)
+E = TypeVar("E", Request, Queue, CulpritSearch)
 
 #: Keys remembered per store instance. A long-running service touches an unbounded number
 #: of request ids; only the few in flight matter, so the least recently used are dropped.
@@ -225,5 +228,20 @@ class KvQueueStore(_KvEntityStore[Queue]):
             identity=lambda queue: queue.name,
             encode=encode_queue,
             decode=decode_queue,
+            remembered_keys=remembered_keys,
+        )
+
+
+class KvSearchStore(_KvEntityStore[CulpritSearch]):
+    """Culprit search rows, one per queue, keyed by the encoded queue name."""
+
+    def __init__(self, cell: KvCell, *, remembered_keys: int = DEFAULT_REMEMBERED_KEYS) -> None:
+        super().__init__(
+            cell,
+            kind="search",
+            key_of=queue_key,
+            identity=lambda search: search.queue,
+            encode=encode_search,
+            decode=decode_search,
             remembered_keys=remembered_keys,
         )

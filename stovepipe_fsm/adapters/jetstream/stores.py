@@ -1,4 +1,4 @@
-"""The four KV-backed storage ports of one topology, opened together.
+"""The KV-backed storage ports of one topology, opened together.
 
 Opening binds to buckets that :func:`~.topology.ensure_topology` created; it never creates
 them, so a service pointed at a broker without its topology fails fast with a clear error
@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 
 from ...domain.errors import NonRetryable
 from .counter import KvCounter
-from .entity_stores import KvQueueStore, KvRequestStore
+from .entity_stores import KvQueueStore, KvRequestStore, KvSearchStore
 from .errors import translated
 from .kv_cell import KvCell
 from .topology import Topology
@@ -28,6 +28,7 @@ class KvStores:
     uris: KvUriIndex
     counters: KvCounter
     attempts: KvCell
+    searches: KvSearchStore
 
 
 async def open_cell(js: JetStreamContext, bucket: str) -> KvCell:
@@ -51,4 +52,5 @@ async def open_kv_stores(js: JetStreamContext, topology: Topology) -> KvStores:
         uris=KvUriIndex(await open_cell(js, topology.uris_bucket)),
         counters=KvCounter(await open_cell(js, topology.counters_bucket)),
         attempts=await open_cell(js, topology.attempts_bucket),
+        searches=KvSearchStore(await open_cell(js, topology.searches_bucket)),
     )

@@ -207,6 +207,8 @@ class Topology:
     delivery_max_age_s: float = 7 * DAY_S
     #: Refused build outcomes, one bounded record per queue (refused_outcomes.py).
     refused_bucket: str = "stovepipe-refused"
+    #: One culprit search row per queue (machines/culprit.yaml).
+    searches_bucket: str = "stovepipe-searches"
     storage: api.StorageType = api.StorageType.FILE
     replicas: int = 1
     #: How long a repeated ``Nats-Msg-Id`` is dropped as a duplicate.
@@ -274,6 +276,7 @@ class Topology:
             "service_bucket": f"stovepipe-{tag}-service",
             "deliveries_bucket": f"stovepipe-{tag}-deliveries",
             "refused_bucket": f"stovepipe-{tag}-refused",
+            "searches_bucket": f"stovepipe-{tag}-searches",
         }
         names.update(overrides)
         return cls(**names)  # type: ignore[arg-type]  # values checked by __post_init__
@@ -451,6 +454,7 @@ class Topology:
             self.attempts_bucket,
             self.service_bucket,
             self.refused_bucket,
+            self.searches_bucket,
         )
 
     def stream_specs(self) -> tuple[StreamSpec, ...]:

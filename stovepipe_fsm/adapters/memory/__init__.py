@@ -12,7 +12,13 @@ from .clock import ManualClock, SystemClock
 from .delivery import ACKED, HELD, DeliveryAlreadyFinished, MemoryDelivery
 from .publisher import BUILD, HOOK, PROCESS, MemoryPublisher, Published
 from .source_control import MemorySourceControl, MemorySourceControlProvider
-from .stores import MemoryCounter, MemoryQueueStore, MemoryRequestStore, MemoryUriIndex
+from .stores import (
+    MemoryCounter,
+    MemoryQueueStore,
+    MemoryRequestStore,
+    MemorySearchStore,
+    MemoryUriIndex,
+)
 
 __all__ = [
     "ACKED",
@@ -27,6 +33,7 @@ __all__ = [
     "MemoryPublisher",
     "MemoryQueueStore",
     "MemoryRequestStore",
+    "MemorySearchStore",
     "MemorySourceControl",
     "MemorySourceControlProvider",
     "MemoryUriIndex",

@@ -20,10 +20,11 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Generic, Self, TypeVar
 
+from ...domain.culprit_search import CulpritSearch
 from ...domain.entities import Queue, Request, evolve
 from ...domain.errors import AlreadyExists, NotFound, VersionMismatch
 
-E = TypeVar("E", Request, Queue)
+E = TypeVar("E", Request, Queue, CulpritSearch)
 
 
 class _VersionedStore(Generic[E]):
@@ -149,6 +150,16 @@ class MemoryQueueStore(_VersionedStore[Queue]):
         if type(value.slot_holders) is not tuple:
             value = dataclasses.replace(value, slot_holders=tuple(value.slot_holders))
         return value
+
+
+class MemorySearchStore(_VersionedStore[CulpritSearch]):
+    """``SearchStore`` keyed by ``CulpritSearch.queue``."""
+
+    _entity_type = CulpritSearch
+    _kind = "search"
+
+    def _key(self, entity: CulpritSearch) -> str:
+        return entity.queue
 
 
 class MemoryUriIndex:

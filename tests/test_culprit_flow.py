@@ -1,0 +1,184 @@
+"""Culprit finding on in-memory ports: the search machine run by record for each ended
+build, through the same stages the service builds.
+
+A linear trunk ``c1 .. c9`` after a green base ``c0``; coalescing validates only the
+newest head, which goes red. The blamelist is every commit after the base; probes build
+them in the probe slots; the culprit is named with its green parent, and announced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from memory_stages import memory_stages, settled
+
+from stovepipe_fsm.adapters.memory import (
+    MemoryDelivery,
+    MemoryPublisher,
+    MemorySearchStore,
+    MemorySourceControl,
+    MemorySourceControlProvider,
+)
+from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.domain.entities import Request
+from stovepipe_fsm.domain.errors import NotFound
+from stovepipe_fsm.domain.hooks import CULPRIT_FOUND, CULPRIT_UNRESOLVED
+from stovepipe_fsm.process.catalog import load_process_machines
+
+ROOT = Path(__file__).resolve().parent.parent
+MACHINES = load_process_machines(ROOT / "machines")
+Q = "monorepo/main"
+BASE = "c0"
+
+
+class Trunk:
+    """Stages over a linear history with culprit finding on."""
+
+    def __init__(self, commits: int, **parameters: object) -> None:
+        self.commits = [f"c{i}" for i in range(commits + 1)]
+        source = MemorySourceControl(
+            {c: ([self.commits[i - 1]] if i else []) for i, c in enumerate(self.commits)}
+        )
+        self.publisher = MemoryPublisher()
+        self.searches = MemorySearchStore()
+        config = StaticConfigStore(
+            {"defaults": {"probe_slots": 1, **parameters}},
+            parameters=MACHINES.parameters,
+        )
+        self.stages = memory_stages(
+            MACHINES,
+            publisher=self.publisher,
+            searches=self.searches,
+            config=config,
+            source_control=MemorySourceControlProvider(default=source),
+        )
+        self.requests = self.stages.services.requests
+
+    async def head(self, uri: str) -> Request:
+        """Ingest ``uri`` and let process decide on every head waiting."""
+        result = await self.stages.ingest.ingest(Q, uri)
+        await settled(self.stages.controller, MemoryDelivery(Q, result.request_id))
+        return await self.requests.get(result.request_id)
+
+    def builds(self) -> list[str]:
+        return [p.request_id for p in self.publisher.builds()]
+
+    def hooks(self, kind: str) -> list[dict[str, str]]:
+        return [p.event().payload for p in self.publisher.hooks() if p.event_type == kind]
+
+    async def run_probes(self, culprit: str, flaky: frozenset[str] = frozenset()) -> int:
+        """Report every probe build published and not ended: red at and after
+        ``culprit`` (and once for each commit in ``flaky``), green before. Returns how
+        many probe builds ran."""
+        ran = 0
+        flakes = set(flaky)
+        while True:
+            waiting = [
+                r
+                for r in (await self.requests.get_many(self.builds())).values()
+                if r.probe_of and not self.stages.lifecycle.is_terminal(r)
+            ]
+            if not waiting:
+                return ran
+            for probe in waiting:
+                ran += 1
+                red = self.commits.index(probe.uri) >= self.commits.index(culprit)
+                if probe.uri in flakes:
+                    flakes.discard(probe.uri)
+                    red = True
+                await self.stages.record.complete(probe.id, "failed" if red else "succeeded")
+
+
+async def green_base(trunk: Trunk) -> None:
+    first = await trunk.head(BASE)
+    await trunk.stages.record.complete(first.id, "succeeded")
+
+
+@pytest.mark.parametrize("slots", [1, 2, 4])
+async def test_a_red_head_finds_the_middle_commit_that_broke_it(slots: int) -> None:
+    trunk = Trunk(9, probe_slots=slots)
+    await green_base(trunk)
+    for commit in trunk.commits[1:]:
+        await trunk.stages.ingest.ingest(Q, commit)
+    red = await trunk.head("c9")
+    assert red.base_uri == BASE
+    await trunk.stages.record.complete(red.id, "failed")
+
+    ran = await trunk.run_probes(culprit="c5")
+
+    [found] = trunk.hooks(CULPRIT_FOUND)
+    assert (found["culprit"], found["green_parent"], found["request_id"]) == ("c5", "c4", red.id)
+    assert int(found["reds"]) >= 2
+    assert 0 < ran <= 9
+    search = await trunk.searches.get(Q)
+    assert (search.state, search.culprit, search.probes) == ("named", "c5", ())
+    # Probes never moved latest and never took a build slot; no validation event for them.
+    queue = await trunk.stages.services.queues.get(Q)
+    assert queue.latest_request_id == red.id and queue.slot_holders == ()
+    probe_ids = {
+        r.id for r in (await trunk.requests.get_many(trunk.builds())).values() if r.probe_of
+    }
+    validations = {p.request_id for p in trunk.publisher.hooks() if "culprit" not in p.event_type}
+    assert not probe_ids & validations
+
+
+async def test_the_green_parent_found_by_a_probe_is_a_recorded_green() -> None:
+    trunk = Trunk(9, probe_slots=1)
+    await green_base(trunk)
+    for commit in trunk.commits[1:]:
+        await trunk.stages.ingest.ingest(Q, commit)
+    red = await trunk.head("c9")
+    await trunk.stages.record.complete(red.id, "failed")
+    await trunk.run_probes(culprit="c5")
+    queue = await trunk.stages.services.queues.get(Q)
+    assert queue.greens[0].uri == "c4", "the highest green probe is the newest green"
+
+
+async def test_a_flaky_red_below_the_culprit_is_not_named() -> None:
+    trunk = Trunk(9, probe_slots=1, confirm_reds=2)
+    await green_base(trunk)
+    for commit in trunk.commits[1:]:
+        await trunk.stages.ingest.ingest(Q, commit)
+    red = await trunk.head("c9")
+    await trunk.stages.record.complete(red.id, "failed")
+    await trunk.run_probes(culprit="c7", flaky=frozenset({"c4", "c5"}))
+    [found] = trunk.hooks(CULPRIT_FOUND)
+    assert found["culprit"] == "c7"
+
+
+async def test_a_red_head_that_does_not_reproduce_is_unresolved() -> None:
+    """The head's red was a flake: its rerun is green, so no commit is named."""
+    trunk = Trunk(3, probe_slots=1)
+    await green_base(trunk)
+    for commit in trunk.commits[1:]:
+        await trunk.stages.ingest.ingest(Q, commit)
+    red = await trunk.head("c3")
+    await trunk.stages.record.complete(red.id, "failed")
+    trunk.commits.append("never")  # no commit of the trunk is broken
+    await trunk.run_probes(culprit="never")
+    [unresolved] = trunk.hooks(CULPRIT_UNRESOLVED)
+    assert (unresolved["reason"], unresolved["request_id"]) == ("red_not_reproduced", red.id)
+    assert not trunk.hooks(CULPRIT_FOUND)
+
+
+async def test_finding_off_starts_no_search() -> None:
+    trunk = Trunk(3, probe_slots=0)
+    await green_base(trunk)
+    red = await trunk.head("c3")
+    await trunk.stages.record.complete(red.id, "failed")
+    assert trunk.builds() == [f"request/{Q}/1", red.id]
+    with pytest.raises(NotFound):
+        await trunk.searches.get(Q)
+
+
+async def test_a_repeated_outcome_starts_no_second_probe() -> None:
+    trunk = Trunk(9, probe_slots=2)
+    await green_base(trunk)
+    red = await trunk.head("c9")
+    await trunk.stages.record.complete(red.id, "failed")
+    first, started = set(trunk.builds()), (await trunk.searches.get(Q)).probes_started
+    assert started == 2
+    await trunk.stages.record.complete(red.id, "failed")
+    assert set(trunk.builds()) == first, "a repeat republishes (deduped), never a new probe"
+    assert (await trunk.searches.get(Q)).probes_started == started
