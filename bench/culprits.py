@@ -139,15 +139,9 @@ def run_way(way: Way, m: int, flake_rate: float, seed: int, trials: int) -> list
 
 # --- the floor: git bisect on a real repository ----------------------------------------
 
-ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "gen",
-    "GIT_AUTHOR_EMAIL": "gen@example.invalid",
-    "GIT_COMMITTER_NAME": "gen",
-    "GIT_COMMITTER_EMAIL": "gen@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
+#: No user or system configuration: the commits name their committer in the import
+#: stream, and bisect writes no commit.
+ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
 #: Red when the culprit's marker is in the tree; otherwise the next line of the flake
 #: list says (1: a flaky red). Every call counts one build.
