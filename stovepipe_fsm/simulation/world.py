@@ -46,6 +46,7 @@ from ..adapters.memory import (
     MemoryPublisher,
     MemoryQueueStore,
     MemoryRequestStore,
+    MemorySearchStore,
     MemorySourceControl,
     MemoryUriIndex,
 )
@@ -193,6 +194,7 @@ class World:
         self.clock = ManualClock(0)
         self.requests = requests if requests is not None else MemoryRequestStore()
         self.queues = MemoryQueueStore()
+        self.searches = MemorySearchStore()
         self.uri_index = MemoryUriIndex()
         self.counter = MemoryCounter()
         self.published = MemoryPublisher()
@@ -235,6 +237,7 @@ class World:
         twin.clock = self.clock.clone()
         twin.requests = self.requests.clone()
         twin.queues = self.queues.clone()
+        twin.searches = self.searches.clone()
         twin.uri_index = self.uri_index.clone()
         twin.counter = self.counter.clone()
         twin.published = self.published.clone()
@@ -288,6 +291,7 @@ class World:
             ),
             clock=self.clock,
             trail=self.trail,
+            searches=self.searches,
         )
 
     @property

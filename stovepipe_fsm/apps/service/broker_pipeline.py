@@ -143,6 +143,7 @@ async def open_pipeline(
         clock=clock or SystemClock(),
         trail=JetStreamTrail(js, topology),
         policy_hash=policy_hash,
+        searches=stores.searches,
     )
     with translated(f"open bucket {topology.attempts_bucket}"):
         attempts_kv = await js.key_value(topology.attempts_bucket)
