@@ -79,8 +79,19 @@ def build_world(
         requests=requests,
     )
     if timeline.builds:
-        green = machines.roles.green_outcome.name
-        world.builds = BuildModel(timeline.builds, world.graph, green, seed)
+        roles = machines.roles
+        # The outcome a broken or flaky build ends with: the red one, else any but green.
+        outcomes = sorted(roles.outcomes.values(), key=lambda o: (not o.red, o.green, o.name))
+        red = outcomes[0].name if outcomes and not outcomes[0].green else ""
+        world.builds = BuildModel(
+            timeline.builds,
+            world.graph,
+            roles.green_outcome.name,
+            seed,
+            timeline.culprits,
+            timeline.flake_rate,
+            red,
+        )
     return world
 
 

@@ -27,8 +27,9 @@ from ..located.yaml_source import (
 )
 from ..machine.model import ParameterSpec
 from ..machine.parameters import as_json, value_problems
-from .builds import RecordedBuild
+from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
+from .timeline_culprits import read_culprits
 from .timeline_lines import is_lines, parse_lines
 from .timeline_shape import (
     BULK_KEYS,
@@ -93,6 +94,10 @@ class Timeline:
     changes: dict[str, Changes] = field(default_factory=dict)
     #: The builds a live run recorded, in admission order (``export`` writes them).
     builds: tuple[RecordedBuild, ...] = ()
+    #: Commits declared to break the build (``None``: none declared) and the chance a
+    #: build that would go green goes red (:mod:`.builds`).
+    culprits: tuple[Culprit, ...] | None = None
+    flake_rate: float = 0.0
 
 
 def load_timeline(path: str | Path) -> Timeline:
@@ -174,13 +179,23 @@ def _fast_timeline(
             _check_queue(build.queue, build.location, issues)
             checked.add(build.queue)
         builds.append((index, build))
+    culprits, flake_rate = read_culprits(data, history, lambda *_: Location(file, 1, 1), issues)
     if issues:
         return None
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     if "config" not in data:
         config_at = Location(file, 1, 1)
     return Timeline(
-        file, queue, tuple(steps), config, history, config_at, changes, tuple(b for _, b in builds)
+        file,
+        queue,
+        tuple(steps),
+        config,
+        history,
+        config_at,
+        changes,
+        tuple(b for _, b in builds),
+        culprits,
+        flake_rate,
     )
 
 
@@ -225,12 +240,24 @@ def located_timeline(doc: SourceDocument) -> Timeline:
         if build.queue != queue:
             _check_queue(build.queue, build.location, issues)
         builds.append(build)
+    culprits, flake_rate = read_culprits(
+        data, history, lambda path, key: doc.locate(path, key=key), issues
+    )
     if issues:
         raise SpecError(issues)
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
     return Timeline(
-        doc.file, queue, tuple(steps), config, history, config_at, changes, tuple(builds)
+        doc.file,
+        queue,
+        tuple(steps),
+        config,
+        history,
+        config_at,
+        changes,
+        tuple(builds),
+        culprits,
+        flake_rate,
     )
 
 

@@ -487,13 +487,15 @@ class World:
             raise Crash(point)
 
     def _start_builds(self) -> None:
-        """Start the build of every request the last delivery published to build."""
+        """Start the build of every request the last delivery (or recorded outcome)
+        published to build."""
         if not self._published_builds or self.builds is None:
             return
         now = self.clock.now_ms()
         for request_id in self._published_builds:
             request = run_sync(self.requests.get(request_id))
-            self.builds.start(request.queue, request.uri, request_id, now)
+            probe = bool(request.probe_of)
+            self.builds.start(request.queue, request.uri, request_id, now, probe=probe)
         self._published_builds.clear()
 
     def end_due_build(self) -> Request | None:
@@ -575,7 +577,10 @@ class World:
         self.broker.publish(parse_request_id(request_id).queue, request_id, self.clock.now_ms())
 
     def complete(self, request_id: str, outcome: str) -> Request:
-        return run_sync(self.stages.record.complete(request_id, outcome))
+        """Record ``outcome``; the probe builds its culprit search published start now."""
+        ended = run_sync(self.stages.record.complete(request_id, outcome))
+        self._start_builds()
+        return ended
 
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
