@@ -67,6 +67,8 @@ def generate(
     config: dict[str, Any] | None = None,
     tail_ticks: int = 0,
     recorded_builds: bool = False,
+    culprits: tuple[Any, ...] = (),
+    flake_rate: float = 0.0,
 ) -> dict[str, Any]:
     """A timeline document: ``heads`` heads over ``queues`` queues.
 
@@ -84,6 +86,9 @@ def generate(
     ``run_ms`` steps, so each policy's replay ends the builds it starts after their
     duration and its latency shows what its slots and its gate buy; the last step runs
     until every build has ended.
+
+    ``culprits`` and ``flake_rate`` (with ``recorded_builds``) are the timeline's own:
+    the commits that break the build, and the chance a green build flakes red.
     """
     rng = random.Random(seed)
     names_list = list(names) or [f"repo{i}/main" for i in range(queues)]
@@ -133,8 +138,12 @@ def generate(
         "description": f"{heads} heads over {len(names_list)} queues, seed {seed}{shape}",
         "queue": names_list[0],
         "config": config,
-        "history": history,
     }
+    if culprits:
+        doc["culprits"] = list(culprits)
+    if flake_rate:
+        doc["flake_rate"] = flake_rate
+    doc["history"] = history
     if recorded_builds:
         doc["description"] += f", builds of {build_ticks[0]}-{build_ticks[1]} s"
         doc["builds"] = builds
@@ -168,6 +177,19 @@ BURSTY_TRUNK: dict[str, Any] = {
     "config": {"gate_wait_delay_ms": TICK_MS},
     "tail_ticks": 30,
     "recorded_builds": True,
+}
+
+#: The red trunk docs/whatif.md finds culprits on (``examples/red_trunk.yaml``, written by
+#: ``python -m bench.whatif --write-red``): the bursty trunk's builds, larger bursts 90
+#: ticks apart, c28 in the middle of the fourth burst breaking the build until c45 (in
+#: the sixth) fixes it, and 5 % of green builds flaking red.
+RED_TRUNK: dict[str, Any] = {
+    **BURSTY_TRUNK,
+    "rate": 3.0,
+    "burst": (3, 87),
+    "tail_ticks": 90,
+    "culprits": ({"commit": "c28", "fixed_by": "c45"},),
+    "flake_rate": 0.05,
 }
 
 SHAPES = {
@@ -401,9 +423,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PATH",
         help="only write the generated bursty trunk (BURSTY_TRUNK) to PATH as YAML",
     )
+    parser.add_argument(
+        "--write-red",
+        metavar="PATH",
+        help="only write the generated red trunk (RED_TRUNK) to PATH as YAML",
+    )
     args = parser.parse_args(argv)
-    if args.write_bursty:
-        write_timeline(generate(**BURSTY_TRUNK), Path(args.write_bursty))
+    if args.write_bursty or args.write_red:
+        if args.write_bursty:
+            write_timeline(generate(**BURSTY_TRUNK), Path(args.write_bursty))
+        if args.write_red:
+            write_timeline(generate(**RED_TRUNK), Path(args.write_red))
         return 0
     print(f"python {sys.version.split()[0]}; libyaml: {yaml.__with_libyaml__}")
     shapes = list(SHAPES) if args.shape == "both" else [args.shape]
