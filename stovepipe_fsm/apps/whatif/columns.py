@@ -27,6 +27,7 @@ from ...machine.parameters import as_json
 from ...ports.config import ConfigStore
 from ...simulation.timeline import Timeline
 from .compare import TOTAL, Figures, RunSummary
+from .culprits import culprit_rows
 from .table import at, table
 
 POLICY_CONFIG = Path("config") / "queues.yaml"
@@ -173,8 +174,16 @@ def columns_json(
         ],
         "total": [run.figures[TOTAL].as_json() for run in runs],
         "completes": [dict(run.completes) for run in runs],
+        **culprits_json(runs),
         "differences": differences(runs),
     }
+
+
+def culprits_json(runs: Sequence[RunSummary]) -> dict[str, Any]:
+    """``{"culprits": [figures, ...]}`` when some run searched for culprits, else ``{}``."""
+    if not any(run.culprits.reported for run in runs):
+        return {}
+    return {"culprits": [run.culprits.as_json() for run in runs]}
 
 
 def differences(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
@@ -210,6 +219,8 @@ def render_columns(doc: dict[str, Any], rows: Rows) -> str:
             body.append((name if i == 0 else "", label, *(at(f, path) for f in figures)))
     for key in doc["completes"][0]:  # in :func:`.compare.summarize`'s order
         body.append(("", f"outcomes {key}", *(str(c[key]) for c in doc["completes"])))
+    if "culprits" in doc:
+        body += [("", label, *row) for label, row in culprit_rows(doc["culprits"])]
     lines += ["", *table(("queue", "figure", *labels), body), ""]
     found = doc["differences"]
     lines.append(f"requests whose final outcome differs: {len(found) or 'none'}")

@@ -23,6 +23,7 @@ from ...simulation.timeline import Timeline, load_timeline
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE, load_policy_store
 from . import columns
 from .compare import Difference, RunSummary, differences, summarize
+from .culprits import culprit_rows
 from .figures import EMPTY, TOTAL, percentile
 from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
 from .table import at, table
@@ -127,8 +128,16 @@ def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> di
         ],
         "total": {"policy": mine[TOTAL].as_json(), "vs_policy": theirs[TOTAL].as_json()},
         "completes": {side: r.completes for side, r in zip(SIDES, (run, vs), strict=True)},
+        **culprits_json(dict(zip(SIDES, (run, vs), strict=True))),
         "differences": [d.as_json() for d in differences(run, vs)],
     }
+
+
+def culprits_json(runs: dict[str, RunSummary]) -> dict[str, Any]:
+    """``{"culprits": {side: figures}}`` when either run searched for culprits, else ``{}``."""
+    if not any(r.culprits.reported for r in runs.values()):
+        return {}
+    return {"culprits": {side: r.culprits.as_json() for side, r in runs.items()}}
 
 
 # --- text -----------------------------------------------------------------------------
@@ -160,6 +169,9 @@ def render(doc: dict[str, Any]) -> str:
             rows.append((name if i == 0 else "", label, *(at(block[s], path) for s in SIDES)))
     for key in doc["completes"][SIDES[0]]:  # in :func:`.compare.summarize`'s order
         rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
+    if "culprits" in doc:
+        blocks = [doc["culprits"][s] for s in SIDES]
+        rows += [("", label, *cells) for label, cells in culprit_rows(blocks)]
     lines = [
         f"timeline: {doc['timeline']}",
         f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",

@@ -4,10 +4,11 @@ requests whose final outcome differs between two runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...domain.ids import parse_request_id
 from ...simulation.timed import TimedRun
+from .culprits import CulpritFigures, culprit_figures
 from .figures import TOTAL, Figures, figures_by_queue, percentile
 
 
@@ -40,6 +41,7 @@ class RunSummary:
     figures: dict[str, Figures]
     completes: dict[str, int]
     final: dict[tuple[str, str], tuple[str, str]]  # (queue, uri) -> (state, request id)
+    culprits: CulpritFigures = field(default_factory=CulpritFigures)
 
 
 def summarize(run: TimedRun) -> RunSummary:
@@ -53,8 +55,9 @@ def summarize(run: TimedRun) -> RunSummary:
         "recorded": builds.from_record if builds is not None else 0,
         "inferred": builds.inferred if builds is not None else 0,
     }
-    final = {(r.queue, r.uri): (r.state, r.id) for r in run.world.requests.snapshot()}
-    return RunSummary(figures_by_queue(run), completes, final)
+    heads = (r for r in run.world.requests.snapshot() if not r.probe_of)
+    final = {(r.queue, r.uri): (r.state, r.id) for r in heads}
+    return RunSummary(figures_by_queue(run), completes, final, culprit_figures(run))
 
 
 def differences(run: RunSummary, vs: RunSummary) -> list[Difference]:
@@ -74,7 +77,16 @@ def differences(run: RunSummary, vs: RunSummary) -> list[Difference]:
     return [difference for _, difference in found]
 
 
-__all__ = ["TOTAL", "Difference", "Figures", "RunSummary", "differences", "percentile", "summarize"]
+__all__ = [
+    "TOTAL",
+    "CulpritFigures",
+    "Difference",
+    "Figures",
+    "RunSummary",
+    "differences",
+    "percentile",
+    "summarize",
+]
 
 
 def _first(pair: tuple[tuple[str, int, str], Difference]) -> tuple[str, int, str]:

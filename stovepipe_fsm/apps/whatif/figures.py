@@ -85,9 +85,10 @@ def percentile(values: tuple[int, ...], p: int) -> int | None:
 
 
 def figures_by_queue(run: TimedRun) -> dict[str, Figures]:
-    """The run's figures for every queue it saw, and under :data:`TOTAL` for all."""
+    """The run's figures for every queue it saw, and under :data:`TOTAL` for all: of its
+    trunk heads (a culprit search's probe builds are counted apart, :mod:`.culprits`)."""
     world = run.world
-    requests = world.requests.snapshot()
+    requests = [r for r in world.requests.snapshot() if not r.probe_of]
     holds: dict[str, int] = {}
     for hold in world.hold_log:
         holds[hold.queue] = holds.get(hold.queue, 0) + 1
