@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from documented_runs import documented, shown_in_order
 
 from bench.whatif import RED_TRUNK, generate, write_timeline
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
@@ -26,6 +27,7 @@ from stovepipe_fsm.simulation.timeline import load_timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUNK = ROOT / "examples" / "red_trunk.yaml"
+DOC = ROOT / "docs" / "whatif.md"
 POLICY = ROOT / "examples" / "policies" / "find_culprits"
 SLOTS = (0, 1, 2, 4)
 VARY = ["--vary", "probe_slots=" + ",".join(map(str, SLOTS))]
@@ -177,3 +179,14 @@ def test_a_run_without_a_search_shows_no_culprit_rows(
     assert "culprits" not in doc
     doc = json.loads(whatif(capsys, str(TRUNK), "--vary", "probe_slots=1", "--json", config=off))
     assert [c["searches"] > 0 for c in doc["culprits"]] == [False, True]
+
+
+def test_the_documented_run_is_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    argv, shown = documented(DOC, "Culprit finding")
+    capsys.readouterr()
+    assert main(argv) == EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    assert len(shown) == 3 and shown_in_order(out, shown)

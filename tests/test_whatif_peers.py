@@ -10,13 +10,12 @@ as the shipped policy does. The trunk it runs on is the generator's, byte for by
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from documented_runs import documented, shown_in_order
 
 from bench.whatif import BURSTY_TRUNK, generate, write_timeline
 from stovepipe_fsm.apps.cli import EXIT_OK, main
@@ -29,27 +28,6 @@ TRUNK = ROOT / "examples" / "bursty_trunk.yaml"
 @pytest.fixture(autouse=True)
 def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-
-
-def documented() -> tuple[list[str], list[str]]:
-    """The section's command (its arguments after ``stovepipe-fsm``) and the lines of
-    output it shows after ``...``."""
-    text = DOC.read_text(encoding="utf-8")
-    section = text.split("## Against peers", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```console\n(.*?)```", section, re.S)
-    assert block, "no console block in 'Against peers'"
-    lines = block.group(1).splitlines()
-    command: list[str] = []
-    rest = iter(lines)
-    for line in rest:
-        command.append(line.removeprefix("$ ").rstrip("\\").strip())
-        if not line.endswith("\\"):
-            break
-    shown = list(rest)
-    assert shown[0] == "..."
-    argv = shlex.split(" ".join(command))
-    assert argv[:2] == ["stovepipe-fsm", "whatif"]
-    return argv[1:], shown[1:]
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -69,16 +47,15 @@ def test_the_trunk_is_the_generators(tmp_path: Path) -> None:
 def test_the_documented_table_is_what_the_command_prints(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv, shown = documented()
-    out = run(argv, capsys).splitlines()
-    start = out.index(shown[0])
-    assert out[start : start + len(shown)] == shown
+    argv, shown = documented(DOC, "Against peers")
+    assert len(shown) == 1
+    assert shown_in_order(run(argv, capsys).splitlines(), shown)
 
 
 def test_one_column_per_policy_and_the_orderings_hold(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv, _ = documented()
+    argv, _ = documented(DOC, "Against peers")
     doc: dict[str, Any] = json.loads(run([*argv, "--json"], capsys))
     labels = [p["label"] for p in doc["policies"]]
     assert labels == [
