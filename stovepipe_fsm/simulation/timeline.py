@@ -29,7 +29,7 @@ from ..machine.model import ParameterSpec
 from ..machine.parameters import as_json, value_problems
 from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
-from .timeline_culprits import read_culprits
+from .timeline_culprits import Locate, read_culprits
 from .timeline_lines import is_lines, parse_lines
 from .timeline_shape import (
     BULK_KEYS,
@@ -179,24 +179,10 @@ def _fast_timeline(
             _check_queue(build.queue, build.location, issues)
             checked.add(build.queue)
         builds.append((index, build))
-    culprits, flake_rate = read_culprits(data, history, lambda *_: Location(file, 1, 1), issues)
-    if issues:
-        return None
-    config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     if "config" not in data:
         config_at = Location(file, 1, 1)
-    return Timeline(
-        file,
-        queue,
-        tuple(steps),
-        config,
-        history,
-        config_at,
-        changes,
-        tuple(b for _, b in builds),
-        culprits,
-        flake_rate,
-    )
+    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(b for _, b in builds))
+    return _timeline(data, parts, lambda *_: Location(file, 1, 1), issues)
 
 
 def located_timeline(doc: SourceDocument) -> Timeline:
@@ -240,24 +226,38 @@ def located_timeline(doc: SourceDocument) -> Timeline:
         if build.queue != queue:
             _check_queue(build.queue, build.location, issues)
         builds.append(build)
-    culprits, flake_rate = read_culprits(
-        data, history, lambda path, key: doc.locate(path, key=key), issues
-    )
-    if issues:
-        raise SpecError(issues)
-    config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
+    parts = (doc.file, queue, tuple(steps), history, config_at, changes, tuple(builds))
+    timeline = _timeline(data, parts, lambda path, key: doc.locate(path, key=key), issues)
+    if timeline is None:
+        raise SpecError(issues)
+    return timeline
+
+
+_Parts = tuple[
+    str,
+    str,
+    tuple[TimelineStep, ...],
+    dict[str, tuple[str, ...]],
+    Location,
+    dict[str, Changes],
+    tuple[RecordedBuild, ...],
+]
+
+
+def _timeline(
+    data: dict[str, Any], parts: _Parts, locate: Locate, issues: list[SpecIssue]
+) -> Timeline | None:
+    """The timeline of ``parts`` (file, queue, steps, history, where its config is,
+    changes, builds) with ``data``'s config, culprits and flake rate; ``None`` when
+    ``issues`` holds any (these checks' or the caller's)."""
+    file, queue, steps, history, config_at, changes, builds = parts
+    culprits, flake_rate = read_culprits(data, history, locate, issues)
+    if issues:
+        return None
+    config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
     return Timeline(
-        doc.file,
-        queue,
-        tuple(steps),
-        config,
-        history,
-        config_at,
-        changes,
-        tuple(builds),
-        culprits,
-        flake_rate,
+        file, queue, steps, config, history, config_at, changes, builds, culprits, flake_rate
     )
 
 
