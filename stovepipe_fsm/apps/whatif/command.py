@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--seed",
         type=int,
         default=0,
-        help="seeds the build durations drawn for commits never built live (default 0)",
+        help="seeds the build durations drawn for commits never built live, and the "
+        "timeline's flakes (default 0)",
     )
     columns.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
