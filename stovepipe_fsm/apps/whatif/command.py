@@ -171,8 +171,8 @@ def render(doc: dict[str, Any]) -> str:
     for key in doc["completes"][SIDES[0]]:  # in :func:`.compare.summarize`'s order
         rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
     if "culprits" in doc:
-        blocks = [doc["culprits"][s] for s in SIDES]
-        rows += [("", label, *cells) for label, cells in culprit_rows(blocks)]
+        searched = [doc["culprits"][s] for s in SIDES]
+        rows += [("", label, *cells) for label, cells in culprit_rows(searched)]
     lines = [
         f"timeline: {doc['timeline']}",
         f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",
