@@ -25,7 +25,6 @@ Two ways to choose probes, both deterministic:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -143,11 +142,6 @@ def section_probes(
         point = lo + (width * i + (slots + 1) // 2) // (slots + 1)
         if lo < point < hi and point not in busy and point not in chosen:
             chosen.append(point)
-    if not chosen and width > 1:  # every split point is in flight: the widest gap's middle
-        marks = sorted({lo, hi, *(p for p in busy if lo < p < hi)})
-        gap, left = max((b - a, a) for a, b in itertools.pairwise(marks))
-        if gap > 1:
-            chosen.append(left + gap // 2)
     chosen = chosen[:free]
     if hi == lo + 1:
         wanted = confirm - tallies[hi - 1].reds - list(in_flight).count(hi)
@@ -160,20 +154,21 @@ def posterior(tallies: Sequence[Tally], flake_rate: float) -> tuple[float, ...]:
     above ``lo`` a flake)", index k "the culprit is position k" (0 for k <= lo).
 
     A red below the culprit is a flake (chance ``flake_rate``); a red from it on is
-    certain; a green is the truth. Before any result, "no culprit" has the chance of one
-    flake and the positions share the rest evenly.
+    certain; a green is the truth. Before any result "no culprit" and "a culprit" are
+    even, and the positions share the second half evenly; the red head's own result is
+    among the tallies, so "no culprit" starts from the chance of that one flake.
     """
     m = len(tallies)
     lo, _ = frontier(tallies)
     weights = [0.0] * (m + 1)
     if m == 0:
         return (1.0,)
-    share = (1.0 - flake_rate) / m
+    share = 0.5 / m
     flakes = 1.0  # the chance that every red below the position is a flake
     for k in range(lo + 1, m + 1):
         weights[k] = share * flakes
         flakes *= flake_rate ** tallies[k - 1].reds
-    weights[0] = flake_rate * flakes
+    weights[0] = 0.5 * flakes
     total = sum(weights)
     if total <= 0.0:
         return tuple(weights)
@@ -191,8 +186,9 @@ def likelihood_probes(
     """The positions to probe now, where the weight of the hypotheses splits evenly.
 
     With ``n`` free slots, the positions whose cumulative weight is nearest ``1/(n+1)``,
-    ``2/(n+1)``, ...; a position already in flight is not probed twice unless it is the
-    candidate still short of ``confirm`` reds or of ``confidence``.
+    ``2/(n+1)``, ...; a position already in flight is not probed twice. The candidate is
+    rerun as many times as it is short of ``confirm`` reds, then once at a time while it
+    is short of ``confidence``.
     """
     free = slots - len(in_flight)
     lo, hi = frontier(tallies)
@@ -212,12 +208,15 @@ def likelihood_probes(
         point = lo + 1 + min(range(len(cumulative)), key=lambda j: abs(cumulative[j] - target))
         if point not in busy and point not in chosen:
             chosen.append(point)
+    chosen = chosen[:free]
     near = candidate(tallies)
-    if near and (
-        tallies[near - 1].reds + busy.count(near) < confirm or weights[near] < confidence
-    ):
-        chosen += [near] * max(0, free - len(chosen)) if not busy.count(near) else []
-    return tuple(chosen[:free])
+    if near:
+        pending = busy.count(near) + chosen.count(near)
+        short = confirm - tallies[near - 1].reds - pending
+        if short <= 0 and not pending and weights[near] < confidence:
+            short = 1  # confirmed, not yet confident: one more rerun at a time
+        chosen += [near] * max(0, min(short, free - len(chosen)))
+    return tuple(chosen)
 
 
 def named(
