@@ -67,7 +67,7 @@ SEARCHING = "searching"
 NO_REPOSITORY = "no repository configured"
 NO_GREEN_BASE = "no recorded green is an ancestor of the head"
 TOO_LONG = "blamelist longer than max_blamelist"
-BASE_OFF_FIRST_PARENTS = "the base is not on the head's first-parent line"
+ANCESTRY_UNKNOWN = "source control does not know the head or its base"
 
 CULPRIT_MACHINE = "culprit"
 
@@ -227,10 +227,11 @@ async def add_result(ctx: SearchContext) -> None:
 
 @CULPRIT.action(parameters=[MAX_BLAMELIST])
 async def list_blamelist(ctx: SearchContext) -> None:
-    """Open a search for the red head: its blamelist is the first-parent commits after
-    the green it was built on (its newest recorded green ancestor when it was built in
-    full), oldest first, the head last. Results the replaced search had for the same
-    commits are kept; its probes in flight keep their slots."""
+    """Open a search for the red head: its blamelist is the commits of its first-parent
+    line that the green it was built on does not reach (its newest recorded green
+    ancestor when it was built in full), oldest first, the head last. Results the
+    replaced search had for the same commits are kept; its probes in flight keep their
+    slots."""
     head, old = ctx.ended, ctx.row
     ctx.replaced = old if _is_open(old) else None
     blamelist, base, reason = await _blamelist(ctx, head)
@@ -267,19 +268,15 @@ async def _blamelist(ctx: SearchContext, head: Request) -> tuple[tuple[str, ...]
             return (), "", NO_GREEN_BASE
         base = choice.green.uri
     bound = int(ctx.param(MAX_BLAMELIST))
-    commits: list[str] = []
-    commit = head.uri
-    while commit != base:
-        if len(commits) >= bound:
-            return (), base, TOO_LONG
-        commits.append(commit)
-        try:
-            commit = await source.first_parent(commit)
-        except NotFound:
-            return (), base, BASE_OFF_FIRST_PARENTS
-        if not commit:
-            return (), base, BASE_OFF_FIRST_PARENTS
-    return tuple(reversed(commits)), base, ""
+    try:
+        commits = await source.first_parents_after(base, head.uri, bound + 1)
+    except NotFound:
+        return (), base, ANCESTRY_UNKNOWN
+    if len(commits) > bound:
+        return (), base, TOO_LONG
+    if not commits or commits[-1] != head.uri:
+        return (), base, ANCESTRY_UNKNOWN
+    return commits, base, ""
 
 
 def _choose(ctx: SearchContext, positions: tuple[int, ...]) -> tuple[int, ...]:
