@@ -182,3 +182,56 @@ async def test_a_repeated_outcome_starts_no_second_probe() -> None:
     await trunk.stages.record.complete(red.id, "failed")
     assert set(trunk.builds()) == first, "a repeat republishes (deduped), never a new probe"
     assert (await trunk.searches.get(Q)).probes_started == started
+
+
+PLUGIN = '''
+from stovepipe_fsm.plugin import PluginRegistry, SearchView
+
+
+def register(plugin: PluginRegistry) -> None:
+    @plugin.culprit.condition(parameters=["probe_slots"])
+    def off_or_release_commit(view: SearchView) -> bool:
+        """probe_slots is 0, or the red head is a release commit (no search for it)."""
+        return view.param("probe_slots") == 0 or view.ended.uri.startswith("release")
+'''
+
+
+async def test_a_plugin_condition_decides_in_the_culprit_machine(tmp_path: Path) -> None:
+    """A policy swaps the built-in ``finding_off`` for its own plugin condition: the
+    search machine asks it through the same vocabulary as the gate's plugins."""
+    machines = tmp_path / "machines"
+    machines.mkdir()
+    for name in ("request.yaml", "queue_gate.yaml"):
+        (machines / name).write_bytes((ROOT / "machines" / name).read_bytes())
+    culprit = (ROOT / "machines" / "culprit.yaml").read_text(encoding="utf-8")
+    culprit = culprit.replace("finding_off", "off_or_release_commit")
+    culprit = culprit.replace(
+        "initial: received\n", "initial: received\nplugins: [no_release_search]\n"
+    )
+    (machines / "culprit.yaml").write_text(culprit, encoding="utf-8")
+    (tmp_path / "no_release_search.py").write_text(PLUGIN, encoding="utf-8")
+    policy = load_process_machines(machines)
+    assert policy.culprit is not None
+    assert policy.culprit.registry.conditions["off_or_release_commit"].origin
+
+    for head, searched in (("release-9", False), ("c9", True)):
+        trunk = Trunk(9, probe_slots=1)
+        trunk.stages = memory_stages(
+            policy,
+            publisher=trunk.publisher,
+            searches=trunk.searches,
+            config=StaticConfigStore(
+                {"defaults": {"probe_slots": 1}}, parameters=policy.parameters
+            ),
+            source_control=trunk.stages.services.source_control,
+        )
+        trunk.requests = trunk.stages.services.requests
+        trunk.commits.append(head)
+        trunk.stages.services.source_control.for_queue(Q).add_commit(head, ["c8"])  # type: ignore[union-attr]
+        await green_base(trunk)
+        red = await trunk.head(head)
+        await trunk.stages.record.complete(red.id, "failed")
+        started = [
+            r for r in (await trunk.requests.get_many(trunk.builds())).values() if r.probe_of
+        ]
+        assert bool(started) is searched, head
