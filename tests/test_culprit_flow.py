@@ -22,8 +22,9 @@ from stovepipe_fsm.adapters.memory import (
 )
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import Request
-from stovepipe_fsm.domain.errors import NotFound
+from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
 from stovepipe_fsm.domain.hooks import CULPRIT_FOUND, CULPRIT_UNRESOLVED
+from stovepipe_fsm.pipeline.verbs import retry
 from stovepipe_fsm.process.catalog import load_process_machines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,3 +236,42 @@ async def test_a_plugin_condition_decides_in_the_culprit_machine(tmp_path: Path)
             r for r in (await trunk.requests.get_many(trunk.builds())).values() if r.probe_of
         ]
         assert bool(started) is searched, head
+
+
+async def test_a_probe_is_never_retried_as_a_head() -> None:
+    """A failed probe is not a head: retrying it would ingest an old commit as the
+    newest and move trunk validation backwards."""
+    trunk = Trunk(9, probe_slots=1)
+    await green_base(trunk)
+    red = await trunk.head("c9")
+    await trunk.stages.record.complete(red.id, "failed")
+    [probe] = (await trunk.searches.get(Q)).probes
+    await trunk.stages.record.complete(probe.request_id, "failed")
+    with pytest.raises(IllegalOperation, match="probe build of the culprit search"):
+        await retry(
+            trunk.stages.lifecycle,
+            trunk.stages.ingest,
+            trunk.stages.ingest.uri_index,
+            probe.request_id,
+        )
+    assert (await trunk.stages.services.queues.get(Q)).latest_request_id == red.id
+
+
+async def test_a_probe_nobody_reports_frees_its_slot_after_the_lease() -> None:
+    """With max_validation_ms, a probe build never reported is taken as lost when the
+    next search starts: its slot is free again, and its late result changes nothing."""
+    trunk = Trunk(9, probe_slots=1, max_validation_ms=60_000, gate_wait_delay_ms=1000)
+    clock = trunk.stages.services.clock
+    await green_base(trunk)
+    first = await trunk.head("c4")
+    await trunk.stages.record.complete(first.id, "failed")
+    [lost] = (await trunk.searches.get(Q)).probes
+    clock.advance(61_000)  # type: ignore[attr-defined]
+    second = await trunk.head("c9")
+    await trunk.stages.record.complete(second.id, "failed")
+    search = await trunk.searches.get(Q)
+    assert search.red_request_id == second.id
+    assert [p.request_id for p in search.probes] != [lost.request_id]
+    assert len(search.probes) == 1, "the lost probe's slot went to the new search"
+    await trunk.stages.record.complete(lost.request_id, "succeeded")
+    assert (await trunk.searches.get(Q)).probes == search.probes

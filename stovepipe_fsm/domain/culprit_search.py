@@ -47,10 +47,12 @@ class Tally:
 
 @dataclass(frozen=True)
 class Probe:
-    """A probe build in flight: the request that builds it and the commit it builds."""
+    """A probe build in flight: the request that builds it, the commit it builds, and
+    when the search listed it (milliseconds of the clock port; 0 = not recorded)."""
 
     request_id: str
     commit: str
+    started_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,15 @@ class CulpritSearch:
     def in_flight(self) -> tuple[int, ...]:
         """The blamelist positions of the probes in flight (0: a commit not listed)."""
         return tuple(self.position(p.commit) for p in self.probes)
+
+    def without_lost_probes(self, now_ms: int, lease_ms: int) -> CulpritSearch:
+        """This search without the probes listed more than ``lease_ms`` before
+        ``now_ms`` (their builds are taken as lost: their slots are free again; a result
+        that still comes is ignored). ``lease_ms`` 0: no probe is ever lost."""
+        if not lease_ms:
+            return self
+        kept = tuple(p for p in self.probes if p.started_at_ms + lease_ms > now_ms)
+        return self if kept == self.probes else evolve(self, probes=kept)
 
     def probe_for(self, request_id: str) -> Probe | None:
         return next((p for p in self.probes if p.request_id == request_id), None)

@@ -59,6 +59,8 @@ MAX_BLAMELIST = "max_blamelist"
 FLAKE_AWARE = "flake_aware"
 FLAKE_RATE_PERCENT = "flake_rate_percent"
 CONFIDENCE_PERCENT = "confidence_percent"
+#: The gate's lease on a build, read (when declared) as the lease on a probe.
+MAX_VALIDATION_MS = "max_validation_ms"
 
 #: Where a search stands: the machine's terminal states the driver treats as "open".
 SEARCHING = "searching"
@@ -232,7 +234,7 @@ async def list_blamelist(ctx: SearchContext) -> None:
     ancestor when it was built in full), oldest first, the head last. Results the
     replaced search had for the same commits are kept; its probes in flight keep their
     slots."""
-    head, old = ctx.ended, ctx.row
+    head, old = ctx.ended, _without_lost_probes(ctx, ctx.row)
     ctx.replaced = old if _is_open(old) else None
     blamelist, base, reason = await _blamelist(ctx, head)
     kept = {c: t for c, t in zip(old.blamelist, old.tallies, strict=True)}
@@ -279,6 +281,14 @@ async def _blamelist(ctx: SearchContext, head: Request) -> tuple[tuple[str, ...]
     return commits, base, ""
 
 
+def _without_lost_probes(ctx: SearchContext, row: CulpritSearch) -> CulpritSearch:
+    """``row`` without the probes listed longer than the queue's max_validation_ms (the
+    gate's lease on a build; 0: never): a build nobody reported frees its slot when the
+    search next chooses or a new search starts."""
+    lease = int(dict(ctx.config.parameters).get(MAX_VALIDATION_MS, 0))
+    return row.without_lost_probes(ctx.services.clock.now_ms(), lease)
+
+
 def _choose(ctx: SearchContext, positions: tuple[int, ...]) -> tuple[int, ...]:
     """``positions`` within what is left of max_probes."""
     left = int(ctx.param(MAX_PROBES)) - ctx.row.probes_started
@@ -293,8 +303,9 @@ async def _start(ctx: SearchContext, positions: tuple[int, ...]) -> None:
         return
     last = await ctx.counter.reserve(row.queue, len(positions))
     first = last - len(positions) + 1
+    now = ctx.services.clock.now_ms()
     probes = tuple(
-        Probe(format_request_id(row.queue, first + i), row.blamelist[at - 1])
+        Probe(format_request_id(row.queue, first + i), row.blamelist[at - 1], now)
         for i, at in enumerate(positions)
     )
     ctx.search = evolve(
@@ -309,7 +320,7 @@ async def _start(ctx: SearchContext, positions: tuple[int, ...]) -> None:
 async def choose_sections(ctx: SearchContext) -> None:
     """Probe the points that split what is left into equal sections, one per free probe
     slot (one slot: bisection), or rerun the candidate short of confirm_reds."""
-    row = ctx.row
+    row = ctx.search = _without_lost_probes(ctx, ctx.row)
     chosen = section_probes(
         row.tallies, row.in_flight(), int(ctx.param(PROBE_SLOTS)), int(ctx.param(CONFIRM_REDS))
     )
@@ -322,7 +333,7 @@ async def choose_sections(ctx: SearchContext) -> None:
 async def choose_by_likelihood(ctx: SearchContext) -> None:
     """Probe where the likelihood of the culprit hypotheses splits evenly under
     flake_rate_percent, one per free probe slot."""
-    row = ctx.row
+    row = ctx.search = _without_lost_probes(ctx, ctx.row)
     rate, confidence = _confidence(ctx)
     chosen = likelihood_probes(
         row.tallies,
