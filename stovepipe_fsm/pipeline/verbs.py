@@ -157,8 +157,9 @@ async def retry(
 
     ``verb`` is what the trail record says ran (``dlq replay`` retries this way too).
     ``IllegalOperation`` when it is a probe of a culprit search, has not ended, ended
-    otherwise (succeeded, superseded), or a newer head of its queue was ingested since (validating an older commit again
-    would move trunk validation backwards); ``NotFound`` for no such request. Where the
+    otherwise (succeeded, superseded), or a newer head of its queue was ingested since
+    (validating an older commit again would move trunk validation backwards);
+    ``NotFound`` for no such request. Where the
     queue does not ``coalesce`` (:func:`queue_coalesces`: it validates every head), a
     newer head refuses nothing.
     """
