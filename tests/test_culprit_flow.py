@@ -275,3 +275,15 @@ async def test_a_probe_nobody_reports_frees_its_slot_after_the_lease() -> None:
     assert len(search.probes) == 1, "the lost probe's slot went to the new search"
     await trunk.stages.record.complete(lost.request_id, "succeeded")
     assert (await trunk.searches.get(Q)).probes == search.probes
+
+
+def test_the_culprit_page_shows_the_generated_diagram() -> None:
+    """docs/culprits.md embeds the diagram ``diagram`` generates, as it is now."""
+
+    def mermaid(path: Path) -> str:
+        text = path.read_text(encoding="utf-8")
+        start = text.index("```mermaid\n")
+        return text[start : text.index("```\n", start + 1) + 4]
+
+    docs = ROOT / "docs"
+    assert mermaid(docs / "culprits.md") == mermaid(docs / "diagrams" / "culprit.md")
