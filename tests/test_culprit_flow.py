@@ -22,8 +22,9 @@ from stovepipe_fsm.adapters.memory import (
 )
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.domain.entities import Request
-from stovepipe_fsm.domain.errors import NotFound
+from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
 from stovepipe_fsm.domain.hooks import CULPRIT_FOUND, CULPRIT_UNRESOLVED
+from stovepipe_fsm.pipeline.verbs import retry
 from stovepipe_fsm.process.catalog import load_process_machines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,3 +183,107 @@ async def test_a_repeated_outcome_starts_no_second_probe() -> None:
     await trunk.stages.record.complete(red.id, "failed")
     assert set(trunk.builds()) == first, "a repeat republishes (deduped), never a new probe"
     assert (await trunk.searches.get(Q)).probes_started == started
+
+
+PLUGIN = '''
+from stovepipe_fsm.plugin import PluginRegistry, SearchView
+
+
+def register(plugin: PluginRegistry) -> None:
+    @plugin.culprit.condition(parameters=["probe_slots"])
+    def off_or_release_commit(view: SearchView) -> bool:
+        """probe_slots is 0, or the red head is a release commit (no search for it)."""
+        return view.param("probe_slots") == 0 or view.ended.uri.startswith("release")
+'''
+
+
+async def test_a_plugin_condition_decides_in_the_culprit_machine(tmp_path: Path) -> None:
+    """A policy swaps the built-in ``finding_off`` for its own plugin condition: the
+    search machine asks it through the same vocabulary as the gate's plugins."""
+    machines = tmp_path / "machines"
+    machines.mkdir()
+    for name in ("request.yaml", "queue_gate.yaml"):
+        (machines / name).write_bytes((ROOT / "machines" / name).read_bytes())
+    culprit = (ROOT / "machines" / "culprit.yaml").read_text(encoding="utf-8")
+    culprit = culprit.replace("finding_off", "off_or_release_commit")
+    culprit = culprit.replace(
+        "initial: received\n", "initial: received\nplugins: [no_release_search]\n"
+    )
+    (machines / "culprit.yaml").write_text(culprit, encoding="utf-8")
+    (tmp_path / "no_release_search.py").write_text(PLUGIN, encoding="utf-8")
+    policy = load_process_machines(machines)
+    assert policy.culprit is not None
+    assert policy.culprit.registry.conditions["off_or_release_commit"].origin
+
+    for head, searched in (("release-9", False), ("c9", True)):
+        trunk = Trunk(9, probe_slots=1)
+        trunk.stages = memory_stages(
+            policy,
+            publisher=trunk.publisher,
+            searches=trunk.searches,
+            config=StaticConfigStore(
+                {"defaults": {"probe_slots": 1}}, parameters=policy.parameters
+            ),
+            source_control=trunk.stages.services.source_control,
+        )
+        trunk.requests = trunk.stages.services.requests
+        trunk.commits.append(head)
+        trunk.stages.services.source_control.for_queue(Q).add_commit(head, ["c8"])  # type: ignore[union-attr]
+        await green_base(trunk)
+        red = await trunk.head(head)
+        await trunk.stages.record.complete(red.id, "failed")
+        started = [
+            r for r in (await trunk.requests.get_many(trunk.builds())).values() if r.probe_of
+        ]
+        assert bool(started) is searched, head
+
+
+async def test_a_probe_is_never_retried_as_a_head() -> None:
+    """A failed probe is not a head: retrying it would ingest an old commit as the
+    newest and move trunk validation backwards."""
+    trunk = Trunk(9, probe_slots=1)
+    await green_base(trunk)
+    red = await trunk.head("c9")
+    await trunk.stages.record.complete(red.id, "failed")
+    [probe] = (await trunk.searches.get(Q)).probes
+    await trunk.stages.record.complete(probe.request_id, "failed")
+    with pytest.raises(IllegalOperation, match="probe build of the culprit search"):
+        await retry(
+            trunk.stages.lifecycle,
+            trunk.stages.ingest,
+            trunk.stages.ingest.uri_index,
+            probe.request_id,
+        )
+    assert (await trunk.stages.services.queues.get(Q)).latest_request_id == red.id
+
+
+async def test_a_probe_nobody_reports_frees_its_slot_after_the_lease() -> None:
+    """With max_validation_ms, a probe build never reported is taken as lost when the
+    next search starts: its slot is free again, and its late result changes nothing."""
+    trunk = Trunk(9, probe_slots=1, max_validation_ms=60_000, gate_wait_delay_ms=1000)
+    clock = trunk.stages.services.clock
+    await green_base(trunk)
+    first = await trunk.head("c4")
+    await trunk.stages.record.complete(first.id, "failed")
+    [lost] = (await trunk.searches.get(Q)).probes
+    clock.advance(61_000)  # type: ignore[attr-defined]
+    second = await trunk.head("c9")
+    await trunk.stages.record.complete(second.id, "failed")
+    search = await trunk.searches.get(Q)
+    assert search.red_request_id == second.id
+    assert [p.request_id for p in search.probes] != [lost.request_id]
+    assert len(search.probes) == 1, "the lost probe's slot went to the new search"
+    await trunk.stages.record.complete(lost.request_id, "succeeded")
+    assert (await trunk.searches.get(Q)).probes == search.probes
+
+
+def test_the_culprit_page_shows_the_generated_diagram() -> None:
+    """docs/culprits.md embeds the diagram ``diagram`` generates, as it is now."""
+
+    def mermaid(path: Path) -> str:
+        text = path.read_text(encoding="utf-8")
+        start = text.index("```mermaid\n")
+        return text[start : text.index("```\n", start + 1) + 4]
+
+    docs = ROOT / "docs"
+    assert mermaid(docs / "culprits.md") == mermaid(docs / "diagrams" / "culprit.md")

@@ -169,7 +169,7 @@ def test_the_posterior_weighs_only_what_the_results_allow(flake_rate: float) -> 
         if flake_rate == 0.0:  # no flakes: nothing above the lowest red, no "no culprit"
             assert weights[0] == 0.0 and not any(weights[hi + 1 :])
         else:  # every red a position must call a flake costs it ``flake_rate``
-            assert weights[hi + 1] < weights[hi] if hi < len(tallies) else weights[0] < weights[hi]
+            assert weights[hi + 1] < weights[hi] if hi < len(tallies) else weights[0] < 0.5
     # unbiased before probing: the positions of a red head's blamelist weigh the same
     even = posterior(red_head(8), flake_rate)[1:]
     assert max(even) == pytest.approx(min(even))
@@ -191,8 +191,12 @@ def test_the_likelihood_reruns_the_candidate_until_confirmed_and_confident() -> 
     closed = [G, G, R, N, R]
     assert set(likelihood_probes(closed, (), 2, CONFIRM, 0.0, 0.99)) == {3}
     assert likelihood_probes(closed, (3,), 2, CONFIRM, 0.0, 0.99) == ()
-    # short of confirm and of confidence, the candidate takes the slots the split leaves
-    assert likelihood_probes([G, R, *[N] * 5, R], (), 3, CONFIRM, 0.05, 0.99) == (2, 2, 2)
+    # short of confirm, the candidate is rerun as often as it is short, no more
+    assert likelihood_probes([G, R, *[N] * 5, R], (), 3, CONFIRM, 0.05, 0.99) == (2,)
+    assert likelihood_probes([G, R, *[N] * 5, R], (), 3, 3, 0.05, 0.99) == (2, 2)
+    # confirmed but short of confidence: one rerun at a time
+    assert likelihood_probes([G, Tally(reds=2), *[N] * 20, R], (), 3, CONFIRM, 0.05, 0.99) == (2,)
+    assert likelihood_probes([G, Tally(reds=2), *[N] * 20, R], (2,), 3, CONFIRM, 0.05, 0.99) == ()
     confirmed = [G, G, Tally(reds=2), *[N] * 20, R]
     assert named(confirmed, CONFIRM) == 3
     # two reds, but 21 commits above that would each explain them by two flakes

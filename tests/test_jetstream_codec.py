@@ -16,14 +16,17 @@ from stovepipe_fsm.adapters.jetstream.codec import (
     WorkMessage,
     decode_queue,
     decode_request,
+    decode_search,
     decode_uri_entry,
     decode_work,
     encode_queue,
     encode_request,
+    encode_search,
     encode_uri_entry,
     encode_work,
 )
 from stovepipe_fsm.domain import FULL, Green, NonRetryable, Queue, Request
+from stovepipe_fsm.domain.culprit_search import CulpritSearch, Probe, Tally
 
 text = st.text(max_size=40)
 requests = st.builds(
@@ -291,3 +294,41 @@ def test_malformed_lease_fields_are_non_retryable(
     with pytest.raises(NonRetryable) as caught:
         decode_queue(json.dumps(body).encode())
     assert complaint in str(caught.value)
+
+
+SEARCH = CulpritSearch(
+    queue="monorepo/main",
+    state="searching",
+    red_request_id="request/monorepo/main/9",
+    base_uri="c0",
+    blamelist=("c1", "c2", "c3"),
+    tallies=(Tally(1, 0), Tally(), Tally(0, 1)),
+    probes=(Probe("request/monorepo/main/11", "c2", 1234),),
+    probes_started=2,
+    started_at_ms=1000,
+    version=3,
+)
+
+
+def test_a_search_row_round_trips() -> None:
+    assert decode_search(encode_search(SEARCH)) == SEARCH
+    assert decode_search(encode_search(CulpritSearch("q/a"))) == CulpritSearch("q/a")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("tallies", [[1, 0]], r"one \[greens, reds\] pair"),
+        ("tallies", [[1, 0], [0, -1], [0, 1]], r"one \[greens, reds\] pair"),
+        ("blamelist", ["c"] * 1001, "at most 1000 strings"),
+        ("probes", [{"request_id": "r", "commit": "c"}], "request_id, commit and started_at_ms"),
+        ("probes_started", -1, "integer >= 0"),
+    ],
+)
+def test_a_damaged_search_row_is_refused_naming_the_field(
+    field: str, value: object, message: str
+) -> None:
+    body = json.loads(encode_search(SEARCH))
+    body[field] = value
+    with pytest.raises(NonRetryable, match=message):
+        decode_search(json.dumps(body).encode())

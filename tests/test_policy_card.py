@@ -96,3 +96,28 @@ def test_the_card_page_renders_every_section_escaped() -> None:
     assert shown.count('class="card-section"') == 3
     assert "outside_newest_n: every_head is true: every head is kept" in shown
     assert "`" not in shown.split("<body>")[1]
+
+
+def test_each_section_says_what_culprit_finding_does_for_it(tmp_path: Path) -> None:
+    """A policy declaring culprit.yaml: a sentence per pattern (off, bisection,
+    n-section, by likelihood); a policy without it says nothing."""
+    config = tmp_path / "queues.yaml"
+    config.write_text(
+        "queues:\n"
+        "  a/one: {probe_slots: 1}\n"
+        "  a/four: {probe_slots: 4, confirm_reds: 3}\n"
+        "  a/flaky: {probe_slots: 2, flake_aware: true, flake_rate_percent: 5}\n",
+        encoding="utf-8",
+    )
+    machines = load_process_machines(ROOT / "machines")
+    policy = load_queue_config(config, parameters=machines.parameters)
+    gate = machines.queue_gate
+    one, four, flaky, others = card_sections(
+        gate.spec, gate.registry, policy, machines.parameter_defaults
+    )
+    assert one.culprit.startswith("Culprit finding: bisection; a commit is named with 2 reds")
+    assert four.culprit.startswith("Culprit finding: 4-section; a commit is named with 3 reds")
+    assert "by likelihood (5 % flakes), 2 probe(s) at a time" in flaky.culprit
+    assert others.culprit == "Culprit finding: off (`probe_slots` 0)."
+    assert all(not s.culprit for s in sections()), "the trial declares no culprit machine"
+    assert "Culprit finding: bisection" in page.render_card("h", [one])

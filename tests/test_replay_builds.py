@@ -186,3 +186,25 @@ def test_export_reads_each_queues_repository_from_the_config_or_git_repo(tmp_pat
     both = {"mono/main": "/srv/x", "other/main": "/srv/x"}
     assert repositories_of(queues, str(config), "/srv/x") == both
     assert repositories_of(queues, None, None) == {}
+
+
+def test_a_probe_is_exported_as_a_build_never_as_a_head(tmp_path: Path) -> None:
+    """A culprit search's probe of C (red head D) is a build of C in the export, not an
+    ingest: a replay's own search starts its probes."""
+    probe = built(6, "C", "failed", 6100, 6100, 6600, probe_of=f"request/{Q}/4")
+    doc = yaml.safe_load(exported(tmp_path, [*LIVE, probe]).read_text())
+    heads = [
+        (kind, s[kind]["uri"])
+        for s in doc["steps"]
+        if isinstance(s, dict)
+        for kind in ("ingest", "return", "retry")
+        if kind in s
+    ]
+    assert heads == [("ingest", uri) for uri in "ABCDE"]
+    assert {
+        "uri": "C",
+        "queue": Q,
+        "admitted_ms": 6100,
+        "duration_ms": 500,
+        "outcome": "failed",
+    } in doc["builds"]

@@ -44,6 +44,8 @@ class Section:
     parameters: tuple[tuple[str, Any], ...]
     fires: tuple[tuple[str, str, str], ...]  # (transition, when, then)
     never: tuple[tuple[str, str], ...]  # (transition, why)
+    #: What culprit finding does for the pattern, in a sentence ("": the policy has none).
+    culprit: str = ""
 
 
 def card_header(gate: MachineSpec, config_name: str) -> str:
@@ -112,7 +114,28 @@ def _section(
         then = ", ".join(a.name for a in t.after) or "-"
         fires.append((label, " and ".join(when) or "always", then))
     parameters = tuple(sorted({**values, **runtime}.items()))
-    return Section(title, where, parameters, tuple(fires), tuple(never))
+    return Section(title, where, parameters, tuple(fires), tuple(never), culprit_summary(values))
+
+
+def culprit_summary(values: Mapping[str, Any]) -> str:
+    """Culprit finding under a queue's parameters, in one sentence; "" when the policy
+    declares none (no ``probe_slots`` parameter)."""
+    slots = values.get("probe_slots")
+    if slots is None:
+        return ""
+    if not slots:
+        return "Culprit finding: off (`probe_slots` 0)."
+    how = "bisection" if slots == 1 else f"{slots}-section"
+    if values.get("flake_aware"):
+        how = (
+            f"by likelihood ({values.get('flake_rate_percent')} % flakes), "
+            f"{slots} probe(s) at a time, a commit named at {values.get('confidence_percent')} %"
+        )
+    return (
+        f"Culprit finding: {how}; a commit is named with {values.get('confirm_reds')} reds and "
+        f"a green parent, within {values.get('max_probes')} probe builds, for blamelists of "
+        f"up to {values.get('max_blamelist')} commits."
+    )
 
 
 def _never(registry: Registry, condition: str, parameters: Mapping[str, Any]) -> str:
@@ -148,6 +171,8 @@ def render_card(
     for s in card_sections(gate, registry, policy, declared, queue=queue):
         lines += ["", f"## {s.title} ({s.where})", "", "| parameter | value |", "| --- | --- |"]
         lines += [f"| `{k}` | `{_cell(value_text(v))}` |" for k, v in s.parameters]
+        if s.culprit:
+            lines += ["", s.culprit]
         lines += ["", "| transition | when | then |", "| --- | --- | --- |"]
         lines += [f"| {label} | {when} | {then} |" for label, when, then in s.fires]
         if s.never:

@@ -25,7 +25,6 @@ Two ways to choose probes, both deterministic:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,10 +47,12 @@ class Tally:
 
 @dataclass(frozen=True)
 class Probe:
-    """A probe build in flight: the request that builds it and the commit it builds."""
+    """A probe build in flight: the request that builds it, the commit it builds, and
+    when the search listed it (milliseconds of the clock port; 0 = not recorded)."""
 
     request_id: str
     commit: str
+    started_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,15 @@ class CulpritSearch:
     def in_flight(self) -> tuple[int, ...]:
         """The blamelist positions of the probes in flight (0: a commit not listed)."""
         return tuple(self.position(p.commit) for p in self.probes)
+
+    def without_lost_probes(self, now_ms: int, lease_ms: int) -> CulpritSearch:
+        """This search without the probes listed more than ``lease_ms`` before
+        ``now_ms`` (their builds are taken as lost: their slots are free again; a result
+        that still comes is ignored). ``lease_ms`` 0: no probe is ever lost."""
+        if not lease_ms:
+            return self
+        kept = tuple(p for p in self.probes if p.started_at_ms + lease_ms > now_ms)
+        return self if kept == self.probes else evolve(self, probes=kept)
 
     def probe_for(self, request_id: str) -> Probe | None:
         return next((p for p in self.probes if p.request_id == request_id), None)
@@ -143,11 +153,6 @@ def section_probes(
         point = lo + (width * i + (slots + 1) // 2) // (slots + 1)
         if lo < point < hi and point not in busy and point not in chosen:
             chosen.append(point)
-    if not chosen and width > 1:  # every split point is in flight: the widest gap's middle
-        marks = sorted({lo, hi, *(p for p in busy if lo < p < hi)})
-        gap, left = max((b - a, a) for a, b in itertools.pairwise(marks))
-        if gap > 1:
-            chosen.append(left + gap // 2)
     chosen = chosen[:free]
     if hi == lo + 1:
         wanted = confirm - tallies[hi - 1].reds - list(in_flight).count(hi)
@@ -160,20 +165,21 @@ def posterior(tallies: Sequence[Tally], flake_rate: float) -> tuple[float, ...]:
     above ``lo`` a flake)", index k "the culprit is position k" (0 for k <= lo).
 
     A red below the culprit is a flake (chance ``flake_rate``); a red from it on is
-    certain; a green is the truth. Before any result, "no culprit" has the chance of one
-    flake and the positions share the rest evenly.
+    certain; a green is the truth. Before any result "no culprit" and "a culprit" are
+    even, and the positions share the second half evenly; the red head's own result is
+    among the tallies, so "no culprit" starts from the chance of that one flake.
     """
     m = len(tallies)
     lo, _ = frontier(tallies)
     weights = [0.0] * (m + 1)
     if m == 0:
         return (1.0,)
-    share = (1.0 - flake_rate) / m
+    share = 0.5 / m
     flakes = 1.0  # the chance that every red below the position is a flake
     for k in range(lo + 1, m + 1):
         weights[k] = share * flakes
         flakes *= flake_rate ** tallies[k - 1].reds
-    weights[0] = flake_rate * flakes
+    weights[0] = 0.5 * flakes
     total = sum(weights)
     if total <= 0.0:
         return tuple(weights)
@@ -191,8 +197,9 @@ def likelihood_probes(
     """The positions to probe now, where the weight of the hypotheses splits evenly.
 
     With ``n`` free slots, the positions whose cumulative weight is nearest ``1/(n+1)``,
-    ``2/(n+1)``, ...; a position already in flight is not probed twice unless it is the
-    candidate still short of ``confirm`` reds or of ``confidence``.
+    ``2/(n+1)``, ...; a position already in flight is not probed twice. The candidate is
+    rerun as many times as it is short of ``confirm`` reds, then once at a time while it
+    is short of ``confidence``.
     """
     free = slots - len(in_flight)
     lo, hi = frontier(tallies)
@@ -212,12 +219,15 @@ def likelihood_probes(
         point = lo + 1 + min(range(len(cumulative)), key=lambda j: abs(cumulative[j] - target))
         if point not in busy and point not in chosen:
             chosen.append(point)
+    chosen = chosen[:free]
     near = candidate(tallies)
-    if near and (
-        tallies[near - 1].reds + busy.count(near) < confirm or weights[near] < confidence
-    ):
-        chosen += [near] * max(0, free - len(chosen)) if not busy.count(near) else []
-    return tuple(chosen[:free])
+    if near:
+        pending = busy.count(near) + chosen.count(near)
+        short = confirm - tallies[near - 1].reds - pending
+        if short <= 0 and not pending and weights[near] < confidence:
+            short = 1  # confirmed, not yet confident: one more rerun at a time
+        chosen += [near] * max(0, min(short, free - len(chosen)))
+    return tuple(chosen)
 
 
 def named(

@@ -156,15 +156,21 @@ async def retry(
     """A new request for the commit of ``request_id``, which ended failed or cancelled.
 
     ``verb`` is what the trail record says ran (``dlq replay`` retries this way too).
-    ``IllegalOperation`` when it has not ended, ended otherwise (succeeded, superseded),
-    or a newer head of its queue was ingested since (validating an older commit again
-    would move trunk validation backwards); ``NotFound`` for no such request. Where the
+    ``IllegalOperation`` when it is a probe of a culprit search, has not ended, ended
+    otherwise (succeeded, superseded), or a newer head of its queue was ingested since
+    (validating an older commit again would move trunk validation backwards);
+    ``NotFound`` for no such request. Where the
     queue does not ``coalesce`` (:func:`queue_coalesces`: it validates every head), a
     newer head refuses nothing.
     """
     requests, queues = ingest.requests, ingest.queues
     retryable = lifecycle.roles.retryable_states
     old = await _load(requests, request_id)
+    if old.probe_of:
+        raise IllegalOperation(
+            f"request {request_id} is a probe build of the culprit search for "
+            f"{old.probe_of}, not a head; the search builds again what it needs"
+        )
     if not lifecycle.is_terminal(old):
         raise IllegalOperation(
             f"request {request_id} is {old.state}, it has not ended; only a head that "

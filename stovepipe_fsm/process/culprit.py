@@ -59,6 +59,8 @@ MAX_BLAMELIST = "max_blamelist"
 FLAKE_AWARE = "flake_aware"
 FLAKE_RATE_PERCENT = "flake_rate_percent"
 CONFIDENCE_PERCENT = "confidence_percent"
+#: The gate's lease on a build, read (when declared) as the lease on a probe.
+MAX_VALIDATION_MS = "max_validation_ms"
 
 #: Where a search stands: the machine's terminal states the driver treats as "open".
 SEARCHING = "searching"
@@ -67,7 +69,7 @@ SEARCHING = "searching"
 NO_REPOSITORY = "no repository configured"
 NO_GREEN_BASE = "no recorded green is an ancestor of the head"
 TOO_LONG = "blamelist longer than max_blamelist"
-BASE_OFF_FIRST_PARENTS = "the base is not on the head's first-parent line"
+ANCESTRY_UNKNOWN = "source control does not know the head or its base"
 
 CULPRIT_MACHINE = "culprit"
 
@@ -227,11 +229,12 @@ async def add_result(ctx: SearchContext) -> None:
 
 @CULPRIT.action(parameters=[MAX_BLAMELIST])
 async def list_blamelist(ctx: SearchContext) -> None:
-    """Open a search for the red head: its blamelist is the first-parent commits after
-    the green it was built on (its newest recorded green ancestor when it was built in
-    full), oldest first, the head last. Results the replaced search had for the same
-    commits are kept; its probes in flight keep their slots."""
-    head, old = ctx.ended, ctx.row
+    """Open a search for the red head: its blamelist is the commits of its first-parent
+    line that the green it was built on does not reach (its newest recorded green
+    ancestor when it was built in full), oldest first, the head last. Results the
+    replaced search had for the same commits are kept; its probes in flight keep their
+    slots."""
+    head, old = ctx.ended, _without_lost_probes(ctx, ctx.row)
     ctx.replaced = old if _is_open(old) else None
     blamelist, base, reason = await _blamelist(ctx, head)
     kept = {c: t for c, t in zip(old.blamelist, old.tallies, strict=True)}
@@ -267,19 +270,23 @@ async def _blamelist(ctx: SearchContext, head: Request) -> tuple[tuple[str, ...]
             return (), "", NO_GREEN_BASE
         base = choice.green.uri
     bound = int(ctx.param(MAX_BLAMELIST))
-    commits: list[str] = []
-    commit = head.uri
-    while commit != base:
-        if len(commits) >= bound:
-            return (), base, TOO_LONG
-        commits.append(commit)
-        try:
-            commit = await source.first_parent(commit)
-        except NotFound:
-            return (), base, BASE_OFF_FIRST_PARENTS
-        if not commit:
-            return (), base, BASE_OFF_FIRST_PARENTS
-    return tuple(reversed(commits)), base, ""
+    try:
+        commits = await source.first_parents_after(base, head.uri, bound + 1)
+    except NotFound:
+        return (), base, ANCESTRY_UNKNOWN
+    if len(commits) > bound:
+        return (), base, TOO_LONG
+    if not commits or commits[-1] != head.uri:
+        return (), base, ANCESTRY_UNKNOWN
+    return commits, base, ""
+
+
+def _without_lost_probes(ctx: SearchContext, row: CulpritSearch) -> CulpritSearch:
+    """``row`` without the probes listed longer than the queue's max_validation_ms (the
+    gate's lease on a build; 0: never): a build nobody reported frees its slot when the
+    search next chooses or a new search starts."""
+    lease = int(dict(ctx.config.parameters).get(MAX_VALIDATION_MS, 0))
+    return row.without_lost_probes(ctx.services.clock.now_ms(), lease)
 
 
 def _choose(ctx: SearchContext, positions: tuple[int, ...]) -> tuple[int, ...]:
@@ -296,8 +303,9 @@ async def _start(ctx: SearchContext, positions: tuple[int, ...]) -> None:
         return
     last = await ctx.counter.reserve(row.queue, len(positions))
     first = last - len(positions) + 1
+    now = ctx.services.clock.now_ms()
     probes = tuple(
-        Probe(format_request_id(row.queue, first + i), row.blamelist[at - 1])
+        Probe(format_request_id(row.queue, first + i), row.blamelist[at - 1], now)
         for i, at in enumerate(positions)
     )
     ctx.search = evolve(
@@ -312,7 +320,7 @@ async def _start(ctx: SearchContext, positions: tuple[int, ...]) -> None:
 async def choose_sections(ctx: SearchContext) -> None:
     """Probe the points that split what is left into equal sections, one per free probe
     slot (one slot: bisection), or rerun the candidate short of confirm_reds."""
-    row = ctx.row
+    row = ctx.search = _without_lost_probes(ctx, ctx.row)
     chosen = section_probes(
         row.tallies, row.in_flight(), int(ctx.param(PROBE_SLOTS)), int(ctx.param(CONFIRM_REDS))
     )
@@ -325,7 +333,7 @@ async def choose_sections(ctx: SearchContext) -> None:
 async def choose_by_likelihood(ctx: SearchContext) -> None:
     """Probe where the likelihood of the culprit hypotheses splits evenly under
     flake_rate_percent, one per free probe slot."""
-    row = ctx.row
+    row = ctx.search = _without_lost_probes(ctx, ctx.row)
     rate, confidence = _confidence(ctx)
     chosen = likelihood_probes(
         row.tallies,

@@ -14,6 +14,9 @@ through a machine file's ``plugins:`` list or an installed entry point (see
   delivery: each registered function is wrapped so it gets the view, never the
   delivery's internal context. Conditions must be synchronous (an ``async def``
   condition is refused when it is registered); actions may be ``async``.
+- ``culprit`` conditions and actions receive a :class:`~.search_view.SearchView` over
+  the build that ended and the queue's culprit search (the search row itself is
+  written only by the built-in steps).
 - ``request`` conditions get the :class:`~stovepipe_fsm.domain.entities.Request` being
   moved and guard its lifecycle triggers. The request machine runs no actions (its
   writes are the lifecycle's compare-and-set), so registering one is refused.
@@ -31,7 +34,7 @@ import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from functools import wraps
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..domain.entities import Request
 from ..domain.errors import PLUGIN_FRAME_NOTE
@@ -40,8 +43,10 @@ from ..machine.invariants import InvariantCatalog
 from ..machine.plugins import ENTRY_POINT_GROUP, MachineVocabulary
 from ..machine.registry import RegistrationRefused, Registry
 from .context import DeliveryContext
+from .culprit import SearchContext
 from .gate import REQUEST_PROCESSING, SLOT_HELD, START_ANNOUNCED, STRATEGY_DERIVED
 from .plugin_context import PluginContext
+from .search_view import SearchView
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -49,6 +54,7 @@ __all__ = [
     "SLOT_HELD",
     "START_ANNOUNCED",
     "STRATEGY_DERIVED",
+    "CulpritVocabulary",
     "DeliveryContext",
     "GateVocabulary",
     "InvariantCatalog",
@@ -56,6 +62,7 @@ __all__ = [
     "PluginContext",
     "PluginRegistry",
     "Request",
+    "SearchView",
     "internal_gate",
 ]
 
@@ -67,28 +74,27 @@ REQUEST_RUNS_NO_ACTIONS = (
 
 PluginCondition = Callable[[PluginContext], bool]
 PluginAction = Callable[[PluginContext], Any]
+View = TypeVar("View", PluginContext, SearchView)
 
 
-class GateVocabulary:
-    """Registers ``queue_gate`` conditions and actions that receive a PluginContext.
+class _ViewedVocabulary(Generic[View]):
+    """Registers conditions and actions of one machine whose callables receive a view
+    (``view(internal context)``), never the internal context itself.
 
-    Same arguments and checks as the built-in registrations (``process/gate.py``): an
-    optional name (default: the function's name); ``provides`` / ``provides_unless``
-    facts for a condition, ``provides`` / ``requires`` facts and ``finishes`` for an
-    action; ``parameters``: the machine parameters it reads (the machine must declare
-    them). The first paragraph of the docstring is what the diagrams show.
+    Same arguments and checks as the built-in registrations: an optional name (default:
+    the function's name); ``provides`` / ``provides_unless`` facts for a condition,
+    ``provides`` / ``requires`` facts and ``finishes`` for an action; ``parameters``: the
+    machine parameters it reads (the machine must declare them). The first paragraph of
+    the docstring is what the diagrams show.
     """
 
-    def __init__(
-        self, inner: MachineVocabulary[DeliveryContext], origin: str, hooks: set[str]
-    ) -> None:
+    def __init__(self, inner: MachineVocabulary[Any], view: Callable[[Any], View]) -> None:
         self._inner = inner
-        self._origin = origin
-        self._hooks = hooks  # the plugin's declared hook types, read when a step runs
+        self._view: Callable[[Any], View] = view
 
     @property
     def machine(self) -> str:
-        """The machine these names belong to (``queue_gate``)."""
+        """The machine these names belong to."""
         return self._inner.machine
 
     def condition(
@@ -98,15 +104,15 @@ class GateVocabulary:
         provides: Iterable[str] = (),
         provides_unless: Iterable[str] = (),
         parameters: Iterable[str] = (),
-    ) -> Callable[[PluginCondition], PluginCondition]:
-        """Register a synchronous predicate over the delivery; ``provides[_unless]``:
+    ) -> Callable[[Callable[[View], bool]], Callable[[View], bool]]:
+        """Register a synchronous predicate over the view; ``provides[_unless]``:
         facts when true/false; ``parameters``: the machine parameters it reads."""
         inner = self._inner.condition(
             name, provides=provides, provides_unless=provides_unless, parameters=parameters
         )
 
-        def register(fn: PluginCondition) -> PluginCondition:
-            inner(_viewed(fn, self._origin, self._hooks))
+        def register(fn: Callable[[View], bool]) -> Callable[[View], bool]:
+            inner(_viewed(fn, self._view))
             return fn
 
         return register
@@ -119,18 +125,37 @@ class GateVocabulary:
         requires: Iterable[str] = (),
         finishes: bool = False,
         parameters: Iterable[str] = (),
-    ) -> Callable[[PluginAction], PluginAction]:
+    ) -> Callable[[Callable[[View], Any]], Callable[[View], Any]]:
         """Register a step (a function or a coroutine function) that may do I/O through
-        the context; ``parameters``: the machine parameters it reads."""
+        the view; ``parameters``: the machine parameters it reads."""
         inner = self._inner.action(
             name, provides=provides, requires=requires, finishes=finishes, parameters=parameters
         )
 
-        def register(fn: PluginAction) -> PluginAction:
-            inner(_viewed(fn, self._origin, self._hooks))
+        def register(fn: Callable[[View], Any]) -> Callable[[View], Any]:
+            inner(_viewed(fn, self._view))
             return fn
 
         return register
+
+
+class GateVocabulary(_ViewedVocabulary[PluginContext]):
+    """Registers ``queue_gate`` conditions and actions that receive a PluginContext
+    (the arguments of :class:`_ViewedVocabulary`)."""
+
+    def __init__(
+        self, inner: MachineVocabulary[DeliveryContext], origin: str, hooks: set[str]
+    ) -> None:
+        # The plugin's declared hook types, read when a step runs.
+        super().__init__(inner, lambda ctx: PluginContext(ctx, origin, hooks))
+
+
+class CulpritVocabulary(_ViewedVocabulary[SearchView]):
+    """Registers ``culprit`` conditions and actions that receive a SearchView (the
+    arguments of :class:`_ViewedVocabulary`)."""
+
+    def __init__(self, inner: MachineVocabulary[SearchContext], origin: str) -> None:
+        super().__init__(inner, lambda ctx: SearchView(ctx, origin))
 
 
 #: A hook type a plugin may declare: dotted lower-case words, at least two.
@@ -161,11 +186,9 @@ class HookDeclarations:
         return event_type
 
 
-def _viewed(
-    fn: Callable[[PluginContext], Any], origin: str, hooks: frozenset[str] | set[str] = frozenset()
-) -> Callable[[DeliveryContext], Any]:
-    """``fn`` called with a PluginContext over the delivery's context; async if ``fn``
-    is (the registry refuses an async condition, the compiler awaits an async action).
+def _viewed(fn: Callable[[View], Any], view: Callable[[Any], View]) -> Callable[[Any], Any]:
+    """``fn`` called with ``view(ctx)`` over the machine's context; async if ``fn`` is
+    (the registry refuses an async condition, the compiler awaits an async action).
     Name and docstring are ``fn``'s, for the diagrams and error messages. An exception
     from ``fn`` is noted with the plugin's own frame that raised it (the compiler adds
     the YAML step), so ``test`` and ``simulate`` name both."""
@@ -173,9 +196,9 @@ def _viewed(
     if inspect.iscoroutinefunction(fn):
 
         @wraps(fn)
-        async def run_async(ctx: DeliveryContext) -> Any:
+        async def run_async(ctx: Any) -> Any:
             try:
-                return await fn(PluginContext(ctx, origin, hooks))
+                return await fn(view(ctx))
             except Exception as exc:
                 _note_frame(exc, home)
                 raise
@@ -183,9 +206,9 @@ def _viewed(
         return run_async
 
     @wraps(fn)
-    def run(ctx: DeliveryContext) -> Any:
+    def run(ctx: Any) -> Any:
         try:
-            return fn(PluginContext(ctx, origin, hooks))
+            return fn(view(ctx))
         except Exception as exc:
             _note_frame(exc, home)
             raise
@@ -209,9 +232,10 @@ class PluginRegistry:
     """What a plugin's ``register(plugin)`` receives: one vocabulary per machine.
 
     ``plugin.queue_gate``: conditions and actions of the delivery flow, which receive a
-    :class:`PluginContext`. ``plugin.request``: conditions over the
-    :class:`~stovepipe_fsm.domain.entities.Request` that guard its lifecycle triggers
-    (no actions). Both take the same arguments as the built-in registrations.
+    :class:`PluginContext`. ``plugin.culprit``: conditions and actions of culprit
+    finding, which receive a :class:`~.search_view.SearchView`. ``plugin.request``:
+    conditions over the :class:`~stovepipe_fsm.domain.entities.Request` that guard its
+    lifecycle triggers (no actions). All take the same arguments as the built-in registrations.
     ``plugin.invariants`` takes the invariants the plugin adds (``state`` /
     ``transition``, as docs/check.md shows).
     """
@@ -228,6 +252,8 @@ class PluginRegistry:
         self.request: MachineVocabulary[Request] = MachineVocabulary(
             registries["request"], no_actions=REQUEST_RUNS_NO_ACTIONS
         )
+        culprit = registries["culprit"]
+        self.culprit = CulpritVocabulary(MachineVocabulary(culprit), culprit.origin)
 
 
 def internal_gate(plugin: PluginRegistry) -> MachineVocabulary[DeliveryContext]:

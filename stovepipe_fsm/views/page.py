@@ -664,6 +664,8 @@ class CardSection(Protocol):
     def fires(self) -> tuple[tuple[str, str, str], ...]: ...
     @property
     def never(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def culprit(self) -> str: ...
 
 
 def render_card(policy_hash: str, sections: Sequence[CardSection]) -> str:
@@ -689,6 +691,7 @@ def render_card(policy_hash: str, sections: Sequence[CardSection]) -> str:
             f'<h2 class="card-section"><code class="queue-name">{_ticks(s.title)}</code> '
             f'<span class="muted">({text(s.where)})</span></h2>',
             f'<table class="facts">{params}</table>',
+            f"<p>{_ticks(s.culprit)}</p>" if s.culprit else "",
             "<table><thead><tr><th>Transition</th><th>When</th><th>Then</th></tr></thead>"
             f"<tbody>{fires}</tbody></table>",
             f"<p>Cannot fire under these parameters:</p><ul>{never}</ul>" if never else "",

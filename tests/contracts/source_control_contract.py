@@ -65,7 +65,40 @@ class Counted:
 
 
 class SourceControlContract:
-    """Contract tests for ``SourceControl.is_ancestor``."""
+    """Contract tests for ``SourceControl.is_ancestor`` and ``first_parents_after``."""
+
+    @pytest.mark.parametrize(
+        ("base", "head", "limit", "expected"),
+        [
+            ("a", "m", 10, ("b", "c", "m")),  # the merged side branch is not listed
+            ("x", "m", 10, ("b", "c", "m")),  # base off the line: what it reaches is not
+            ("y", "m", 10, ("b", "c", "m")),
+            ("a", "m", 2, ("c", "m")),  # the newest ``limit``
+            ("c", "c", 10, ()),
+            ("root", "b", 1, ("b",)),
+        ],
+    )
+    async def test_first_parents_after_lists_the_line_the_base_does_not_reach(
+        self,
+        build_graph: GraphBuilder,
+        base: str,
+        head: str,
+        limit: int,
+        expected: tuple[str, ...],
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        ids = graph.ids
+        found = await graph.source_control.first_parents_after(ids[base], ids[head], limit)
+        assert found == tuple(ids[name] for name in expected)
+
+    async def test_first_parents_after_an_unknown_commit_is_not_found(
+        self, build_graph: GraphBuilder
+    ) -> None:
+        graph = await build_graph(GRAPH)
+        with pytest.raises(NotFound):
+            await graph.source_control.first_parents_after(graph.missing, graph.ids["m"], 5)
+        with pytest.raises(NotFound):
+            await graph.source_control.first_parents_after(graph.ids["a"], graph.missing, 5)
 
     @pytest.mark.parametrize(
         ("a", "b"),

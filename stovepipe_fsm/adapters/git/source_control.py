@@ -184,6 +184,28 @@ class GitSourceControl:
         await self._raise_if_unresolvable(result, (commit,))
         raise _failure("rev-list --parents", self._repo_path, result)
 
+    async def first_parents_after(self, base: str, head: str, limit: int) -> tuple[str, ...]:
+        """``head``'s first-parent line down to what ``base`` reaches, oldest first, the
+        newest ``limit`` at most (one ``rev-list``)."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        for commit in (base, head):
+            check_commitish(commit)
+            if ".." in commit:
+                raise NotFound(f"commit {commit!r} is not a revision name (a range)")
+        command = [self._git, "-C", self._repo_path, "rev-list", "--first-parent"]
+        span = [f"--max-count={limit}", f"^{base}^{{commit}}", f"{head}^{{commit}}", "--"]
+        result = await self._run([*command, *span], self._timeout_s)
+        if result.returncode == 0:
+            return tuple(reversed(result.stdout.split()))
+        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES):
+            raise NotFound(
+                f"commit not found in {self._repo_path!r} (asked the first parents of "
+                f"{head!r} after {base!r}): {result.stderr}"
+            )
+        await self._raise_if_unresolvable(result, (base, head))
+        raise _failure("rev-list --first-parent", self._repo_path, result)
+
     async def first_parents_since(
         self, since: str, tip: str, *, limit: int, newest: bool = False
     ) -> NewCommits | None:

@@ -270,7 +270,10 @@ def encode_search(search: CulpritSearch) -> bytes:
     fields.update({name: getattr(search, name) for name in _SEARCH_INT_FIELDS})
     fields["blamelist"] = list(search.blamelist)
     fields["tallies"] = [[t.greens, t.reds] for t in search.tallies]
-    fields["probes"] = [{"request_id": p.request_id, "commit": p.commit} for p in search.probes]
+    fields["probes"] = [
+        {"request_id": p.request_id, "commit": p.commit, "started_at_ms": p.started_at_ms}
+        for p in search.probes
+    ]
     fields["version"] = search.version
     return _dump(SEARCH_KIND, fields)
 
@@ -320,16 +323,16 @@ def decode_search(data: bytes | None) -> CulpritSearch:
         )
     listed = []
     for item in probes:
-        if not isinstance(item, dict) or item.keys() != {"request_id", "commit"}:
+        if not isinstance(item, dict) or item.keys() != {"request_id", "commit", "started_at_ms"}:
             raise NonRetryable(
-                "search field 'probes': each probe must be an object with request_id and "
-                f"commit, got {clip(repr(item), 200)}"
+                "search field 'probes': each probe must be an object with request_id, "
+                f"commit and started_at_ms, got {clip(repr(item), 200)}"
             )
         request_id, commit = (
             _str(SEARCH_KIND, item, "request_id"),
             _str(SEARCH_KIND, item, "commit"),
         )
-        listed.append(Probe(request_id, commit))
+        listed.append(Probe(request_id, commit, _time(SEARCH_KIND, item, "started_at_ms")))
     return CulpritSearch(
         **strings,
         **counts,

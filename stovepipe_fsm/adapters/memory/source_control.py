@@ -185,6 +185,23 @@ class MemorySourceControl:
         parents = self.parents_of(commit)
         return parents[0] if parents else ""
 
+    async def first_parents_after(self, base: str, head: str, limit: int) -> tuple[str, ...]:
+        """``head``'s first-parent line down to what ``base`` reaches, oldest first, the
+        newest ``limit`` at most."""
+        self.calls += 1
+        if not self._available:
+            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        for sha in (base, head):
+            self.parents_of(sha)  # NotFound for a commit the graph does not have
+        reached = self._reachable(base)
+        line: list[str] = []
+        commit = head
+        while commit and commit not in reached and len(line) < limit:
+            line.append(commit)
+            parents = self._parents[commit]
+            commit = parents[0] if parents else ""
+        return tuple(reversed(line))
+
     async def changed_paths(self, base: str, head: str) -> frozenset[str]:
         """Paths changed by the commits one side reaches and the other does not.
 

@@ -17,7 +17,8 @@ those, the timeline holds, at their real relative times:
   due, up to the time of the export;
 - ``builds``: each build that ended with an outcome (when it was admitted, its duration
   from admission to end, and the outcome), in admission order, which end the builds a
-  replay admits (simulation/builds.py).
+  replay admits (simulation/builds.py); a culprit search's probe builds among them (a
+  probe is a build, never a head: the replay's own search starts its probes).
 
 What the stage decided (holds, supersedes, admissions, strategies) is left out on
 purpose: a replay decides it again. ``history``/``changes`` are the repository's (real
@@ -85,10 +86,12 @@ def recorded_timeline(
     """The timeline of the requests ingested from ``since_ms`` on, on the queues
     ``queue_glob`` matches, up to ``until_ms`` (module docstring)."""
     chosen, without_times = _chosen(recorded.requests, since_ms, queue_glob)
+    # A probe of a culprit search is a build, not a head: a replay's own search starts it.
+    heads = [r for r in chosen if not r.probe_of]
     events: list[tuple[int, int, int, dict[str, Any]]] = []
     counts = {"returns": 0, "retries": 0, "dead_letters": 0, "cancels": 0, "pauses": 0}
     seen: set[tuple[str, str]] = set()
-    for r in sorted(chosen, key=lambda r: (r.queue, parse_request_id(r.id).counter)):
+    for r in sorted(heads, key=lambda r: (r.queue, parse_request_id(r.id).counter)):
         target = {"uri": r.uri, "queue": r.queue}
         n = parse_request_id(r.id).counter
         if r.retry_of:
@@ -111,7 +114,7 @@ def recorded_timeline(
             elif record.kind == OPERATOR and record.details.get("verb") == "cancel":
                 counts["cancels"] += 1
                 events.append((record.at_ms, _END, n, {"cancel": target}))
-    queues = sorted({r.queue for r in chosen})
+    queues = sorted({r.queue for r in heads})
     for record in recorded.queue_verbs:
         verb = record.details.get("verb")
         if verb not in ("pause", "resume") or record.at_ms < since_ms:
@@ -142,11 +145,10 @@ def recorded_timeline(
         if changes:
             timeline["changes"] = changes
     else:
-        timeline["history"] = _assumed_history(chosen)
+        timeline["history"] = _assumed_history(heads)
     timeline["builds"] = builds
     timeline["steps"] = steps
-    heads = len(chosen)
-    return Export(timeline, heads, len(builds), without_times, **counts)
+    return Export(timeline, len(heads), len(builds), without_times, **counts)
 
 
 def _chosen(
