@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from git_histories import Repo
+from test_service_oncall import story
 from test_service_support import Running, running_service, stream_messages, wait_for
 
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
@@ -251,6 +252,20 @@ async def test_a_burst_with_a_broken_middle_commit_names_it(js_env, tmp_path: Pa
     assert counted("probes_started", search.probes_started) in metrics, metrics
     assert counted("culprits_found", 1) in metrics
     assert "culprits_unresolved" not in metrics
+
+    # explain: the red head's search, and each probe's commit and red head.
+    red_story = await story(js_env, red)
+    red_name = f"{names['c7'][:10]} (request {red.rsplit('/', 1)[1]})"
+    assert f"culprit search named {names['c4'][:10]} as the culprit (blamelist 7" in red_story
+    assert "culprit search searching (blamelist 7 commit(s); green through the base, " in (
+        red_story
+    ), red_story
+    probe = farm.probe_builds[0]
+    probe_story = await story(js_env, probe)
+    first = probe_story.splitlines()[0]
+    assert first.endswith(f"probe of {red_name}"), probe_story
+    assert f"of the 7 commits in the blamelist) for red head {red_name}" in probe_story
+    assert f"admitted: a probe build, in a probe slot, for red head {red_name}" in probe_story
 
 
 async def test_a_flaky_red_below_the_culprit_is_not_named(js_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -39,6 +39,8 @@ def request_json(r: Request) -> dict[str, Any]:
         "ended_at_ms": r.ended_at_ms,
         # Only on a request an operator's retry made (simulate never makes one).
         **({"retry_of": r.retry_of} if r.retry_of else {}),
+        # Only on a probe: a culprit search's build of a commit, for this red head.
+        **({"probe_of": r.probe_of} if r.probe_of else {}),
     }
 
 
@@ -110,5 +112,3 @@ def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str
         f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
         f"last_green={green} latest={q['latest_request_id'] or '-'}{partition}"
     )
-
-
