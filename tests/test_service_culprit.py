@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +25,15 @@ import pytest
 from git_histories import Repo
 from test_service_oncall import story
 from test_service_support import Running, running_service, stream_messages, wait_for
+from test_status_page import fetch
 
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
 from stovepipe_fsm.adapters.jetstream import open_cell
 from stovepipe_fsm.adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from stovepipe_fsm.adapters.jetstream.ref_cursors import KvRefCursors
-from stovepipe_fsm.apps.service.http import render_metrics
+from stovepipe_fsm.adapters.jetstream.server import free_port
+from stovepipe_fsm.apps.service.http import HttpEndpoint, render_metrics
+from stovepipe_fsm.apps.service.operators import render_status, status_document
 from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
 from stovepipe_fsm.domain.errors import NotFound
 from stovepipe_fsm.domain.hooks import CULPRIT_FOUND, CULPRIT_UNRESOLVED
@@ -171,6 +175,14 @@ async def hooks(js_env: Any, kind: str) -> list[dict[str, str]]:
     return [e["payload"] for e in events]
 
 
+async def on_call(js_env: Any, http: HttpEndpoint) -> tuple[str, str]:
+    """What on-call reads: the queue page's HTML and ``status``'s text."""
+    await asyncio.sleep(1.1)  # past the page's shared read
+    _, _, html = await fetch(http.port, f"/queue/{QUEUE}")
+    text = render_status(await status_document(js_env.js, js_env.topology))
+    return html, text
+
+
 async def green_base(run: Running, poller: Poller, repo: Repo, names: dict[str, str]) -> None:
     """``c0`` ingested, built and green."""
     names["c0"] = repo.head()
@@ -209,7 +221,9 @@ async def test_a_burst_with_a_broken_middle_commit_names_it(js_env, tmp_path: Pa
     async with culprit_service(js_env, repo) as (run, poller):
         farm = Farm(run, js_env, names, culprit="c4", held={"c8"})
         farm.probing.clear()
-        async with farm_running(farm):
+        http = await HttpEndpoint(run.service, free_port()).start()
+        async with farm_running(farm), contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(http.close)
             await green_base(run, poller, repo, names)
             names.update(push(repo, *order[1:8]))
             ids = await poll(poller, repo)
@@ -229,8 +243,10 @@ async def test_a_burst_with_a_broken_middle_commit_names_it(js_env, tmp_path: Pa
             assert queue.slot_holders == (c8,)
             assert queue.latest_request_id == c8
             assert len(await farm.listed_probes()) == PROBE_SLOTS, "still building"
+            probing_page, probing_status = await on_call(js_env, http)
             farm.probing.set()
             event = await found(js_env)
+            named_page, named_status = await on_call(js_env, http)
         search = await run.pipeline.ports.searches.get(QUEUE)
         metrics = await render_metrics(run.service)
         probe_rows = [await run.request(p) for p in farm.probe_builds]
@@ -252,6 +268,21 @@ async def test_a_burst_with_a_broken_middle_commit_names_it(js_env, tmp_path: Pa
     assert counted("probes_started", search.probes_started) in metrics, metrics
     assert counted("culprits_found", 1) in metrics
     assert "culprits_unresolved" not in metrics
+
+    # The queue page and status: the search row, and the probes in flight while they build.
+    short = {n: c[:10] for n, c in names.items()}
+    probes = re.findall(r'<tr class="probe">(.*?)</tr>', probing_page)
+    assert len(probes) == PROBE_SLOTS, probing_page
+    assert all(f"/request/{red}" in row for row in probes)
+    in_flight = f"2 in flight of {PROBE_SLOTS} probe slot(s))"
+    searching = "culprit search searching (blamelist 7 commit(s); green through the base, "
+    assert searching in probing_page and in_flight in probing_page
+    assert f"red head {red} ({short['c7']}): {searching}" in probing_status, probing_status
+    assert in_flight in probing_status
+    named = f"culprit search named {short['c4']} as the culprit (blamelist 7 commit(s); "
+    assert named in named_page and "No probe builds." in named_page, named_page
+    assert f"red head {red} ({short['c7']}): {named}" in named_status, named_status
+    assert f"0 in flight of {PROBE_SLOTS} probe slot(s))" in named_status
 
     # explain: the red head's search, and each probe's commit and red head.
     red_story = await story(js_env, red)

@@ -155,7 +155,7 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
             f"{story.name(d.get('for_head', ''))}"
         )
     if record.kind == CULPRIT:
-        return _culprit(d)
+        return search_sentence(d)
     if record.kind == ENDED and d.get("moot"):
         return (
             f"outcome {d.get('outcome', '')} reported by {d.get('by', '')} after the build "
@@ -201,23 +201,26 @@ def _admitted(d: Mapping[str, str]) -> str:
     return f"admitted: {strategy} build on {base}" + (f" ({why})" if why else "")
 
 
-def _culprit(d: Mapping[str, str]) -> str:
-    """Where the culprit search of a red head stands: its state, the culprit or why none,
-    and its evidence (positions count from the green base, 0, to the red head)."""
-    state = d.get("state", "")
+def search_sentence(d: Mapping[str, object], probe_slots: object = None) -> str:
+    """Where a culprit search stands: its state, the culprit or why none, and its
+    evidence (positions count from the green base, 0, to the red head). ``d`` has the
+    fields of a ``culprit`` trail record (or a search row as ``status --json`` shows it);
+    ``probe_slots``, when known, is what the probes in flight are out of."""
+    state = str(d.get("state", ""))
     if state == "named":
-        verdict = f" {short_commit(d.get('culprit', ''))} as the culprit"
+        verdict = f" {short_commit(str(d.get('culprit', '')))} as the culprit"
     elif d.get("reason"):
         verdict = f": {d['reason']}"
     else:
         verdict = ""
-    green = d.get("green_through", "0")
-    red = d.get("red_from", "0")
+    green, red = str(d.get("green_through", 0)), str(d.get("red_from", 0))
+    slots = f" of {probe_slots} probe slot(s)" if probe_slots is not None else ""
     return (
-        f"culprit search {state}{verdict} (blamelist {d.get('blamelist', '0')} commit(s); "
+        f"culprit search {state}{verdict} (blamelist {d.get('blamelist', 0)} commit(s); "
         f"green through {'the base' if green == '0' else 'position ' + green}, "
         f"red from {'none' if red == '0' else 'position ' + red}; "
-        f"{d.get('probes_started', '0')} probe(s) started, {d.get('in_flight', '0')} in flight)"
+        f"{d.get('probes_started', 0)} probe(s) started, {d.get('in_flight', 0)} in flight"
+        f"{slots})"
     )
 
 
