@@ -324,24 +324,34 @@ def _parameters_inline(parameters: Mapping[str, object]) -> str:
     return ", ".join(shown)
 
 
-def _search(q: QueueView) -> str:
-    """The queue's culprit search: its red head (linked) and where it stands."""
+def _search(q: QueueView, *, short: bool = False) -> str:
+    """The queue's culprit search: its red head (linked) and where it stands; ``short``
+    (the overview): the state, the culprit or why none, and the probes in flight."""
     search = q.search
     if search is None:
         return '<span class="muted">none</span>'
     red = str(search.get("red_request_id", ""))
     head = commit_link(red, str(search.get("red_uri") or red)) if red else "-"
-    said = search_sentence(search, search.get("probe_slots"))
-    return (
-        f'<span class="search" data-state="{text(search.get("state", ""))}">'
-        f"red head {head}: {text(said)}</span>"
-    )
+    state, slots = str(search.get("state", "")), search.get("probe_slots")
+    if not short:
+        said = f"red head {head}: {text(search_sentence(search, slots))}"
+    else:
+        if state == "named":
+            where = f"named {text(short_commit(str(search.get('culprit', ''))))}"
+        else:
+            where = text(state) + (f": {text(search['reason'])}" if search.get("reason") else "")
+        of = f" of {text(slots)}" if slots is not None else ""
+        said = (
+            f"culprit search for red head {head}: {where}; "
+            f"probes {text(search.get('in_flight', 0))}{of} in flight"
+        )
+    return f'<span class="search" data-state="{text(state)}">{said}</span>'
 
 
 def _queue_row(q: QueueView, now_ms: int) -> str:
     state = _queue_state(q)
     if q.search is not None:
-        state += f"<br>{_search(q)}"
+        state += f"<br>{_search(q, short=True)}"
     holders = "<br>".join(_holder(h, now_ms) for h in q.holders) or '<span class="muted">-</span>'
     if q.oldest_id:
         oldest = (
