@@ -3,7 +3,8 @@
 A linear trunk after a green base; a burst of commits is pushed and ingested as ``poll``
 ingests it, and a middle commit of the burst breaks the build. The test is the build
 farm: it reads the build stream, tells a probe from a head by the request's ``probe_of``,
-and reports each outcome on the outcome stream (what ``complete`` publishes): red from
+and reports each outcome by the request id of its build message with ``complete``'s
+``--request-id`` (a message on the outcome stream, which the service records): red from
 the broken commit on, green before it. The red newest head starts a search with two
 probe slots; the farm holds every probe until the search has listed all it started, so
 it sees as many in flight as the service ever runs at once, and a head pushed meanwhile
@@ -29,11 +30,11 @@ from test_status_page import fetch
 
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
 from stovepipe_fsm.adapters.jetstream import open_cell
-from stovepipe_fsm.adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from stovepipe_fsm.adapters.jetstream.ref_cursors import KvRefCursors
 from stovepipe_fsm.adapters.jetstream.server import free_port
+from stovepipe_fsm.apps.service.connect import NatsOptions
 from stovepipe_fsm.apps.service.http import HttpEndpoint, render_metrics
-from stovepipe_fsm.apps.service.operators import render_status, status_document
+from stovepipe_fsm.apps.service.operators import complete, render_status, status_document
 from stovepipe_fsm.apps.service.poll import Poller, PollTarget, poll_round
 from stovepipe_fsm.domain.errors import NotFound
 from stovepipe_fsm.domain.hooks import CULPRIT_FOUND, CULPRIT_UNRESOLVED
@@ -99,8 +100,8 @@ class Farm:
     async def report(self, request_id: str, commit: str) -> None:
         outcome = self.outcome(commit)
         self.reported[request_id] = outcome
-        message = OutcomeMessage(QUEUE, request_id, outcome)
-        await publish_outcome(self.js_env.js, self.js_env.topology, message)
+        options = NatsOptions(url=self.js_env.server.url, max_reconnect_attempts=3)
+        await complete(options, self.js_env.topology, QUEUE, "", outcome, 0, request_id=request_id)
 
     async def listed_probes(self) -> set[str]:
         searches = self.run.pipeline.ports.searches

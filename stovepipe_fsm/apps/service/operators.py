@@ -143,16 +143,29 @@ def check_outcome_name(record: PolicyRecord | None, outcome: str) -> None:
 
 
 async def complete(
-    options: NatsOptions, topology: Topology, queue: str, uri: str, outcome: str, wait_s: float
+    options: NatsOptions,
+    topology: Topology,
+    queue: str,
+    uri: str,
+    outcome: str,
+    wait_s: float,
+    *,
+    request_id: str = "",
 ) -> dict[str, Any]:
-    """Publish ``outcome`` for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait that
-    long for the service to record it and add the request's row to the answer."""
+    """Publish ``outcome`` for the build of ``request_id`` (the id its build message
+    named), or without one for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait
+    that long for the service to record it and add the request's row to the answer."""
     queue = normalize_queue_name(queue)
+    if request_id and parse_request_id(request_id).queue != queue:
+        raise ValueError(f"request {request_id!r} is not of queue {queue!r}")
     async with connected(options) as nc:
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
-        request_id = await building_request_for_uri(stores, queue, uri)
+        if request_id:
+            await stores.requests.get(request_id)  # NotFound: no such request
+        else:
+            request_id = await building_request_for_uri(stores, queue, uri)
         record = await read_policy_record(js, topology)
         check_outcome_name(record, outcome)
         if wait_s > 0 and (record is None or outcome not in record.outcomes):
