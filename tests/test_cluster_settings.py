@@ -34,6 +34,7 @@ from stovepipe_fsm.apps.service.connect import NatsOptions, connect, seed_urls
 from stovepipe_fsm.apps.service.durations import parse_duration
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
 from stovepipe_fsm.apps.service.sizes import parse_size
+from stovepipe_fsm.domain.culprit_search import CulpritSearch, Probe
 from stovepipe_fsm.domain.ids import format_request_id
 from stovepipe_fsm.domain.settle import Attempt
 from stovepipe_fsm.domain.trail_record import INGESTED, TrailRecord, detail
@@ -403,6 +404,28 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
     assert await pipeline.ingest.uri_index.get("q", "D") == ids[3]
     again = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
     assert again.pruned == []
+
+
+async def test_prune_keeps_the_red_head_and_the_probes_a_culprit_search_names(
+    js_env: JsEnv,
+) -> None:
+    """The red head's trail tells its search, and a listed probe whose request went
+    missing would be started again: neither is removed while the queue's row names it."""
+    machines = load_process_machines("machines")
+    pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
+    a, b, c, d = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in "ABCD"]
+    lifecycle = pipeline.lifecycle
+    for old in (a, b, c):
+        await lifecycle.supersede(await lifecycle.requests.get(old), d)
+    search = CulpritSearch("q", "searching", red_request_id=a, probes=(Probe(b, "B"),))
+    assert pipeline.ports is not None and pipeline.ports.searches is not None
+    await pipeline.ports.searches.create(search)
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2)
+    terminal = machines.request.terminal
+    report = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
+    assert report.pruned == [c]
+    assert sorted(report.referenced) == [a, b]
+    assert await _exists(pipeline, a) and await _exists(pipeline, b)
 
 
 async def _kept_on(js_env: JsEnv, bucket: str, key: str) -> int:

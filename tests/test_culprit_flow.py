@@ -21,9 +21,11 @@ from stovepipe_fsm.adapters.memory import (
     MemorySourceControlProvider,
 )
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
+from stovepipe_fsm.adapters.memory.decision_trail import MemoryTrail
 from stovepipe_fsm.domain.entities import Request
 from stovepipe_fsm.domain.errors import IllegalOperation, NotFound
 from stovepipe_fsm.domain.hooks import CULPRIT_FOUND, CULPRIT_UNRESOLVED
+from stovepipe_fsm.domain.trail_record import CULPRIT
 from stovepipe_fsm.pipeline.verbs import retry
 from stovepipe_fsm.process.catalog import load_process_machines
 
@@ -36,7 +38,9 @@ BASE = "c0"
 class Trunk:
     """Stages over a linear history with culprit finding on."""
 
-    def __init__(self, commits: int, **parameters: object) -> None:
+    def __init__(
+        self, commits: int, trail: MemoryTrail | None = None, **parameters: object
+    ) -> None:
         self.commits = [f"c{i}" for i in range(commits + 1)]
         source = MemorySourceControl(
             {c: ([self.commits[i - 1]] if i else []) for i, c in enumerate(self.commits)}
@@ -53,6 +57,7 @@ class Trunk:
             searches=self.searches,
             config=config,
             source_control=MemorySourceControlProvider(default=source),
+            **({"trail": trail} if trail is not None else {}),
         )
         self.requests = self.stages.services.requests
 
@@ -287,3 +292,20 @@ def test_the_culprit_page_shows_the_generated_diagram() -> None:
 
     docs = ROOT / "docs"
     assert mermaid(docs / "culprits.md") == mermaid(docs / "diagrams" / "culprit.md")
+
+
+async def test_a_search_replaced_by_a_newer_red_head_says_so_on_its_red_heads_trail() -> None:
+    trail = MemoryTrail()
+    trunk = Trunk(9, trail=trail, probe_slots=1)
+    await green_base(trunk)
+    first = await trunk.head("c5")
+    await trunk.stages.record.complete(first.id, "failed")
+    second = await trunk.head("c9")
+    await trunk.stages.record.complete(second.id, "failed")
+    told = [
+        (r.details["state"], r.details.get("reason", ""))
+        for r in await trail.history(first.id)
+        if r.kind == CULPRIT
+    ]
+    assert told[-1] == ("unresolved", "newer red head"), told
+    assert (await trunk.searches.get(Q)).red_request_id == second.id

@@ -11,9 +11,11 @@ from stovepipe_fsm.domain.parameter_text import parameters_text, short_commit, v
 from stovepipe_fsm.domain.trail_record import (
     ADMITTED,
     ATTEMPT_FAILED,
+    CULPRIT,
     DEAD_LETTERED,
     HELD,
     INGESTED,
+    PROBE_STARTED,
     RECLAIMED,
     SUPERSEDED,
     TrailRecord,
@@ -26,6 +28,7 @@ from stovepipe_fsm.views.explain import (
     Position,
     Story,
     history_json,
+    named_requests,
     ordinal,
     render_history,
     sentence,
@@ -126,6 +129,56 @@ def test_a_waiting_head_says_where_it_stands_and_who_is_at_the_front() -> None:
     assert text.splitlines()[-1] == f"  now: {doc['position']['sentence']}"
     front = history_json(row, [], Story({}, Position(1, 1, f"request/{Q}/6", SHA2, "")))
     assert front["position"]["sentence"] == "waiting at the front of its queue; 1 waiting"
+
+
+def test_a_red_heads_search_says_where_it_stands_and_why_it_ended() -> None:
+    def search(**why: object) -> str:
+        facts = {"blamelist": 7, "probes_started": 2, "in_flight": 2, **why}
+        return sentence(record(CULPRIT, n=9, **facts))
+
+    assert search(state="searching", green_through=0, red_from=7) == (
+        "culprit search searching (blamelist 7 commit(s); green through the base, "
+        "red from position 7; 2 probe(s) started, 2 in flight)"
+    )
+    named = search(state="named", culprit=SHA, green_through=3, red_from=4, in_flight=0)
+    assert named == (
+        f"culprit search named {SHA[:10]} as the culprit (blamelist 7 commit(s); green "
+        "through position 3, red from position 4; 2 probe(s) started, 0 in flight)"
+    )
+    flake = search(state="unresolved", reason="red_not_reproduced", green_through=7, red_from=0)
+    assert flake.startswith("culprit search unresolved: red_not_reproduced (")
+    assert "green through position 7, red from none;" in flake
+    far = sentence(
+        record(CULPRIT, state="unresolved", reason="blamelist longer than max_blamelist")
+    )
+    assert far.startswith("culprit search unresolved: blamelist longer than max_blamelist (")
+
+
+def test_a_probe_says_which_commit_it_builds_for_which_red_head() -> None:
+    red = f"request/{Q}/9"
+    records = [
+        record(PROBE_STARTED, n=12, commit=SHA, position=3, blamelist=7, for_head=red),
+        record(ADMITTED, n=12, probe_of=red),
+    ]
+    assert named_requests(records) == {red}
+    story = Story({red: SHA2})
+    assert [sentence(r, story) for r in records] == [
+        f"probe of {SHA[:10]} (position 3 of the 7 commits in the blamelist) for red head "
+        f"{SHA2[:10]} (request 9)",
+        f"admitted: a probe build, in a probe slot, for red head {SHA2[:10]} (request 9)",
+    ]
+    row = {
+        "id": f"request/{Q}/12",
+        "uri": SHA,
+        "state": "processing",
+        "build_strategy": "incremental_since_green",
+        "probe_of": red,
+    }
+    first = render_history(row, records, story).splitlines()[0]
+    assert first == (
+        f"request/{Q}/12  {SHA[:10]}  processing  incremental_since_green  "
+        f"probe of {SHA2[:10]} (request 9)"
+    )
 
 
 def test_values_read_as_yaml_and_only_full_commit_ids_are_cut() -> None:

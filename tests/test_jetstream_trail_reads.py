@@ -14,7 +14,7 @@ from nats_server import JsEnv
 from stovepipe_fsm.adapters.jetstream.decision_trail import JetStreamTrail
 from stovepipe_fsm.apps.service.operators import request_history
 from stovepipe_fsm.domain.ids import format_request_id
-from stovepipe_fsm.domain.trail_record import INGESTED, TrailRecord
+from stovepipe_fsm.domain.trail_record import CULPRIT, INGESTED, TrailRecord
 from stovepipe_fsm.pipeline.queue_verbs import dlq_prune_record, pause_record, resume_record
 
 Q = "monorepo/main"
@@ -63,3 +63,21 @@ async def test_a_verb_kept_without_its_pattern_in_the_subject_is_still_told(
     await js_env.js.publish(subject, json.dumps(old.as_json()).encode())
     await trail.append(pause_record("other/q", 2_500, "oncall", ""))
     assert (await story_costs(js_env))[2] == ["monorepo/* pause"]
+
+
+async def test_each_step_of_a_culprit_search_is_kept_on_the_red_heads_trail(
+    js_env: JsEnv,
+) -> None:
+    """A search notes where it stands on every write of its row (tag: the row's version);
+    each note is kept, and a repeat of one is kept once."""
+    trail = JetStreamTrail(js_env.js, js_env.topology)
+    for version, state in ((1, "searching"), (2, "searching"), (3, "named"), (3, "named")):
+        await trail.append(
+            TrailRecord(CULPRIT, Q, REQUEST, 1_000 * version, (("state", state),), tag=str(version))
+        )
+    history = await trail.history(REQUEST)
+    assert [(r.tag, r.details["state"]) for r in history] == [
+        ("1", "searching"),
+        ("2", "searching"),
+        ("3", "named"),
+    ]

@@ -15,6 +15,7 @@ from stovepipe_fsm.apps.cli import main
 from stovepipe_fsm.apps.options import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 R = "request/monorepo/main/1"
+BY_ID = ("--queue", "monorepo/main", "--request-id")
 VERBS = {
     "ingest": ["ingest", "--queue", "monorepo/main", "--uri", "A"],
     "complete": ["complete", "--queue", "monorepo/main", "--uri", "A", "--outcome", "failed"],
@@ -69,6 +70,14 @@ def test_bad_input_and_illegal_operations_are_exit_2_with_a_sentence(
         (("dlq", "replay", "7"), "no dead letter 7"),
         (("ingest", "--queue", "bad queue\n", "--uri", "A"), "queue name"),
         (("complete", "--queue", "monorepo/main", "--uri", "Z", "--outcome", "failed"), "Z"),
+        (
+            ("complete", *BY_ID, "request/monorepo/main/9", "--outcome", "failed"),
+            "'request/monorepo/main/9'",
+        ),
+        (
+            ("complete", *BY_ID, "request/other/1", "--outcome", "failed"),
+            "request 'request/other/1' is not of queue 'monorepo/main'",
+        ),
         (("pause", ""), "give a queue name or a glob"),
         (("resume", "bad queue\n"), "queue name"),
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,6 +45,7 @@ CANCELLED = (
     "  - trigger: withdraw\n    source: accepted\n    dest: cancelled\n"
     "    description: an operator cancels a head still waiting (never a running one)\n",
 )
+
 
 def policy_copy(root: Path) -> Path:
     policy = copy_policy(root)
@@ -311,3 +313,38 @@ async def test_a_plugin_that_exits_on_import_is_refused_and_the_service_keeps_se
         edit(gate, ONE_SLOT, TWO_SLOTS)
         assert await run.service.reload_policy()
         assert reloader.last_error is None and run.service.machines is not machines
+
+
+async def test_culprit_yaml_added_under_the_running_service_starts_searches(
+    js_env, tmp_path
+) -> None:
+    """Adding ``culprit.yaml`` (and a red outcome) builds the search into the stages in
+    force; the config's ``probe_slots``, a parameter only that machine declares, follows."""
+    policy = policy_copy(tmp_path / "policy")
+    async with serving(js_env, policy) as run:
+        a = await run.ingest(QUEUE, "A")
+        await run.wait_state(a, "processing")
+        await run.pipeline.record_outcome(a, "succeeded")
+        machines = policy / "machines"
+        edit(
+            machines / REQUEST_YAML.name,
+            "failed: {trigger: fail}",
+            "failed: {trigger: fail, red: true}",
+        )
+        shutil.copyfile(Path("machines") / "culprit.yaml", machines / "culprit.yaml")
+        assert await run.service.reload_policy()
+        (policy / "config" / "queues.yaml").write_text(
+            CONFIG + "queues: {team/app: {probe_slots: 1}}\n"
+        )
+        assert await run.service.reload_policy()
+        d = (await run.pipeline.ingest.ingest(QUEUE, "D")).request_id
+        await run.wait_state(d, "processing")
+        await run.pipeline.record_outcome(d, "failed")
+        search = await run.pipeline.ports.searches.get(QUEUE)
+        assert (search.state, search.red_request_id, search.blamelist) == (
+            "searching",
+            d,
+            ("B", "C", "D"),
+        )
+        (probe,) = search.probes
+        assert (await run.request(probe.request_id)).probe_of == d

@@ -284,6 +284,7 @@ async def test_the_page_on_a_running_service(js_env, monkeypatch) -> None:  # ty
 
             status, _, body = await fetch(http.port, "/policy")
             assert status == 200 and 'id="machine-queue_gate"' in body
+            assert 'id="machine-culprit"' in body  # the shipped policy's search machine
             if _graphviz_here():
                 assert "<svg" in body
             else:  # drawn without Graphviz: each machine's source as text, saying why

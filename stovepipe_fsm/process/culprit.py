@@ -390,12 +390,16 @@ async def save_search(ctx: SearchContext) -> None:
         raise Retryable(f"queue {row.queue!r}: search row changed meanwhile") from None
     ctx.search = row
     if ctx.replaced is not None:
-        await _note_search(ctx, ctx.replaced, "unresolved", "newer red head")
-    await _note_search(ctx, row, row.state, row.reason)
+        # Tagged with this write's version: the replaced search's own notes have its own.
+        await _note_search(ctx, ctx.replaced, "unresolved", "newer red head", tag=row.version)
+    await _note_search(ctx, row, row.state, row.reason, tag=row.version)
 
 
-async def _note_search(ctx: SearchContext, row: CulpritSearch, state: str, reason: str) -> None:
-    """Note where the search of ``row.red_request_id`` stands, on the red head's trail."""
+async def _note_search(
+    ctx: SearchContext, row: CulpritSearch, state: str, reason: str, *, tag: int
+) -> None:
+    """Note where the search of ``row.red_request_id`` stands, on the red head's trail
+    (``tag``: the version of the search row's write this note is about)."""
     try:
         head = await ctx.services.requests.get(row.red_request_id)
     except NotFound:
@@ -405,7 +409,7 @@ async def _note_search(ctx: SearchContext, row: CulpritSearch, state: str, reaso
         ctx.services,
         CULPRIT_NOTE,
         head,
-        tag=f"{row.version}",
+        tag=f"{tag}",
         state=state,
         culprit=row.culprit,
         reason=reason,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..domain.culprit_search import CulpritSearch, frontier
 from ..domain.entities import Queue, Request
 from ..domain.parameter_text import short_commit
 
@@ -39,6 +40,33 @@ def request_json(r: Request) -> dict[str, Any]:
         "ended_at_ms": r.ended_at_ms,
         # Only on a request an operator's retry made (simulate never makes one).
         **({"retry_of": r.retry_of} if r.retry_of else {}),
+        # Only on a probe: a culprit search's build of a commit, for this red head.
+        **({"probe_of": r.probe_of} if r.probe_of else {}),
+    }
+
+
+def search_json(s: CulpritSearch, red_uri: str = "", probe_slots: object = None) -> dict[str, Any]:
+    """A queue's culprit search as ``status --json`` shows it: where it stands, for which
+    red head (``red_uri``: its commit, when known), the culprit or why none, the evidence
+    (``green_through`` / ``red_from``: blamelist positions, 0 the green base) and the
+    probes in flight out of ``probe_slots`` (None: not recorded)."""
+    green_through, red_from = frontier(s.tallies)
+    return {
+        "state": s.state,
+        "red_request_id": s.red_request_id,
+        "red_uri": red_uri,
+        "base_uri": s.base_uri,
+        "culprit": s.culprit,
+        "reason": s.reason,
+        "blamelist": len(s.blamelist),
+        "green_through": green_through,
+        "red_from": red_from,
+        "probes_started": s.probes_started,
+        "in_flight": len(s.probes),
+        "probe_slots": probe_slots,
+        "probes": [{"request_id": p.request_id, "commit": p.commit} for p in s.probes],
+        "started_at_ms": s.started_at_ms,
+        "ended_at_ms": s.ended_at_ms,
     }
 
 
@@ -110,5 +138,3 @@ def render_queue_row(q: dict[str, Any], holders: list[str] | None = None) -> str
         f"  {q['name']}: in_flight={q['in_flight_count']}{held} "
         f"last_green={green} latest={q['latest_request_id'] or '-'}{partition}"
     )
-
-

@@ -21,6 +21,7 @@ from ..domain.parameter_text import short_commit
 from ..domain.trail_record import (
     ADMITTED,
     ATTEMPT_FAILED,
+    CULPRIT,
     DEAD_LETTERED,
     ENDED,
     HELD,
@@ -28,6 +29,7 @@ from ..domain.trail_record import (
     OPERATOR,
     PLUGIN,
     PREEMPTED,
+    PROBE_STARTED,
     RECLAIMED,
     SKIPPED,
     SUPERSEDED,
@@ -92,12 +94,18 @@ class Story:
 
 NO_STORY = Story()
 
+#: The detail that names the red head a probe builds for, by the record's kind.
+_FOR_HEAD = {PROBE_STARTED: "for_head", ADMITTED: "probe_of"}
+
 
 def named_requests(records: Sequence[TrailRecord]) -> set[str]:
-    """The other requests the records name (superseded by, slot holders, reclaimed by)."""
+    """The other requests the records name (superseded by, slot holders, reclaimed by,
+    the red head a probe builds for)."""
     named: set[str] = set()
     for record in records:
         d = record.details
+        if record.kind in (PROBE_STARTED, ADMITTED) and d.get(_FOR_HEAD[record.kind]):
+            named.add(d[_FOR_HEAD[record.kind]])
         if record.kind == SUPERSEDED and d.get("by"):
             named.add(d["by"])
         if record.kind == RECLAIMED and d.get("by"):
@@ -136,8 +144,18 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
             f"skipped: every change since {green} matches skip_paths: "
             f"{d.get('matched', '')} (never built, last green unchanged)"
         )
+    if record.kind == ADMITTED and d.get("probe_of"):
+        return f"admitted: a probe build, in a probe slot, for red head {story.name(d['probe_of'])}"
     if record.kind == ADMITTED:
         return _admitted(d) + green_chosen(d)
+    if record.kind == PROBE_STARTED:
+        return (
+            f"probe of {short_commit(d.get('commit', ''))} (position {d.get('position', '?')} "
+            f"of the {d.get('blamelist', '?')} commits in the blamelist) for red head "
+            f"{story.name(d.get('for_head', ''))}"
+        )
+    if record.kind == CULPRIT:
+        return search_sentence(d)
     if record.kind == ENDED and d.get("moot"):
         return (
             f"outcome {d.get('outcome', '')} reported by {d.get('by', '')} after the build "
@@ -183,14 +201,35 @@ def _admitted(d: Mapping[str, str]) -> str:
     return f"admitted: {strategy} build on {base}" + (f" ({why})" if why else "")
 
 
+def search_sentence(d: Mapping[str, object], probe_slots: object = None) -> str:
+    """Where a culprit search stands: its state, the culprit or why none, and its
+    evidence (positions count from the green base, 0, to the red head). ``d`` has the
+    fields of a ``culprit`` trail record (or a search row as ``status --json`` shows it);
+    ``probe_slots``, when known, is what the probes in flight are out of."""
+    state = str(d.get("state", ""))
+    if state == "named":
+        verdict = f" {short_commit(str(d.get('culprit', '')))} as the culprit"
+    elif d.get("reason"):
+        verdict = f": {d['reason']}"
+    else:
+        verdict = ""
+    green, red = str(d.get("green_through", 0)), str(d.get("red_from", 0))
+    slots = f" of {probe_slots} probe slot(s)" if probe_slots is not None else ""
+    return (
+        f"culprit search {state}{verdict} (blamelist {d.get('blamelist', 0)} commit(s); "
+        f"green through {'the base' if green == '0' else 'position ' + green}, "
+        f"red from {'none' if red == '0' else 'position ' + red}; "
+        f"{d.get('probes_started', 0)} probe(s) started, {d.get('in_flight', 0)} in flight"
+        f"{slots})"
+    )
+
+
 def _attempt_failed(d: Mapping[str, str]) -> str:
     """``attempt 2 of 5 failed: <error>; next try at <time>, dead letter after attempt 5``."""
     of = f" of {d['max_attempts']}" if d.get("max_attempts") else ""
     next_at = d.get("next_try_at_ms", "")
     when = f"; next try at {clock_text(int(next_at))}" if next_at.isdigit() else ""
-    budget = (
-        f", dead letter if attempt {d['max_attempts']} fails" if d.get("max_attempts") else ""
-    )
+    budget = f", dead letter if attempt {d['max_attempts']} fails" if d.get("max_attempts") else ""
     return f"attempt {d.get('attempt', '?')}{of} failed: {d.get('error', '')}{when}{budget}"
 
 
@@ -233,6 +272,7 @@ def render_history(
         lines.append(
             f"{request['id']}  {short_commit(request['uri'])}  {request['state']}"
             + (f"  {request['build_strategy']}" if request.get("build_strategy") else "")
+            + (f"  probe of {story.name(request['probe_of'])}" if request.get("probe_of") else "")
         )
     if not records:
         lines.append("  (no decisions recorded)")

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from ..domain.parameter_text import short_commit, value_text
 from ..domain.trail_record import TrailRecord
 from .entities import age_text
-from .explain import Story, clock_text, request_counter, sentence
+from .explain import Story, clock_text, request_counter, search_sentence, sentence
 
 PAGE_SIZE = 50
 #: Seconds between two loads of a page in a browser (``<meta http-equiv="refresh">``).
@@ -134,6 +134,8 @@ class QueueView:
     last_green_request_id: str = ""
     #: When the last green's build ended (0: not known).
     last_green_at_ms: int = 0
+    #: The queue's culprit search as ``status --json`` shows it (None: it never had one).
+    search: Mapping[str, Any] | None = None
 
     @property
     def needs_a_look(self) -> bool:
@@ -175,6 +177,7 @@ def queue_views(
                 last_green_uri=str(q.get("last_green_uri", "")),
                 last_green_request_id=str(green.get("request_id", "")),
                 last_green_at_ms=int(green.get("at_ms") or 0),
+                search=doc.get("searches", {}).get(name),
             )
         )
     return views
@@ -321,8 +324,34 @@ def _parameters_inline(parameters: Mapping[str, object]) -> str:
     return ", ".join(shown)
 
 
+def _search(q: QueueView, *, short: bool = False) -> str:
+    """The queue's culprit search: its red head (linked) and where it stands; ``short``
+    (the overview): the state, the culprit or why none, and the probes in flight."""
+    search = q.search
+    if search is None:
+        return '<span class="muted">none</span>'
+    red = str(search.get("red_request_id", ""))
+    head = commit_link(red, str(search.get("red_uri") or red)) if red else "-"
+    state, slots = str(search.get("state", "")), search.get("probe_slots")
+    if not short:
+        said = f"red head {head}: {text(search_sentence(search, slots))}"
+    else:
+        if state == "named":
+            where = f"named {text(short_commit(str(search.get('culprit', ''))))}"
+        else:
+            where = text(state) + (f": {text(search['reason'])}" if search.get("reason") else "")
+        of = f" of {text(slots)}" if slots is not None else ""
+        said = (
+            f"culprit search for red head {head}: {where}; "
+            f"probes {text(search.get('in_flight', 0))}{of} in flight"
+        )
+    return f'<span class="search" data-state="{text(state)}">{said}</span>'
+
+
 def _queue_row(q: QueueView, now_ms: int) -> str:
     state = _queue_state(q)
+    if q.search is not None:
+        state += f"<br>{_search(q, short=True)}"
     holders = "<br>".join(_holder(h, now_ms) for h in q.holders) or '<span class="muted">-</span>'
     if q.oldest_id:
         oldest = (
@@ -446,6 +475,7 @@ def render_queue(
         ("state", _queue_state(q)),
         ("last green", _last_green(q, now)),
         ("waiting", f"{q.waiting} head(s)"),
+        ("culprit search", _search(q)),
     ]
     cells = "".join(f"<tr><th>{text(k)}</th><td>{v}</td></tr>" for k, v in facts)
     body = [
@@ -455,6 +485,8 @@ def render_queue(
         _heads(heads, q.waiting, now),
         "<h2>Slot holders</h2>",
         _holders_table(q, commits, now),
+        "<h2>Probes in flight</h2>",
+        _probes_table(q),
         "<h2>Effective parameters</h2>",
         _parameters_table(q.parameters),
         "<h2>Recent decisions</h2>",
@@ -501,6 +533,22 @@ def _holders_table(q: QueueView, commits: Mapping[str, str], now_ms: int) -> str
     ]
     head = "<tr><th>Commit</th><th>Request (since; lease expiry)</th></tr>"
     return f'<table id="holders"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _probes_table(q: QueueView) -> str:
+    """The probe builds of the queue's culprit search in flight (no build slot held)."""
+    probes = (q.search or {}).get("probes") or []
+    if not probes:
+        return '<p class="muted">No probe builds.</p>'
+    red = str((q.search or {}).get("red_request_id", ""))
+    rows = [
+        f'<tr class="probe"><td>{commit_link(str(p["request_id"]), str(p["commit"]))}</td>'
+        f'<td><a href="{request_href(str(p["request_id"]))}"><code>{text(p["request_id"])}'
+        f'</code></a></td><td><a href="{request_href(red)}"><code>{text(red)}</code></a></td></tr>'
+        for p in probes
+    ]
+    head = "<tr><th>Commit</th><th>Probe request</th><th>For red head</th></tr>"
+    return f'<table id="probes"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _parameters_table(parameters: Mapping[str, object]) -> str:

@@ -4,7 +4,9 @@ against a real nats-server and a real ``serve`` running the monorepo trial polic
 A serial release queue with a long name holds its second head behind the first (the
 front) and a third behind that; the queue page lists them front first with why each
 waits, the queue names stay on one line and every table fits the viewport (checked on
-the elements' boxes, and on screenshots 1280 px wide). Then the config is edited into
+the elements' boxes, and on screenshots 1280 px wide). The main queue's culprit search (a
+row stored in its bucket, as the search writes it) shows on the overview and its page,
+with its probes in flight. Then the config is edited into
 one the service refuses: ``/policy`` shows the refused edit with its located error,
 ``/readyz`` stays ready and says so, and ``status`` prints it.
 
@@ -14,6 +16,7 @@ test's temporary directory.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -25,12 +28,14 @@ from typing import Any
 
 import pytest
 import yaml
-from nats_server import isolated_tag
+from nats_server import connect, isolated_tag
 from page_support import WIDTH, boxes_fit, one_line, serving
 from test_service_cli import ROOT, cli, http_get, wait_until
 from test_status_page_browser import until
 
+from stovepipe_fsm.adapters.jetstream import Topology, open_kv_stores
 from stovepipe_fsm.adapters.jetstream.server import free_port
+from stovepipe_fsm.domain.culprit_search import CulpritSearch, Probe, Tally
 
 TRIAL = ROOT / "examples" / "policies" / "monorepo_trial"
 RELEASE = "mono/release-2026.12-hotfix-candidate"
@@ -83,6 +88,35 @@ def served(nats_server, module_tag, tmp_path_factory) -> Iterator[Served]:  # ty
         yield page
 
 
+BLAMELIST = tuple(str(n) * 40 for n in range(1, 8))
+PROBES = (Probe(f"request/{MAIN}/20", BLAMELIST[1]), Probe(f"request/{MAIN}/21", BLAMELIST[4]))
+
+
+def store_search(server: Any, tag: str) -> None:
+    """A search of MAIN's red head M1 with two probes in flight, as the search writes it."""
+    search = CulpritSearch(
+        MAIN,
+        state="searching",
+        red_request_id=f"request/{MAIN}/1",
+        base_uri="0" * 40,
+        blamelist=BLAMELIST,
+        tallies=(*[Tally()] * 6, Tally(reds=1)),
+        probes=PROBES,
+        probes_started=2,
+    )
+
+    async def write() -> None:
+        nc = await connect(server)
+        try:
+            await (await open_kv_stores(nc.jetstream(), Topology.isolated(tag))).searches.create(
+                search
+            )
+        finally:
+            await nc.close()
+
+    asyncio.run(write())
+
+
 def at_width(browser: Any) -> None:
     """A 1280 CSS px wide viewport at one device pixel per CSS pixel."""
     browser.execute_cdp_cmd(
@@ -99,9 +133,12 @@ def shot(browser: Any, served: Served, name: str) -> Path:
     return path
 
 
-def test_the_queue_page_lists_the_heads_front_first_and_fits_1280_px(browser, served) -> None:  # type: ignore[no-untyped-def]
+def test_the_queue_page_lists_the_heads_front_first_and_fits_1280_px(  # type: ignore[no-untyped-def]
+    browser, served, nats_server, module_tag
+) -> None:
     from selenium.webdriver.common.by import By
 
+    store_search(nats_server, module_tag)
     at_width(browser)
     browser.get(served.at("/"))
     until(lambda: browser.find_elements(By.CSS_SELECTOR, "tr.queue"), "the queue rows", 10)
@@ -109,6 +146,8 @@ def test_the_queue_page_lists_the_heads_front_first_and_fits_1280_px(browser, se
     assert {n.text for n in names} >= {RELEASE, MAIN}
     assert one_line(browser, names), "a queue name wraps on the overview"
     assert boxes_fit(browser, "#queues"), "the queue table is wider than the viewport"
+    search = browser.find_element(By.CSS_SELECTOR, f'tr[data-queue="{MAIN}"] .search').text
+    assert search == "culprit search for red head M1: searching; probes 2 in flight", search
     shot(browser, served, "overview-1280")
 
     link = browser.find_element(By.CSS_SELECTOR, f'a[href="/queue/{RELEASE}"]')
@@ -144,6 +183,26 @@ def test_the_queue_page_lists_the_heads_front_first_and_fits_1280_px(browser, se
     for table in ("#heads", "#holders", "#parameters", "#queue-decisions"):
         assert boxes_fit(browser, table), f"{table} is wider than the viewport"
     shot(browser, served, "queue-1280")
+
+    # The main queue's page: its search, and the probes in flight for its red head.
+    browser.get(served.at(f"/queue/{MAIN}"))
+    until(lambda: browser.find_elements(By.ID, "probes"), "the probes in flight", 10)
+    probes = [
+        [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+        for row in browser.find_elements(By.CSS_SELECTOR, "#probes tr.probe")
+    ]
+    assert probes == [
+        [BLAMELIST[1][:10], PROBES[0].request_id, f"request/{MAIN}/1"],
+        [BLAMELIST[4][:10], PROBES[1].request_id, f"request/{MAIN}/1"],
+    ]
+    facts = browser.find_element(By.ID, "queue-facts").text
+    assert (
+        "red head M1: culprit search searching (blamelist 7 commit(s); "
+        "green through the base, red from position 7; 2 probe(s) started, 2 in flight)"
+    ) in facts, facts
+    for table in ("#queue-facts", "#probes"):
+        assert boxes_fit(browser, table), f"{table} is wider than the viewport"
+    shot(browser, served, "queue-probes-1280")
 
     # explain says the same of R3: where it stands, behind whom.
     explained = served.run("explain", "--queue", RELEASE, "--uri", "R3").stdout

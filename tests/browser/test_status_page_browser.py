@@ -210,11 +210,11 @@ def test_the_policy_page_shows_the_hash_and_the_diagrams(browser, served: Page) 
     browser.get(served.at("/policy"))
     recorded = served.run("status", "--json")["policy"]["hash"]
     assert browser.find_element(By.ID, "policy-hash").text == recorded
-    for machine in ("request", "queue_gate"):
+    for machine in ("request", "queue_gate", "culprit"):  # the shipped policy's three
         section = browser.find_element(By.ID, f"machine-{machine}")
         assert section.text == machine
     drawn = browser.find_elements(By.CSS_SELECTOR, ".diagram svg")
     sources = browser.find_elements(By.CSS_SELECTOR, "pre.mermaid-source")
-    assert len(drawn) + len(sources) == 2  # SVG where Graphviz is installed, else Mermaid
+    assert len(drawn) + len(sources) == 3  # SVG where Graphviz is installed, else Mermaid
     assert all(s.text.startswith("stateDiagram-v2") for s in sources)
     screenshot(browser, "policy")

@@ -15,8 +15,9 @@ and every one of them holds exactly one record:
   with ``Nats-Rollup: sub``, which removes the earlier message: an hour of holds is one
   record with a count and its first and last time.
 
-An operator verb (kind ``operator``), a plugin's note and a failed attempt carry what
-tells them apart in the tag, so each has its own subject; a verb about queues (no request)
+An operator verb (kind ``operator``), a plugin's note, a failed attempt and where a
+culprit search stands (kind ``culprit``, one per write of the search row) carry what tells
+them apart in the tag, so each has its own subject; a verb about queues (no request)
 lands on ``<prefix>.trail._ops.<pattern token>.<digest of its key>``, so that
 :meth:`JetStreamTrail.operator_records` for one queue lists the patterns (one request)
 and reads the records of the matching ones alone, in one pass: a story costs the same
@@ -40,6 +41,7 @@ from ...config.globs import glob_match
 from ...domain.errors import NonRetryable
 from ...domain.trail_record import (
     ATTEMPT_FAILED,
+    CULPRIT,
     HELD,
     OPERATOR,
     PLUGIN,
@@ -56,8 +58,9 @@ ROLLUP_HEADER = "Nats-Rollup"
 EXPECTED_LAST_SUBJECT_SEQ_HEADER = "Nats-Expected-Last-Subject-Sequence"
 #: Kinds whose records are each on a subject of their own (the tag in it): a request
 #: has many of them, and each is kept (an operator verb, a plugin's note, a failed
-#: attempt), where a later record of another kind replaces the earlier one.
-OWN_SUBJECT_KINDS = (OPERATOR, PLUGIN, ATTEMPT_FAILED)
+#: attempt, a step of a culprit search), where a later record of another kind replaces
+#: the earlier one.
+OWN_SUBJECT_KINDS = (OPERATOR, PLUGIN, ATTEMPT_FAILED, CULPRIT)
 #: The windows of newest sequences :meth:`JetStreamTrail.latest` reads, narrowest first,
 #: and the most messages it reads in all.
 LATEST_WINDOWS = (1_024, 16_384, 131_072)

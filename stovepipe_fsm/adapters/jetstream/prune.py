@@ -10,6 +10,8 @@ What is never removed, whatever its age:
 - a request in a state the request machine does not declare ``terminal``;
 - a request a queue row names: the queue's latest request, its last green request, or a
   slot holder (a terminal slot holder is a record or reclaim still in progress);
+- a request a culprit search row names: its red head (whose trail tells the search) and
+  the probes it lists in flight (a listed probe whose request is missing is started again);
 - a row that does not decode (left for an operator to look at).
 
 The uri-index entry goes first, then the request, each only if unchanged since it was
@@ -37,7 +39,7 @@ from nats.js.kv import KeyValue
 
 from ...domain.errors import NonRetryable
 from .bulk import REMOVED_OPERATIONS, BucketRow, StoredMessage, kv_entries, values_of
-from .codec import decode_queue, decode_request, decode_uri_entry
+from .codec import decode_queue, decode_request, decode_search, decode_uri_entry
 from .errors import is_wrong_last_sequence, translated
 from .names import uri_key
 from .topology import Topology
@@ -134,6 +136,13 @@ async def _referenced_ids(js: JetStreamContext, topology: Topology) -> set[str]:
             continue
         ids.update((queue.latest_request_id, queue.last_green_request_id, *queue.slot_holders))
         ids.update(green.request_id for green in queue.recent_greens)
+    for row in values_of(topology.searches_bucket, await kv_entries(js, topology.searches_bucket)):
+        try:
+            search = decode_search(row.value)
+        except NonRetryable:
+            continue
+        ids.add(search.red_request_id)
+        ids.update(probe.request_id for probe in search.probes)
     ids.discard("")
     return ids
 

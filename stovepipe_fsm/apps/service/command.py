@@ -178,7 +178,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     broker_args(p)
     p.add_argument("--queue", required=True, help="the queue the build ran for")
-    p.add_argument("--uri", required=True, help="the head the build validated (its commit)")
+    built = p.add_mutually_exclusive_group(required=True)
+    built.add_argument("--uri", help="the head the build validated (its commit)")
+    built.add_argument(
+        "--request-id",
+        help="the request the build message named (a probe build's: its commit may be "
+        "a head's too)",
+    )
     p.add_argument(
         "--outcome",
         required=True,
@@ -530,7 +536,13 @@ def cmd_complete(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         answer = await complete(
-            nats_options(args), topology_of(args), args.queue, args.uri, args.outcome, args.wait
+            nats_options(args),
+            topology_of(args),
+            args.queue,
+            args.uri or "",
+            args.outcome,
+            args.wait,
+            request_id=args.request_id or "",
         )
         print(json.dumps(answer))
         return EXIT_OK

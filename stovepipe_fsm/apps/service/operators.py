@@ -23,7 +23,7 @@ from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology, ensure_topology, open_kv_stores
 from ...adapters.jetstream.bulk import kv_snapshot
-from ...adapters.jetstream.codec import decode_queue, decode_request
+from ...adapters.jetstream.codec import decode_queue, decode_request, decode_search
 from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.outcomes import OutcomeMessage, publish_outcome
 from ...adapters.jetstream.policy_record import (
@@ -36,6 +36,7 @@ from ...adapters.jetstream.refused_outcomes import read_tallies
 from ...adapters.jetstream.stores import KvStores
 from ...adapters.memory import SystemClock
 from ...domain.bounded_text import clip
+from ...domain.culprit_search import CulpritSearch
 from ...domain.entities import Queue, Request
 from ...domain.errors import NonRetryable, NotFound, StovepipeError
 from ...domain.ids import parse_request_id
@@ -52,8 +53,9 @@ from ...views.entities import (
     render_queue_row,
     render_request_rows,
     request_json,
+    search_json,
 )
-from ...views.explain import Position, Story, history_json, named_requests
+from ...views.explain import Position, Story, history_json, named_requests, search_sentence
 from .connect import NatsOptions, connected
 from .pauses import read_pauses
 
@@ -141,16 +143,29 @@ def check_outcome_name(record: PolicyRecord | None, outcome: str) -> None:
 
 
 async def complete(
-    options: NatsOptions, topology: Topology, queue: str, uri: str, outcome: str, wait_s: float
+    options: NatsOptions,
+    topology: Topology,
+    queue: str,
+    uri: str,
+    outcome: str,
+    wait_s: float,
+    *,
+    request_id: str = "",
 ) -> dict[str, Any]:
-    """Publish ``outcome`` for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait that
-    long for the service to record it and add the request's row to the answer."""
+    """Publish ``outcome`` for the build of ``request_id`` (the id its build message
+    named), or without one for the head ``uri`` of ``queue``; with ``wait_s`` > 0, wait
+    that long for the service to record it and add the request's row to the answer."""
     queue = normalize_queue_name(queue)
+    if request_id and parse_request_id(request_id).queue != queue:
+        raise ValueError(f"request {request_id!r} is not of queue {queue!r}")
     async with connected(options) as nc:
         js = nc.jetstream()
         await ensure_topology(js, topology)
         stores = await open_kv_stores(js, topology)
-        request_id = await building_request_for_uri(stores, queue, uri)
+        if request_id:
+            await stores.requests.get(request_id)  # NotFound: no such request
+        else:
+            request_id = await building_request_for_uri(stores, queue, uri)
         record = await read_policy_record(js, topology)
         check_outcome_name(record, outcome)
         if wait_s > 0 and (record is None or outcome not in record.outcomes):
@@ -229,11 +244,13 @@ def _decoded(
 
 @dataclass(frozen=True)
 class StatusRows:
-    """Every decodable request and queue row, and the rows that are not (with why)."""
+    """Every decodable request, queue and culprit search row, and the rows that are not
+    (with why)."""
 
     requests: list[Request]
     queues: list[Queue]
     damaged: list[dict[str, str]]
+    searches: tuple[CulpritSearch, ...] = ()
 
 
 async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
@@ -252,7 +269,13 @@ async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
         decode_queue,
         damaged,
     )
-    return StatusRows(requests, queues, damaged)
+    searches = _decoded(
+        topology.searches_bucket,
+        await kv_snapshot(js, topology.searches_bucket),
+        decode_search,
+        damaged,
+    )
+    return StatusRows(requests, queues, damaged, tuple(searches))
 
 
 async def status_document(
@@ -263,7 +286,8 @@ async def status_document(
 ) -> dict[str, Any]:
     """Every request and queue row, ordered like ``simulate --json``, and the policy hash
     the service last wrote (``policy``, absent until a service ran with this topology).
-    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none).
+    Rows that cannot be decoded are listed under ``damaged`` (absent when there are none);
+    each queue's culprit search under ``searches`` (absent when no queue has one).
     ``rows`` and ``parameters``: what :func:`status_rows` and
     :func:`read_queue_parameters` read already (else they are read here).
     """
@@ -284,6 +308,9 @@ async def status_document(
         t.queue: {"count": t.count, "last_at_ms": t.last_at_ms}
         for t in await read_tallies(js, topology)
     }
+    if parameters is None:
+        parameters = await read_queue_parameters(js, topology)
+    searches = _searches(rows.searches, requests, parameters)
     return {
         "requests": [request_json(r) for r in sorted(requests, key=lambda r: order(r.id))],
         "queues": [queue_json(q) for q in sorted(queues, key=lambda q: q.name)],
@@ -291,11 +318,10 @@ async def status_document(
         "slot_holders": {q.name: list(q.slot_holders) for q in queues},
         # Per queue: effective parameters, holders since when, the waiting backlog.
         "queue_details": _queue_details(
-            queues,
-            requests,
-            parameters if parameters is not None else await read_queue_parameters(js, topology),
-            policy.request_initial if policy is not None else "",
+            queues, requests, parameters, policy.request_initial if policy is not None else ""
         ),
+        # Per queue: its culprit search, for which red head, and its probes in flight.
+        **({"searches": searches} if searches else {}),
         # The policy the service runs (once a service has written it).
         **({"policy": policy.shown()} if policy is not None else {}),
         # Operator pauses in force (pause/resume), by pattern.
@@ -356,6 +382,29 @@ def _queue_details(
             ),
         }
     return details
+
+
+def _searches(
+    searches: tuple[CulpritSearch, ...],
+    requests: list[Request],
+    parameters: dict[str, dict[str, object]],
+) -> dict[str, dict[str, Any]]:
+    """Each queue's search row, with its red head's commit and the queue's probe_slots."""
+    uris = {r.id: r.uri for r in requests}
+    return {
+        s.queue: search_json(
+            s, uris.get(s.red_request_id, ""), parameters.get(s.queue, {}).get("probe_slots")
+        )
+        for s in sorted(searches, key=lambda s: s.queue)
+    }
+
+
+def search_line(search: dict[str, Any]) -> str:
+    """A queue's search as ``status`` prints it: its red head, then where it stands."""
+    red = search["red_request_id"] or "-"
+    if search["red_uri"]:
+        red += f" ({short_commit(search['red_uri'])})"
+    return f"red head {red}: {search_sentence(search, search['probe_slots'])}"
 
 
 def _name_problems(queues: list[Queue]) -> list[dict[str, str]]:
@@ -429,6 +478,9 @@ def render_status(doc: dict[str, Any], *, recent: int | None = 10) -> str:
         if detail["parameters"]:
             values = parameters_text(detail["parameters"].items())
             lines.append(f"    parameters: {values}")
+        search = doc.get("searches", {}).get(q["name"])
+        if search is not None:
+            lines.append(f"    {search_line(search)}")
         refused = doc.get("refused_outcomes", {}).get(q["name"])
         if refused is not None:
             age = age_text(refused["last_at_ms"], now_ms)

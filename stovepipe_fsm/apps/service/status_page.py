@@ -215,6 +215,8 @@ class StatusPage:
         if self._diagrams is not None and self._diagrams[0] == key and key:
             return self._diagrams[1]
         specs = [machines.request.spec, machines.queue_gate.spec]
+        if machines.culprit is not None:
+            specs.append(machines.culprit.spec)
         drawn = []
         for spec in specs:
             mermaid = mermaid_diagram(spec)
