@@ -31,9 +31,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from ...adapters.memory import MemoryRequestStore
+from ...adapters.memory import MemoryQueueStore, MemoryRequestStore
 from ...domain.culprit_search import CulpritSearch
-from ...domain.entities import Request, evolve
+from ...domain.entities import Queue, Request, evolve
 from ...domain.errors import StovepipeError
 from ...domain.trail_record import ADMITTED, ENDED
 from ...machine.invariants import INVARIANTS, policy_invariants
@@ -50,7 +50,7 @@ from .variants import Variant
 
 #: probe_slots explored when the run names no queue: bisection and 2-section.
 DEFAULT_PROBE_SLOTS = (1, 2)
-DEFAULT_COMMITS = 3
+DEFAULT_COMMITS = 2
 DEFAULT_MAX_STATES = 200_000
 #: The action of the search machine after which a record may crash.
 CRASH_AFTER = "save_search"
@@ -538,10 +538,10 @@ def _decides_alike(before: World, after: World) -> str:
     rows = before.requests.snapshot()
     if not any(r.probe_of and r.state not in terminal for r in rows):
         return ""
+    probes = {r.id for r in rows if r.probe_of and r.state not in terminal}
     bare = before.clone()
-    bare.requests = MemoryRequestStore(
-        [r for r in rows if not (r.probe_of and r.state not in terminal)]
-    )
+    bare.requests = MemoryRequestStore([r for r in rows if r.id not in probes])
+    bare.queues = MemoryQueueStore([_without(row, probes) for row in before.queues.snapshot()])
     message = bare.broker.first_due(bare.clock.now_ms())
     if message is None:
         return ""
@@ -554,6 +554,16 @@ def _decides_alike(before: World, after: World) -> str:
     if got is None or alone is None or got.state == alone.state:
         return ""
     return f"{head} ({got.uri}) is {got.state} with probes in flight, {alone.state} without them"
+
+
+def _without(row: Queue, probes: set[str]) -> Queue:
+    """``row`` as it would be had ``probes`` never run (whatever they hold of it)."""
+    return evolve(
+        row,
+        slot_holders=tuple(h for h in row.slot_holders if h not in probes),
+        leases=tuple(lease for lease in row.leases if lease[0] not in probes),
+        serial_holder="" if row.serial_holder in probes else row.serial_holder,
+    )
 
 
 def _terminal(machines: ProcessMachines) -> frozenset[str]:
