@@ -73,11 +73,18 @@ def explore(slots: int = 1, variant: Variant | None = None, **bounds: Any) -> An
     return CulpritExplorer(setup).run()
 
 
-def counterexample_of(out: str) -> tuple[str, list[str]]:
-    """The invariant the run reports broken, and its trace's steps."""
+def caught(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any
+) -> tuple[str, list[str], str]:
+    """``check`` of the mutant ``edit`` makes: the invariant it reports broken, the steps
+    of its trace, and the whole output."""
+    machines = mutant(tmp_path, edit)
+    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
+    assert code == 1, out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("invariant ")]
     steps = out.split("shortest trace", 1)[1].splitlines()[1:]
-    return line.split(":", 1)[0].removeprefix("invariant "), [s.split(None, 1)[1] for s in steps]
+    invariant = line.split(":", 1)[0].removeprefix("invariant ")
+    return invariant, [s.split(None, 1)[1] for s in steps], out
 
 
 # --- the shipped policy -----------------------------------------------------------------
@@ -135,10 +142,7 @@ def test_naming_without_culprit_confirmed_breaks_named_soundly(
         named = transition(doc, "judge", "weighed", "named")
         assert named.pop("conditions") == "culprit_confirmed"
 
-    machines = mutant(tmp_path, edit)
-    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
-    assert code == 1
-    invariant, steps = counterexample_of(out)
+    invariant, steps, out = caught(tmp_path, capsys, edit)
     assert invariant == "named_soundly"
     assert "has no green result" in out
     assert steps[-1] == "complete c2 failed"
@@ -152,10 +156,7 @@ def test_a_search_that_starts_no_probe_breaks_search_ends(
         (searching,) = sections
         searching["after"].remove("choose_sections")
 
-    machines = mutant(tmp_path, edit)
-    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
-    assert code == 1
-    invariant, _ = counterexample_of(out)
+    invariant, _, out = caught(tmp_path, capsys, edit)
     assert invariant == "search_ends"
     assert "open with nothing in flight" in out
 
@@ -171,10 +172,7 @@ def test_a_redelivery_that_does_not_heal_the_crash_breaks_search_ends(
             if t["trigger"] == "decide" and t["dest"] == "ignored":
                 assert t.pop("after") == "ensure_probes"
 
-    machines = mutant(tmp_path, edit)
-    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
-    assert code == 1
-    invariant, steps = counterexample_of(out)
+    invariant, steps, _ = caught(tmp_path, capsys, edit)
     assert invariant == "search_ends"
     assert any("crashing after save_search" in s for s in steps)
     assert steps[-1].endswith(" again")

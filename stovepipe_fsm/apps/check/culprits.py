@@ -189,7 +189,10 @@ class View:
         return tuple(r for r in self.obs.requests if r.probe_of and r.state not in terminal)
 
 
-Key = tuple[Observation, "CulpritSearch | None", frozenset[tuple[str, str]], Model]
+#: What a state's world is, as the search tells worlds apart; a state is that and its model.
+WorldKey = tuple[Observation, "CulpritSearch | None", frozenset[tuple[str, str]]]
+Key = tuple[WorldKey | None, Model]
+_Entry = tuple[int, "_Outcome", Model]
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,7 @@ class CulpritExplorer:
         self.via: list[Move | None] = []
         self.depth: list[int] = []
         self.transitions = 0
+        self._outcomes: dict[tuple[WorldKey | None, Move], _Outcome] = {}
         self.named = 0
         self.unresolved = 0
 
@@ -346,15 +350,17 @@ class CulpritExplorer:
     def _search(self) -> tuple[CulpritCounterexample | None, bool]:
         root = self.setup.new_world()
         index: dict[Key, int] = {}
-        frontier: deque[tuple[int, World, Model]] = deque()
-        found = self._add(index, root, Model(), -1, None, frontier)
+        frontier: deque[_Entry] = deque()
+        found = self._add(index, _Outcome.of(root, self.bounds.queue), Model(), -1, None, frontier)
         if found is not None:
             return found, True
         while frontier:
-            sid, world, model = frontier.popleft()
+            sid, known, model = frontier.popleft()
+            world = known.world
+            assert world is not None
             moves = self._enabled(world, model)
             if SEARCH_ENDS in self.rules.checks and not any(m.fair for m in moves):
-                row = _search_row(world, self.bounds.queue)
+                row = known.search
                 if model.culprit >= 0 and row is not None and row.state == SEARCHING:
                     detail = (
                         f"the search for {row.red_request_id} is open with nothing in flight "
@@ -363,22 +369,22 @@ class CulpritExplorer:
                     )
                     return self._counterexample(SEARCH_ENDS, detail, sid), True
             for move in moves:
-                twin = world.clone()
-                try:
-                    post = self._perform(twin, move, model)
-                except (StovepipeError, ValueError, AssertionError) as exc:
-                    detail = f"{move.describe()}: {type(exc).__name__}: {exc}"
-                    return self._counterexample(STEPS_APPLY, detail, sid, move), True
-                if post is None:
+                outcome = self._outcomes.get((known.key, move))
+                if outcome is None:
+                    try:
+                        outcome = self._perform(world, move)
+                    except (StovepipeError, ValueError, AssertionError) as exc:
+                        detail = f"{move.describe()}: {type(exc).__name__}: {exc}"
+                        return self._counterexample(STEPS_APPLY, detail, sid, move), True
+                    self._outcomes[(known.key, move)] = outcome
+                if outcome.world is None:
                     continue
-                if move.kind == DELIVER and PROBES_NEVER_DELAY_HEADS in self.rules.checks:
-                    detail = _decides_alike(world, twin)
-                    if detail:
-                        return self._counterexample(
-                            PROBES_NEVER_DELAY_HEADS, detail, sid, move
-                        ), True
+                if outcome.delays:
+                    return self._counterexample(
+                        PROBES_NEVER_DELAY_HEADS, outcome.delays, sid, move
+                    ), True
                 self.transitions += 1
-                found = self._add(index, twin, post, sid, move, frontier)
+                found = self._add(index, outcome, _next(model, move), sid, move, frontier)
                 if found is not None:
                     return found, True
                 if len(self.parent) >= self.max_states:
@@ -388,14 +394,14 @@ class CulpritExplorer:
     def _add(
         self,
         index: dict[Key, int],
-        world: World,
+        known: _Outcome,
         model: Model,
         parent: int,
         move: Move | None,
-        frontier: deque[tuple[int, World, Model]],
+        frontier: deque[_Entry],
     ) -> CulpritCounterexample | None:
-        view = View(observe(world), _search_row(world, self.bounds.queue), model)
-        key: Key = (view.obs, _unversioned(view.search), _noted(world), model)
+        assert known.key is not None, "a state's world is known"
+        key: Key = (known.key, model)
         if key in index:
             return None
         sid = len(self.parent)
@@ -403,14 +409,16 @@ class CulpritExplorer:
         self.parent.append(parent)
         self.via.append(move)
         self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
-        if view.search is not None and view.search.state == "named":
+        search = known.search
+        if search is not None and search.state == "named":
             self.named += 1
-        elif view.search is not None and view.search.state == "unresolved":
+        elif search is not None and search.state == "unresolved":
             self.unresolved += 1
+        view = View(known.key[0], search, model)
         for name in self.rules.checks:
             for detail in CULPRIT_CHECKS[name](view, self.rules, self.terminal):
                 return self._counterexample(name, detail, sid)
-        frontier.append((sid, world, model))
+        frontier.append((sid, known, model))
         return None
 
     def _counterexample(
@@ -471,43 +479,71 @@ class CulpritExplorer:
             results.append((self.rules.red, True))
         return results
 
-    def _perform(self, world: World, move: Move, model: Model) -> Model | None:
-        """``move`` on ``world``; the model after it (``None``: no real edge)."""
+    def _perform(self, world: World, move: Move) -> _Outcome:
+        """What ``move`` does to ``world`` (left as it is: a fork takes the move)."""
+        if move.kind == CULPRIT:
+            return _Outcome.of(world, self.bounds.queue)  # the model's choice alone
+        twin = world.clone()
         kind = move.kind
-        if kind == CULPRIT:
-            return replace(model, culprit=move.amount)
         if kind == DELIVER:
-            raised = len(world.raised)
-            world.deliver_next()
-            if len(world.raised) > raised:
-                raise ValueError(f"the delivery raised: {world.raised[-1][1]}")
-            return model
+            raised = len(twin.raised)
+            twin.deliver_next()
+            if len(twin.raised) > raised:
+                raise ValueError(f"the delivery raised: {twin.raised[-1][1]}")
+            checked = PROBES_NEVER_DELAY_HEADS in self.rules.checks
+            delays = _decides_alike(world, twin) if checked else ""
+            return _Outcome.of(twin, self.bounds.queue, delays)
         if kind == ADVANCE:
-            world.advance(move.amount)
-            return model
-        if kind == INGEST:
-            world.ingest(self.bounds.queue, move.uri)
-            return replace(model, newer=True)
-        if move.flake:
-            model = replace(model, flakes=model.flakes + 1, flaked=model.flaked | {move.uri})
-        if kind == COMPLETE:
-            world.complete(move.request_id, move.outcome)
-            return model
-        if kind == REDELIVER:
-            world.complete(move.request_id, move.outcome)
-            left = tuple(u for u in model.unsettled if u != (move.request_id, move.outcome))
-            return replace(model, unsettled=left)
-        if kind == REPEAT:
-            world.complete(move.request_id, move.outcome)
-            return replace(model, repeats=model.repeats + 1)
-        assert kind == CRASH
-        if not _crashed(world, move):
-            return None
-        return replace(
-            model,
-            crashes=model.crashes + 1,
-            unsettled=(*model.unsettled, (move.request_id, move.outcome)),
-        )
+            twin.advance(move.amount)
+        elif kind == INGEST:
+            twin.ingest(self.bounds.queue, move.uri)
+        elif kind == CRASH:
+            if not _crashed(twin, move):
+                return _NO_EDGE
+        else:  # a build's end: reported, reported again after a crash, or repeated
+            twin.complete(move.request_id, move.outcome)
+        return _Outcome.of(twin, self.bounds.queue)
+
+
+def _next(model: Model, move: Move) -> Model:
+    """What the model decided once ``move`` is taken."""
+    kind = move.kind
+    if kind == CULPRIT:
+        return replace(model, culprit=move.amount)
+    if kind == INGEST:
+        return replace(model, newer=True)
+    if move.flake:
+        model = replace(model, flakes=model.flakes + 1, flaked=model.flaked | {move.uri})
+    if kind == REDELIVER:
+        left = tuple(u for u in model.unsettled if u != (move.request_id, move.outcome))
+        return replace(model, unsettled=left)
+    if kind == REPEAT:
+        return replace(model, repeats=model.repeats + 1)
+    if kind == CRASH:
+        unsettled = (*model.unsettled, (move.request_id, move.outcome))
+        return replace(model, crashes=model.crashes + 1, unsettled=unsettled)
+    return model
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A world a move led to (``None``: no real edge), with its key and search row, and
+    what a head's delivery would have decided differently without probes ("" : nothing).
+    A move is performed once per world key, whatever the model beside it: the world
+    does not read the model, which only says which moves are taken."""
+
+    world: World | None
+    key: WorldKey | None = None
+    search: CulpritSearch | None = None
+    delays: str = ""
+
+    @classmethod
+    def of(cls, world: World, queue: str, delays: str = "") -> _Outcome:
+        search = _search_row(world, queue)
+        return cls(world, (observe(world), _unversioned(search), _noted(world)), search, delays)
+
+
+_NO_EDGE = _Outcome(None)
 
 
 def _crashed(world: World, move: Move) -> bool:
