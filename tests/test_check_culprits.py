@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stovepipe_fsm.apps.check import culprits as culprit_check
+from stovepipe_fsm.apps.check.culprit_invariants import CULPRIT_CHECKS
 from stovepipe_fsm.apps.check.culprits import CulpritBounds, CulpritExplorer, CulpritSetup
 from stovepipe_fsm.apps.check.variants import Variant
 from stovepipe_fsm.apps.cli import main
@@ -217,10 +217,8 @@ def test_a_probe_holding_a_build_slot_breaks_probes_never_delay_heads() -> None:
 def test_a_head_held_behind_a_probe_breaks_probes_never_delay_heads() -> None:
     """With the probe's slot claim cleaned from the row's view, the newer head's delivery
     still waits for it: decided with probes in flight, it differs from without them."""
-    hidden = dict(culprit_check.CULPRIT_CHECKS)
-    hidden["probes_never_delay_heads"] = lambda *_: iter(())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(culprit_check, "CULPRIT_CHECKS", hidden)
+        patch.setitem(CULPRIT_CHECKS, "probes_never_delay_heads", lambda *_: iter(()))
         result = explore(1, Variant(lifecycle=SlotTakingProbes))
     assert result.counterexample is not None
     violation = result.counterexample.violation
