@@ -132,6 +132,33 @@ def test_a_policy_without_culprit_yaml_is_not_explored(
     assert "check culprit" not in out
 
 
+def test_an_invariant_declared_for_other_queues_is_not_proved_here(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["invariants"] = [
+            {"name": name, "queues": ["team/*"]} if name == "named_soundly" else name
+            for name in doc["invariants"]
+        ]
+        transition(doc, "judge", "weighed", "named").pop("conditions")  # breaks it
+
+    machines = mutant(tmp_path, edit)
+    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
+    assert code == 0, out
+    assert "proves culprit: search_ends, probe_slots_bound, probes_never_delay_heads" in out
+
+
+def test_the_config_scopes_a_culprit_invariant_like_any_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "queues.yaml"
+    config.write_text("invariants:\n  search_ends: [team/*]\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["check", "--config", str(config), *SMALL, "--probe-slots", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "proves culprit: probe_slots_bound, named_soundly, probes_never_delay_heads" in out
+
+
 # --- each invariant can fail --------------------------------------------------------------
 
 

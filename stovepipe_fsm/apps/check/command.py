@@ -42,7 +42,7 @@ from .culprits import (
     CulpritExplorer,
     CulpritResult,
     CulpritSetup,
-    culprit_names,
+    policy_specs,
 )
 from .explorer import (
     DEFAULT_MAX_STATES,
@@ -295,8 +295,7 @@ def scopes_of(store: StaticConfigStore) -> Scopes:
 def check_scopes(store: StaticConfigStore, machines: ProcessMachines) -> None:
     """Refuse a config that scopes an invariant the machines do not declare: a typo
     would otherwise leave the invariant proved for every queue, silently."""
-    specs = (machines.request.spec, machines.queue_gate.spec)
-    declared = [ref.name for ref in policy_invariants(specs)]
+    declared = [ref.name for ref in policy_invariants(policy_specs(machines))]
     issues = [
         SpecIssue(
             scope.location or Location(store.policy.source, 1, 1),
@@ -367,7 +366,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"check: {describe_setup(setup, machines)}; max_concurrent {_joined(values)}")
         proof = setup.rules().proof
         print(describe_proof(proof, queue if len(queues) > 1 or proof.out_of_scope else None))
-    for line in describe_culprit_setups(searches, machines):
+    for line in describe_culprit_setups(searches):
         print(line)
     cores = Cores(args.jobs - len(jobs)) if split else None
     started = time.perf_counter()
@@ -433,7 +432,8 @@ def _culprit_setups(
             max_repeats=args.max_duplicates,
             queue=queue,
         )
-        first = CulpritSetup(machines, store, bounds, 0, Variant(bare_counter=args.bare_counter))
+        variant = Variant(bare_counter=args.bare_counter)
+        first = CulpritSetup(machines, store, bounds, 0, variant, scopes_of(store))
         if args.probe_slots:
             values = sorted(set(args.probe_slots))
         elif args.queue:
@@ -445,17 +445,19 @@ def _culprit_setups(
     return setups
 
 
-def describe_culprit_setups(setups: list[CulpritSetup], machines: ProcessMachines) -> list[str]:
+def describe_culprit_setups(setups: list[CulpritSetup]) -> list[str]:
     """The header lines of the culprit explorations: bounds, probe_slots, what is proved."""
     if not setups:
         return []
     lines: list[str] = []
-    for queue in dict.fromkeys(s.bounds.queue for s in setups):
+    queues = list(dict.fromkeys(s.bounds.queue for s in setups))
+    for queue in queues:
         mine = [s for s in setups if s.bounds.queue == queue]
         slots = " ".join(str(s.probe_slots) for s in mine)
         lines.append(f"check culprit: {mine[0].bounds.describe()}; probe_slots {slots}")
-    names = culprit_names(machines)
-    lines.append(f"proves culprit: {', '.join(names) if names else 'nothing'}")
+        names = mine[0].rules().checks
+        where = f" for {queue}" if len(queues) > 1 else ""
+        lines.append(f"proves culprit{where}: {', '.join(names) if names else 'nothing'}")
     return lines
 
 

@@ -36,6 +36,7 @@ from ...domain.entities import Queue, evolve
 from ...domain.errors import StovepipeError
 from ...domain.trail_record import ADMITTED, ENDED
 from ...machine.invariants import policy_invariants
+from ...machine.model import MachineSpec
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
 from ...process.culprit import CONFIRM_REDS, MAX_PROBES, PROBE_SLOTS, SEARCHING
@@ -53,7 +54,7 @@ from .culprit_invariants import (
     View,
 )
 from .explorer import quiet_logs, rate
-from .invariants import Violation
+from .invariants import Scopes, Violation, in_scope
 from .observe import Observation, observe
 from .variants import Variant
 
@@ -192,12 +193,23 @@ class CulpritResult:
         )
 
 
-def culprit_names(machines: ProcessMachines) -> tuple[str, ...]:
-    """The culprit invariants the policy declares (in any of its machine files)."""
-    specs = [machines.request.spec, machines.queue_gate.spec]
-    if machines.culprit is not None:
-        specs.append(machines.culprit.spec)
-    return tuple(ref.name for ref in policy_invariants(specs) if ref.name in CULPRIT_CHECKS)
+def culprit_names(
+    machines: ProcessMachines, queue: str = DEFAULT_QUEUE, scopes: Scopes = ()
+) -> tuple[str, ...]:
+    """The culprit invariants the policy declares for ``queue`` (in any of its machine
+    files; ``scopes``, the config's ``invariants:``, replace the queues an entry names)."""
+    given = dict(scopes)
+    return tuple(
+        ref.name
+        for ref in policy_invariants(policy_specs(machines))
+        if ref.name in CULPRIT_CHECKS and in_scope(ref, queue, given.get(ref.name))
+    )
+
+
+def policy_specs(machines: ProcessMachines) -> tuple[MachineSpec, ...]:
+    """Every machine file of the policy, culprit.yaml's when it has one."""
+    culprit = (machines.culprit.spec,) if machines.culprit is not None else ()
+    return (machines.request.spec, machines.queue_gate.spec, *culprit)
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,8 @@ class CulpritSetup:
     bounds: CulpritBounds
     probe_slots: int
     variant: Variant = field(default_factory=Variant)
+    #: The config's ``invariants:`` (which queues each invariant is proved for).
+    scopes: Scopes = ()
 
     def new_world(self) -> World:
         """The world every path starts from: ``c0`` green, ``c1 .. cN`` ingested and
@@ -256,7 +270,7 @@ class CulpritSetup:
             red_states=red.states,
             green=green.name,
             red=red.name,
-            checks=culprit_names(self.machines),
+            checks=culprit_names(self.machines, self.bounds.queue, self.scopes),
         )
 
 
