@@ -157,12 +157,16 @@ _Entry = tuple[int, "_Outcome", Model]
 
 @dataclass(frozen=True)
 class CulpritCounterexample:
+    """A broken culprit invariant, and the moves from the start that break it."""
+
     violation: Violation
     trace: tuple[Move, ...]
 
 
 @dataclass(frozen=True)
 class CulpritResult:
+    """What one culprit exploration found, and what it took."""
+
     probe_slots: int
     states: int
     transitions: int
@@ -179,6 +183,7 @@ class CulpritResult:
         return self.complete and self.counterexample is None
 
     def line(self, queue: str = "") -> str:
+        """The result line ``check`` prints (led by ``queue`` when it checks several)."""
         verdict = "ok"
         if self.counterexample:
             verdict = f"VIOLATED {self.counterexample.violation.invariant}"
