@@ -75,7 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "every interleaving of ingests, deliveries, clock advances, build outcomes, "
             "crashes, duplicates, dead-letters and source-control outages (retried, and "
             "dead-lettered at --max-attempts) within the bounds, checking the invariants the "
-            "machines declare. Exit 0: every declared invariant holds in every explored "
+            "machines declare; with culprit.yaml, every bounded way a culprit search can go "
+            "under a culprit-and-flake model. Exit 0: every declared invariant holds in every "
+            "explored "
             "state; 1: a "
             "counterexample (written as a replayable timeline) or an incomplete run."
         ),
