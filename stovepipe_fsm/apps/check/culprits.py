@@ -257,7 +257,8 @@ class CulpritSetup:
 
     def start(self) -> str:
         """Where every path starts, in words."""
-        skipped = f"c1..c{self.bounds.commits - 1} superseded, " if self.bounds.commits > 1 else ""
+        behind = self.bounds.trunk[1 : self.bounds.commits]
+        skipped = f"{' '.join(behind)} superseded, " if behind else ""
         return f"{BASE} green, {skipped}{self.bounds.red_head} admitted on {BASE}"
 
     def rules(self) -> CulpritRules:
@@ -342,8 +343,8 @@ class CulpritExplorer:
                 if model.culprit >= 0 and row is not None and row.state == SEARCHING:
                     detail = (
                         f"the search for {row.red_request_id} is open with nothing in flight "
-                        f"and no probe left to start (probes listed: "
-                        f"{[p.commit for p in row.probes]}, started {row.probes_started})"
+                        f"and no probe left to start (listed, none building: "
+                        f"{[p.commit for p in row.probes]}; started {row.probes_started})"
                     )
                     return self._counterexample(SEARCH_ENDS, detail, sid), True
             for move in moves:
