@@ -153,9 +153,8 @@ def test_the_config_scopes_a_culprit_invariant_like_any_other(
 ) -> None:
     config = tmp_path / "queues.yaml"
     config.write_text("invariants:\n  search_ends: [team/*]\n", encoding="utf-8")
-    capsys.readouterr()
-    assert main(["check", "--config", str(config), *SMALL, "--probe-slots", "1"]) == 0
-    out = capsys.readouterr().out
+    code, out = run_check(capsys, "--config", str(config), *SMALL, "--probe-slots", "1")
+    assert code == 0, out
     assert "proves culprit: probe_slots_bound, named_soundly, probes_never_delay_heads" in out
 
 
