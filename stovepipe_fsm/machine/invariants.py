@@ -387,4 +387,25 @@ INVARIANTS.built_in(
     "with deliveries, clock advances and build completions only, every state reaches one "
     "with no message pending and no accepted request waiting",
 )
+# Culprit finding (machines/culprit.yaml), proved by check's culprit exploration.
+INVARIANTS.built_in(
+    "search_ends",
+    "every culprit search ends named or unresolved, or is replaced by a newer red head's: "
+    "no reachable state has it open with no probe in flight nor one left to start, and "
+    "it never starts more than max_probes",
+)
+INVARIANTS.built_in(
+    "probe_slots_bound",
+    "never more probes in flight for a queue than its probe_slots",
+)
+INVARIANTS.built_in(
+    "named_soundly",
+    "a commit is named only with a green result on its parent (the base counts) and at "
+    "least confirm_reds red results; when none of its reds was a flake it is the culprit",
+)
+INVARIANTS.built_in(
+    "probes_never_delay_heads",
+    "a probe never holds a build slot, never becomes latest or the serial holder, and a "
+    "head's delivery decides the same with or without probes in flight",
+)
 INVARIANTS.freeze()

@@ -39,6 +39,7 @@ from ..domain.ids import compare_request_id, format_request_id
 from ..domain.trail_record import ADMITTED, PROBE_STARTED
 from ..domain.trail_record import CULPRIT as CULPRIT_NOTE
 from ..machine.compiler import CompiledFlow, Step
+from ..machine.compiler import Probe as StepProbe
 from ..machine.model import SEARCH
 from ..machine.registry import Registry
 from ..ports.stores import Counter, SearchStore
@@ -541,15 +542,18 @@ class CulpritFinder:
         counter: Counter,
         *,
         offload: bool = False,
+        probe: StepProbe | None = None,
     ) -> None:
         self.machine = machine
         self.services = services
         self.searches = searches
         self.counter = counter
         self.offload = offload
+        #: Told the name of each action once it ran (the model checker crashes there).
+        self.probe = probe
 
     async def ended(self, request: Request, outcome: Outcome) -> str:
         """Run the search machine for ``request``'s end with ``outcome``; the terminal
         state reached. Raises ``Retryable`` on a lost race (the caller retries)."""
         ctx = SearchContext(self.services, self.searches, self.counter, request, outcome)
-        return await self.machine.run(ctx, offload=self.offload)
+        return await self.machine.run(ctx, probe=self.probe, offload=self.offload)

@@ -35,6 +35,15 @@ from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
 from ...simulation.world import STALL_POINTS
 from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load_policy_store
 from .coverage import describe_step, tracker
+from .culprits import (
+    DEFAULT_COMMITS,
+    DEFAULT_PROBE_SLOTS,
+    CulpritBounds,
+    CulpritExplorer,
+    CulpritResult,
+    CulpritSetup,
+    policy_specs,
+)
 from .explorer import (
     DEFAULT_MAX_STATES,
     SPLIT_FRONTIER,
@@ -66,7 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "every interleaving of ingests, deliveries, clock advances, build outcomes, "
             "crashes, duplicates, dead-letters and source-control outages (retried, and "
             "dead-lettered at --max-attempts) within the bounds, checking the invariants the "
-            "machines declare. Exit 0: every declared invariant holds in every explored "
+            "machines declare; with culprit.yaml, every bounded way a culprit search can go "
+            "under a culprit-and-flake model. Exit 0: every declared invariant holds in every "
+            "explored "
             "state; 1: a "
             "counterexample (written as a replayable timeline) or an incomplete run."
         ),
@@ -167,6 +178,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "(default on)",
     )
     p.add_argument(
+        "--probe-slots",
+        type=_positive,
+        nargs="+",
+        metavar="K",
+        help="explore culprit finding with each of these probe_slots values, when the policy "
+        "declares culprit.yaml (default: with --queue, each queue's own, none when it is "
+        f"0; else {' '.join(map(str, DEFAULT_PROBE_SLOTS))})",
+    )
+    p.add_argument(
+        "--culprit-commits",
+        type=_positive,
+        default=DEFAULT_COMMITS,
+        help="commits after the green base up to the red head whose culprit is searched "
+        f"for (default {DEFAULT_COMMITS}); a newer head follows them",
+    )
+    p.add_argument(
+        "--max-flakes",
+        type=_count,
+        default=1,
+        help="flaky reds per path of the culprit exploration (default 1)",
+    )
+    p.add_argument(
         "--max-states",
         type=_positive,
         default=DEFAULT_MAX_STATES,
@@ -264,8 +297,7 @@ def scopes_of(store: StaticConfigStore) -> Scopes:
 def check_scopes(store: StaticConfigStore, machines: ProcessMachines) -> None:
     """Refuse a config that scopes an invariant the machines do not declare: a typo
     would otherwise leave the invariant proved for every queue, silently."""
-    specs = (machines.request.spec, machines.queue_gate.spec)
-    declared = [ref.name for ref in policy_invariants(specs)]
+    declared = [ref.name for ref in policy_invariants(policy_specs(machines))]
     issues = [
         SpecIssue(
             scope.location or Location(store.policy.source, 1, 1),
@@ -322,6 +354,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(describe_proof(proof, queue if proof.out_of_scope else None))
         return _replay(args, machines, variant, proof)
     queues = list(dict.fromkeys(args.queue or [DEFAULT_QUEUE]))
+    searches = _culprit_setups(args, machines, store, queues)
     # An exploration forks once a core is idle (the others ended) and its frontier is wide.
     split = args.split and args.jobs > 1 and can_fork()
     tuning = Tuning(max_states=args.max_states, split_at=SPLIT_FRONTIER if split else None)
@@ -335,6 +368,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"check: {describe_setup(setup, machines)}; max_concurrent {_joined(values)}")
         proof = setup.rules().proof
         print(describe_proof(proof, queue if len(queues) > 1 or proof.out_of_scope else None))
+    for line in describe_culprit_setups(searches):
+        print(line)
     cores = Cores(args.jobs - len(jobs)) if split else None
     started = time.perf_counter()
     try:
@@ -346,14 +381,20 @@ def cmd_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
+    culprits = [CulpritExplorer(s, max_states=args.max_states).run() for s in searches]
     elapsed = time.perf_counter() - started
     for job, result in zip(jobs, results, strict=True):
         print(_result_line(result, job.bounds.queue if len(queues) > 1 else ""))
+    for search, found in zip(searches, culprits, strict=True):
+        print(found.line(search.bounds.queue if len(queues) > 1 else ""))
     failed = [(job, r) for job, r in zip(jobs, results, strict=True) if r.counterexample]
     if failed:
         job, result = failed[0]
         return _report(args, job.setup(machines), result)
-    if not all(r.complete for r in results):
+    broken = [(s, r) for s, r in zip(searches, culprits, strict=True) if r.counterexample]
+    if broken:
+        return _report_culprit(*broken[0])
+    if not all(r.complete for r in results) or not all(r.complete for r in culprits):
         print(
             "incomplete: --max-states reached before the bounded space was exhausted; "
             "raise --max-states or lower the bounds",
@@ -363,14 +404,81 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(line)
     for line in raised_while_exploring(results):
         print(line)
-    states = sum(r.states for r in results)
-    transitions = sum(r.transitions for r in results)
-    cpu = sum(r.cpu_seconds for r in results)
+    states = sum(r.states for r in results) + sum(r.states for r in culprits)
+    transitions = sum(r.transitions for r in results) + sum(r.transitions for r in culprits)
+    cpu = sum(r.cpu_seconds for r in results) + sum(r.cpu_seconds for r in culprits)
     print(
         f"ok: every invariant holds - {states} states, {transitions} transitions in "
         f"{elapsed:.1f} s ({rate(states, elapsed):.0f} states/s, cpu {cpu:.1f} s)"
     )
     return EXIT_OK
+
+
+def _culprit_setups(
+    args: argparse.Namespace,
+    machines: ProcessMachines,
+    store: StaticConfigStore,
+    queues: list[str],
+) -> list[CulpritSetup]:
+    """One culprit exploration per queue and probe_slots value, when the policy declares
+    culprit.yaml: the values given; else, for a queue named with ``--queue``, its own
+    (none when culprit finding is off there); else 1 and 2."""
+    if machines.culprit is None:
+        return []
+    setups: list[CulpritSetup] = []
+    for queue in queues:
+        bounds = CulpritBounds(
+            commits=args.culprit_commits,
+            max_flakes=args.max_flakes,
+            max_crashes=args.max_crashes if args.crashes else 0,
+            max_repeats=args.max_duplicates,
+            queue=queue,
+        )
+        variant = Variant(bare_counter=args.bare_counter)
+        first = CulpritSetup(machines, store, bounds, 0, variant, scopes_of(store))
+        if args.probe_slots:
+            values = sorted(set(args.probe_slots))
+        elif args.queue:
+            own = first.configured_probe_slots()
+            values = [own] if own else []
+        else:
+            values = list(DEFAULT_PROBE_SLOTS)
+        setups += [replace(first, probe_slots=k) for k in values]
+    return setups
+
+
+def describe_culprit_setups(setups: list[CulpritSetup]) -> list[str]:
+    """The header lines of the culprit explorations: bounds, probe_slots, what is proved."""
+    if not setups:
+        return []
+    lines: list[str] = []
+    queues = list(dict.fromkeys(s.bounds.queue for s in setups))
+    for queue in queues:
+        mine = [s for s in setups if s.bounds.queue == queue]
+        slots = " ".join(str(s.probe_slots) for s in mine)
+        lines.append(f"check culprit: {mine[0].bounds.describe()}; probe_slots {slots}")
+        names = mine[0].rules().checks
+        where = f" for {queue}" if len(queues) > 1 else ""
+        lines.append(f"proves culprit{where}: {', '.join(names) if names else 'nothing'}")
+    return lines
+
+
+def _report_culprit(setup: CulpritSetup, result: CulpritResult) -> int:
+    """Print the culprit exploration's counterexample: the broken property and the path."""
+    counterexample = result.counterexample
+    assert counterexample is not None
+    violation = counterexample.violation
+    print()
+    print(f"invariant {violation.invariant}: {violation.summary}")
+    print(f"  {violation.detail}")
+    trace = counterexample.trace
+    print(
+        f"culprit probe_slots={setup.probe_slots}; shortest trace ({len(trace)} steps) "
+        f"from {setup.start()}:"
+    )
+    for number, move in enumerate(trace, 1):
+        print(f"  {number:>3}  {move.describe()}")
+    return EXIT_FAIL
 
 
 def _bounds(args: argparse.Namespace, queue: str) -> Bounds:

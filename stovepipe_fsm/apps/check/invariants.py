@@ -792,6 +792,11 @@ CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
     "dead_letter_failed_closed": ("dead_letter_failed_closed",),
     "progress": ("progress",),
     "lease_bounds_stall": ("lease_bounds_stall",),
+    # Culprit finding is proved by its own exploration (.culprits), over its own states.
+    "search_ends": (),
+    "probe_slots_bound": (),
+    "named_soundly": (),
+    "probes_never_delay_heads": (),
 }
 
 
