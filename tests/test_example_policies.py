@@ -51,9 +51,9 @@ EXAMPLE_LIST = (
     Example("cancel_in_progress", SMALL),
     Example("skip_intermediate_builds", (*SMALL, "--no-rewrite", "--max-concurrent", "2")),
     Example("supercedent", SMALL),
-    # check explores no probe builds: it proves the gate on a queue with culprit
-    # finding off (the release queues, probe_slots 0).
-    Example("find_culprits", ("--queue", "monorepo/release-1", *SMALL, "--no-rewrite")),
+    # The main queue searches (probe_slots 2): the gate's invariants hold with probes in
+    # flight, and the culprit exploration proves the search.
+    Example("find_culprits", ("--queue", "monorepo/main", *SMALL, "--no-rewrite")),
 )
 
 

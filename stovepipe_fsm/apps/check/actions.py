@@ -209,7 +209,7 @@ def enabled(
         or bool(rules.max_validation_ms)
         or not (rules.pausable and bounds.pauses)
     )
-    for request in obs.requests_of(q) if others else ():
+    for request in obs.heads_of(q) if others else ():
         if request.state in rules.admitted_states and request.id in obs.builds:
             for outcome in rules.outcomes:
                 complete = one_step(COMPLETE, "complete", q, uri=request.uri, outcome=outcome)
@@ -251,19 +251,19 @@ def enabled(
         elif budget.outages < bounds.max_outages:
             actions.append(failed_delivery(OUTAGE, q))
     if others and budget.duplicates < bounds.max_duplicates:
-        for request in obs.requests_of(q):
+        for request in obs.heads_of(q):
             if request.state == rules.initial_state:
                 actions.append(one_step(REDELIVER, "redeliver", q, uri=request.uri))
     if others and budget.dead_letters < bounds.max_dead_letters:
-        for request in obs.requests_of(q):
+        for request in obs.heads_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(DEAD_LETTER, "dead_letter", q, uri=request.uri))
     if others and rules.withdrawable and budget.cancels < bounds.max_cancels:
-        for request in obs.requests_of(q):
+        for request in obs.heads_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))
     if others and rules.retryable_states and budget.retries < bounds.max_retries:
-        for request in obs.requests_of(q):
+        for request in obs.heads_of(q):
             if request.state in rules.retryable_states:
                 actions.append(one_step(RETRY, "retry", q, uri=request.uri))
     if rules.pausable:

@@ -205,7 +205,7 @@ def _recorded(request: Request, rules: Rules) -> bool:
 
 
 def _slot_states_hold(obs: Observation, rules: Rules) -> Iterator[str]:
-    for request in obs.requests:
+    for request in obs.heads:
         if request.id in obs.lease_expired:
             continue  # its lease ran out and the gate reclaimed the slot
         row = obs.queue(request.queue)
@@ -239,7 +239,7 @@ def _idle_holders_exact(obs: Observation, rules: Rules) -> Iterator[str]:
             continue
         expected = {
             r.id
-            for r in obs.requests_of(row.name)
+            for r in obs.heads_of(row.name)
             if r.state in rules.slot_states and r.id not in obs.lease_expired
         }
         if set(row.slot_holders) != expected:
@@ -252,7 +252,7 @@ def _idle_holders_exact(obs: Observation, rules: Rules) -> Iterator[str]:
 
 def _counter_covers(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
-        holding = [r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states]
+        holding = [r.id for r in obs.heads_of(row.name) if r.state in rules.slot_states]
         if row.in_flight_count < len(holding):
             yield f"queue {row.name}: in_flight_count {row.in_flight_count} < {holding}"
 
@@ -261,7 +261,7 @@ def _idle_counter_exact(obs: Observation, rules: Rules) -> Iterator[str]:
     for row in obs.queues:
         if obs.busy(row.name):
             continue
-        holding = [r.id for r in obs.requests_of(row.name) if r.state in rules.slot_states]
+        holding = [r.id for r in obs.heads_of(row.name) if r.state in rules.slot_states]
         if row.in_flight_count != len(holding):
             yield (
                 f"queue {row.name} with no message pending: in_flight_count "
@@ -289,7 +289,7 @@ def _newest_not_superseded(obs: Observation, rules: Rules) -> Iterator[str]:
 
 
 def _superseded_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
-    for request in obs.requests:
+    for request in obs.heads:
         if request.state not in rules.superseded_states:
             continue
         if request.id in obs.builds:
@@ -305,7 +305,7 @@ def _withdrawn(request: Request, rules: Rules) -> bool:
 
 
 def _withdrawn_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
-    for request in obs.requests:
+    for request in obs.heads:
         if not _withdrawn(request, rules):
             continue
         if request.id in obs.builds:
@@ -319,7 +319,7 @@ def _withdraws_only_waiting(pre: Observation, post: Observation, rules: Rules) -
     any other state overwrote the admission it raced with."""
     if not rules.withdrawable:
         return
-    for after in post.requests:
+    for after in post.heads:
         before = pre.by_id.get(after.id)
         if before is None or before.state == after.state or not _withdrawn(after, rules):
             continue
@@ -332,7 +332,7 @@ def _preempts_only_older(pre: Observation, post: Observation, rules: Rules) -> I
     and was preempted for a newer head of its queue that is not superseded."""
     if not rules.preempted_states:
         return
-    for after in post.requests:
+    for after in post.heads:
         before = pre.by_id.get(after.id)
         if after.state not in rules.preempted_states or (
             before is not None and before.state == after.state
@@ -351,7 +351,7 @@ def _preempts_only_older(pre: Observation, post: Observation, rules: Rules) -> I
 
 
 def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
-    for request in obs.requests:
+    for request in obs.heads:
         if _recorded(request, rules):
             continue
         if request.id in obs.builds:
@@ -361,14 +361,14 @@ def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
 
 
 def _one_event_per_admission(obs: Observation, rules: Rules) -> Iterator[str]:
-    for request in obs.requests:
+    for request in obs.heads:
         ids = obs.hook_ids(request.id)
         if len(ids) > 1:
             yield f"{_label(request)} was announced under {len(ids)} event ids {sorted(ids)}"
 
 
 def _strategy_sound(obs: Observation, rules: Rules) -> Iterator[str]:
-    for request in obs.requests:
+    for request in obs.heads:
         strategy, base = request.build_strategy, request.base_uri
         if strategy == INCREMENTAL_SINCE_GREEN:
             if not base or not rules.is_ancestor(base, request.uri):
@@ -397,7 +397,7 @@ def _dead_letters_failed_closed(obs: Observation, rules: Rules) -> Iterator[str]
 
 
 def _strategy_immutable(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
-    for before in pre.requests:
+    for before in pre.heads:
         if before.build_strategy == NO_STRATEGY:
             continue
         after = post.by_id.get(before.id)
@@ -427,7 +427,7 @@ def _retries_only_latest(pre: Observation, post: Observation, rules: Rules) -> I
     if rules.every_head:
         return
     known = pre.by_id
-    for request in post.requests:
+    for request in post.heads:
         if not request.retry_of or request.id in known:
             continue
         row = pre.queue(request.queue)
@@ -450,7 +450,7 @@ def _newer_live(obs: Observation, request: Request, rules: Rules, upto: str = ""
     mine, top = counter_of(request.id), counter_of(latest) if latest else 0
     return sum(
         1
-        for other in obs.requests_of(request.queue)
+        for other in obs.heads_of(request.queue)
         if mine < counter_of(other.id) <= top
         and (other.id == latest or other.state not in rules.terminal_states)
     )
@@ -482,7 +482,7 @@ def _decided_as_latest(pre: Observation, request: Request, rules: Rules) -> bool
 def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     if rules.every_head:
         return  # every head is kept: any waiting head may be admitted
-    for after in post.requests:
+    for after in post.heads:
         before = pre.by_id.get(after.id)
         newly = after.state in rules.admitted_states and (
             before is None or before.state not in rules.admitted_states
@@ -508,7 +508,7 @@ def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterato
 
 def _newly(pre: Observation, post: Observation, states: frozenset[str]) -> Iterator[Request]:
     """The requests of ``pre`` (as they were) that entered one of ``states`` in ``post``."""
-    for after in post.requests:
+    for after in post.heads:
         before = pre.by_id.get(after.id)
         if before is not None and after.state in states and before.state not in states:
             yield before
@@ -918,13 +918,13 @@ def quiescent(obs: Observation, rules: Rules) -> bool:
         return False
     if any(h.queue not in paused for h in obs.in_hand):
         return False
-    return all(r.state != rules.initial_state or r.queue in paused for r in obs.requests)
+    return all(r.state != rules.initial_state or r.queue in paused for r in obs.heads)
 
 
 def waiting(obs: Observation, rules: Rules) -> str:
     """Why ``obs`` is not quiescent, for a progress counterexample."""
     parts = []
-    accepted = [r for r in obs.requests if r.state == rules.initial_state]
+    accepted = [r for r in obs.heads if r.state == rules.initial_state]
     if accepted:
         parts.append("accepted, waiting: " + ", ".join(f"{r.id} ({r.uri})" for r in accepted))
     if obs.pending:

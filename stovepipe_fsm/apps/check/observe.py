@@ -124,6 +124,12 @@ class Observation:
     def by_id(self) -> dict[str, Request]:
         return {r.id: r for r in self.requests}
 
+    @cached_property
+    def heads(self) -> tuple[Request, ...]:
+        """The requests that are trunk heads: all but a culprit search's probes, which
+        the gate's invariants are not about (the culprit exploration proves them)."""
+        return tuple(r for r in self.requests if not r.probe_of)
+
     def queue(self, name: str) -> Queue | None:
         for row in self.queues:
             if row.name == name:
@@ -144,12 +150,14 @@ class Observation:
         """Work is left on ``queue``: a message pending or a delivery stalled in hand."""
         return bool(self.pending_in(queue)) or any(h.queue == queue for h in self.in_hand)
 
-    def requests_of(self, queue: str) -> tuple[Request, ...]:
-        return tuple(r for r in self.requests if r.queue == queue)
+    def heads_of(self, queue: str) -> tuple[Request, ...]:
+        """:attr:`heads` of ``queue``."""
+        return tuple(r for r in self.heads if r.queue == queue)
 
     def newest(self, queue: str) -> Request | None:
-        """The request ingest minted last for ``queue`` (highest counter)."""
-        mine = self.requests_of(queue)
+        """The head ingest minted last for ``queue`` (highest counter; probes are minted
+        by a culprit search, never by ingest)."""
+        mine = self.heads_of(queue)
         return max(mine, key=lambda r: counter_of(r.id)) if mine else None
 
     def hook_ids(self, request_id: str) -> frozenset[str]:
