@@ -79,7 +79,9 @@ def caught(
     """``check`` of the mutant ``edit`` makes: the invariant it reports broken, the steps
     of its trace, and the whole output."""
     machines = mutant(tmp_path, edit)
-    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
+    code, out = run_check(
+        capsys, *SMALL, "--machines", str(machines), "--no-lint", "--probe-slots", "1"
+    )
     assert code == 1, out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("invariant ")]
     steps = out.split("shortest trace", 1)[1].splitlines()[1:]
@@ -116,9 +118,11 @@ def test_check_runs_the_culprit_exploration_and_says_what_it_proves(
 
 
 def test_a_queue_with_finding_off_is_not_explored(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run_check(capsys, *SMALL, "--queue", "monorepo/main")
-    assert code == 0, out
-    assert "culprit probe_slots" not in out and "check culprit" not in out
+    """The shipped config searches nowhere (probe_slots 0): nothing to prove, named or not."""
+    for queue in (["--queue", "monorepo/main"], []):
+        code, out = run_check(capsys, *SMALL, *queue)
+        assert code == 0, out
+        assert "culprit probe_slots" not in out and "check culprit" not in out
 
 
 def test_a_policy_without_culprit_yaml_is_not_explored(
@@ -143,7 +147,9 @@ def test_an_invariant_declared_for_other_queues_is_not_proved_here(
         transition(doc, "judge", "weighed", "named").pop("conditions")  # breaks it
 
     machines = mutant(tmp_path, edit)
-    code, out = run_check(capsys, *SMALL, "--machines", str(machines), "--no-lint")
+    code, out = run_check(
+        capsys, *SMALL, "--machines", str(machines), "--no-lint", "--probe-slots", "1"
+    )
     assert code == 0, out
     assert "proves culprit: search_ends, probe_slots_bound, probes_never_delay_heads" in out
 
@@ -254,7 +260,20 @@ def test_a_head_held_behind_a_probe_breaks_probes_never_delay_heads() -> None:
 
 
 @pytest.mark.slow
-def test_the_default_bounds_hold_every_invariant(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run_check(capsys, *TINY_GATE, "--culprit-commits", "3", "--jobs", "1", "--quiet")
+def test_three_commits_hold_every_invariant_at_one_and_two_probe_slots(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out = run_check(
+        capsys,
+        *TINY_GATE,
+        "--culprit-commits",
+        "3",
+        "--probe-slots",
+        "1",
+        "2",
+        "--jobs",
+        "1",
+        "--quiet",
+    )
     assert code == 0, out
     assert "culprit probe_slots=1: ok" in out and "culprit probe_slots=2: ok" in out

@@ -37,7 +37,6 @@ from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, load
 from .coverage import describe_step, tracker
 from .culprits import (
     DEFAULT_COMMITS,
-    DEFAULT_PROBE_SLOTS,
     CulpritBounds,
     CulpritExplorer,
     CulpritResult,
@@ -183,8 +182,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         nargs="+",
         metavar="K",
         help="explore culprit finding with each of these probe_slots values, when the policy "
-        "declares culprit.yaml (default: with --queue, each queue's own, none when it is "
-        f"0; else {' '.join(map(str, DEFAULT_PROBE_SLOTS))})",
+        "declares culprit.yaml (default: the checked queue's own; none when culprit "
+        "finding is off there)",
     )
     p.add_argument(
         "--culprit-commits",
@@ -421,8 +420,8 @@ def _culprit_setups(
     queues: list[str],
 ) -> list[CulpritSetup]:
     """One culprit exploration per queue and probe_slots value, when the policy declares
-    culprit.yaml: the values given; else, for a queue named with ``--queue``, its own
-    (none when culprit finding is off there); else 1 and 2."""
+    culprit.yaml: the values given; else the queue's own (none when culprit finding is
+    off there: nothing searches, so there is nothing to prove)."""
     if machines.culprit is None:
         return []
     setups: list[CulpritSetup] = []
@@ -438,11 +437,9 @@ def _culprit_setups(
         first = CulpritSetup(machines, store, bounds, 0, variant, scopes_of(store))
         if args.probe_slots:
             values = sorted(set(args.probe_slots))
-        elif args.queue:
+        else:
             own = first.configured_probe_slots()
             values = [own] if own else []
-        else:
-            values = list(DEFAULT_PROBE_SLOTS)
         setups += [replace(first, probe_slots=k) for k in values]
     return setups
 
