@@ -28,6 +28,18 @@ SHIPPED = ROOT / "config" / "queues.yaml"
 SCHEMA_FILE = ROOT / "stovepipe_fsm" / "located" / "schemas" / "queues.schema.json"
 
 
+#: What culprit.yaml declares, as every queue resolves it by default.
+CULPRIT_DEFAULTS = {
+    "probe_slots": 0,
+    "confirm_reds": 2,
+    "max_probes": 32,
+    "max_blamelist": 256,
+    "flake_aware": False,
+    "flake_rate_percent": 1,
+    "confidence_percent": 99,
+}
+
+
 def write(tmp_path: Path, text: str, name: str = "queues.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -66,13 +78,7 @@ def test_shipped_config_passes_schema_and_loads() -> None:
         keep_newest=0,
         skip_paths=[],
         recent_greens=8,
-        probe_slots=0,
-        confirm_reds=2,
-        max_probes=32,
-        max_blamelist=256,
-        flake_aware=False,
-        flake_rate_percent=1,
-        confidence_percent=99,
+        **CULPRIT_DEFAULTS,
     )
 
 
@@ -151,13 +157,7 @@ def test_every_knob_is_loaded(tmp_path: Path) -> None:
         keep_newest=2,
         skip_paths=["docs/**"],
         recent_greens=3,
-        probe_slots=0,
-        confirm_reds=2,
-        max_probes=32,
-        max_blamelist=256,
-        flake_aware=False,
-        flake_rate_percent=1,
-        confidence_percent=99,
+        **CULPRIT_DEFAULTS,
     )
 
 
@@ -274,13 +274,7 @@ def test_null_blocks_set_nothing(tmp_path: Path) -> None:
         keep_newest=0,
         skip_paths=[],
         recent_greens=8,
-        probe_slots=0,
-        confirm_reds=2,
-        max_probes=32,
-        max_blamelist=256,
-        flake_aware=False,
-        flake_rate_percent=1,
-        confidence_percent=99,
+        **CULPRIT_DEFAULTS,
     )
 
 

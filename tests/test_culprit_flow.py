@@ -101,15 +101,21 @@ async def green_base(trunk: Trunk) -> None:
     await trunk.stages.record.complete(first.id, "succeeded")
 
 
-@pytest.mark.parametrize("slots", [1, 2, 4])
-async def test_a_red_head_finds_the_middle_commit_that_broke_it(slots: int) -> None:
-    trunk = Trunk(9, probe_slots=slots)
+async def red_burst(trunk: Trunk, head: str) -> Request:
+    """A green base, then every commit of the trunk pushed at once: coalescing admits
+    ``head`` alone, and its build goes red (returned as recorded)."""
     await green_base(trunk)
     for commit in trunk.commits[1:]:
         await trunk.stages.ingest.ingest(Q, commit)
-    red = await trunk.head("c9")
+    red = await trunk.head(head)
+    return await trunk.stages.record.complete(red.id, "failed")
+
+
+@pytest.mark.parametrize("slots", [1, 2, 4])
+async def test_a_red_head_finds_the_middle_commit_that_broke_it(slots: int) -> None:
+    trunk = Trunk(9, probe_slots=slots)
+    red = await red_burst(trunk, "c9")
     assert red.base_uri == BASE
-    await trunk.stages.record.complete(red.id, "failed")
 
     ran = await trunk.run_probes(culprit="c5")
 
@@ -131,11 +137,7 @@ async def test_a_red_head_finds_the_middle_commit_that_broke_it(slots: int) -> N
 
 async def test_the_green_parent_found_by_a_probe_is_a_recorded_green() -> None:
     trunk = Trunk(9, probe_slots=1)
-    await green_base(trunk)
-    for commit in trunk.commits[1:]:
-        await trunk.stages.ingest.ingest(Q, commit)
-    red = await trunk.head("c9")
-    await trunk.stages.record.complete(red.id, "failed")
+    await red_burst(trunk, "c9")
     await trunk.run_probes(culprit="c5")
     queue = await trunk.stages.services.queues.get(Q)
     assert queue.greens[0].uri == "c4", "the highest green probe is the newest green"
@@ -143,11 +145,7 @@ async def test_the_green_parent_found_by_a_probe_is_a_recorded_green() -> None:
 
 async def test_a_flaky_red_below_the_culprit_is_not_named() -> None:
     trunk = Trunk(9, probe_slots=1, confirm_reds=2)
-    await green_base(trunk)
-    for commit in trunk.commits[1:]:
-        await trunk.stages.ingest.ingest(Q, commit)
-    red = await trunk.head("c9")
-    await trunk.stages.record.complete(red.id, "failed")
+    await red_burst(trunk, "c9")
     await trunk.run_probes(culprit="c7", flaky=frozenset({"c4", "c5"}))
     [found] = trunk.hooks(CULPRIT_FOUND)
     assert found["culprit"] == "c7"
@@ -156,11 +154,7 @@ async def test_a_flaky_red_below_the_culprit_is_not_named() -> None:
 async def test_a_red_head_that_does_not_reproduce_is_unresolved() -> None:
     """The head's red was a flake: its rerun is green, so no commit is named."""
     trunk = Trunk(3, probe_slots=1)
-    await green_base(trunk)
-    for commit in trunk.commits[1:]:
-        await trunk.stages.ingest.ingest(Q, commit)
-    red = await trunk.head("c3")
-    await trunk.stages.record.complete(red.id, "failed")
+    red = await red_burst(trunk, "c3")
     trunk.commits.append("never")  # no commit of the trunk is broken
     await trunk.run_probes(culprit="never")
     [unresolved] = trunk.hooks(CULPRIT_UNRESOLVED)
