@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from git_histories import Repo
 from test_service_oncall import story
-from test_service_support import Running, running_service, stream_messages, wait_for
+from test_service_support import WAIT_S, Running, running_service, stream_messages, wait_for
 from test_status_page import fetch
 
 from stovepipe_fsm.adapters.git import GitSourceControlProvider
@@ -83,6 +83,7 @@ class Farm:
     probe_builds: list[str] = field(default_factory=list)
     peak: int = 0
     probing: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.probing.set()
@@ -133,20 +134,23 @@ class Farm:
                 await self.report(request_id, self.probes[request_id])
 
     async def serve(self) -> None:
-        while True:
+        while not self.stopped.is_set():
             await self.step()
-            await asyncio.sleep(0.05)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), 0.05)
 
 
 @contextlib.asynccontextmanager
 async def farm_running(farm: Farm) -> AsyncIterator[Farm]:
+    """The farm serving until the block ends. It is stopped by a flag, never cancelled: a
+    cancellation that lands while a report closes its connection is swallowed by the
+    client's close, and the farm would serve for ever."""
     task = asyncio.create_task(farm.serve())
     try:
         yield farm
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        farm.stopped.set()
+        await asyncio.wait_for(task, WAIT_S)
 
 
 @contextlib.asynccontextmanager
