@@ -71,6 +71,15 @@ async def _unresolvable(
     return None
 
 
+def _revision_names(*names: str) -> None:
+    """Each of ``names`` may name one commit: a name with ``..`` is a range, never one
+    commit (no ref name may contain it), and git would read it as two: not found."""
+    for name in names:
+        check_commitish(name)
+        if ".." in name:
+            raise NotFound(f"commit {name!r} is not a revision name (a range)")
+
+
 def _failure(what: str, repo_path: str, result: GitResult) -> Retryable:
     detail = result.stderr or "(no output)"
     return Retryable(f"git {what} failed in {repo_path!r} (exit {result.returncode}): {detail}")
@@ -134,13 +143,13 @@ class GitSourceControl:
             if cacheable:
                 self._cache.put(ancestor, descendant, answer)
             return answer
-        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_COMMIT_MESSAGES):
-            raise NotFound(
-                f"commit not found in {self._repo_path!r} "
-                f"(asked {ancestor!r} → {descendant!r}): {result.stderr}"
-            )
-        await self._raise_if_unresolvable(result, (ancestor, descendant))
-        raise _failure("merge-base --is-ancestor", self._repo_path, result)
+        raise await self._refusal(
+            result,
+            "merge-base --is-ancestor",
+            f"{ancestor!r} → {descendant!r}",
+            (ancestor, descendant),
+            _UNKNOWN_COMMIT_MESSAGES,
+        )
 
     async def changed_paths(self, base: str, head: str) -> frozenset[str]:
         """Paths whose content differs between commits ``base`` and ``head``.
@@ -148,63 +157,46 @@ class GitSourceControl:
         A name with ``..`` is a range, never one commit (no ref name may contain it), and
         ``git diff`` would read it as two: it is not found, as ``is_ancestor`` says too.
         """
-        for name in (base, head):
-            check_commitish(name)
-            if ".." in name:
-                raise NotFound(f"commit {name!r} is not a revision name (a range)")
+        _revision_names(base, head)
         command = [self._git, "-C", self._repo_path, "diff", "--name-only", "-z", "--no-renames"]
         result = await self._run(
             [*command, f"{base}^{{commit}}", f"{head}^{{commit}}", "--"], self._timeout_s
         )
         if result.returncode == 0:
             return frozenset(path for path in result.stdout.split("\0") if path)
-        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES):
-            raise NotFound(
-                f"commit not found in {self._repo_path!r} "
-                f"(asked the diff {base!r} → {head!r}): {result.stderr}"
-            )
-        await self._raise_if_unresolvable(result, (base, head))
-        raise _failure("diff --name-only", self._repo_path, result)
+        raise await self._refusal(
+            result, "diff --name-only", f"the diff {base!r} → {head!r}", (base, head)
+        )
 
     async def first_parent(self, commit: str) -> str:
         """The first parent of ``commit`` (``""`` for a root commit)."""
-        check_commitish(commit)
-        if ".." in commit:
-            raise NotFound(f"commit {commit!r} is not a revision name (a range)")
+        _revision_names(commit)
         command = [self._git, "-C", self._repo_path, "rev-list", "--parents", "-n", "1"]
         result = await self._run([*command, f"{commit}^{{commit}}", "--"], self._timeout_s)
         if result.returncode == 0:
             ids = result.stdout.split()
             return ids[1] if len(ids) > 1 else ""
-        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES):
-            raise NotFound(
-                f"commit not found in {self._repo_path!r} (asked the parent of {commit!r}): "
-                f"{result.stderr}"
-            )
-        await self._raise_if_unresolvable(result, (commit,))
-        raise _failure("rev-list --parents", self._repo_path, result)
+        raise await self._refusal(
+            result, "rev-list --parents", f"the parent of {commit!r}", (commit,)
+        )
 
     async def first_parents_after(self, base: str, head: str, limit: int) -> tuple[str, ...]:
         """``head``'s first-parent line down to what ``base`` reaches, oldest first, the
         newest ``limit`` at most (one ``rev-list``)."""
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        for commit in (base, head):
-            check_commitish(commit)
-            if ".." in commit:
-                raise NotFound(f"commit {commit!r} is not a revision name (a range)")
+        _revision_names(base, head)
         command = [self._git, "-C", self._repo_path, "rev-list", "--first-parent"]
         span = [f"--max-count={limit}", f"^{base}^{{commit}}", f"{head}^{{commit}}", "--"]
         result = await self._run([*command, *span], self._timeout_s)
         if result.returncode == 0:
             return tuple(reversed(result.stdout.split()))
-        if result.returncode == 128 and any(m in result.stderr for m in _UNKNOWN_REVISION_MESSAGES):
-            raise NotFound(
-                f"commit not found in {self._repo_path!r} (asked the first parents of "
-                f"{head!r} after {base!r}): {result.stderr}"
-            )
-        await self._raise_if_unresolvable(result, (base, head))
-        raise _failure("rev-list --first-parent", self._repo_path, result)
+        raise await self._refusal(
+            result,
+            "rev-list --first-parent",
+            f"the first parents of {head!r} after {base!r}",
+            (base, head),
+        )
 
     async def first_parents_since(
         self, since: str, tip: str, *, limit: int, newest: bool = False
@@ -242,12 +234,28 @@ class GitSourceControl:
             raise _failure("rev-list", self._repo_path, result)
         return result.stdout
 
-    async def _raise_if_unresolvable(self, result: GitResult, names: tuple[str, ...]) -> None:
-        if result.returncode != 128:
-            return
-        missing = await _unresolvable(self._run, self._git, self._repo_path, names, self._timeout_s)
-        if missing is not None:
-            raise missing
+    async def _refusal(
+        self,
+        result: GitResult,
+        what: str,
+        asked: str,
+        names: tuple[str, ...],
+        unknown: tuple[str, ...] = _UNKNOWN_REVISION_MESSAGES,
+    ) -> NotFound | Retryable:
+        """What a failed git command ``what`` (about ``names``, ``asked`` in words) means:
+        ``NotFound`` when git says a commit is unknown (its ``unknown`` messages) or one of
+        ``names`` does not resolve in a healthy repository, else ``Retryable``."""
+        if result.returncode == 128:
+            if any(m in result.stderr for m in unknown):
+                return NotFound(
+                    f"commit not found in {self._repo_path!r} (asked {asked}): {result.stderr}"
+                )
+            missing = await _unresolvable(
+                self._run, self._git, self._repo_path, names, self._timeout_s
+            )
+            if missing is not None:
+                return missing
+        return _failure(what, self._repo_path, result)
 
     async def rev_parse(self, ref: str) -> str:
         """The full id of the commit ``ref`` names in this repository."""
