@@ -237,22 +237,36 @@ def decode_queue(data: bytes | None) -> Queue:
     )
 
 
+def _objects(
+    value: Any, what: str, noun: str, most: int, keys: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """``value`` as a list of at most ``most`` objects with exactly ``keys``; else
+    ``NonRetryable`` saying so of ``what`` (each item is a ``noun``)."""
+    if not isinstance(value, list) or len(value) > most:
+        raise NonRetryable(
+            f"{what} must be a list of at most {most} {noun}s, got {clip(repr(value), 200)}"
+        )
+    for item in value:
+        if not isinstance(item, dict) or item.keys() != set(keys):
+            named = f"{', '.join(keys[:-1])} and {keys[-1]}"
+            raise NonRetryable(
+                f"{what}: each {noun} must be an object with {named}, got {clip(repr(item), 200)}"
+            )
+    return value
+
+
 def _greens(value: Any) -> tuple[Green, ...]:
     """The ``recent_greens`` of a queue row: at most ``MAX_RECENT_GREENS`` objects, each
     ``uri`` and ``request_id`` strings and ``at_ms`` an integer >= 0."""
-    what = "queue field 'recent_greens'"
-    if not isinstance(value, list) or len(value) > MAX_RECENT_GREENS:
-        raise NonRetryable(
-            f"{what} must be a list of at most {MAX_RECENT_GREENS} greens, "
-            f"got {clip(repr(value), 200)}"
-        )
+    items = _objects(
+        value,
+        "queue field 'recent_greens'",
+        "green",
+        MAX_RECENT_GREENS,
+        ("uri", "request_id", "at_ms"),
+    )
     greens = []
-    for item in value:
-        if not isinstance(item, dict) or item.keys() != {"uri", "request_id", "at_ms"}:
-            raise NonRetryable(
-                f"{what}: each green must be an object with uri, request_id and at_ms, "
-                f"got {clip(repr(item), 200)}"
-            )
+    for item in items:
         uri, request_id = _str(QUEUE_KIND, item, "uri"), _str(QUEUE_KIND, item, "request_id")
         greens.append(Green(uri, request_id, _time(QUEUE_KIND, item, "at_ms")))
     return tuple(greens)
@@ -315,19 +329,15 @@ def decode_search(data: bytes | None) -> CulpritSearch:
             "search field 'tallies' must list one [greens, reds] pair of integers >= 0 per "
             f"blamelist commit, got {clip(repr(tallies), 200)}"
         )
-    probes = fields["probes"]
-    if not isinstance(probes, list) or len(probes) > MAX_PROBES_LISTED:
-        raise NonRetryable(
-            f"search field 'probes' must be a list of at most {MAX_PROBES_LISTED} probes, "
-            f"got {clip(repr(probes), 200)}"
-        )
+    probes = _objects(
+        fields["probes"],
+        "search field 'probes'",
+        "probe",
+        MAX_PROBES_LISTED,
+        ("request_id", "commit", "started_at_ms"),
+    )
     listed = []
     for item in probes:
-        if not isinstance(item, dict) or item.keys() != {"request_id", "commit", "started_at_ms"}:
-            raise NonRetryable(
-                "search field 'probes': each probe must be an object with request_id, "
-                f"commit and started_at_ms, got {clip(repr(item), 200)}"
-            )
         request_id, commit = (
             _str(SEARCH_KIND, item, "request_id"),
             _str(SEARCH_KIND, item, "commit"),
