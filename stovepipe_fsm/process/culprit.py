@@ -401,10 +401,12 @@ async def _note_search(
 ) -> None:
     """Note where the search of ``row.red_request_id`` stands, on the red head's trail
     (``tag``: the version of the search row's write this note is about)."""
-    try:
-        head = await ctx.services.requests.get(row.red_request_id)
-    except NotFound:
-        return
+    head = ctx.ended  # the red head itself, when its end opened the search
+    if head.id != row.red_request_id:
+        try:
+            head = await ctx.services.requests.get(row.red_request_id)
+        except NotFound:
+            return
     lo, hi = frontier(row.tallies)
     await note(
         ctx.services,
@@ -433,8 +435,8 @@ async def record_green_parent(ctx: SearchContext) -> None:
     if not lo or row.blamelist[lo - 1] != probe.commit:
         return
     below = (row.base_uri, *row.blamelist[: lo - 1])
-    ended = await ctx.services.requests.get(probe.request_id)
-    await ctx.services.lifecycle.record_probe_green(ended, below)
+    # ctx.ended is the probe, as record ended it (its id is the listed probe's).
+    await ctx.services.lifecycle.record_probe_green(ctx.ended, below)
 
 
 @CULPRIT.action()
