@@ -27,6 +27,15 @@ from ..domain.entities import QueueConfig
 from ..domain.parameter_text import value_text
 from ..machine.model import MachineSpec, TransitionSpec
 from ..machine.registry import Registry
+from ..process.culprit import (
+    CONFIDENCE_PERCENT,
+    CONFIRM_REDS,
+    FLAKE_AWARE,
+    FLAKE_RATE_PERCENT,
+    MAX_BLAMELIST,
+    MAX_PROBES,
+    PROBE_SLOTS,
+)
 from ..process.effective_config import declared_pairs, effective_config
 
 CARD_FILE = "policy_card.md"
@@ -120,21 +129,21 @@ def _section(
 def culprit_summary(values: Mapping[str, Any]) -> str:
     """Culprit finding under a queue's parameters, in one sentence; "" when the policy
     declares none (no ``probe_slots`` parameter)."""
-    slots = values.get("probe_slots")
+    slots = values.get(PROBE_SLOTS)
     if slots is None:
         return ""
     if not slots:
         return "Culprit finding: off (`probe_slots` 0)."
     how = "bisection" if slots == 1 else f"{slots}-section"
-    if values.get("flake_aware"):
+    if values.get(FLAKE_AWARE):
         how = (
-            f"by likelihood ({values.get('flake_rate_percent')} % flakes), "
-            f"{slots} probe(s) at a time, a commit named at {values.get('confidence_percent')} %"
+            f"by likelihood ({values.get(FLAKE_RATE_PERCENT)} % flakes), "
+            f"{slots} probe(s) at a time, a commit named at {values.get(CONFIDENCE_PERCENT)} %"
         )
     return (
-        f"Culprit finding: {how}; a commit is named with {values.get('confirm_reds')} reds and "
-        f"a green parent, within {values.get('max_probes')} probe builds, for blamelists of "
-        f"up to {values.get('max_blamelist')} commits."
+        f"Culprit finding: {how}; a commit is named with {values.get(CONFIRM_REDS)} reds and "
+        f"a green parent, within {values.get(MAX_PROBES)} probe builds, for blamelists of "
+        f"up to {values.get(MAX_BLAMELIST)} commits."
     )
 
 
