@@ -47,6 +47,7 @@ from ...pipeline import policy_in_force
 from ...pipeline.ingest import Ingest
 from ...pipeline.queue_verbs import with_queue_verbs
 from ...ports.stores import RequestStore, UriIndex
+from ...process.culprit import PROBE_SLOTS
 from ...views.entities import (
     age_text,
     queue_json,
@@ -393,7 +394,7 @@ def _searches(
     uris = {r.id: r.uri for r in requests}
     return {
         s.queue: search_json(
-            s, uris.get(s.red_request_id, ""), parameters.get(s.queue, {}).get("probe_slots")
+            s, uris.get(s.red_request_id, ""), parameters.get(s.queue, {}).get(PROBE_SLOTS)
         )
         for s in sorted(searches, key=lambda s: s.queue)
     }
