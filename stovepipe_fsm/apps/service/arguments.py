@@ -200,6 +200,15 @@ def nats_options(args: argparse.Namespace, *, service: bool = False, url: str = 
     )
 
 
+#: Each retention flag (its argparse name) and the Topology setting it sets when given.
+RETENTION_SETTINGS = (
+    ("retain_dead_letters", "dead_letter_max_age_s"),
+    ("retain_trail", "trail_max_age_s"),
+    ("retain_refused_outcomes", "refused_outcomes_max_age_s"),
+    ("retain_trail_bytes", "trail_max_bytes"),
+)
+
+
 def topology_of(args: argparse.Namespace) -> Topology:
     """The topology the arguments name: tag, replicas (flag, then environment, then 1)
     and retention. ``ValueError`` for a bad environment value."""
@@ -209,18 +218,10 @@ def topology_of(args: argparse.Namespace) -> Topology:
         "replicas": replicas_of(args),
         "request_layout": getattr(args, "request_layout", 2),
     }
-    retain = getattr(args, "retain_dead_letters", None)
-    if retain is not None:
-        settings["dead_letter_max_age_s"] = retain
-    trail = getattr(args, "retain_trail", None)
-    if trail is not None:
-        settings["trail_max_age_s"] = trail
-    refused = getattr(args, "retain_refused_outcomes", None)
-    if refused is not None:
-        settings["refused_outcomes_max_age_s"] = refused
-    trail_bytes = getattr(args, "retain_trail_bytes", None)
-    if trail_bytes is not None:
-        settings["trail_max_bytes"] = trail_bytes
+    for flag, setting in RETENTION_SETTINGS:
+        value = getattr(args, flag, None)
+        if value is not None:
+            settings[setting] = value
     if args.topology_tag:
         return Topology.isolated(args.topology_tag, **settings)
     return Topology(**settings)  # type: ignore[arg-type]  # values checked by __post_init__
