@@ -114,14 +114,6 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--uri", help="with --queue: the head (commit) whose request is meant")
 
 
-def one_request(args: argparse.Namespace) -> bool:
-    """A REQUEST_ID or --queue and --uri was given, not both; says so on stderr if not."""
-    if bool(args.request_id) == bool(args.queue and args.uri):
-        print("error: give a REQUEST_ID, or --queue and --uri", file=sys.stderr)
-        return False
-    return True
-
-
 def topology_args(p: argparse.ArgumentParser) -> None:
     """What a command that may create the streams and buckets creates them with."""
     p.add_argument(

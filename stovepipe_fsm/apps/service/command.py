@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,6 @@ from .arguments import (
     broker_args,
     duration,
     nats_options,
-    one_request,
     request_args,
     topology_args,
     topology_of,
@@ -61,6 +60,7 @@ def _at_least_one(text: str) -> int:
     return value
 
 Handler = Callable[[argparse.Namespace], int]
+Operation = Callable[[argparse.Namespace], Coroutine[Any, Any, None]]
 
 
 def missing_nats(*, server: bool = False) -> str:
@@ -105,6 +105,22 @@ def _needs_nats(
         return handler(args)
 
     return run
+
+
+def _operator(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help_text: str,
+    operation: Operation,
+    *,
+    command: str = "",
+) -> argparse.ArgumentParser:
+    """The parser of a command that talks to the broker: the broker flags, and
+    ``operation`` as its handler."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
+    broker_args(p)
+    p.set_defaults(handler=_needs_nats(command or name, functools.partial(_run, operation)))
+    return p
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -153,8 +169,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         handler=_needs_nats("serve", cmd_serve, starts_server=lambda args: args.embedded)
     )
 
-    p = sub.add_parser("ingest", help="report a trunk head (creates a request)")
-    broker_args(p)
+    p = _operator(sub, "ingest", "report a trunk head (creates a request)", _ingest)
     p.add_argument("--queue", help="the queue the head was pushed to (e.g. monorepo/main)")
     p.add_argument("--uri", help="the head: its commit id (or another name of the commit)")
     p.add_argument(
@@ -171,12 +186,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "the queue had moved on from is validated again",
     )
     topology_args(p)
-    p.set_defaults(handler=_needs_nats("ingest", cmd_ingest))
 
-    p = sub.add_parser(
-        "complete", help="report a build outcome of a head (the service records it)"
+    p = _operator(
+        sub, "complete", "report a build outcome of a head (the service records it)", _complete
     )
-    broker_args(p)
     p.add_argument("--queue", required=True, help="the queue the build ran for")
     built = p.add_mutually_exclusive_group(required=True)
     built.add_argument("--uri", help="the head the build validated (its commit)")
@@ -198,20 +211,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="wait up to SECONDS for the service to record it and print the request "
         "(default 0: return once the outcome is stored)",
     )
-    p.set_defaults(handler=_needs_nats("complete", cmd_complete))
 
-    p = sub.add_parser("explain", help="a request's decisions, in time order, and why")
-    broker_args(p)
+    p = _operator(sub, "explain", "a request's decisions, in time order, and why", _explain)
     p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
     p.add_argument("--queue", help="with --uri: the request of this head")
     p.add_argument("--uri", help="with --queue: the head (commit) whose request is explained")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_needs_nats("explain", cmd_explain))
 
-    p = sub.add_parser(
-        "export", help="the recorded run (heads, builds, verbs, history) as a timeline"
+    p = _operator(
+        sub, "export", "the recorded run (heads, builds, verbs, history) as a timeline", _export
     )
-    broker_args(p)
     p.add_argument(
         "--since", required=True, help="an ISO time (2026-11-30T12:00:00Z) or an age (12h, 7d)"
     )
@@ -226,65 +235,41 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--git-repo", help="read every queue's history from this repository, not --config's"
     )
-    p.set_defaults(handler=_needs_nats("export", cmd_export))
 
-    p = sub.add_parser("pause", help="hold every head of a queue (or a glob) until resume")
-    broker_args(p)
+    p = _operator(sub, "pause", "hold every head of a queue (or a glob) until resume", _pause)
     p.add_argument("queue", help="a queue name or a glob of queue names (e.g. 'team/*')")
     p.add_argument("--reason", default="", help="why, shown by status")
-    p.set_defaults(handler=_needs_nats("pause", cmd_pause))
 
-    p = sub.add_parser("resume", help="lift a pause (the same queue name or glob)")
-    broker_args(p)
+    p = _operator(sub, "resume", "lift a pause (the same queue name or glob)", _resume)
     p.add_argument("queue", help="the queue name or glob that was paused")
-    p.set_defaults(handler=_needs_nats("resume", cmd_resume))
 
-    p = sub.add_parser(
-        "cancel", help="end a head still waiting for admission (never a running one)"
-    )
-    broker_args(p)
-    request_args(p)
-    p.set_defaults(handler=_needs_nats("cancel", cmd_cancel))
-
-    p = sub.add_parser(
-        "retry", help="validate again the commit of a head that ended failed or cancelled"
-    )
-    broker_args(p)
-    request_args(p)
-    p.set_defaults(handler=_needs_nats("retry", cmd_retry))
+    help_text = "end a head still waiting for admission (never a running one)"
+    request_args(_operator(sub, "cancel", help_text, _cancel))
+    help_text = "validate again the commit of a head that ended failed or cancelled"
+    request_args(_operator(sub, "retry", help_text, _retry))
 
     p = sub.add_parser("dlq", help="dead-letter records: list, replay, prune")
     dlq = p.add_subparsers(dest="dlq_command", required=True, metavar="{list,replay,prune}")
-    q = dlq.add_parser("list", help="every dead-letter record: queue, request, reason, attempts")
-    broker_args(q)
+    help_text = "every dead-letter record: queue, request, reason, attempts"
+    q = _operator(dlq, "list", help_text, _dlq_list, command="dlq")
     q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
-    q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_list))
-    q = dlq.add_parser(
-        "replay", help="validate a dead-lettered request's commit again (as a retry)"
-    )
-    broker_args(q)
+    help_text = "validate a dead-lettered request's commit again (as a retry)"
+    q = _operator(dlq, "replay", help_text, _dlq_replay, command="dlq")
     q.add_argument("id", nargs="?", type=int, help="the record's id (dlq list)")
     q.add_argument("--all", action="store_true", help="every record (of --queue)")
     q.add_argument("--queue", default="", help="with --all: a queue name or glob")
-    q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_replay))
-    q = dlq.add_parser("prune", help="delete dead-letter records older than AGE")
-    broker_args(q)
-    q.add_argument(
-        "--older-than", required=True, type=duration, metavar="AGE", help="e.g. 7d, 12h"
-    )
+    help_text = "delete dead-letter records older than AGE"
+    q = _operator(dlq, "prune", help_text, _dlq_prune, command="dlq")
+    q.add_argument("--older-than", required=True, type=duration, metavar="AGE", help="e.g. 7d, 12h")
     q.add_argument("--queue", default="", help="a queue name or glob (default: every queue)")
     q.add_argument("--dry-run", action="store_true", help="report what would go, delete nothing")
-    q.set_defaults(handler=_needs_nats("dlq", cmd_dlq_prune))
 
-    p = sub.add_parser("status", help="requests and queues as stored in JetStream")
-    broker_args(p)
+    p = _operator(sub, "status", "requests and queues as stored in JetStream", _status)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--all", action="store_true", help="every request, not the 10 newest per queue")
-    p.set_defaults(handler=_needs_nats("status", cmd_status))
 
-    p = sub.add_parser("poll", help="ingest every commit pushed to git refs, oldest first")
-    broker_args(p)
+    p = _operator(sub, "poll", "ingest every commit pushed to git refs, oldest first", _poll)
     p.add_argument("--git-repo", required=True, help="path of a local clone")
     p.add_argument(
         "--ref",
@@ -303,18 +288,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="new commits of a ref one round ingests at most, oldest first (default 1000)",
     )
     topology_args(p)
-    p.set_defaults(handler=_needs_nats("poll", cmd_poll))
 
-    p = sub.add_parser("webhook", help="ingest every commit of GitHub and GitLab push webhooks")
-    broker_args(p)
+    help_text = "ingest every commit of GitHub and GitLab push webhooks"
+    p = _operator(sub, "webhook", help_text, _webhook)
     webhook_args(p)
     topology_args(p)
-    p.set_defaults(handler=_needs_nats("webhook", cmd_webhook))
 
-    p = sub.add_parser(
-        "prune", help="remove terminal requests (and their uri-index entries) older than AGE"
-    )
-    broker_args(p)
+    help_text = "remove terminal requests (and their uri-index entries) older than AGE"
+    p = _operator(sub, "prune", help_text, _prune)
     p.add_argument(
         "--older-than",
         required=True,
@@ -323,7 +304,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="e.g. 7d, 12h: age of the request's last write",
     )
     p.add_argument("--dry-run", action="store_true", help="report what would go, remove nothing")
-    p.set_defaults(handler=_needs_nats("prune", cmd_prune))
 
     p = sub.add_parser("demo", help="the A..F walkthrough live on an embedded JetStream")
     p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
@@ -451,11 +431,12 @@ def _who() -> str:
         return ""
 
 
-def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
+def _run(operation: Operation, args: argparse.Namespace) -> int:
+    """Runs an operator command; the exit code says how it ended (the module docstring)."""
     import nats.errors
 
     try:
-        return int(asyncio.run(coro))
+        asyncio.run(operation(args))
     except (NotFound, InvalidUri, ValueError, IllegalOperation) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -465,26 +446,52 @@ def _run_operator(coro) -> int:  # type: ignore[no-untyped-def]
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         print(f"error: cannot reach NATS: {redact(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
+    return EXIT_OK
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
+def _print_json(document: object) -> None:
+    print(json.dumps(document))
+
+
+def _one_request(args: argparse.Namespace) -> None:
+    """A REQUEST_ID or --queue and --uri was given, not both (``ValueError`` if not)."""
+    if bool(args.request_id) == bool(args.queue and args.uri):
+        raise ValueError("give a REQUEST_ID, or --queue and --uri")
+
+
+async def _ingest(args: argparse.Namespace) -> None:
     from ...domain.queue_names import normalize_queue_name
     from .operators import operator_ingest
 
     if args.from_file is not None:
-        return _ingest_batch(args)
+        return await _ingest_batch(args)
     if args.queue is None or args.uri is None:
-        print("error: ingest needs --queue and --uri, or --from FILE", file=sys.stderr)
-        return EXIT_USAGE
+        raise ValueError("ingest needs --queue and --uri, or --from FILE")
+    queue = normalize_queue_name(args.queue)  # NFC: the queue a decomposed name means
+    async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
+        result = await ingest.ingest(queue, args.uri, at_head=args.at_head)
+    _print_json(_ingest_report(result))
 
-    async def run() -> int:
-        queue = normalize_queue_name(args.queue)  # NFC: the queue a decomposed name means
-        async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
-            result = await ingest.ingest(queue, args.uri, at_head=args.at_head)
-        print(json.dumps(_ingest_report(result)))
-        return EXIT_OK
 
-    return _run_operator(run())
+async def _ingest_batch(args: argparse.Namespace) -> None:
+    """``ingest --from``: every line is read and checked before the broker is touched."""
+    from .heads_file import read_heads
+    from .operators import operator_ingest
+
+    if args.queue is not None or args.uri is not None or args.at_head:
+        raise ValueError("--from takes no --queue, --uri or --at-head")
+    try:
+        if args.from_file == "-":
+            heads = read_heads(sys.stdin, "<stdin>")
+        else:
+            with open(args.from_file, encoding="utf-8") as lines:
+                heads = read_heads(lines, args.from_file)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {args.from_file}: {exc}") from None
+    async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
+        results = await ingest.ingest_many(heads)
+    for head, result in zip(heads, results, strict=True):
+        _print_json({"queue": head.queue, "uri": head.uri, **_ingest_report(result)})
 
 
 def _ingest_report(result: IngestResult) -> dict[str, object]:
@@ -496,46 +503,13 @@ def _ingest_report(result: IngestResult) -> dict[str, object]:
     }
 
 
-def _ingest_batch(args: argparse.Namespace) -> int:
-    """``ingest --from``: every line is read and checked before the broker is touched."""
-    from .heads_file import BadHeadLine, read_heads
-    from .operators import operator_ingest
-
-    if args.queue is not None or args.uri is not None or args.at_head:
-        print("error: --from takes no --queue, --uri or --at-head", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        if args.from_file == "-":
-            heads = read_heads(sys.stdin, "<stdin>")
-        else:
-            with open(args.from_file, encoding="utf-8") as lines:
-                heads = read_heads(lines, args.from_file)
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"error: cannot read {args.from_file}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BadHeadLine as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-    async def run() -> int:
-        async with operator_ingest(nats_options(args), topology_of(args), args.machines) as ingest:
-            results = await ingest.ingest_many(heads)
-        for head, result in zip(heads, results, strict=True):
-            print(json.dumps({"queue": head.queue, "uri": head.uri, **_ingest_report(result)}))
-        return EXIT_OK
-
-    return _run_operator(run())
-
-
-def cmd_complete(args: argparse.Namespace) -> int:
+async def _complete(args: argparse.Namespace) -> None:
     from .operators import complete
 
     if args.wait < 0:
-        print(f"error: --wait must not be negative, got {args.wait}", file=sys.stderr)
-        return EXIT_USAGE
-
-    async def run() -> int:
-        answer = await complete(
+        raise ValueError(f"--wait must not be negative, got {args.wait}")
+    _print_json(
+        await complete(
             nats_options(args),
             topology_of(args),
             args.queue,
@@ -544,35 +518,26 @@ def cmd_complete(args: argparse.Namespace) -> int:
             args.wait,
             request_id=args.request_id or "",
         )
-        print(json.dumps(answer))
-        return EXIT_OK
-
-    return _run_operator(run())
+    )
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
+async def _explain(args: argparse.Namespace) -> None:
     from ...domain.trail_record import TrailRecord
     from ...views.explain import render_history, story_from_json
     from .operators import explain_document
 
-    if not one_request(args):
-        return EXIT_USAGE
-
-    async def run() -> int:
-        doc = await explain_document(
-            nats_options(args), topology_of(args), args.request_id, args.queue, args.uri
-        )
-        if args.json:
-            print(json.dumps(doc, indent=2))
-        else:
-            records = [TrailRecord.from_json(r) for r in doc["history"]]
-            print(render_history(doc["request"], records, story_from_json(doc)))
-        return EXIT_OK
-
-    return _run_operator(run())
+    _one_request(args)
+    doc = await explain_document(
+        nats_options(args), topology_of(args), args.request_id, args.queue, args.uri
+    )
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        records = [TrailRecord.from_json(r) for r in doc["history"]]
+        print(render_history(doc["request"], records, story_from_json(doc)))
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+async def _export(args: argparse.Namespace) -> None:
     import datetime
 
     from .export import (
@@ -584,229 +549,160 @@ def cmd_export(args: argparse.Namespace) -> int:
         repositories_of,
     )
 
-    try:
-        since_ms = parse_since(args.since, datetime.datetime.now(datetime.UTC))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-    async def run() -> int:
-        async with _jetstream(args) as js:
-            queues = await exported_queues(js, topology_of(args), args.queue)
-            config = args.config if Path(args.config).is_file() else None
-            repositories = repositories_of(queues, config, args.git_repo)
-            export = await export_timeline(
-                js,
-                topology_of(args),
-                since_ms=since_ms,
-                queue_glob=args.queue,
-                repositories=repositories,
-            )
-        text = render_timeline(export.timeline, export_format(args.format, args.out))
-        if args.out:
-            Path(args.out).write_text(text, encoding="utf-8")
-        else:
-            sys.stdout.write(text)
-        left_out = export.without_times
-        note = f"; {left_out} row(s) without times left out" if left_out else ""
-        if not repositories:
-            note += "; no repository: history assumed (give --config or --git-repo)"
-        counts = (
-            f"{export.heads} head(s), {export.outcomes} build(s), {export.returns} return(s), "
-            f"{export.retries} retry(ies), {export.dead_letters} dead letter(s), "
-            f"{export.cancels} cancel(s), {export.pauses} pause/resume(s)"
+    since_ms = parse_since(args.since, datetime.datetime.now(datetime.UTC))
+    async with _jetstream(args) as js:
+        queues = await exported_queues(js, topology_of(args), args.queue)
+        config = args.config if Path(args.config).is_file() else None
+        repositories = repositories_of(queues, config, args.git_repo)
+        export = await export_timeline(
+            js,
+            topology_of(args),
+            since_ms=since_ms,
+            queue_glob=args.queue,
+            repositories=repositories,
         )
-        print(f"exported {counts}{note}", file=sys.stderr)
-        return EXIT_OK
+    text = render_timeline(export.timeline, export_format(args.format, args.out))
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    left_out = export.without_times
+    note = f"; {left_out} row(s) without times left out" if left_out else ""
+    if not repositories:
+        note += "; no repository: history assumed (give --config or --git-repo)"
+    counts = (
+        f"{export.heads} head(s), {export.outcomes} build(s), {export.returns} return(s), "
+        f"{export.retries} retry(ies), {export.dead_letters} dead letter(s), "
+        f"{export.cancels} cancel(s), {export.pauses} pause/resume(s)"
+    )
+    print(f"exported {counts}{note}", file=sys.stderr)
 
-    return _run_operator(run())
 
-
-def cmd_pause(args: argparse.Namespace) -> int:
+async def _pause(args: argparse.Namespace) -> None:
     from .pauses import operator_pause
 
-    async def run() -> int:
-        async with _jetstream(args) as js:
-            done, new = await operator_pause(
-                js, topology_of(args), args.queue, reason=args.reason, by=_who()
-            )
-        print(json.dumps({"paused": done.pattern, "new": new, "at_ms": done.at_ms}))
-        return EXIT_OK
-
-    return _run_operator(run())
+    async with _jetstream(args) as js:
+        done, new = await operator_pause(
+            js, topology_of(args), args.queue, reason=args.reason, by=_who()
+        )
+    _print_json({"paused": done.pattern, "new": new, "at_ms": done.at_ms})
 
 
-def cmd_resume(args: argparse.Namespace) -> int:
+async def _resume(args: argparse.Namespace) -> None:
     from .pauses import operator_resume
 
-    async def run() -> int:
-        async with _jetstream(args) as js:
-            lifted = await operator_resume(js, topology_of(args), args.queue, _who())
-        print(json.dumps({"resumed": args.queue, "was_paused": lifted}))
-        return EXIT_OK
-
-    return _run_operator(run())
+    async with _jetstream(args) as js:
+        lifted = await operator_resume(js, topology_of(args), args.queue, _who())
+    _print_json({"resumed": args.queue, "was_paused": lifted})
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
+async def _cancel(args: argparse.Namespace) -> None:
     from .verbs import cancel_request
 
-    return _request_verb(args, cancel_request)
+    await _request_verb(args, cancel_request)
 
 
-def cmd_retry(args: argparse.Namespace) -> int:
+async def _retry(args: argparse.Namespace) -> None:
     from .verbs import retry_request
 
-    return _request_verb(args, retry_request)
+    await _request_verb(args, retry_request)
 
 
-def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> int:
+async def _request_verb(args: argparse.Namespace, verb: Callable[..., Any]) -> None:
     """``cancel`` and ``retry``: one request named by id or by queue and uri, the answer
     printed as JSON; the operator is the local user."""
-    if not one_request(args):
-        return EXIT_USAGE
-
-    async def run() -> int:
-        answer = await verb(
-            nats_options(args),
-            topology_of(args),
-            args.request_id,
-            args.queue or "",
-            args.uri or "",
-            _who(),
-        )
-        print(json.dumps(answer))
-        return EXIT_OK
-
-    return _run_operator(run())
+    _one_request(args)
+    options, topology = nats_options(args), topology_of(args)
+    _print_json(
+        await verb(options, topology, args.request_id, args.queue or "", args.uri or "", _who())
+    )
 
 
-def cmd_dlq_list(args: argparse.Namespace) -> int:
+async def _dlq_list(args: argparse.Namespace) -> None:
     from .dlq import list_letters
 
-    async def run() -> int:
-        listing = await list_letters(nats_options(args), topology_of(args), args.queue)
-        print(json.dumps(listing.as_json(), indent=2) if args.json else listing.render())
-        return EXIT_OK
-
-    return _run_operator(run())
+    listing = await list_letters(nats_options(args), topology_of(args), args.queue)
+    print(json.dumps(listing.as_json(), indent=2) if args.json else listing.render())
 
 
-def cmd_dlq_replay(args: argparse.Namespace) -> int:
+async def _dlq_replay(args: argparse.Namespace) -> None:
     from .dlq import replay
 
     if (args.id is None) == (not args.all) or (args.queue and not args.all):
-        print("error: give a record ID, or --all (with --queue GLOB)", file=sys.stderr)
-        return EXIT_USAGE
-
-    async def run() -> int:
-        answer = await replay(
-            nats_options(args), topology_of(args), args.id, args.queue, _who()
-        )
-        print(json.dumps(answer))
-        return EXIT_OK
-
-    return _run_operator(run())
+        raise ValueError("give a record ID, or --all (with --queue GLOB)")
+    _print_json(await replay(nats_options(args), topology_of(args), args.id, args.queue, _who()))
 
 
-def cmd_dlq_prune(args: argparse.Namespace) -> int:
+async def _dlq_prune(args: argparse.Namespace) -> None:
     from .dlq import prune
 
-    async def run() -> int:
-        answer = await prune(
-            nats_options(args),
-            topology_of(args),
-            args.older_than,
-            args.queue,
-            _who(),
-            dry_run=args.dry_run,
-        )
-        print(json.dumps(answer))
-        return EXIT_OK
-
-    return _run_operator(run())
+    options, topology = nats_options(args), topology_of(args)
+    _print_json(
+        await prune(options, topology, args.older_than, args.queue, _who(), dry_run=args.dry_run)
+    )
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+async def _status(args: argparse.Namespace) -> None:
     from .operators import render_status, status_document, trimmed_status
 
-    async def run() -> int:
-        async with _jetstream(args) as js:
-            doc = await status_document(js, topology_of(args))
-        recent = None if args.all else 10
-        if args.json:
-            print(json.dumps(trimmed_status(doc, recent), indent=2))
-        else:
-            print(render_status(doc, recent=recent))
-        return EXIT_OK
-
-    return _run_operator(run())
+    async with _jetstream(args) as js:
+        doc = await status_document(js, topology_of(args))
+    recent = None if args.all else 10
+    if args.json:
+        print(json.dumps(trimmed_status(doc, recent), indent=2))
+    else:
+        print(render_status(doc, recent=recent))
 
 
-def cmd_poll(args: argparse.Namespace) -> int:
+async def _poll(args: argparse.Namespace) -> None:
     from ...domain.queue_names import normalize_queue_name
     from .poll import PollTarget, operator_poller, poll_forever, poll_round, print_report
 
     if len(args.ref) != len(args.queue):
-        print(
-            f"error: poll takes one --queue per --ref; got {len(args.ref)} --ref and "
-            f"{len(args.queue)} --queue",
-            file=sys.stderr,
+        raise ValueError(
+            f"poll takes one --queue per --ref; got {len(args.ref)} --ref and "
+            f"{len(args.queue)} --queue"
         )
-        return EXIT_USAGE
-
-    async def run() -> int:
-        repository = Path(args.git_repo)
-        targets = [
-            PollTarget(repository, ref, normalize_queue_name(queue))
-            for ref, queue in zip(args.ref, args.queue, strict=True)
-        ]
-        if args.interval <= 0:
-            raise ValueError(f"--interval must be positive, got {args.interval}")
-        if args.max_commits < 1:
-            raise ValueError(f"--max-commits must be at least 1, got {args.max_commits}")
-        async with operator_poller(
-            nats_options(args, service=not args.once), topology_of(args), args.machines
-        ) as poller:
-            if args.once:
-                for outcome in await poll_round(poller, targets, max_commits=args.max_commits):
-                    print_report(outcome)
-                return EXIT_OK
-            await poll_forever(
-                poller,
-                targets,
-                interval_s=args.interval,
-                stop=_stop_on_signals(),
-                report=print_report,
-                max_commits=args.max_commits,
-            )
-        return EXIT_OK
-
-    return _run_operator(run())
+    repository = Path(args.git_repo)
+    targets = [
+        PollTarget(repository, ref, normalize_queue_name(queue))
+        for ref, queue in zip(args.ref, args.queue, strict=True)
+    ]
+    if args.interval <= 0:
+        raise ValueError(f"--interval must be positive, got {args.interval}")
+    if args.max_commits < 1:
+        raise ValueError(f"--max-commits must be at least 1, got {args.max_commits}")
+    async with operator_poller(
+        nats_options(args, service=not args.once), topology_of(args), args.machines
+    ) as poller:
+        if args.once:
+            for outcome in await poll_round(poller, targets, max_commits=args.max_commits):
+                print_report(outcome)
+            return
+        await poll_forever(
+            poller,
+            targets,
+            interval_s=args.interval,
+            stop=_stop_on_signals(),
+            report=print_report,
+            max_commits=args.max_commits,
+        )
 
 
-def cmd_webhook(args: argparse.Namespace) -> int:
+async def _webhook(args: argparse.Namespace) -> None:
     from .webhook_command import run_webhook
 
-    async def run() -> int:
-        await run_webhook(args, _stop_on_signals())
-        return EXIT_OK
-
-    return _run_operator(run())
+    await run_webhook(args, _stop_on_signals())
 
 
-def cmd_prune(args: argparse.Namespace) -> int:
+async def _prune(args: argparse.Namespace) -> None:
     from .retention import operator_prune
 
-    async def run() -> int:
-        async with _jetstream(args) as js:
-            report = await operator_prune(
-                js, topology_of(args), args.machines, args.older_than, dry_run=args.dry_run
-            )
-        print(json.dumps({"dry_run": args.dry_run, **report.as_json()}))
-        return EXIT_OK
-
-    return _run_operator(run())
+    async with _jetstream(args) as js:
+        report = await operator_prune(
+            js, topology_of(args), args.machines, args.older_than, dry_run=args.dry_run
+        )
+    _print_json({"dry_run": args.dry_run, **report.as_json()})
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
