@@ -28,12 +28,15 @@ from stovepipe_fsm.adapters.jetstream.names import uri_key
 from stovepipe_fsm.adapters.jetstream.prune import _purge_markers, prune_terminal_requests
 from stovepipe_fsm.adapters.jetstream.server import free_port
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.apps.service.arguments import topology_args, topology_of
+from stovepipe_fsm.apps.service.arguments import (
+    parse_duration,
+    parse_size,
+    topology_args,
+    topology_of,
+)
 from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.apps.service.connect import NatsOptions, connect, seed_urls
-from stovepipe_fsm.apps.service.durations import parse_duration
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
-from stovepipe_fsm.apps.service.sizes import parse_size
 from stovepipe_fsm.domain.culprit_search import CulpritSearch, Probe
 from stovepipe_fsm.domain.ids import format_request_id
 from stovepipe_fsm.domain.settle import Attempt

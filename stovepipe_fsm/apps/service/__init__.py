@@ -9,23 +9,20 @@
 - ``discovery``       the queues to serve, and orphan messages (``orphans``)
 - ``wakeups``         plain subscriptions and reconnects that renew parked pull requests
 - ``health``          heartbeat, health check, runtime events
-- ``retention``       pruning old terminal requests (service and ``prune``)
 - ``tasks``           a service's loops, chores and stop signal
 - ``connect``         nats connection options (auth, seed lists, reconnects)
 - ``keepalive``       the heartbeat that keeps a long step's ack deadline ahead of it
-- ``durations``       ages and waits on the command line (``7d``, ``10s``)
 - ``logs``            one JSON object per log line
 - ``bounded_http``    the HTTP server both endpoints run on, bounded per client
 - ``http``            ``/healthz`` and Prometheus-text ``/metrics`` on loopback
 - ``poll``            every commit pushed to git refs, from a cursor per ref (shared
   with ``webhook``: ``adapters.jetstream.ref_cursors``)
 - ``webhook``         GitHub and GitLab push events (``push_events``, ``rate_limit``;
-  late pushes told by ``push_order``; the command in ``webhook_command``, its flags in
-  ``webhook_arguments``)
+  late pushes told by ``push_order``; the command too)
 - ``operators``       ``ingest``, ``complete``, ``status``, ``explain`` against the broker
 - ``pauses``, ``verbs``, ``dlq``  ``pause``/``resume``, ``cancel``/``retry``, ``dlq``
 - ``demo``            the seed's A→F walkthrough on an embedded broker and a real git
   repository
-- ``arguments``       what the command lines name (broker, topology, durations)
+- ``arguments``       what the command lines name (broker, topology, durations, sizes)
 - ``command``         the CLI subcommands
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -22,12 +23,48 @@ if TYPE_CHECKING:
 REPLICAS_ENV = "STOVEPIPE_REPLICAS"
 ACK_WAIT_ENV = "STOVEPIPE_ACK_WAIT"
 DEFAULT_ACK_WAIT = "10s"
+ENV_GITHUB_SECRET = "STOVEPIPE_GITHUB_WEBHOOK_SECRET"
+ENV_GITLAB_TOKEN = "STOVEPIPE_GITLAB_WEBHOOK_TOKEN"
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` or a number of seconds;
+    ``ValueError`` saying what is accepted. Must be positive."""
+    match = _DURATION_RE.match(text)
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a duration: a number with an optional unit s, m, h, d or w "
+            "(e.g. 30s, 7d)"
+        )
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: a duration must be positive")
+    return seconds
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``1GiB``, ``512MiB``, ``64KiB`` or a number of bytes; ``ValueError``
+    saying what is accepted. Must be positive."""
+    match = _SIZE_RE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise ValueError(
+            f"{text!r} is not a size: a whole number with an optional unit B, KiB, MiB, GiB "
+            "or TiB (e.g. 1GiB)"
+        )
+    size = int(match.group(1)) * _SIZE_UNITS[unit]
+    if size <= 0:
+        raise ValueError(f"{text!r}: a size must be positive")
+    return size
 
 
 def duration(text: str) -> float:
     """An age or a wait on the command line (``7d``, ``10s``), in seconds."""
-    from .durations import parse_duration
-
     try:
         return parse_duration(text)
     except ValueError as exc:
@@ -36,8 +73,6 @@ def duration(text: str) -> float:
 
 def byte_size(text: str) -> int:
     """A size on the command line (``1GiB``, ``512MiB``), in bytes."""
-    from .sizes import parse_size
-
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -112,6 +147,48 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("request_id", nargs="?", default="", help="e.g. request/monorepo/main/7")
     p.add_argument("--queue", help="with --uri: the request of this head")
     p.add_argument("--uri", help="with --queue: the head (commit) whose request is meant")
+
+
+def webhook_args(p: argparse.ArgumentParser) -> None:
+    """The flags of ``webhook``; its secrets come from files or the environment, never
+    from a flag."""
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, required=True, help="port to listen on")
+    p.add_argument(
+        "--ref", required=True, action="append", help="branch to follow, e.g. main (repeatable)"
+    )
+    p.add_argument("--queue", required=True, action="append", help="queue of each --ref")
+    p.add_argument(
+        "--repository", default="", help="the forge's owner/name to take pushes from (default any)"
+    )
+    p.add_argument("--git-repo", help="a local clone to read a push's commits from")
+    p.add_argument(
+        "--github-secret-file", metavar="FILE", help=f"GitHub's secret (env {ENV_GITHUB_SECRET})"
+    )
+    p.add_argument(
+        "--gitlab-token-file", metavar="FILE", help=f"GitLab's token (env {ENV_GITLAB_TOKEN})"
+    )
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest body taken (default 4 MiB; more is 413)",
+    )
+    p.add_argument(
+        "--rate", type=float, default=10.0, help="requests per second per client (default 10)"
+    )
+    p.add_argument("--burst", type=int, default=20, help="requests a client may burst (default 20)")
+    p.add_argument(
+        "--max-connections", type=int, default=64, help="connections at once (default 64)"
+    )
+    p.add_argument(
+        "--max-commits",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="commits of one push ingested at most, the newest (default 1000)",
+    )
 
 
 def topology_args(p: argparse.ArgumentParser) -> None:
@@ -234,8 +311,6 @@ def replicas_of(args: argparse.Namespace) -> int:
 
 def ack_wait_of(args: argparse.Namespace) -> float:
     """The ack wait: flag, then environment, then the default. ``ValueError`` if bad."""
-    from .durations import parse_duration
-
     if args.ack_wait is not None:
         return float(args.ack_wait)
     text = os.environ.get(ACK_WAIT_ENV, "").strip()

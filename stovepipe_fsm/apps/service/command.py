@@ -42,9 +42,9 @@ from .arguments import (
     request_args,
     topology_args,
     topology_of,
+    webhook_args,
 )
 from .secrets import redact
-from .webhook_arguments import webhook_args
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
@@ -690,17 +690,24 @@ async def _poll(args: argparse.Namespace) -> None:
 
 
 async def _webhook(args: argparse.Namespace) -> None:
-    from .webhook_command import run_webhook
+    from .webhook import run_webhook
 
     await run_webhook(args, _stop_on_signals())
 
 
 async def _prune(args: argparse.Namespace) -> None:
-    from .retention import operator_prune
+    from ...adapters.jetstream.policy_record import read_policy_record
+    from ...adapters.jetstream.prune import prune_terminal_requests
+    from ...pipeline.policy_in_force import terminal_states
 
     async with _jetstream(args) as js:
-        report = await operator_prune(
-            js, topology_of(args), args.machines, args.older_than, dry_run=args.dry_run
+        topology = topology_of(args)
+        # Terminal is what the policy in force declares (the service records it), or,
+        # where no service ran yet, the request machine under --machines.
+        record = await read_policy_record(js, topology)
+        terminal = terminal_states(record.terminal_states if record else (), args.machines)
+        report = await prune_terminal_requests(
+            js, topology, terminal, args.older_than, dry_run=args.dry_run
         )
     _print_json({"dry_run": args.dry_run, **report.as_json()})
 

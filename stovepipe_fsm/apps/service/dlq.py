@@ -37,7 +37,7 @@ from ...adapters.jetstream import Topology
 from ...adapters.jetstream.dead_letter import DeadLetter
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.refused_outcomes import RefusalTally, read_tallies
-from ...config.globs import glob_match, is_pattern
+from ...config.globs import glob_match
 from ...domain.errors import IllegalOperation, NonRetryable, NotFound
 from ...pipeline.queue_verbs import dlq_prune_record
 from ...views.entities import aligned
@@ -72,9 +72,7 @@ class StoredLetter:
 
 
 def _matches(pattern: str, queue: str) -> bool:
-    if not pattern:
-        return True
-    return glob_match(pattern, queue) if is_pattern(pattern) else queue == pattern
+    return not pattern or glob_match(pattern, queue)
 
 
 async def read_letters(

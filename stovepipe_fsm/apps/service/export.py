@@ -19,19 +19,16 @@ from nats.js import JetStreamContext
 
 from ...adapters.git.history import RecordedHistory, read_history
 from ...adapters.jetstream import Topology
-from ...adapters.jetstream.bulk import kv_snapshot
 from ...adapters.jetstream.codec import decode_queue, decode_request
 from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.policy_record import read_policy_record
 from ...config.globs import glob_match
 from ...domain.entities import Request
-from ...domain.errors import NonRetryable
 from ...simulation.timeline_lines import SUFFIXES, timeline_lines
 from ..options import load_policy_store
-from .durations import parse_duration
+from .arguments import parse_duration
+from .operators import decoded_rows
 from .recorded_run import Export, Recorded, recorded_timeline
-
-FORMATS = ("yaml", "jsonl")
 
 
 def export_format(requested: str | None, out: str | None) -> str:
@@ -81,12 +78,8 @@ async def export_timeline(
     """Read what the deployment recorded; build the timeline up to ``until_ms`` (default:
     now). ``repositories``: queue -> the git repository its history is read from (a
     queue without one is taken as first-parent trunk, each head a child of the last)."""
-    requests = []
-    for _key, value in await kv_snapshot(js, topology.requests_bucket):
-        try:
-            requests.append(decode_request(value))
-        except NonRetryable:
-            continue  # status lists damaged rows; a history cannot use them
+    # Damaged rows are left out: status lists them; a history cannot use them.
+    requests = await decoded_rows(js, topology.requests_bucket, decode_request, [])
     requests = [r for r in requests if glob_match(queue_glob, r.queue)]
     record = await read_policy_record(js, topology)
     declared = record.outcomes if record is not None else {}
@@ -145,15 +138,8 @@ async def _history(
 
 async def exported_queues(js: JetStreamContext, topology: Topology, queue_glob: str) -> list[str]:
     """The queues ``queue_glob`` matches that have a row."""
-    queues = []
-    for _key, value in await kv_snapshot(js, topology.queues_bucket):
-        try:
-            name = decode_queue(value).name
-        except NonRetryable:
-            continue
-        if glob_match(queue_glob, name):
-            queues.append(name)
-    return sorted(queues)
+    queues = await decoded_rows(js, topology.queues_bucket, decode_queue, [])
+    return sorted(q.name for q in queues if glob_match(queue_glob, q.name))
 
 
 def repositories_of(

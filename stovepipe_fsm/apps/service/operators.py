@@ -75,6 +75,17 @@ async def initial_state(js: JetStreamContext, topology: Topology, machines_dir: 
 
 
 @contextlib.asynccontextmanager
+async def opened_stores(
+    options: NatsOptions, topology: Topology
+) -> AsyncIterator[tuple[JetStreamContext, KvStores]]:
+    """The broker's stores, for one command (the topology is created if missing)."""
+    async with connected(options) as nc:
+        js = nc.jetstream()
+        await ensure_topology(js, topology)
+        yield js, await open_kv_stores(js, topology)
+
+
+@contextlib.asynccontextmanager
 async def operator_ingest(
     options: NatsOptions, topology: Topology, machines_dir: str
 ) -> AsyncIterator[Ingest]:
@@ -87,15 +98,26 @@ async def ingest_on(js: JetStreamContext, topology: Topology, machines_dir: str)
     """Ingest on the stores of ``js`` (the topology is created if missing)."""
     await ensure_topology(js, topology)
     stores = await open_kv_stores(js, topology)
+    return ingest_with(js, topology, stores, await initial_state(js, topology, machines_dir))
+
+
+def ingest_with(
+    js: JetStreamContext,
+    topology: Topology,
+    stores: KvStores,
+    initial: str,
+    trail: JetStreamTrail | None = None,
+) -> Ingest:
+    """Ingest on ``stores``, heads created in the request machine's ``initial`` state."""
     return Ingest(
-        initial_state=await initial_state(js, topology, machines_dir),
+        initial_state=initial,
         requests=stores.requests,
         queues=stores.queues,
         publisher=JetStreamPublisher(js, topology),
         uri_index=stores.uris,
         counter=stores.counters,
         clock=SystemClock(),
-        trail=JetStreamTrail(js, topology),
+        trail=trail or JetStreamTrail(js, topology),
     )
 
 
@@ -159,10 +181,7 @@ async def complete(
     queue = normalize_queue_name(queue)
     if request_id and parse_request_id(request_id).queue != queue:
         raise ValueError(f"request {request_id!r} is not of queue {queue!r}")
-    async with connected(options) as nc:
-        js = nc.jetstream()
-        await ensure_topology(js, topology)
-        stores = await open_kv_stores(js, topology)
+    async with opened_stores(options, topology) as (js, stores):
         if request_id:
             await stores.requests.get(request_id)  # NotFound: no such request
         else:
@@ -226,16 +245,16 @@ async def _wait_for_outcome(
 Row = TypeVar("Row")
 
 
-def _decoded(
+async def decoded_rows(
+    js: JetStreamContext,
     bucket: str,
-    values: list[tuple[str, bytes]],
     decode: Callable[[bytes], Row],
     damaged: list[dict[str, str]],
 ) -> list[Row]:
-    """Every value ``decode`` reads; the others go to ``damaged`` with why, so one bad row
-    is shown for what it is instead of hiding every good one."""
+    """Every value of ``bucket`` that ``decode`` reads; the others go to ``damaged`` with
+    why, so one bad row is shown for what it is instead of hiding every good one."""
     rows = []
-    for key, value in values:
+    for key, value in await kv_snapshot(js, bucket):
         try:
             rows.append(decode(value))
         except NonRetryable as exc:
@@ -258,25 +277,12 @@ async def status_rows(js: JetStreamContext, topology: Topology) -> StatusRows:
     """The rows ``status`` shows, each bucket read in one pass (:func:`kv_snapshot`), once
     (the status page also needs the queue rows' leases, which the document leaves out)."""
     damaged: list[dict[str, str]] = []
-    requests = _decoded(
-        topology.requests_bucket,
-        await kv_snapshot(js, topology.requests_bucket),
-        decode_request,
+    return StatusRows(
+        await decoded_rows(js, topology.requests_bucket, decode_request, damaged),
+        await decoded_rows(js, topology.queues_bucket, decode_queue, damaged),
         damaged,
+        tuple(await decoded_rows(js, topology.searches_bucket, decode_search, damaged)),
     )
-    queues = _decoded(
-        topology.queues_bucket,
-        await kv_snapshot(js, topology.queues_bucket),
-        decode_queue,
-        damaged,
-    )
-    searches = _decoded(
-        topology.searches_bucket,
-        await kv_snapshot(js, topology.searches_bucket),
-        decode_search,
-        damaged,
-    )
-    return StatusRows(requests, queues, damaged, tuple(searches))
 
 
 async def status_document(
@@ -537,10 +543,7 @@ async def explain_document(
     end): a pause is why a head was held. ``NotFound`` (exit 2) when neither a row nor a
     trail record names it.
     """
-    async with connected(options) as nc:
-        js = nc.jetstream()
-        await ensure_topology(js, topology)
-        stores = await open_kv_stores(js, topology)
+    async with opened_stores(options, topology) as (js, stores):
         if not request_id:
             request_id = await request_for_uri(stores.uris, normalize_queue_name(queue), uri)
         return await request_history(js, topology, request_id, stores.requests)
@@ -604,12 +607,13 @@ async def _position(
 def waiting_heads(requests: list[Request], queue: str, policy: PolicyRecord) -> list[Request]:
     """The heads of ``queue`` that wait (the request machine's initial state), in the
     order the queue's consumer delivers them: by counter, front first."""
-
-    def counter(request: Request) -> int:
-        try:
-            return parse_request_id(request.id).counter
-        except ValueError:
-            return 0
-
     mine = [r for r in requests if r.queue == queue and r.state == policy.request_initial]
-    return sorted(mine, key=counter)
+    return sorted(mine, key=lambda r: request_counter(r.id))
+
+
+def request_counter(request_id: str) -> int:
+    """The counter of ``request_id`` (0 for a damaged id): the queue's delivery order."""
+    try:
+        return parse_request_id(request_id).counter
+    except ValueError:
+        return 0

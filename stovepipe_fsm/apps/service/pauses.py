@@ -45,9 +45,7 @@ class Pause:
     by: str = ""
 
     def matches(self, queue: str) -> bool:
-        return (
-            glob_match(self.pattern, queue) if is_pattern(self.pattern) else queue == self.pattern
-        )
+        return glob_match(self.pattern, queue)  # a name without ``*`` matches itself
 
 
 def checked_pattern(pattern: str) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...adapters.git.history import RecordedHistory
-from ...config.globs import glob_match, is_pattern
+from ...config.globs import glob_match
 from ...domain.entities import Request
 from ...domain.ids import parse_request_id
 from ...domain.trail_record import DEAD_LETTERED, OPERATOR, TrailRecord
@@ -119,7 +119,7 @@ def recorded_timeline(
         verb = record.details.get("verb")
         if verb not in ("pause", "resume") or record.at_ms < since_ms:
             continue
-        matched = [q for q in queues if _matches(record.queue, q)]
+        matched = [q for q in queues if glob_match(record.queue, q)]
         for queue in matched:
             verb_step: dict[str, Any] = {"config": {"queue": queue, PAUSED: verb == "pause"}}
             events.append((record.at_ms, _QUEUE_VERB, 0, verb_step))
@@ -163,10 +163,6 @@ def _chosen(
         elif r.ingested_at_ms >= since_ms:
             chosen.append(r)
     return chosen, without_times
-
-
-def _matches(pattern: str, queue: str) -> bool:
-    return glob_match(pattern, queue) if is_pattern(pattern) else pattern == queue
 
 
 def _builds(

@@ -26,13 +26,12 @@ from ...adapters.jetstream.policy_record import (
     read_policy_record,
 )
 from ...domain.errors import NotFound
-from ...domain.ids import parse_request_id
 from ...domain.trail_record import HELD, TrailRecord
 from ...machine.diagrams import header_line, mermaid_diagram, render_dot
 from ...views import page
 from ..diagram_files import DiagramError, find_dot, render_svg
 from ..policy_card import card_sections
-from .operators import request_history, status_document, status_rows
+from .operators import request_counter, request_history, status_document, status_rows
 from .pauses import Pause
 from .supervisor import Service
 
@@ -129,7 +128,8 @@ class StatusPage:
             return PageReply("404 Not Found", body)
         doc = overview.doc
         initial = str((doc.get("policy") or {}).get("request_initial", ""))
-        mine = sorted((r for r in doc["requests"] if r["queue"] == name), key=_counter)
+        mine = [r for r in doc["requests"] if r["queue"] == name]
+        mine.sort(key=lambda r: request_counter(str(r["id"])))
         waiting = [r for r in mine if initial and r["state"] == initial]
         trail = JetStreamTrail(service.js, service.topology)
         histories: dict[str, list[TrailRecord]] = {}
@@ -154,9 +154,7 @@ class StatusPage:
         records = [r for rows in histories.values() for r in rows]
         decisions = sorted(records, key=lambda r: r.at_ms, reverse=True)[: page.LATEST_DECISIONS]
         commits = {row["id"]: row["uri"] for row in mine}
-        body = page.render_queue(
-            view, heads, decisions, service.policy_hash, commits=commits
-        )
+        body = page.render_queue(view, heads, decisions, service.policy_hash, commits=commits)
         return PageReply("200 OK", body)
 
     def card(self) -> str:
@@ -229,13 +227,6 @@ class StatusPage:
                 drawn.append(page.Diagram(spec.name, "", mermaid, f"no SVG: {exc}"))
         self._diagrams = (key, drawn)
         return drawn
-
-
-def _counter(row: dict[str, Any]) -> int:
-    try:
-        return parse_request_id(str(row["id"])).counter
-    except ValueError:
-        return 0
 
 
 def _svg_element(svg: str) -> str:

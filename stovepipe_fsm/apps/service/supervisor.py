@@ -21,7 +21,7 @@ order and stops them. Each owns its state:
   :class:`OutcomeConsumer` that records build outcomes with the policy in force;
 - :class:`~.unpublished.UnpublishedHeads`: heads an ingest cut short left with no
   process message, published;
-- with ``prune_older_than_s``, :class:`~.retention.Retention`.
+- with ``prune_older_than_s``, the prune of old terminal requests (as ``prune`` does).
 
 Stopping is graceful: runners finish (or hand back) the message in hand, then the
 subscriptions are drained. Nothing here holds state a replica could lose: all of it is in
@@ -44,6 +44,7 @@ from ...adapters.jetstream import Topology
 from ...adapters.jetstream.broker_clock import SYNC_INTERVAL_S, BrokerClock
 from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer, ProcessConsumer
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
+from ...adapters.jetstream.prune import prune_terminal_requests
 from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.memory import SystemClock
 from ...config.policy import QueuePolicy
@@ -60,7 +61,6 @@ from .pauses import PausableConfig
 from .policy import PolicyReloader
 from .policy_watch import PolicyWatch, hash_in_force
 from .queue_consumers import QueueConsumers
-from .retention import Retention
 from .service_options import ServiceOptions
 from .subscriptions import Wake
 from .tasks import ServiceTasks
@@ -82,7 +82,6 @@ class Crew:
     discovery: Discovery
     wakeups: Wakeups
     unpublished: UnpublishedHeads
-    retention: Retention | None
 
 
 class Service:
@@ -201,16 +200,6 @@ class Service:
             connection_errors=self._connection_errors,
             refused_retry_s=options.refused_retry_s,
         )
-        retention = None
-        if options.prune_older_than_s is not None:
-            retention = Retention(
-                js,
-                topology,
-                policy,
-                tasks,
-                older_than_s=options.prune_older_than_s,
-                interval_s=options.prune_interval_s,
-            )
         ports = pipeline.ports
         unpublished = UnpublishedHeads(
             js,
@@ -233,7 +222,6 @@ class Service:
             discovery,
             wakeups,
             unpublished,
-            retention,
         )
 
     @property
@@ -274,14 +262,29 @@ class Service:
                 self.options.unpublished_interval_s, crew.unpublished.scan, "unpublished heads"
             ),
         )
-        if crew.retention is not None:
-            self.tasks.spawn("prune", crew.retention.run())
+        if self.options.prune_older_than_s is not None:
+            self.tasks.spawn("prune", self._prune(self.options.prune_older_than_s))
         crew.policy.watch()
         log.info(
             "service started with %d queue consumer(s)%s",
             len(crew.queues.consumers),
             "" if crew.queues.all_warm else "; creating the others behind it",
         )
+
+    async def _prune(self, older_than_s: float) -> None:
+        """Remove the terminal requests older than ``older_than_s`` now, then every
+        ``prune_interval_s``, until stopped."""
+        while not self.tasks.stopping:
+            try:
+                terminal = self.crew.policy.machines.request.terminal
+                report = await prune_terminal_requests(
+                    self.js, self.topology, terminal, older_than_s
+                )
+                if report.pruned:
+                    log.info("pruned %d terminal request(s)", len(report.pruned))
+            except Exception as exc:  # the broker may be reconnecting; try next round
+                log.warning("prune failed: %s: %s", type(exc).__name__, exc)
+            await self.tasks.idle(self.options.prune_interval_s)
 
     async def stop(self) -> None:
         """Let runners settle the message in hand, then hand back whatever is left."""

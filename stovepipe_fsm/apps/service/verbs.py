@@ -18,14 +18,13 @@ from typing import Any
 
 from nats.js import JetStreamContext
 
-from ...adapters.jetstream import KvStores, Topology, ensure_topology, open_kv_stores
+from ...adapters.jetstream import KvStores, Topology
 from ...adapters.jetstream.decision_trail import JetStreamTrail
 from ...adapters.jetstream.policy_record import (
     PolicyRecord,
     read_policy_record,
     read_queue_parameters,
 )
-from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.memory import SystemClock
 from ...domain.errors import IllegalOperation
 from ...domain.ids import parse_request_id
@@ -38,8 +37,8 @@ from ...process.catalog import compile_request_machine
 from ...process.lifecycle import RequestLifecycle
 from ...process.roles import RequestRoles
 from ...views.entities import request_json
-from .connect import NatsOptions, connected
-from .operators import request_for_uri
+from .connect import NatsOptions
+from .operators import ingest_with, opened_stores, request_for_uri
 
 
 def recorded_lifecycle(
@@ -83,24 +82,13 @@ class VerbContext:
     coalesces: bool = True
 
     def ingest(self) -> Ingest:
-        return Ingest(
-            initial_state=self.lifecycle.roles.initial,
-            requests=self.stores.requests,
-            queues=self.stores.queues,
-            publisher=JetStreamPublisher(self.js, self.topology),
-            uri_index=self.stores.uris,
-            counter=self.stores.counters,
-            clock=SystemClock(),
-            trail=self.trail,
-        )
+        initial = self.lifecycle.roles.initial
+        return ingest_with(self.js, self.topology, self.stores, initial, self.trail)
 
 
 @contextlib.asynccontextmanager
 async def verb_context(options: NatsOptions, topology: Topology) -> AsyncIterator[VerbContext]:
-    async with connected(options) as nc:
-        js = nc.jetstream()
-        await ensure_topology(js, topology)
-        stores = await open_kv_stores(js, topology)
+    async with opened_stores(options, topology) as (js, stores):
         record = await read_policy_record(js, topology)
         lifecycle = recorded_lifecycle(record, stores, SystemClock())
         policy_hash = record.hash if record is not None else ""
