@@ -227,8 +227,7 @@ def topology_args(p: argparse.ArgumentParser) -> None:
         type=byte_size,
         default=None,
         metavar="SIZE",
-        help="keep the decision trail within SIZE, discarding its oldest records "
-        "(default 1GiB)",
+        help="keep the decision trail within SIZE, discarding its oldest records (default 1GiB)",
     )
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from ...views.page import content_security_policy
 
@@ -95,7 +95,7 @@ class BoundedHttpServer:
     async def handle(self, head: RequestHead, reader: asyncio.StreamReader) -> Answer:
         raise NotImplementedError
 
-    async def start(self) -> BoundedHttpServer:
+    async def start(self) -> Self:
         self._server = await asyncio.start_server(
             self._accept, self.host, self.port, limit=self.limits.max_head_bytes
         )

@@ -61,9 +61,7 @@ class Pipeline:
     def swap(self, machines: ProcessMachines) -> None:
         """Build the stages on ``machines`` (same ports) and put them in force."""
         assert self.ports is not None, "a pipeline opened by open_pipeline"
-        self.stages = build_stages(
-            machines, self.ports, metrics=self.metrics, offload_plugins=True
-        )
+        self.stages = build_stages(machines, self.ports, metrics=self.metrics, offload_plugins=True)
 
     async def handle(self, delivery: Any) -> Attempt:
         """A delivery, run by the controller in force when it starts: what it decided."""
@@ -156,5 +154,6 @@ async def open_pipeline(
         ports=ports,
         metrics=metrics,
     )
+
 
 __all__ = ["Pipeline", "config_repositories", "open_pipeline"]

@@ -59,6 +59,7 @@ def _at_least_one(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
+
 Handler = Callable[[argparse.Namespace], int]
 Operation = Callable[[argparse.Namespace], Coroutine[Any, Any, None]]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import KW_ONLY, dataclass, field
 
 from nats.js import JetStreamContext
 
@@ -51,35 +52,24 @@ async def known_queues(js: JetStreamContext, topology: Topology) -> list[str]:
     return sorted(queues)
 
 
+@dataclass(eq=False)
 class Discovery:
     """The discovery rounds of one service, and the queues a publish names."""
 
-    def __init__(
-        self,
-        js: JetStreamContext,
-        topology: Topology,
-        queues: QueueConsumers,
-        config: ConfigStore,
-        tasks: ServiceTasks,
-        *,
-        rows: QueueStore,
-        terminations: TerminationLedger,
-        observe: Observer,
-        interval_s: float,
-    ) -> None:
-        self.js = js
-        self.topology = topology
-        self.queues = queues
-        self.config = config
-        self.tasks = tasks
-        self.rows = rows
-        self.terminations = terminations
-        self.observe = observe
-        self.interval_s = interval_s
-        #: One discovery round at a time: the loop's, and one a publish of an unknown
-        #: queue or a reconnect starts, would otherwise list and act side by side (two
-        #: dead-letterings of one orphan, two moves of one stray message).
-        self._discovering = asyncio.Lock()
+    js: JetStreamContext
+    topology: Topology
+    queues: QueueConsumers
+    config: ConfigStore
+    tasks: ServiceTasks
+    _: KW_ONLY
+    rows: QueueStore
+    terminations: TerminationLedger
+    observe: Observer
+    interval_s: float
+    #: One discovery round at a time: the loop's, and one a publish of an unknown
+    #: queue or a reconnect starts, would otherwise list and act side by side (two
+    #: dead-letterings of one orphan, two moves of one stray message).
+    _discovering: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
 
     async def start(self) -> None:
         """The first round, which also binds the consumers listed on start; then a round

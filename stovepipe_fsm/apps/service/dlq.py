@@ -42,6 +42,7 @@ from ...domain.errors import IllegalOperation, NonRetryable, NotFound
 from ...pipeline.queue_verbs import dlq_prune_record
 from ...views.entities import aligned
 from .connect import NatsOptions, connected
+from .operators import utc_text
 from .verbs import VerbContext, retry_with, verb_context
 
 PROCESS_STAGE = "process"
@@ -108,7 +109,7 @@ def render_letters(letters: list[StoredLetter]) -> str:
     rows = []
     for s in letters:
         row = s.as_json()
-        at = _utc(s.at_ms)
+        at = utc_text(s.at_ms)
         rows.append(
             (
                 f"{row['id']:>6}",
@@ -130,18 +131,14 @@ def render_refusals(tallies: list[RefusalTally], shown: int = 3) -> str:
     for tally in tallies:
         reasons = ", ".join(f"{kind} {n}" for kind, n in tally.reasons)
         lines.append(
-            f"refused outcomes  {tally.queue}  {tally.count} since {_utc(tally.first_at_ms)}, "
-            f"last {_utc(tally.last_at_ms)} ({reasons})"
+            f"refused outcomes  {tally.queue}  {tally.count} since {utc_text(tally.first_at_ms)}, "
+            f"last {utc_text(tally.last_at_ms)} ({reasons})"
         )
         for r in tally.recent[-shown:]:
             lines.append(
-                f"    {_utc(r.at_ms)}  {r.request_id or '-'}  {r.outcome or '-'}  {r.reason}"
+                f"    {utc_text(r.at_ms)}  {r.request_id or '-'}  {r.outcome or '-'}  {r.reason}"
             )
     return "\n".join(lines)
-
-
-def _utc(at_ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_ms / 1000))
 
 
 @dataclass(frozen=True)

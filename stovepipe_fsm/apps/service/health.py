@@ -13,6 +13,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from nats.aio.client import Client
 
@@ -22,30 +23,24 @@ from .tasks import ServiceTasks
 log = logging.getLogger("stovepipe_fsm.service")
 
 
+@dataclass(eq=False)
 class Health:
     """The heartbeat, what the health check reports, and the runtime events seen."""
 
-    def __init__(
-        self,
-        nc: Client,
-        tasks: ServiceTasks,
-        *,
-        heartbeat_interval_s: float,
-        health_window_s: float,
-        observer: Observer | None = None,
-    ) -> None:
-        self.nc = nc
-        self.tasks = tasks
-        self.heartbeat_interval_s = heartbeat_interval_s
-        self.health_window_s = health_window_s
-        self._observer = observer
-        #: Runtime events by (event, queue) (:class:`~...adapters.jetstream.consumer.Observer`).
-        self.events: Counter[tuple[str, str]] = Counter()
-        #: Dead letters this replica wrote, by reason (:func:`dead_letter_reason`).
-        self.dead_letter_reasons: Counter[str] = Counter()
-        self.started = False
-        #: ``time.monotonic()`` of the last JetStream round trip that succeeded.
-        self.last_round_trip: float | None = None
+    nc: Client
+    tasks: ServiceTasks
+    _: KW_ONLY
+    heartbeat_interval_s: float
+    health_window_s: float
+    #: Told of every runtime event too (the service's own observer, if any).
+    observer: Observer | None = None
+    #: Runtime events by (event, queue) (:class:`~...adapters.jetstream.consumer.Observer`).
+    events: Counter[tuple[str, str]] = field(init=False, default_factory=Counter)
+    #: Dead letters this replica wrote, by reason (:func:`dead_letter_reason`).
+    dead_letter_reasons: Counter[str] = field(init=False, default_factory=Counter)
+    started: bool = field(init=False, default=False)
+    #: ``time.monotonic()`` of the last JetStream round trip that succeeded.
+    last_round_trip: float | None = field(init=False, default=None)
 
     def observe(self, event: str, queue: str, request_id: str, detail: str) -> None:
         """The observer every consumer reports to: counted, then passed on."""
@@ -53,8 +48,8 @@ class Health:
         reason = dead_letter_reason(event, detail)
         if reason:
             self.dead_letter_reasons[reason] += 1
-        if self._observer is not None:
-            self._observer(event, queue, request_id, detail)
+        if self.observer is not None:
+            self.observer(event, queue, request_id, detail)
 
     def began(self) -> None:
         """The service started (start itself just talked to JetStream)."""

@@ -317,36 +317,28 @@ class HttpEndpoint(BoundedHttpServer):
         self.service = service
         self.page = StatusPage(service)
 
-    async def start(self) -> HttpEndpoint:
-        await super().start()
-        return self
-
     async def handle(self, head: RequestHead, reader: asyncio.StreamReader) -> Answer:
-        status, body, kind = await self._route(head.method, head.path)
-        return Answer(status, body, kind)
-
-    async def _route(self, method: str, path: str) -> tuple[str, str, str]:
-        if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "read-only: GET and HEAD only\n", "text/plain"
+        path = head.path
+        if head.method not in ("GET", "HEAD"):
+            return Answer("405 Method Not Allowed", "read-only: GET and HEAD only\n")
         if path == "/healthz":
             problems = self.service.health_problems()
             if not problems:
-                return "200 OK", "ok\n", "text/plain"
-            return "503 Service Unavailable", _listed("unhealthy", problems), "text/plain"
+                return Answer("200 OK", "ok\n")
+            return Answer("503 Service Unavailable", _listed("unhealthy", problems))
         if path == "/readyz":
             problems = self.service.readiness_problems()
             notes = self.service.readiness_notes()
             if not problems:
-                return "200 OK", _listed("ready", notes), "text/plain"
-            return "503 Service Unavailable", _listed("not ready", problems + notes), "text/plain"
+                return Answer("200 OK", _listed("ready", notes))
+            return Answer("503 Service Unavailable", _listed("not ready", problems + notes))
         if path == "/metrics":
             body = await render_metrics(self.service)
-            return "200 OK", body, "text/plain; version=0.0.4"
+            return Answer("200 OK", body, "text/plain; version=0.0.4")
         if StatusPage.serves(path):
             try:
-                reply = await self.page.reply(path)
+                return await self.page.reply(path)
             except Exception as exc:  # the broker is slow or away: say so, stay up
                 log.warning("status page failed: %s: %s", type(exc).__name__, exc)
-                return "503 Service Unavailable", f"status page unavailable: {exc}\n", "text/plain"
-            return reply.status, reply.body, reply.content_type
-        return "404 Not Found", "not found\n", "text/plain"
+                return Answer("503 Service Unavailable", f"status page unavailable: {exc}\n")
+        return Answer("404 Not Found", "not found\n")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -50,47 +51,36 @@ def hash_in_force(reloader: PolicyReloader | None) -> str:
     return reloader.hash if reloader is not None else ""
 
 
+@dataclass(eq=False)
 class PolicyWatch:
     """The machines and pauses in force, kept current, and recorded in the broker."""
 
-    def __init__(
-        self,
-        js: JetStreamContext,
-        topology: Topology,
-        pipeline: Pipeline,
-        config: PausableConfig,
-        tasks: ServiceTasks,
-        *,
-        machines: ProcessMachines,
-        reloader: PolicyReloader | None,
-        replica: str,
-        check_interval_s: float,
-        concurrency: int,
-    ) -> None:
-        self.js = js
-        self.topology = topology
-        self.pipeline = pipeline
-        #: The config the stages read; this is its one writer (declarations, pauses).
-        self.config = config
-        self.tasks = tasks
-        self.machines = machines
-        self.reloader = reloader
-        self.replica = replica
-        self.check_interval_s = check_interval_s
-        self.concurrency = concurrency
-        self._reloading = asyncio.Lock()  # one policy check at a time, in its thread
-        #: Pause keys written since start, as the service bucket's subjects announced them,
-        #: and one refresh at a time (a refresh that read before a write never lands after
-        #: one that read after it).
-        self._pause_writes = 0
-        self._pauses_read = asyncio.Lock()
-        #: The queues whose parameters this replica records: those it opened a consumer of.
-        self._served: set[str] = set()
-        #: The parameters in the service bucket, by queue, as last read or written.
-        self._recorded: dict[str, dict[str, object]] = {}
-        self._service_kv: KeyValue | None = None
-        #: The refusal (and whether it was current) the last record written carries.
-        self._recorded_refusal: tuple[object, bool] = (None, False)
+    js: JetStreamContext
+    topology: Topology
+    pipeline: Pipeline
+    #: The config the stages read; this is its one writer (declarations, pauses).
+    config: PausableConfig
+    tasks: ServiceTasks
+    _: KW_ONLY
+    machines: ProcessMachines
+    reloader: PolicyReloader | None
+    replica: str
+    check_interval_s: float
+    concurrency: int
+    #: One policy check at a time, in its thread.
+    _reloading: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    #: Pause keys written since start, as the service bucket's subjects announced them,
+    #: and one refresh at a time (a refresh that read before a write never lands after
+    #: one that read after it).
+    _pause_writes: int = field(init=False, default=0)
+    _pauses_read: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    #: The queues whose parameters this replica records: those it opened a consumer of.
+    _served: set[str] = field(init=False, default_factory=set)
+    #: The parameters in the service bucket, by queue, as last read or written.
+    _recorded: dict[str, dict[str, object]] = field(init=False, default_factory=dict)
+    _service_kv: KeyValue | None = field(init=False, default=None)
+    #: The refusal (and whether it was current) the last record written carries.
+    _recorded_refusal: tuple[object, bool] = field(init=False, default=(None, False))
 
     @property
     def hash(self) -> str:
@@ -187,9 +177,7 @@ class PolicyWatch:
             if self._service_kv is None:
                 with translated(f"open bucket {self.topology.service_bucket}"):
                     self._service_kv = await self.js.key_value(self.topology.service_bucket)
-            await write_queue_parameters(
-                self.js, self.topology, queue, values, kv=self._service_kv
-            )
+            await write_queue_parameters(self.js, self.topology, queue, values, kv=self._service_kv)
             self._recorded[queue] = stored
         except Exception as exc:  # status shows the previous values until the next write
             log.warning(

@@ -21,6 +21,7 @@ newer id in the race, that head is ingested again ``at_head`` so that it stays
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...adapters.git import GitSourceControl
@@ -35,11 +36,11 @@ log = logging.getLogger("stovepipe_fsm.webhook")
 CURSOR_ATTEMPTS = 16
 
 
+@dataclass(frozen=True)
 class PushOrder:
-    def __init__(self, ingest: Ingest, cursors: KvRefCursors, git_repo: Path | None) -> None:
-        self.ingest = ingest
-        self.cursors = cursors
-        self.git_repo = git_repo
+    ingest: Ingest
+    cursors: KvRefCursors
+    git_repo: Path | None
 
     async def cursor(self, queue: str, push: PushEvent) -> RefCursor:
         return await self.cursors.read(queue, push.ref)

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
@@ -47,49 +48,42 @@ log = logging.getLogger("stovepipe_fsm.service")
 MOVES = 3
 
 
+@dataclass(eq=False)
 class QueueConsumers:
     """The queue consumers of one service, where they live, and the queues refused one."""
 
-    def __init__(
-        self,
-        js: JetStreamContext,
-        topology: Topology,
-        pipeline: Pipeline,
-        config: ConfigStore,
-        tasks: ServiceTasks,
-        inbox: SharedInbox,
-        *,
-        options: ServiceOptions,
-        observe: Observer,
-        rows: QueueStore,
-        opened: Callable[[str], Awaitable[None]],
-    ) -> None:
-        """``rows``: the queue rows, which name each queue's partition; ``opened`` is
-        told of every queue whose consumer started."""
-        self.js = js
-        self.topology = topology
-        self.pipeline = pipeline
-        self.config = config
-        self.tasks = tasks
-        #: The one subscription every queue's pull requests are answered on.
-        self.inbox = inbox
-        self.options = options
-        self.observe = observe
-        self.opened = opened
+    js: JetStreamContext
+    topology: Topology
+    pipeline: Pipeline
+    config: ConfigStore
+    tasks: ServiceTasks
+    #: The one subscription every queue's pull requests are answered on.
+    inbox: SharedInbox
+    _: KW_ONLY
+    options: ServiceOptions
+    observe: Observer
+    #: The queue rows, which name each queue's partition.
+    rows: InitVar[QueueStore]
+    #: Told of every queue whose consumer started.
+    opened: Callable[[str], Awaitable[None]]
+    consumers: dict[str, ProcessConsumer] = field(init=False, default_factory=dict)
+    #: queue -> why no consumer could be created
+    refused: dict[str, str] = field(init=False, default_factory=dict)
+    #: The queues whose consumer add_queue is opening.
+    _opening: set[str] = field(init=False, default_factory=set)
+    #: When the refused queues may next be tried again (``time.monotonic``).
+    _refused_retry_at: float = field(init=False, default=0.0)
+    #: Consumers listed on start, by durable name: the partitions each is on, with
+    #: its config there (taken as their queues open). Usually one partition; more
+    #: when replicas raced as the queue moved (:meth:`_open_queue`).
+    _listed: dict[str, dict[int, ConsumerConfig]] = field(init=False, default_factory=dict)
+    #: Set once every queue known at the last :meth:`expect` has its consumer, or was
+    #: refused one.
+    _warmed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+
+    def __post_init__(self, rows: QueueStore) -> None:
         #: Which partition of the process stream each queue is on.
-        self.placement = Placement(js, topology, rows)
-        self.consumers: dict[str, ProcessConsumer] = {}
-        self.refused: dict[str, str] = {}  # queue -> why no consumer could be created
-        self._opening: set[str] = set()  # queues whose consumer add_queue is opening
-        #: When the refused queues may next be tried again (``time.monotonic``).
-        self._refused_retry_at = 0.0
-        #: Consumers listed on start, by durable name: the partitions each is on, with
-        #: its config there (taken as their queues open). Usually one partition; more
-        #: when replicas raced as the queue moved (:meth:`_open_queue`).
-        self._listed: dict[str, dict[int, ConsumerConfig]] = {}
-        #: Set once every queue known at the last :meth:`expect` has its consumer, or was
-        #: refused one.
-        self._warmed = asyncio.Event()
+        self.placement = Placement(self.js, self.topology, rows)
 
     async def open(self) -> None:
         """Open the shared inbox and list the consumers that exist on every partition
@@ -318,9 +312,7 @@ class QueueConsumers:
         the caller, ``warm_up_concurrency`` at a time, so that a first head finds one
         ready; :meth:`warmed` waits for them."""
         rest = [
-            q
-            for q in dict.fromkeys(queues)
-            if q not in self.consumers and q not in self.refused
+            q for q in dict.fromkeys(queues) if q not in self.consumers and q not in self.refused
         ]
         if not rest:
             self._warmed.set()
@@ -331,9 +323,7 @@ class QueueConsumers:
     async def _warm_up(self, queues: list[str]) -> None:
         began = time.monotonic()
         try:
-            started = await self.add_queues(
-                queues, concurrency=self.options.warm_up_concurrency
-            )
+            started = await self.add_queues(queues, concurrency=self.options.warm_up_concurrency)
         except Exception as exc:  # the next discovery round tries again
             log.warning("consumers not created: %s: %s", type(exc).__name__, exc)
             return

@@ -173,10 +173,7 @@ def _builds(
     ended = [
         r
         for r in requests
-        if r.build_strategy
-        and r.admitted_at_ms
-        and r.ended_at_ms
-        and outcome_of_state.get(r.state)
+        if r.build_strategy and r.admitted_at_ms and r.ended_at_ms and outcome_of_state.get(r.state)
     ]
     ended.sort(key=lambda r: (r.admitted_at_ms, r.queue, parse_request_id(r.id).counter))
     return [

@@ -31,6 +31,7 @@ from ...machine.diagrams import header_line, mermaid_diagram, render_dot
 from ...views import page
 from ..diagram_files import DiagramError, find_dot, render_svg
 from ..policy_card import card_sections
+from .bounded_http import Answer
 from .operators import request_counter, request_history, status_document, status_rows
 from .pauses import Pause
 from .supervisor import Service
@@ -44,11 +45,8 @@ HTML = "text/html; charset=utf-8"
 RECENT_REQUESTS = 10
 
 
-@dataclass(frozen=True)
-class PageReply:
-    status: str
-    body: str
-    content_type: str = HTML
+def _page(status: str, body: str) -> Answer:
+    return Answer(status, body, HTML)
 
 
 @dataclass(frozen=True)
@@ -73,20 +71,20 @@ class StatusPage:
         route = urllib.parse.urlsplit(path).path
         return route in ("/", "/policy", "/card") or route.startswith(("/request/", "/queue/"))
 
-    async def reply(self, path: str) -> PageReply:
+    async def reply(self, path: str) -> Answer:
         parts = urllib.parse.urlsplit(path)
         route = parts.path
         if route == "/":
             selection = page.Selection.from_query(urllib.parse.parse_qs(parts.query))
             overview = await self.overview()
-            return PageReply(
+            return _page(
                 "200 OK",
                 page.render_overview(overview.doc, overview.queues, overview.decisions, selection),
             )
         if route == "/policy":
-            return PageReply("200 OK", await self.policy())
+            return _page("200 OK", await self.policy())
         if route == "/card":
-            return PageReply("200 OK", self.card())
+            return _page("200 OK", self.card())
         if route.startswith("/queue/"):
             return await self.queue(urllib.parse.unquote(route.removeprefix("/queue/")))
         request_id = urllib.parse.unquote(route.removeprefix("/request/"))
@@ -117,7 +115,7 @@ class StatusPage:
             )
             return self._overview
 
-    async def queue(self, name: str) -> PageReply:
+    async def queue(self, name: str) -> Answer:
         """``/queue/<name>``: the overview's row of the queue, its waiting heads in
         delivery order with why each waits, and the decisions about its newest requests."""
         service = self.service
@@ -125,7 +123,7 @@ class StatusPage:
         view = next((q for q in overview.queues if q.name == name), None)
         if view is None:
             body = page.render_not_found(f"no queue {name!r}", service.policy_hash)
-            return PageReply("404 Not Found", body)
+            return _page("404 Not Found", body)
         doc = overview.doc
         initial = str((doc.get("policy") or {}).get("request_initial", ""))
         mine = [r for r in doc["requests"] if r["queue"] == name]
@@ -155,7 +153,7 @@ class StatusPage:
         decisions = sorted(records, key=lambda r: r.at_ms, reverse=True)[: page.LATEST_DECISIONS]
         commits = {row["id"]: row["uri"] for row in mine}
         body = page.render_queue(view, heads, decisions, service.policy_hash, commits=commits)
-        return PageReply("200 OK", body)
+        return _page("200 OK", body)
 
     def card(self) -> str:
         """The policy card of the machines and config this replica runs."""
@@ -174,13 +172,13 @@ class StatusPage:
         )
         return page.render_card(service.policy_hash, sections)
 
-    async def request(self, request_id: str) -> PageReply:
+    async def request(self, request_id: str) -> Answer:
         service = self.service
         try:
             history = await request_history(service.js, service.topology, request_id)
         except NotFound as exc:
-            return PageReply("404 Not Found", page.render_not_found(str(exc), service.policy_hash))
-        return PageReply("200 OK", page.render_request(request_id, history, service.policy_hash))
+            return _page("404 Not Found", page.render_not_found(str(exc), service.policy_hash))
+        return _page("200 OK", page.render_request(request_id, history, service.policy_hash))
 
     async def policy(self) -> str:
         """The hash this replica runs (and the broker's record of the latest load, which

@@ -61,8 +61,7 @@ def recorded_lifecycle(
         machine = compile_request_machine(record.request_machine, f"request.yaml@{record.hash}")
     except SpecError as exc:
         raise IllegalOperation(
-            f"the request machine of the policy in force ({record.hash}) does not load "
-            f"here: {exc}"
+            f"the request machine of the policy in force ({record.hash}) does not load here: {exc}"
         ) from None
     roles = RequestRoles.from_spec(machine.spec)
     return RequestLifecycle(

@@ -18,6 +18,7 @@ round. The subscriptions the broker refused are tried again every ``refused_retr
 from __future__ import annotations
 
 import logging
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Protocol
 
 from nats.aio.client import Client
@@ -45,39 +46,32 @@ class PullLoop(Protocol):
     def wake(self) -> None: ...
 
 
+@dataclass(eq=False)
 class Wakeups:
     """The plain subscriptions of one service, and the renewals after a reconnect."""
 
-    def __init__(
-        self,
-        nc: Client,
-        topology: Topology,
-        queues: QueueConsumers,
-        discovery: Discovery,
-        policy: PolicyWatch,
-        tasks: ServiceTasks,
-        *,
-        stage_loops: tuple[PullLoop, ...],
-        connection_errors: ConnectionErrors | None,
-        refused_retry_s: float,
-    ) -> None:
-        """``stage_loops``: the consumers besides the queues' (dead letters, outcomes);
-        ``connection_errors``: the connection's error callback, where it is this
-        process's (a subscription the broker takes away later is then seen at once)."""
-        self.nc = nc
-        self.topology = topology
-        self.queues = queues
-        self.discovery = discovery
-        self.tasks = tasks
-        self.stage_loops = stage_loops
-        self.connection_errors = connection_errors
-        self.refused_retry_s = refused_retry_s
+    nc: Client
+    topology: Topology
+    queues: QueueConsumers
+    discovery: Discovery
+    policy: InitVar[PolicyWatch]
+    tasks: ServiceTasks
+    _: KW_ONLY
+    #: The consumers besides the queues' (dead letters, outcomes).
+    stage_loops: tuple[PullLoop, ...]
+    #: The connection's error callback, where it is this process's (a subscription the
+    #: broker takes away later is then seen at once).
+    connection_errors: ConnectionErrors | None
+    refused_retry_s: float
+    _reconnects: int = field(init=False, default=0)
+
+    def __post_init__(self, policy: PolicyWatch) -> None:
         self.subscriptions = WakeSubscriptions(
-            nc,
+            self.nc,
             (
                 Wake(
                     "publish",
-                    topology.process_subjects_filter(),
+                    self.topology.process_subjects_filter(),
                     self._on_publish,
                     "a new queue gets its consumer at the next discovery round, and a "
                     "parked pull request the broker dropped is renewed as it expires",
@@ -90,14 +84,13 @@ class Wakeups:
                 ),
                 Wake(
                     "pause",
-                    pause_write_subjects(topology),
+                    pause_write_subjects(self.topology),
                     policy.on_pause_write,
                     "a pause or resume is taken up at the once-a-second read",
                 ),
             ),
-            refused_retry_s,
+            self.refused_retry_s,
         )
-        self._reconnects = 0
 
     @property
     def refused(self) -> dict[str, str]:

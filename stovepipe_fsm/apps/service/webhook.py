@@ -137,10 +137,6 @@ class WebhookServer(BoundedHttpServer):
         self.settings = settings
         self.rate = RateLimit(settings.rate_per_s, settings.burst)
 
-    async def start(self) -> WebhookServer:
-        await super().start()
-        return self
-
     async def handle(self, head: RequestHead, reader: asyncio.StreamReader) -> Answer:
         forge = {"/github": GITHUB, "/gitlab": GITLAB}.get(head.path.partition("?")[0])
         secret = {GITHUB: self.settings.github_secret, GITLAB: self.settings.gitlab_token}.get(
