@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
 
@@ -59,20 +59,20 @@ class _Seats:
     read_at: float
 
 
+@dataclass(eq=False)
 class Placement:
     """The service's view of the partitions, and the moves it makes."""
 
-    def __init__(self, js: JetStreamContext, topology: Topology, queues: QueueStore) -> None:
-        self.js = js
-        self.topology = topology
-        self.queues = queues
-        #: The partitions whose stream existed at the last :meth:`refresh` (0 always).
-        self.known: list[int] = [0]
-        #: One choice of a target at a time in this replica, so that queues refused side
-        #: by side each take a seat the one before left, and one creation of a partition.
-        self._choosing = asyncio.Lock()
-        self._limits: tuple[AccountLimits, float] | None = None
-        self._seats: dict[int, _Seats] = {}
+    js: JetStreamContext
+    topology: Topology
+    queues: QueueStore
+    #: The partitions whose stream existed at the last :meth:`refresh` (0 always).
+    known: list[int] = field(init=False, default_factory=lambda: [0])
+    #: One choice of a target at a time in this replica, so that queues refused side
+    #: by side each take a seat the one before left, and one creation of a partition.
+    _choosing: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _limits: tuple[AccountLimits, float] | None = field(init=False, default=None)
+    _seats: dict[int, _Seats] = field(init=False, default_factory=dict)
 
     @property
     def spread(self) -> bool:
