@@ -206,11 +206,7 @@ async def _replay_one(ctx: VerbContext, stored: StoredLetter, by: str) -> dict[s
 
 
 async def replay(
-    options: NatsOptions,
-    topology: Topology,
-    letter_id: int | None,
-    queue_glob: str,
-    by: str,
+    options: NatsOptions, topology: Topology, letter_id: int | None, queue_glob: str, by: str
 ) -> dict[str, Any]:
     """Replay one record (``letter_id``; refused: ``IllegalOperation``), or every record
     of the queues ``queue_glob`` matches (each refusal reported, none raised)."""

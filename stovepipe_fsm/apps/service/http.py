@@ -257,8 +257,7 @@ async def _process_stream_lines(
         backlog.append(f'stovepipe_queue_backlog{{queue="{_label(queue)}"}} {count}')
         try:
             first = await asyncio.wait_for(
-                js.get_msg(name, seq=1, subject=subject, next=True),
-                IN_FLIGHT_READ_TIMEOUT_S,
+                js.get_msg(name, seq=1, subject=subject, next=True), IN_FLIGHT_READ_TIMEOUT_S
             )
         except Exception:
             continue
@@ -307,11 +306,7 @@ class HttpEndpoint(BoundedHttpServer):
     """Serves the read-only endpoints until :meth:`close`."""
 
     def __init__(
-        self,
-        service: Service,
-        port: int,
-        host: str = LOOPBACK,
-        limits: HttpLimits | None = None,
+        self, service: Service, port: int, host: str = LOOPBACK, limits: HttpLimits | None = None
     ) -> None:
         super().__init__(port, host, limits)
         self.service = service

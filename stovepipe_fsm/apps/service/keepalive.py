@@ -93,4 +93,3 @@ class _Heartbeat:
             self._timer.cancel()
         if self._sending is not None:
             self._sending.cancel()
-

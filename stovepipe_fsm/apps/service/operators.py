@@ -246,10 +246,7 @@ Row = TypeVar("Row")
 
 
 async def decoded_rows(
-    js: JetStreamContext,
-    bucket: str,
-    decode: Callable[[bytes], Row],
-    damaged: list[dict[str, str]],
+    js: JetStreamContext, bucket: str, decode: Callable[[bytes], Row], damaged: list[dict[str, str]]
 ) -> list[Row]:
     """Every value of ``bucket`` that ``decode`` reads; the others go to ``damaged`` with
     why, so one bad row is shown for what it is instead of hiding every good one."""
@@ -550,10 +547,7 @@ async def explain_document(
 
 
 async def request_history(
-    js: JetStreamContext,
-    topology: Topology,
-    request_id: str,
-    requests: RequestStore | None = None,
+    js: JetStreamContext, topology: Topology, request_id: str, requests: RequestStore | None = None
 ) -> dict[str, Any]:
     """The request's row (None once pruned) and its decision trail, as ``explain --json``
     prints it; ``NotFound`` when ``request_id`` is no request id, or neither a row nor a

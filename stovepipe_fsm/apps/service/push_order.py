@@ -101,10 +101,7 @@ class PushOrder:
             raise Retryable(f"the cursor of {push.ref} on {queue} kept moving; not recorded")
         if conflicted:
             log.info(
-                "push %s to %s: raced another writer; %s stands",
-                push.delivery,
-                push.ref,
-                standing,
+                "push %s to %s: raced another writer; %s stands", push.delivery, push.ref, standing
             )
             await self._restore(queue, standing, passed - {standing})
 

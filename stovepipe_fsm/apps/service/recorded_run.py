@@ -76,12 +76,7 @@ class Recorded:
 
 
 def recorded_timeline(
-    recorded: Recorded,
-    *,
-    since_ms: int,
-    until_ms: int,
-    queue_glob: str,
-    description: str,
+    recorded: Recorded, *, since_ms: int, until_ms: int, queue_glob: str, description: str
 ) -> Export:
     """The timeline of the requests ingested from ``since_ms`` on, on the queues
     ``queue_glob`` matches, up to ``until_ms`` (module docstring)."""

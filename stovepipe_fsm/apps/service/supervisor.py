@@ -214,14 +214,7 @@ class Service:
             options.unpublished_after_s,
         )
         return Crew(
-            pipeline,
-            policy,
-            dead_letters,
-            outcomes,
-            queues,
-            discovery,
-            wakeups,
-            unpublished,
+            pipeline, policy, dead_letters, outcomes, queues, discovery, wakeups, unpublished
         )
 
     @property
