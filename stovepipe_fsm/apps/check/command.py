@@ -52,8 +52,9 @@ from .explorer import (
     Tuning,
     rate,
     stderr_progress,
+    verdict,
 )
-from .invariants import Proof, Scopes
+from .invariants import Proof, Scopes, Violation
 from .model import Bounds
 from .split import Cores, PartKilled, can_fork
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
@@ -76,11 +77,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "dead-lettered at --max-attempts) within the bounds, checking the invariants the "
             "machines declare; with culprit.yaml, every bounded way a culprit search can go "
             "under a culprit-and-flake model. Exit 0: every declared invariant holds in every "
-            "explored "
-            "state; 1: a "
-            "counterexample (written as a replayable timeline) or an incomplete run."
+            "explored state; 1: a counterexample (written as a replayable timeline) or an "
+            "incomplete run."
         ),
     )
+
+    def count(flag: str, help: str, default: int = 1) -> None:
+        p.add_argument(flag, type=_count, default=default, help=help)
+
+    def switch(flag: str, help: str, default: bool = True) -> None:
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help)
+
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="machine directory")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="queue policy file")
     p.add_argument(
@@ -95,12 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--heads", type=_positive, default=3, help="linear heads A1..AN ingested (default 3)"
     )
-    p.add_argument(
-        "--rewrite",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="ingest a rewrite head R (parent A1) after the linear heads (default on)",
-    )
+    switch("--rewrite", "ingest a rewrite head R (parent A1) after the linear heads (default on)")
     p.add_argument(
         "--max-concurrent",
         type=_positive,
@@ -109,38 +111,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="explore with each of these max_concurrent values, whatever the config says "
         "(default: with --queue, each queue's own; else 1 2)",
     )
-    p.add_argument(
-        "--crashes",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="crash at each crash point of the admit path (default on)",
-    )
-    p.add_argument("--max-crashes", type=_count, default=1, help="crashes per path (default 1)")
-    p.add_argument(
-        "--max-duplicates", type=_count, default=1, help="duplicate messages per path (default 1)"
-    )
-    p.add_argument(
-        "--max-dead-letters", type=_count, default=1, help="dead-letter reconciles per path"
-    )
-    p.add_argument(
+    switch("--crashes", "crash at each crash point of the admit path (default on)")
+    count("--max-crashes", "crashes per path (default 1)")
+    count("--max-duplicates", "duplicate messages per path (default 1)")
+    count("--max-dead-letters", "dead-letter reconciles per path")
+    count(
         "--max-cancels",
-        type=_count,
-        default=DEFAULT_MAX_CANCELS,
-        help="operator cancels per path, of a head not yet ended, when the policy declares "
+        "operator cancels per path, of a head not yet ended, when the policy declares "
         f"the withdraw role (default {DEFAULT_MAX_CANCELS})",
+        DEFAULT_MAX_CANCELS,
     )
-    p.add_argument(
+    count(
         "--max-retries",
-        type=_count,
-        default=DEFAULT_MAX_RETRIES,
-        help="operator retries per path, of a head that ended failed or cancelled, when "
+        "operator retries per path, of a head that ended failed or cancelled, when "
         f"the policy declares retryable outcomes (default {DEFAULT_MAX_RETRIES})",
+        DEFAULT_MAX_RETRIES,
     )
-    p.add_argument(
+    count(
         "--max-outages",
-        type=_count,
-        default=1,
-        help="source-control outages per path; an outage goes on over the consecutive "
+        "source-control outages per path; an outage goes on over the consecutive "
         "deliveries of the message it failed, up to its dead letter (default 1)",
     )
     p.add_argument(
@@ -150,17 +139,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="the queue's failure budget during the check (overrides the config), small "
         "so that a delivery exhausts it and is dead-lettered within the bounds (default 2)",
     )
-    p.add_argument(
+    switch(
         "--overlaps",
-        action=argparse.BooleanOptionalAction,
-        default=OVERLAPS_BY_DEFAULT,
-        help="stall a delivery in hand after an action while its message is redelivered "
+        "stall a delivery in hand after an action while its message is redelivered "
         "and the queue moves on (a stale ack, docs/jetstream.md fact H) "
         f"(default {'on' if OVERLAPS_BY_DEFAULT else 'off'})",
+        OVERLAPS_BY_DEFAULT,
     )
-    p.add_argument(
-        "--max-overlaps", type=_count, default=1, help="stalled deliveries per path (default 1)"
-    )
+    count("--max-overlaps", "stalled deliveries per path (default 1)")
     p.add_argument(
         "--stall-at",
         nargs="+",
@@ -169,12 +155,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="POINT",
         help=f"where a delivery may stall (default all: {' '.join(STALL_POINTS)})",
     )
-    p.add_argument(
+    switch(
         "--pauses",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="pause and resume the queue, when the policy declares the paused parameter "
-        "(default on)",
+        "pause and resume the queue, when the policy declares the paused parameter (default on)",
     )
     p.add_argument(
         "--probe-slots",
@@ -192,12 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="commits after the green base up to the red head whose culprit is searched "
         f"for (default {DEFAULT_COMMITS}); a newer head follows them",
     )
-    p.add_argument(
-        "--max-flakes",
-        type=_count,
-        default=1,
-        help="flaky reds per path of the culprit exploration (default 1)",
-    )
+    count("--max-flakes", "flaky reds per path of the culprit exploration (default 1)")
     p.add_argument(
         "--max-states",
         type=_positive,
@@ -214,11 +192,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="processes exploring at once: explorations side by side, and with --split the "
         "second process of an exploration once a core is idle (default: the number of CPUs)",
     )
-    p.add_argument(
+    switch(
         "--split",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with more than one job, an exploration still running when a core is idle "
+        "with more than one job, an exploration still running when a core is idle "
         f"forks into two processes, once {SPLIT_FRONTIER} states wait to be expanded "
         "(default on)",
     )
@@ -364,7 +340,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         setup = first.setup(machines)
         values = _max_concurrent(args, setup)
         jobs += [replace(first, max_concurrent=k, progress=not args.quiet) for k in values]
-        print(f"check: {describe_setup(setup, machines)}; max_concurrent {_joined(values)}")
+        shown = " ".join(map(str, values))
+        print(f"check: {describe_setup(setup, machines)}; max_concurrent {shown}")
         proof = setup.rules().proof
         print(describe_proof(proof, queue if len(queues) > 1 or proof.out_of_scope else None))
     for line in describe_culprit_setups(searches):
@@ -464,10 +441,7 @@ def _report_culprit(setup: CulpritSetup, result: CulpritResult) -> int:
     """Print the culprit exploration's counterexample: the broken property and the path."""
     counterexample = result.counterexample
     assert counterexample is not None
-    violation = counterexample.violation
-    print()
-    print(f"invariant {violation.invariant}: {violation.summary}")
-    print(f"  {violation.detail}")
+    _print_violation(counterexample.violation)
     trace = counterexample.trace
     print(
         f"culprit probe_slots={setup.probe_slots}; shortest trace ({len(trace)} steps) "
@@ -504,10 +478,6 @@ def _max_concurrent(args: argparse.Namespace, setup: Setup) -> list[int]:
     if args.queue:
         return [int(setup.queue_config.param("max_concurrent"))]
     return list(DEFAULT_MAX_CONCURRENT)
-
-
-def _joined(values: list[int]) -> str:
-    return " ".join(map(str, values))
 
 
 def describe_proof(proof: Proof, queue: str | None = None) -> str:
@@ -596,11 +566,6 @@ def _run_all(
 
 
 def _result_line(result: Result, queue: str = "") -> str:
-    verdict = "ok"
-    if result.counterexample:
-        verdict = f"VIOLATED {result.counterexample.violation.invariant}"
-    elif not result.complete:
-        verdict = "INCOMPLETE"
     how = ""
     if result.processes > 1:
         how = ", split over 2 processes"
@@ -608,7 +573,8 @@ def _result_line(result: Result, queue: str = "") -> str:
         how = ", searched again unsplit for the shortest counterexample"
     where = f"{queue} " if queue else ""
     return (
-        f"  {where}max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
+        f"  {where}max_concurrent={result.max_concurrent}: {verdict(result)} - {result.states} "
+        f"states "
         f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
         f"{result.seconds:.1f} s, "
         f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
@@ -642,9 +608,7 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
         catalog=setup.catalog,
         scopes=setup.scopes,
     )
-    print()
-    print(f"invariant {violation.invariant}: {violation.summary}")
-    print(f"  {violation.detail}")
+    _print_violation(violation)
     print(f"max_concurrent={setup.max_concurrent}; shortest trace ({len(timeline.steps)} steps):")
     _print_trace(confirmed, len(timeline.steps))
     notes = step_notes(confirmed, len(timeline.steps))
@@ -659,6 +623,12 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
             file=sys.stderr,
         )
     return EXIT_FAIL
+
+
+def _print_violation(violation: Violation) -> None:
+    print()
+    print(f"invariant {violation.invariant}: {violation.summary}")
+    print(f"  {violation.detail}")
 
 
 def _print_trace(result: Replay, steps: int) -> None:

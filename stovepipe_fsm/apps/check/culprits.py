@@ -53,7 +53,7 @@ from .culprit_invariants import (
     Model,
     View,
 )
-from .explorer import quiet_logs, rate
+from .explorer import quiet_logs, rate, verdict
 from .invariants import Scopes, Violation, in_scope
 from .observe import Observation, observe
 from .variants import Variant
@@ -184,14 +184,10 @@ class CulpritResult:
 
     def line(self, queue: str = "") -> str:
         """The result line ``check`` prints (led by ``queue`` when it checks several)."""
-        verdict = "ok"
-        if self.counterexample:
-            verdict = f"VIOLATED {self.counterexample.violation.invariant}"
-        elif not self.complete:
-            verdict = "INCOMPLETE"
         where = f"{queue} " if queue else ""
         return (
-            f"  {where}culprit probe_slots={self.probe_slots}: {verdict} - {self.states} states "
+            f"  {where}culprit probe_slots={self.probe_slots}: {verdict(self)} - {self.states} "
+            f"states "
             f"({self.named} named, {self.unresolved} unresolved), {self.transitions} "
             f"transitions, depth {self.depth}, {self.seconds:.1f} s, "
             f"{rate(self.states, self.seconds):.0f} states/s, cpu {self.cpu_seconds:.1f} s"

@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...domain.entities import QueueConfig
 from ...machine.invariants import InvariantCatalog
@@ -62,14 +62,13 @@ from ...simulation.world import World
 from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
 from .coverage import tracker
 from .invariants import (
-    LEASE_BOUNDS_STALL,
-    PROGRESS,
     Invariant,
     Rules,
     Scopes,
     Violation,
     check_edge,
     check_state,
+    finishing,
     quiescent,
     waiting,
 )
@@ -78,6 +77,9 @@ from .observe import Observation, observe
 from .paths import PathClass, path_classes
 from .split import PIECES, Cores, Fork, PartReport, cut, tails
 from .variants import Variant
+
+if TYPE_CHECKING:
+    from .culprits import CulpritResult
 
 DEFAULT_MAX_STATES = 500_000
 #: The frontier at which ``check`` splits an exploration over two processes (see
@@ -111,39 +113,23 @@ class Setup:
         declared = declared_pairs(self.machines.parameter_defaults)
         return effective_config(self.config.get(self.bounds.queue), declared)
 
-    @property
-    def gate_wait_delay_ms(self) -> int:
-        """The hold delay of the checked queue: its config, else the declared default."""
-        return int(self.queue_config.param("gate_wait_delay_ms"))
-
     def knobs(self) -> dict[str, Any]:
         """The config a replay needs: written into the counterexample timeline (with
-        ``paused`` only when the checked queue's config pauses it)."""
+        ``paused`` only when the checked queue's config pauses it, and the lag bound and
+        slot lease only when the policy declares them)."""
+        resolved = self.queue_config
         knobs: dict[str, Any] = {
             "max_concurrent": self.max_concurrent,
-            "gate_wait_delay_ms": self.gate_wait_delay_ms,
+            "gate_wait_delay_ms": int(resolved.param("gate_wait_delay_ms")),
             "max_attempts": self.bounds.max_attempts,
         }
         if dict(self.config.get(self.bounds.queue).parameters).get(PAUSED):
             knobs[PAUSED] = True
-        if self.max_baseline_lag:
-            knobs[MAX_BASELINE_LAG] = self.max_baseline_lag
-        if self.max_validation_ms:
-            knobs[MAX_VALIDATION_MS] = self.max_validation_ms
+        values = dict(resolved.parameters)
+        for name in (MAX_BASELINE_LAG, MAX_VALIDATION_MS):
+            if values.get(name):
+                knobs[name] = int(values[name])
         return knobs
-
-    @property
-    def max_baseline_lag(self) -> int:
-        """The checked queue's lag bound (0, no bound, when the policy declares none)."""
-        return self._declared(MAX_BASELINE_LAG)
-
-    @property
-    def max_validation_ms(self) -> int:
-        """The checked queue's slot lease (0, none, when the policy declares none)."""
-        return self._declared(MAX_VALIDATION_MS)
-
-    def _declared(self, name: str) -> int:
-        return int(dict(self.queue_config.parameters).get(name, 0))
 
     def rules(self) -> Rules:
         return Rules.for_machines(
@@ -152,8 +138,6 @@ class Setup:
             history=self.bounds.history(),
             bare_counter=self.variant.bare_counter,
             catalog=self.catalog,
-            max_baseline_lag=self.max_baseline_lag,
-            max_validation_ms=self.max_validation_ms,
             queue=self.bounds.queue,
             path_classes=self.path_classes(),
             scopes=self.scopes,
@@ -210,6 +194,13 @@ class Result:
     def states_per_second(self) -> float:
         """Explored states per second of wall time: the checker's throughput."""
         return rate(self.states, self.seconds)
+
+
+def verdict(result: Result | CulpritResult) -> str:
+    """How a result line opens: ok, the broken invariant, or incomplete."""
+    if result.counterexample:
+        return f"VIOLATED {result.counterexample.violation.invariant}"
+    return "ok" if result.complete else "INCOMPLETE"
 
 
 def rate(count: int, seconds: float) -> float:
@@ -309,6 +300,17 @@ class _Covers:
         self._expanded.setdefault(obs, []).append((budget, sid))
 
 
+@dataclass
+class _Finish:
+    """A finishing pass (progress; with slot leases, the lease pass) and the fair edges
+    it follows, backwards: the sources of the edges into each state."""
+
+    invariant: Invariant
+    completions: bool  # whether build completions count (the lease pass: never reported)
+    into: list[list[int]] = field(default_factory=list)
+    at_fork: list[int] = field(default_factory=list)  # the lengths of ``into`` at the fork
+
+
 @dataclass(frozen=True)
 class Tuning:
     """How a search runs, with the defaults ``check`` runs with.
@@ -375,8 +377,6 @@ class Explorer:
         self._fork: Fork | None = None
         self._pieces: list[list[_Entry]] = []  # the frontier at the fork, cut
         self._known = 0  # states at the fork: ids below it mean the same in both processes
-        self._fair_lengths: list[int] = []  # fair_into's lengths at the fork
-        self._stall_lengths: list[int] = []
         self._at_fork = (0, 0, 0)  # transitions, attempts, covered at the fork
         self._part: PartReport | None = None  # the forked process's report, once joined
         self._covers: _Covers | None = _Covers() if tuning.prune_covered else None
@@ -398,11 +398,8 @@ class Explorer:
         self.via: list[Action | None] = []
         self.depth: list[int] = []
         self.observations: list[Observation] = []
-        self.fair_into: list[list[int]] = []
-        # Fair edges other than build completions, kept only when the lease pass runs.
-        self.stall_into: list[list[int]] | None = (
-            [] if self.rules.proof.lease_bounds_stall and self.rules.max_validation_ms else None
-        )
+        #: The finishing passes the policy declares, with the fair edges they follow.
+        self._finishes = [_Finish(invariant, both) for invariant, both in finishing(self.rules)]
         self.transitions = 0
         self.attempts = 0  # actions performed, including those that were no real edge
 
@@ -427,11 +424,9 @@ class Explorer:
                 complete = self._join(counterexample, complete)
             part = self._part
             violated = counterexample is not None or (part is not None and part.violated)
-            if not violated and complete and self.rules.proof.progress:
-                counterexample = self._progress_pass()
-            leases = self.stall_into is not None
-            if counterexample is None and not violated and complete and leases:
-                counterexample = self._lease_pass()
+            for finish in self._finishes:
+                if counterexample is None and not violated and complete:
+                    counterexample = self._finish_pass(finish)
         if part is not None and (violated or counterexample is not None):
             return self._search_again(started, cpu)
         return Result(
@@ -563,9 +558,9 @@ class Explorer:
                 if on_edge is not None:
                     on_edge(sid, dst)
                 if action.fair:
-                    self.fair_into[dst].append(sid)
-                    if self.stall_into is not None and action.kind != COMPLETE:
-                        self.stall_into[dst].append(sid)
+                    for finish in self._finishes:
+                        if finish.completions or action.kind != COMPLETE:
+                            finish.into[dst].append(sid)
             if self.progress and time.perf_counter() >= next_report:
                 next_report = time.perf_counter() + PROGRESS_EVERY_S
                 self.progress(self._status(started, len(frontier), self.depth[sid]))
@@ -588,9 +583,8 @@ class Explorer:
         self._pieces = cut(list(frontier), self.tuning.pieces)
         frontier.clear()
         self._known = len(self.parent)
-        self._fair_lengths = [len(into) for into in self.fair_into]
-        if self.stall_into is not None:
-            self._stall_lengths = [len(into) for into in self.stall_into]
+        for finish in self._finishes:
+            finish.at_fork = [len(sources) for sources in finish.into]
         self._at_fork = (self.transitions, self.attempts, self.covered)
         self._fork = Fork(self.tuning.pieces)
         self._fork.start()
@@ -635,14 +629,10 @@ class Explorer:
         def ours(sids: list[int]) -> list[int]:
             return [sid if sid < part.known else sid + shift for sid in sids]
 
-        for sid, tail in part.fair_tails.items():
-            self.fair_into[sid].extend(ours(tail))
-        self.fair_into.extend(ours(into) for into in part.fair_into)
-        if self.stall_into is not None:
-            assert part.stall_into is not None and part.stall_tails is not None
-            for sid, tail in part.stall_tails.items():
-                self.stall_into[sid].extend(ours(tail))
-            self.stall_into.extend(ours(into) for into in part.stall_into)
+        for finish, into, found in zip(self._finishes, part.into, part.tails, strict=True):
+            for sid, tail in found.items():
+                finish.into[sid].extend(ours(tail))
+            finish.into.extend(ours(sources) for sources in into)
         return complete and part.complete
 
     def _report(self, counterexample: Counterexample | None, complete: bool) -> PartReport:
@@ -661,12 +651,8 @@ class Explorer:
             taken=frozenset(tracker(self.setup.machines.queue_gate).taken),
             raised=frozenset(self.errors_seen),
             quiescent=bytes(quiescent(obs, self.rules) for obs in self.observations[known:]),
-            fair_into=self.fair_into[known:],
-            fair_tails=tails(self.fair_into, self._fair_lengths),
-            stall_into=self.stall_into[known:] if self.stall_into is not None else None,
-            stall_tails=(
-                tails(self.stall_into, self._stall_lengths) if self.stall_into is not None else None
-            ),
+            into=[finish.into[known:] for finish in self._finishes],
+            tails=[tails(finish.into, finish.at_fork) for finish in self._finishes],
         )
 
     def _performs(
@@ -716,9 +702,8 @@ class Explorer:
         """``sid`` is not expanded: it finishes when ``cover``, of its observation, does
         (fair behaviour neither spends nor depends on the budget)."""
         self.covered += 1
-        self.fair_into[cover].append(sid)
-        if self.stall_into is not None:
-            self.stall_into[cover].append(sid)
+        for finish in self._finishes:
+            finish.into[cover].append(sid)
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
         """Whether the search performs ``action`` after a delivery that did ``effect``."""
@@ -738,9 +723,8 @@ class Explorer:
         self.via.append(action)
         self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
         self.observations.append(obs)
-        self.fair_into.append([])
-        if self.stall_into is not None:
-            self.stall_into.append([])
+        for finish in self._finishes:
+            finish.into.append([])
         return sid
 
     def _status(self, started: float, frontier: int, depth: int) -> str:
@@ -766,19 +750,12 @@ class Explorer:
 
     # --- progress -------------------------------------------------------------------
 
-    def _progress_pass(self) -> Counterexample | None:
-        return self._finish_pass(self.fair_into, PROGRESS)
-
-    def _lease_pass(self) -> Counterexample | None:
-        """No build ever reports: leases alone must let every waiting head through."""
-        assert self.stall_into is not None
-        return self._finish_pass(self.stall_into, LEASE_BOUNDS_STALL)
-
-    def _finish_pass(self, into: list[list[int]], invariant: Invariant) -> Counterexample | None:
-        """The first state (BFS order) from which the edges in ``into`` reach no
-        quiescent state, as a counterexample of ``invariant``. After a split, the other
+    def _finish_pass(self, finish: _Finish) -> Counterexample | None:
+        """The first state (BFS order) from which the edges of ``finish`` reach no
+        quiescent state, as a counterexample of its invariant. After a split, the other
         process's states come last: any of them left is reported bare (the run then
         searches again unsplit, for the shortest)."""
+        into, invariant = finish.into, finish.invariant
         count = len(into)
         can_finish = bytearray(count)
         own = len(self.observations)

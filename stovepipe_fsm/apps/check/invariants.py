@@ -43,7 +43,7 @@ from ...machine.invariants import (
 from ...machine.lint import UNKNOWN_INVARIANT
 from ...machine.model import InvariantRef
 from ...process.catalog import ProcessMachines
-from ...process.gate import EVERY_HEAD, KEEP_NEWEST, PAUSED
+from ...process.gate import EVERY_HEAD, KEEP_NEWEST, MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.greens import RECENT_GREENS
 from .observe import Observation, counter_of
 from .paths import PathClass
@@ -108,8 +108,6 @@ class Rules:
         history: Mapping[str, Sequence[str]],
         bare_counter: bool = False,
         catalog: InvariantCatalog | None = None,
-        max_baseline_lag: int = 0,
-        max_validation_ms: int = 0,
         queue: str | None = None,
         path_classes: tuple[PathClass, ...] = (),
         scopes: Scopes = (),
@@ -117,8 +115,9 @@ class Rules:
     ) -> Rules:
         """The rules of ``machines``, checking the invariants they declare (for ``queue``,
         those declared for it). ``parameters``: the checked queue's resolved parameters,
-        for how it chooses heads (``every_head``, ``keep_newest``); the machines'
-        defaults when not given."""
+        for how it chooses heads (``every_head``, ``keep_newest``) and its bounds
+        (``max_baseline_lag``, ``max_validation_ms``); the machines' defaults when not
+        given."""
         request, roles = machines.request, machines.roles
         chosen = {**machines.parameter_defaults, **(parameters or {})}
         return cls(
@@ -132,8 +131,8 @@ class Rules:
             history={k: tuple(v) for k, v in history.items()},
             proof=Proof.declared_by(machines, catalog, queue=queue, scopes=scopes),
             bare_counter=bare_counter,
-            max_baseline_lag=max_baseline_lag,
-            max_validation_ms=max_validation_ms,
+            max_baseline_lag=int(chosen.get(MAX_BASELINE_LAG, 0)),
+            max_validation_ms=int(chosen.get(MAX_VALIDATION_MS, 0)),
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
             retryable_states=roles.retryable_states,
@@ -756,6 +755,15 @@ PROGRESS = Invariant(
     "one with no message pending and no accepted request waiting",
     lambda *_: iter(()),
 )
+
+
+def finishing(rules: Rules) -> list[tuple[Invariant, bool]]:
+    """The liveness properties ``rules`` declare, each with whether build completions
+    count as fair for it: progress, and with a slot lease, the lease bounding a stall."""
+    found = [(PROGRESS, True)] if rules.proof.progress else []
+    if rules.proof.lease_bounds_stall and rules.max_validation_ms:
+        found.append((LEASE_BOUNDS_STALL, False))
+    return found
 
 
 # Which checks decide each built-in name of the catalogue (stovepipe_fsm/machine/invariants.py).
