@@ -301,7 +301,7 @@ class _Covers:
 
 
 @dataclass
-class _Finish:
+class Finish:
     """A finishing pass (progress; with slot leases, the lease pass) and the fair edges
     it follows, backwards: the sources of the edges into each state."""
 
@@ -399,7 +399,7 @@ class Explorer:
         self.depth: list[int] = []
         self.observations: list[Observation] = []
         #: The finishing passes the policy declares, with the fair edges they follow.
-        self._finishes = [_Finish(invariant, both) for invariant, both in finishing(self.rules)]
+        self.finishes = [Finish(invariant, both) for invariant, both in finishing(self.rules)]
         self.transitions = 0
         self.attempts = 0  # actions performed, including those that were no real edge
 
@@ -424,7 +424,7 @@ class Explorer:
                 complete = self._join(counterexample, complete)
             part = self._part
             violated = counterexample is not None or (part is not None and part.violated)
-            for finish in self._finishes:
+            for finish in self.finishes:
                 if counterexample is None and not violated and complete:
                     counterexample = self._finish_pass(finish)
         if part is not None and (violated or counterexample is not None):
@@ -558,7 +558,7 @@ class Explorer:
                 if on_edge is not None:
                     on_edge(sid, dst)
                 if action.fair:
-                    for finish in self._finishes:
+                    for finish in self.finishes:
                         if finish.completions or action.kind != COMPLETE:
                             finish.into[dst].append(sid)
             if self.progress and time.perf_counter() >= next_report:
@@ -583,7 +583,7 @@ class Explorer:
         self._pieces = cut(list(frontier), self.tuning.pieces)
         frontier.clear()
         self._known = len(self.parent)
-        for finish in self._finishes:
+        for finish in self.finishes:
             finish.at_fork = [len(sources) for sources in finish.into]
         self._at_fork = (self.transitions, self.attempts, self.covered)
         self._fork = Fork(self.tuning.pieces)
@@ -629,7 +629,7 @@ class Explorer:
         def ours(sids: list[int]) -> list[int]:
             return [sid if sid < part.known else sid + shift for sid in sids]
 
-        for finish, into, found in zip(self._finishes, part.into, part.tails, strict=True):
+        for finish, into, found in zip(self.finishes, part.into, part.tails, strict=True):
             for sid, tail in found.items():
                 finish.into[sid].extend(ours(tail))
             finish.into.extend(ours(sources) for sources in into)
@@ -651,8 +651,8 @@ class Explorer:
             taken=frozenset(tracker(self.setup.machines.queue_gate).taken),
             raised=frozenset(self.errors_seen),
             quiescent=bytes(quiescent(obs, self.rules) for obs in self.observations[known:]),
-            into=[finish.into[known:] for finish in self._finishes],
-            tails=[tails(finish.into, finish.at_fork) for finish in self._finishes],
+            into=[finish.into[known:] for finish in self.finishes],
+            tails=[tails(finish.into, finish.at_fork) for finish in self.finishes],
         )
 
     def _performs(
@@ -702,7 +702,7 @@ class Explorer:
         """``sid`` is not expanded: it finishes when ``cover``, of its observation, does
         (fair behaviour neither spends nor depends on the budget)."""
         self.covered += 1
-        for finish in self._finishes:
+        for finish in self.finishes:
             finish.into[cover].append(sid)
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
@@ -723,7 +723,7 @@ class Explorer:
         self.via.append(action)
         self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
         self.observations.append(obs)
-        for finish in self._finishes:
+        for finish in self.finishes:
             finish.into.append([])
         return sid
 
@@ -750,7 +750,7 @@ class Explorer:
 
     # --- progress -------------------------------------------------------------------
 
-    def _finish_pass(self, finish: _Finish) -> Counterexample | None:
+    def _finish_pass(self, finish: Finish) -> Counterexample | None:
         """The first state (BFS order) from which the edges of ``finish`` reach no
         quiescent state, as a counterexample of its invariant. After a split, the other
         process's states come last: any of them left is reported bare (the run then
