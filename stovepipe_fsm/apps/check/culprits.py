@@ -199,11 +199,10 @@ def culprit_names(
 ) -> tuple[str, ...]:
     """The culprit invariants the policy declares for ``queue`` (in any of its machine
     files; ``scopes``, the config's ``invariants:``, replace the queues an entry names)."""
-    given = dict(scopes)
     return tuple(
         ref.name
         for ref in policy_invariants(policy_specs(machines))
-        if ref.name in CULPRIT_CHECKS and in_scope(ref, queue, given.get(ref.name))
+        if ref.name in CULPRIT_CHECKS and in_scope(ref, queue, scopes)
     )
 
 

@@ -176,10 +176,6 @@ class Violation:
         return f"{self.invariant}: {self.summary}\n  {self.detail}"
 
 
-StateCheck = Callable[[Observation, Rules], Iterator[str]]
-EdgeCheck = Callable[[Observation, Observation, Rules], Iterator[str]]
-
-
 @dataclass(frozen=True)
 class Invariant:
     name: str
@@ -287,14 +283,18 @@ def _newest_not_superseded(obs: Observation, rules: Rules) -> Iterator[str]:
             yield f"{_label(newest)} is the newest head of {row.name} and was superseded"
 
 
+def _started(obs: Observation, request: Request, how: str = "was {}") -> Iterator[str]:
+    """Each start of ``request`` published (its build, its start event), in ``how``."""
+    if request.id in obs.builds:
+        yield f"{_label(request)} " + how.format("published to build")
+    if obs.hook_ids(request.id):
+        yield f"{_label(request)} " + how.format("announced as started")
+
+
 def _superseded_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.heads:
-        if request.state not in rules.superseded_states:
-            continue
-        if request.id in obs.builds:
-            yield f"{_label(request)} was published to build"
-        if obs.hook_ids(request.id):
-            yield f"{_label(request)} was announced as started"
+        if request.state in rules.superseded_states:
+            yield from _started(obs, request)
 
 
 def _withdrawn(request: Request, rules: Rules) -> bool:
@@ -305,12 +305,8 @@ def _withdrawn(request: Request, rules: Rules) -> bool:
 
 def _withdrawn_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.heads:
-        if not _withdrawn(request, rules):
-            continue
-        if request.id in obs.builds:
-            yield f"{_label(request)} was withdrawn and published to build"
-        if obs.hook_ids(request.id):
-            yield f"{_label(request)} was withdrawn and announced as started"
+        if _withdrawn(request, rules):
+            yield from _started(obs, request, "was withdrawn and {}")
 
 
 def _withdraws_only_waiting(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
@@ -351,12 +347,8 @@ def _preempts_only_older(pre: Observation, post: Observation, rules: Rules) -> I
 
 def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.heads:
-        if _recorded(request, rules):
-            continue
-        if request.id in obs.builds:
-            yield f"{_label(request)} was published to build before its admission was persisted"
-        if obs.hook_ids(request.id):
-            yield f"{_label(request)} was announced as started before its admission was persisted"
+        if not _recorded(request, rules):
+            yield from _started(obs, request, "was {} before its admission was persisted")
 
 
 def _one_event_per_admission(obs: Observation, rules: Rules) -> Iterator[str]:
@@ -481,13 +473,8 @@ def _decided_as_latest(pre: Observation, request: Request, rules: Rules) -> bool
 def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     if rules.every_head:
         return  # every head is kept: any waiting head may be admitted
-    for after in post.heads:
-        before = pre.by_id.get(after.id)
-        newly = after.state in rules.admitted_states and (
-            before is None or before.state not in rules.admitted_states
-        )
-        if not newly or before is None:
-            continue
+    for before in _newly(pre, post, rules.admitted_states):
+        after = post.by_id[before.id]
         row = pre.queue(after.queue)
         latest = row.latest_request_id if row else ""
         if latest == after.id or _decided_as_latest(pre, before, rules):
@@ -844,9 +831,8 @@ class Proof:
         found = catalog if catalog is not None else machines.invariants
         if queue is None:
             return cls.of(refs, found)
-        given = dict(scopes)
-        kept = tuple(ref for ref in refs if in_scope(ref, queue, given.get(ref.name)))
-        left = tuple(ref.name for ref in refs if not in_scope(ref, queue, given.get(ref.name)))
+        kept = tuple(ref for ref in refs if in_scope(ref, queue, scopes))
+        left = tuple(ref.name for ref in refs if not in_scope(ref, queue, scopes))
         return replace(cls.of(kept, found), out_of_scope=left)
 
     @classmethod
@@ -879,11 +865,11 @@ class Proof:
 Scopes = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def in_scope(ref: InvariantRef, queue: str, patterns: Sequence[str] | None = None) -> bool:
-    """Whether the invariant ``ref`` declares is held to ``queue``: its queues (or
-    ``patterns``, when the config gives them) are none, or one of those names or ``*``
-    patterns matches (``config/queues.yaml``'s globs)."""
-    chosen = ref.queue_patterns if patterns is None else tuple(patterns)
+def in_scope(ref: InvariantRef, queue: str, scopes: Scopes = ()) -> bool:
+    """Whether the invariant ``ref`` declares is held to ``queue``: its queues (or the
+    patterns ``scopes``, the config's ``invariants:``, give it) are none, or one of those
+    names or ``*`` patterns matches (``config/queues.yaml``'s globs)."""
+    chosen = dict(scopes).get(ref.name, ref.queue_patterns)
     return not chosen or any(glob_match(p, queue) for p in chosen)
 
 

@@ -101,21 +101,7 @@ class Observation:
     def __post_init__(self) -> None:
         # Hashed once, here: the search looks each observation up several times (its
         # state, its actions' known outcomes, its live world).
-        fields = (
-            self.requests,
-            self.queues,
-            self.pending,
-            self.builds,
-            self.hooks,
-            self.dead_lettered,
-            self.source_control_up,
-            self.armed_crash,
-            self.in_hand,
-            self.paused,
-            self.lease_expired,
-            self.changes,
-        )
-        object.__setattr__(self, "_hash", hash(fields))
+        object.__setattr__(self, "_hash", hash(tuple(vars(self).values())))  # the fields
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[no-any-return,attr-defined]
