@@ -484,25 +484,15 @@ def describe_proof(proof: Proof, queue: str | None = None) -> str:
     """The line saying what this run proves: the invariants the policy declares (for
     ``queue``: those declared for it, and which are not)."""
     where = f" for {queue}" if queue else ""
-    left = f" (not declared for {queue}: {', '.join(proof.out_of_scope)})" if queue else ""
+    left = ""
+    if queue and proof.out_of_scope:
+        left = f" (not declared for {queue}: {', '.join(proof.out_of_scope)})"
     if not proof.names:
         return (
             f"proves{where}: nothing - the machines declare no invariants"
-            f"{' for it' if queue else ''} (docs/check.md); only that every step applies"
-            + (left if proof.out_of_scope else "")
+            f"{' for it' if queue else ''} (docs/check.md); only that every step applies{left}"
         )
-    return f"proves{where}: {', '.join(proof.names)}" + (left if proof.out_of_scope else "")
-
-
-def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
-    """The bounds of an exploration, and what its heads may change."""
-    pausable = PAUSED in machines.parameters
-    withdrawable = bool(machines.roles.withdrawn_states)
-    shown = describe_bounds(setup.bounds, pausable=pausable, withdrawable=withdrawable)
-    classes = setup.path_classes()
-    if classes:
-        shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
-    return shown
+    return f"proves{where}: {', '.join(proof.names)}{left}"
 
 
 #: How many distinct errors raised during a search are printed.
@@ -530,25 +520,31 @@ def never_taken(machines: ProcessMachines, results: list[Result]) -> list[str]:
     ]
 
 
-def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: bool = False) -> str:
+def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
+    """The bounds of an exploration, and what its heads may change."""
+    bounds = setup.bounds
     heads = " ".join(bounds.ingest_order())
     overlaps = (
         f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
         if bounds.max_overlaps
         else ""
     )
-    if pausable and bounds.pauses:
+    if PAUSED in machines.parameters and bounds.pauses:
         overlaps += ", pause and resume"
-    if withdrawable and bounds.max_cancels:
+    if machines.roles.withdrawn_states and bounds.max_cancels:
         overlaps += f", {bounds.max_cancels} operator cancel(s)"
     if bounds.max_retries:
         overlaps += f", {bounds.max_retries} operator retry(ies)"
-    return (
+    shown = (
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "
         f"{bounds.max_outages} source-control outage(s){overlaps}; "
         f"max_attempts {bounds.max_attempts}"
     )
+    classes = setup.path_classes()
+    if classes:
+        shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
+    return shown
 
 
 def _run_all(
@@ -577,7 +573,7 @@ def _result_line(result: Result, queue: str = "") -> str:
         f"states "
         f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
         f"{result.seconds:.1f} s, "
-        f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
+        f"{rate(result.states, result.seconds):.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
     )
 
 
@@ -610,8 +606,8 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
     )
     _print_violation(violation)
     print(f"max_concurrent={setup.max_concurrent}; shortest trace ({len(timeline.steps)} steps):")
-    _print_trace(confirmed, len(timeline.steps))
     notes = step_notes(confirmed, len(timeline.steps))
+    _print_trace(confirmed, notes)
     command = replay_command(args, args.out)
     path = write_counterexample(args.out, setup, counterexample, command, notes)
     print(f"wrote {path}")
@@ -631,10 +627,9 @@ def _print_violation(violation: Violation) -> None:
     print(f"  {violation.detail}")
 
 
-def _print_trace(result: Replay, steps: int) -> None:
-    notes = step_notes(result, steps)
+def _print_trace(result: Replay, notes: list[str]) -> None:
     described: dict[int, str] = {row.step: row.action for row in result.rows}
-    for number in range(1, steps + 1):
+    for number in range(1, len(notes) + 1):
         action = described.get(number, "")
         print(f"  {number:>3}  {action:<34} {notes[number - 1]}")
 

@@ -190,11 +190,6 @@ class Result:
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
 
-    @property
-    def states_per_second(self) -> float:
-        """Explored states per second of wall time: the checker's throughput."""
-        return rate(self.states, self.seconds)
-
 
 def verdict(result: Result | CulpritResult) -> str:
     """How a result line opens: ok, the broken invariant, or incomplete."""
