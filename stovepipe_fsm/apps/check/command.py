@@ -29,6 +29,7 @@ from ...located.errors import Location, SpecError, SpecIssue
 from ...machine.invariants import policy_invariants
 from ...machine.lint import UNKNOWN_INVARIANT
 from ...process.catalog import ProcessMachines, load_process_machines
+from ...process.culprit import PROBE_SLOTS
 from ...process.gate import PAUSED
 from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
@@ -412,12 +413,8 @@ def _culprit_setups(
         )
         variant = Variant(bare_counter=args.bare_counter)
         first = CulpritSetup(machines, store, bounds, 0, variant, scopes_of(store))
-        if args.probe_slots:
-            values = sorted(set(args.probe_slots))
-        else:
-            own = first.configured_probe_slots()
-            values = [own] if own else []
-        setups += [replace(first, probe_slots=k) for k in values]
+        values = sorted(set(args.probe_slots)) if args.probe_slots else [first.param(PROBE_SLOTS)]
+        setups += [replace(first, probe_slots=k) for k in values if k]  # 0: finding is off
     return setups
 
 

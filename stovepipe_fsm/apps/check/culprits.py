@@ -58,8 +58,6 @@ from .invariants import Scopes, Violation, in_scope
 from .observe import Observation, observe
 from .variants import Variant
 
-#: probe_slots explored when the run names no queue: bisection and 2-section.
-DEFAULT_PROBE_SLOTS = (1, 2)
 DEFAULT_COMMITS = 2
 DEFAULT_MAX_STATES = 200_000
 #: The action of the search machine after which a record may crash.
@@ -245,10 +243,11 @@ class CulpritSetup:
         _settle_deliveries(world)
         return world
 
-    def configured_probe_slots(self) -> int:
-        """The checked queue's probe_slots, as its config gives it (0: finding off)."""
+    def param(self, name: str, default: int = 0) -> int:
+        """The checked queue's ``name`` as its config gives it, else the declared default
+        (``probe_slots`` 0: finding off)."""
         values = dict(self.config.get(self.bounds.queue).parameters)
-        return int(values.get(PROBE_SLOTS, self.machines.parameter_defaults.get(PROBE_SLOTS, 0)))
+        return int(values.get(name, self.machines.parameter_defaults.get(name, default)))
 
     def start(self) -> str:
         """Where every path starts, in words."""
@@ -260,12 +259,10 @@ class CulpritSetup:
         roles = self.machines.roles
         green = roles.green_outcome
         red = next(o for o in roles.outcomes.values() if o.red)
-        config = self.machines.parameter_defaults
-        values = dict(self.config.get(self.bounds.queue).parameters)
         return CulpritRules(
             probe_slots=self.probe_slots,
-            confirm_reds=int(values.get(CONFIRM_REDS, config.get(CONFIRM_REDS, 1))),
-            max_probes=int(values.get(MAX_PROBES, config.get(MAX_PROBES, 0))),
+            confirm_reds=self.param(CONFIRM_REDS, 1),
+            max_probes=self.param(MAX_PROBES),
             trunk=self.bounds.trunk,
             green_states=green.states,
             red_states=red.states,
@@ -546,9 +543,9 @@ def _decides_alike(before: World, after: World) -> str:
     no probe in flight, when that differs ("" when it does not or no probe is)."""
     terminal = _terminal(before.machines)
     rows = before.requests.snapshot()
-    if not any(r.probe_of and r.state not in terminal for r in rows):
-        return ""
     probes = {r.id for r in rows if r.probe_of and r.state not in terminal}
+    if not probes:
+        return ""
     bare = before.clone()
     bare.requests = MemoryRequestStore([r for r in rows if r.id not in probes])
     bare.queues = MemoryQueueStore([_without(row, probes) for row in before.queues.snapshot()])
@@ -557,10 +554,8 @@ def _decides_alike(before: World, after: World) -> str:
         return ""
     bare.deliver_next()
     head = message.request_id
-    with_probes = after.requests.all()
-    without = bare.requests.all()
-    got = next((r for r in with_probes if r.id == head), None)
-    alone = next((r for r in without if r.id == head), None)
+    got = next((r for r in after.requests.all() if r.id == head), None)
+    alone = next((r for r in bare.requests.all() if r.id == head), None)
     if got is None or alone is None or got.state == alone.state:
         return ""
     return f"{head} ({got.uri}) is {got.state} with probes in flight, {alone.state} without them"

@@ -107,7 +107,6 @@ class Fork:
     def __init__(self, pieces: int) -> None:
         if not 1 <= pieces <= 255:
             raise ValueError(f"pieces must be 1..255, got {pieces}")
-        self.pieces = pieces
         self._claims_read, claims_write = os.pipe()
         os.write(claims_write, bytes(range(pieces)))
         os.close(claims_write)  # end of file once every piece is claimed
