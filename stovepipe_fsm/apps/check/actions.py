@@ -258,7 +258,7 @@ def enabled(
         for request in obs.heads_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(DEAD_LETTER, "dead_letter", q, uri=request.uri))
-    if others and rules.withdrawable and budget.cancels < bounds.max_cancels:
+    if others and rules.withdrawn_states and budget.cancels < bounds.max_cancels:
         for request in obs.heads_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))

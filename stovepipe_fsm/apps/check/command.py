@@ -364,13 +364,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(_result_line(result, job.bounds.queue if len(queues) > 1 else ""))
     for search, found in zip(searches, culprits, strict=True):
         print(found.line(search.bounds.queue if len(queues) > 1 else ""))
-    failed = [(job, r) for job, r in zip(jobs, results, strict=True) if r.counterexample]
-    if failed:
-        job, result = failed[0]
-        return _report(args, job.setup(machines), result)
-    broken = [(s, r) for s, r in zip(searches, culprits, strict=True) if r.counterexample]
-    if broken:
-        return _report_culprit(*broken[0])
+    for job, result in zip(jobs, results, strict=True):
+        if result.counterexample:
+            return _report(args, job.setup(machines), result)
+    for search, found in zip(searches, culprits, strict=True):
+        if found.counterexample:
+            return _report_culprit(search, found)
     if not all(r.complete for r in results) or not all(r.complete for r in culprits):
         print(
             "incomplete: --max-states reached before the bounded space was exhausted; "

@@ -146,8 +146,7 @@ class Setup:
 
     def path_classes(self) -> tuple[PathClass, ...]:
         """What a head of the checked queue may change (:mod:`.paths`)."""
-        values = dict(self.queue_config.parameters)
-        return path_classes(self.machines.parameters, values)
+        return path_classes(self.machines.parameters, dict(self.queue_config.parameters))
 
     def new_world(self, errors_seen: set[str] | None = None) -> World:
         return World(

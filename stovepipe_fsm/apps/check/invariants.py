@@ -95,11 +95,6 @@ class Rules:
         """The transition invariants the proof declares that apply to this run."""
         return tuple(i for i in self.proof.edge if _applies(i, self))
 
-    @property
-    def withdrawable(self) -> bool:
-        """Whether an operator can cancel a waiting head under this policy."""
-        return bool(self.withdrawn_states)
-
     @classmethod
     def for_machines(
         cls,
@@ -320,7 +315,7 @@ def _withdrawn_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
 def _withdraws_only_waiting(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     """A cancel ends only a head still in the initial state: one that ends withdrawn from
     any other state overwrote the admission it raced with."""
-    if not rules.withdrawable:
+    if not rules.withdrawn_states:
         return
     for after in post.heads:
         before = pre.by_id.get(after.id)

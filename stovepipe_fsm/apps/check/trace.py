@@ -163,10 +163,8 @@ def render_timeline(
         *(f"#   {line}" for line in violation.detail.splitlines()),
         f"# Replay: {replay_command}",
     ]
-    body = [f"{key}: {_flow(document[key])}" for key in ("description", "queue", "config")]
-    body.append(f"history: {_flow(document['history'])}")
-    if "changes" in document:
-        body.append(f"changes: {_flow(document['changes'])}")
+    keys = ("description", "queue", "config", "history", "changes")
+    body = [f"{key}: {_flow(document[key])}" for key in keys if key in document]
     body.append("steps:" if document["steps"] else "steps: []")
     notes = notes or []
     for index, item in enumerate(document["steps"]):
