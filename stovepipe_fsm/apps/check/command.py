@@ -53,7 +53,6 @@ from .explorer import (
     Tuning,
     rate,
     stderr_progress,
-    verdict,
 )
 from .invariants import Proof, Scopes, Violation
 from .model import Bounds
@@ -363,7 +362,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for job, result in zip(jobs, results, strict=True):
         print(_result_line(result, job.bounds.queue if len(queues) > 1 else ""))
     for search, found in zip(searches, culprits, strict=True):
-        print(found.line(search.bounds.queue if len(queues) > 1 else ""))
+        print(_culprit_line(found, search.bounds.queue if len(queues) > 1 else ""))
     for job, result in zip(jobs, results, strict=True):
         if result.counterexample:
             return _report(args, job.setup(machines), result)
@@ -557,6 +556,23 @@ def _run_all(
         return pool.map(run_job, jobs, chunksize=1)
 
 
+def _verdict(result: Result | CulpritResult) -> str:
+    """How a result line opens: ok, the broken invariant, or incomplete."""
+    if result.counterexample:
+        return f"VIOLATED {result.counterexample.violation.invariant}"
+    return "ok" if result.complete else "INCOMPLETE"
+
+
+def _culprit_line(found: CulpritResult, queue: str = "") -> str:
+    where = f"{queue} " if queue else ""
+    return (
+        f"  {where}culprit probe_slots={found.probe_slots}: {_verdict(found)} - {found.states} "
+        f"states ({found.named} named, {found.unresolved} unresolved), {found.transitions} "
+        f"transitions, depth {found.depth}, {found.seconds:.1f} s, "
+        f"{rate(found.states, found.seconds):.0f} states/s, cpu {found.cpu_seconds:.1f} s"
+    )
+
+
 def _result_line(result: Result, queue: str = "") -> str:
     how = ""
     if result.processes > 1:
@@ -565,7 +581,7 @@ def _result_line(result: Result, queue: str = "") -> str:
         how = ", searched again unsplit for the shortest counterexample"
     where = f"{queue} " if queue else ""
     return (
-        f"  {where}max_concurrent={result.max_concurrent}: {verdict(result)} - {result.states} "
+        f"  {where}max_concurrent={result.max_concurrent}: {_verdict(result)} - {result.states} "
         f"states "
         f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
         f"{result.seconds:.1f} s, "

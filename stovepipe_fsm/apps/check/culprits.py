@@ -53,7 +53,7 @@ from .culprit_invariants import (
     Model,
     View,
 )
-from .explorer import quiet_logs, rate, verdict
+from .explorer import quiet_logs
 from .invariants import Scopes, Violation, in_scope
 from .observe import Observation, observe
 from .variants import Variant
@@ -179,17 +179,6 @@ class CulpritResult:
     @property
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
-
-    def line(self, queue: str = "") -> str:
-        """The result line ``check`` prints (led by ``queue`` when it checks several)."""
-        where = f"{queue} " if queue else ""
-        return (
-            f"  {where}culprit probe_slots={self.probe_slots}: {verdict(self)} - {self.states} "
-            f"states "
-            f"({self.named} named, {self.unresolved} unresolved), {self.transitions} "
-            f"transitions, depth {self.depth}, {self.seconds:.1f} s, "
-            f"{rate(self.states, self.seconds):.0f} states/s, cpu {self.cpu_seconds:.1f} s"
-        )
 
 
 def culprit_names(

@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...domain.entities import QueueConfig
 from ...machine.invariants import InvariantCatalog
@@ -77,9 +77,6 @@ from .observe import Observation, observe
 from .paths import PathClass, path_classes
 from .split import PIECES, Cores, Fork, PartReport, cut, tails
 from .variants import Variant
-
-if TYPE_CHECKING:
-    from .culprits import CulpritResult
 
 DEFAULT_MAX_STATES = 500_000
 #: The frontier at which ``check`` splits an exploration over two processes (see
@@ -188,13 +185,6 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
-
-
-def verdict(result: Result | CulpritResult) -> str:
-    """How a result line opens: ok, the broken invariant, or incomplete."""
-    if result.counterexample:
-        return f"VIOLATED {result.counterexample.violation.invariant}"
-    return "ok" if result.complete else "INCOMPLETE"
 
 
 def rate(count: int, seconds: float) -> float:
