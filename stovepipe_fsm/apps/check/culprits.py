@@ -53,8 +53,9 @@ from .culprit_invariants import (
     Model,
     View,
 )
-from .explorer import quiet_logs
+from .explorer import SearchTree, quiet_logs
 from .invariants import Scopes, Violation, in_scope
+from .model import ADVANCE, COMPLETE, CRASH, DELIVER, INGEST, REDELIVER
 from .observe import Observation, observe
 from .variants import Variant
 
@@ -65,15 +66,10 @@ CRASH_AFTER = "save_search"
 BASE = "c0"
 
 
-# Kinds of move. The fair ones are what the environment keeps doing.
+# Kinds of move, beside those named like the gate's actions (.model). The fair ones are
+# what the environment keeps doing.
 CULPRIT = "culprit"
-DELIVER = "deliver"
-ADVANCE = "advance"
-COMPLETE = "complete"
-REDELIVER = "redeliver"
-CRASH = "crash"
 REPEAT = "repeat"
-INGEST = "ingest"
 FAIR = frozenset({DELIVER, ADVANCE, COMPLETE, REDELIVER})
 
 
@@ -272,19 +268,17 @@ def _settle_deliveries(world: World) -> None:
     raise RuntimeError("the culprit exploration's setup did not settle")
 
 
-class CulpritExplorer:
+class CulpritExplorer(SearchTree[Move]):
     """Breadth-first search of one culprit exploration."""
 
     def __init__(self, setup: CulpritSetup, *, max_states: int = DEFAULT_MAX_STATES) -> None:
+        super().__init__()
         self.setup = setup
         self.bounds = setup.bounds
         self.rules = setup.rules()
         self.max_states = max_states
         self.terminal = _terminal(setup.machines)
         self.admitted = setup.machines.roles.admitted_states
-        self.parent: list[int] = []
-        self.via: list[Move | None] = []
-        self.depth: list[int] = []
         self.transitions = 0
         self._outcomes: dict[tuple[WorldKey | None, Move], _Outcome] = {}
         self.named = 0
@@ -364,11 +358,8 @@ class CulpritExplorer:
         key: Key = (known.key, model)
         if key in index:
             return None
-        sid = len(self.parent)
+        sid = self.grow(parent, move)
         index[key] = sid
-        self.parent.append(parent)
-        self.via.append(move)
-        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
         search = known.search
         if search is not None and search.state == "named":
             self.named += 1
@@ -385,13 +376,7 @@ class CulpritExplorer:
         self, name: str, detail: str, sid: int, last: Move | None = None
     ) -> CulpritCounterexample:
         violation = Violation(name, SUMMARIES.get(name, ""), detail)
-        path: list[Move] = [] if last is None else [last]
-        while sid > 0:
-            move = self.via[sid]
-            assert move is not None
-            path.append(move)
-            sid = self.parent[sid]
-        return CulpritCounterexample(violation, tuple(reversed(path)))
+        return CulpritCounterexample(violation, self.trace(sid, last))
 
     # --- moves ---------------------------------------------------------------------
 

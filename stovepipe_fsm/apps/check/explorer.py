@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ...domain.entities import QueueConfig
 from ...machine.invariants import InvariantCatalog
@@ -78,6 +78,7 @@ from .paths import PathClass, path_classes
 from .split import PIECES, Cores, Fork, PartReport, cut, tails
 from .variants import Variant
 
+E = TypeVar("E")  # an edge of a search: an action, or a culprit exploration's move
 DEFAULT_MAX_STATES = 500_000
 #: The frontier at which ``check`` splits an exploration over two processes (see
 #: :mod:`.split`; bench.check_split measures where a fork pays).
@@ -339,7 +340,34 @@ class Tuning:
     steps_while_paused: bool = False
 
 
-class Explorer:
+class SearchTree(Generic[E]):
+    """The tree a breadth-first search grows: each state's parent, the edge that first
+    reached it, and its depth (state ids are in the order states were found)."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.via: list[E | None] = []
+        self.depth: list[int] = []
+
+    def grow(self, parent: int, via: E | None) -> int:
+        """A new state, reached from ``parent`` (-1: the root) by ``via``: its id."""
+        self.parent.append(parent)
+        self.via.append(via)
+        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
+        return len(self.parent) - 1
+
+    def trace(self, sid: int, last: E | None = None) -> tuple[E, ...]:
+        """The edges on the tree path from the root to ``sid`` (then ``last``)."""
+        path: list[E] = [] if last is None else [last]
+        while sid > 0:
+            edge = self.via[sid]
+            assert edge is not None
+            path.append(edge)
+            sid = self.parent[sid]
+        return tuple(reversed(path))
+
+
+class Explorer(SearchTree[Action]):
     def __init__(
         self,
         setup: Setup,
@@ -352,6 +380,7 @@ class Explorer:
     ) -> None:
         if tuning.split_at is not None and on_edge is not None:
             raise ValueError("a split search tells no edge hook: its edges are in two processes")
+        super().__init__()
         self.setup = setup
         self.tuning = tuning
         self._cores = cores  # when given, the fork waits for an idle one (else: no wait)
@@ -378,9 +407,6 @@ class Explorer:
         )
         self.paused_holds = 0  # holds of a paused queue whose destination was not explored
         self.progress = progress
-        self.parent: list[int] = []
-        self.via: list[Action | None] = []
-        self.depth: list[int] = []
         self.observations: list[Observation] = []
         #: The finishing passes the policy declares, with the fair edges they follow.
         self.finishes = [Finish(invariant, both) for invariant, both in finishing(self.rules)]
@@ -701,11 +727,8 @@ class Explorer:
         parent: int,
         action: Action | None,
     ) -> int:
-        sid = len(self.parent)
+        sid = self.grow(parent, action)
         index[(obs, budget)] = sid
-        self.parent.append(parent)
-        self.via.append(action)
-        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
         self.observations.append(obs)
         for finish in self.finishes:
             finish.into.append([])
@@ -721,16 +744,6 @@ class Explorer:
             f"{self.transitions} transitions, depth {depth}, frontier {frontier}, "
             f"{elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
         )
-
-    def trace(self, sid: int, last: Action | None = None) -> tuple[Action, ...]:
-        """The actions on the BFS-tree path from the initial state to ``sid`` (+ ``last``)."""
-        path: list[Action] = [] if last is None else [last]
-        while sid > 0:
-            action = self.via[sid]
-            assert action is not None
-            path.append(action)
-            sid = self.parent[sid]
-        return tuple(reversed(path))
 
     # --- progress -------------------------------------------------------------------
 
