@@ -134,10 +134,7 @@ CULPRIT_CHECKS: dict[str, CulpritCheck] = {
 }
 
 
-def _summaries() -> dict[str, str]:
-    found = {name: info.summary for name in CULPRIT_CHECKS if (info := INVARIANTS.get(name))}
-    found[STEPS_APPLY] = "every step applies (record and the search do not raise)"
-    return found
-
-
-SUMMARIES = _summaries()
+SUMMARIES = {
+    **{name: info.summary for name in CULPRIT_CHECKS if (info := INVARIANTS.get(name))},
+    STEPS_APPLY: "every step applies (record and the search do not raise)",
+}

@@ -312,8 +312,6 @@ class Tuning:
     #: Fork into two processes once the frontier holds at least this many states (and a
     #: core is idle, when the explorer is given ``cores``); ``None``: never (:mod:`.split`).
     split_at: int | None = None
-    #: How many runs of breadth-first order the frontier is cut into at the fork.
-    pieces: int = PIECES
     #: Try a delivery's crash and outage variants only where it wrote something or asked
     #: source control (:class:`~.actions.DeliveryEffect`).
     prune_faults: bool = True
@@ -590,13 +588,13 @@ class Explorer(SearchTree[Action]):
 
     def _start_fork(self, frontier: _Frontier) -> None:
         """Cut the frontier into pieces and fork; each process then claims pieces."""
-        self._pieces = cut(list(frontier), self.tuning.pieces)
+        self._pieces = cut(list(frontier), PIECES)
         frontier.clear()
         self._known = len(self.parent)
         for finish in self.finishes:
             finish.at_fork = [len(sources) for sources in finish.into]
         self._at_fork = (self.transitions, self.attempts, self.covered)
-        self._fork = Fork(self.tuning.pieces)
+        self._fork = Fork(PIECES)
         self._fork.start()
         if self._fork.in_child:
             self._abandoned = None  # its own parent is watched by the fork (``halted``)
@@ -780,14 +778,7 @@ class Explorer(SearchTree[Action]):
         return None
 
 
-def can_finish(
-    world: World,
-    rules: Rules,
-    queue: str,
-    *,
-    limit: int = CLOSURE_LIMIT,
-    completions: bool = True,
-) -> bool:
+def can_finish(world: World, rules: Rules, queue: str, *, completions: bool = True) -> bool:
     """Whether fair actions alone take ``world`` to a quiescent state (replay check);
     without ``completions``, with no build ever reporting (the lease check)."""
     bounds = Bounds(queue=queue)
@@ -807,8 +798,8 @@ def can_finish(
                     continue
                 post = observe(twin)
                 if post not in seen:
-                    if len(seen) >= limit:
-                        raise RuntimeError(f"fair closure exceeded {limit} states")
+                    if len(seen) >= CLOSURE_LIMIT:
+                        raise RuntimeError(f"fair closure exceeded {CLOSURE_LIMIT} states")
                     seen.add(post)
                     todo.append((twin, post))
     return False
