@@ -85,6 +85,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     def count(flag: str, help: str, default: int = 1) -> None:
         p.add_argument(flag, type=_count, default=default, help=help)
 
+    def positive(flag: str, help: str, default: int) -> None:
+        p.add_argument(flag, type=_positive, default=default, help=help)
+
+    def values(flag: str, help: str) -> None:
+        p.add_argument(flag, type=_positive, nargs="+", metavar="K", help=help)
+
     def switch(flag: str, help: str, default: bool = True) -> None:
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help)
 
@@ -99,16 +105,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         f"and the invariants declared for it (default {DEFAULT_QUEUE}, at max_concurrent "
         "1 and 2)",
     )
-    p.add_argument(
-        "--heads", type=_positive, default=3, help="linear heads A1..AN ingested (default 3)"
-    )
+    positive("--heads", "linear heads A1..AN ingested (default 3)", 3)
     switch("--rewrite", "ingest a rewrite head R (parent A1) after the linear heads (default on)")
-    p.add_argument(
+    values(
         "--max-concurrent",
-        type=_positive,
-        nargs="+",
-        metavar="K",
-        help="explore with each of these max_concurrent values, whatever the config says "
+        "explore with each of these max_concurrent values, whatever the config says "
         "(default: with --queue, each queue's own; else 1 2)",
     )
     switch("--crashes", "crash at each crash point of the admit path (default on)")
@@ -132,12 +133,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "source-control outages per path; an outage goes on over the consecutive "
         "deliveries of the message it failed, up to its dead letter (default 1)",
     )
-    p.add_argument(
+    positive(
         "--max-attempts",
-        type=_positive,
-        default=2,
-        help="the queue's failure budget during the check (overrides the config), small "
+        "the queue's failure budget during the check (overrides the config), small "
         "so that a delivery exhausts it and is dead-lettered within the bounds (default 2)",
+        2,
     )
     switch(
         "--overlaps",
@@ -159,38 +159,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--pauses",
         "pause and resume the queue, when the policy declares the paused parameter (default on)",
     )
-    p.add_argument(
+    values(
         "--probe-slots",
-        type=_positive,
-        nargs="+",
-        metavar="K",
-        help="explore culprit finding with each of these probe_slots values, when the policy "
+        "explore culprit finding with each of these probe_slots values, when the policy "
         "declares culprit.yaml (default: the checked queue's own; none when culprit "
         "finding is off there)",
     )
-    p.add_argument(
+    positive(
         "--culprit-commits",
-        type=_positive,
-        default=DEFAULT_COMMITS,
-        help="commits after the green base up to the red head whose culprit is searched "
+        "commits after the green base up to the red head whose culprit is searched "
         f"for (default {DEFAULT_COMMITS}); a newer head follows them",
+        DEFAULT_COMMITS,
     )
     count("--max-flakes", "flaky reds per path of the culprit exploration (default 1)")
-    p.add_argument(
+    positive(
         "--max-states",
-        type=_positive,
-        default=DEFAULT_MAX_STATES,
-        help=f"give up (exit 1, incomplete) beyond this many states (default {DEFAULT_MAX_STATES})",
+        f"give up (exit 1, incomplete) beyond this many states (default {DEFAULT_MAX_STATES})",
+        DEFAULT_MAX_STATES,
     )
     p.add_argument(
         "--out", default=DEFAULT_OUT, help=f"counterexample timeline (default {DEFAULT_OUT})"
     )
-    p.add_argument(
+    positive(
         "--jobs",
-        type=_positive,
-        default=os.cpu_count() or 1,
-        help="processes exploring at once: explorations side by side, and with --split the "
+        "processes exploring at once: explorations side by side, and with --split the "
         "second process of an exploration once a core is idle (default: the number of CPUs)",
+        os.cpu_count() or 1,
     )
     switch(
         "--split",
