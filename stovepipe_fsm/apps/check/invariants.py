@@ -30,7 +30,7 @@ from functools import cached_property
 from typing import Any
 
 from ...config.globs import glob_match
-from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Green, Request
+from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Green, Queue, Request
 from ...located.errors import SpecError
 from ...machine.invariants import (
     INVARIANTS,
@@ -503,13 +503,11 @@ def _newly(pre: Observation, post: Observation, states: frozenset[str]) -> Itera
             yield before
 
 
-def _stalled_rows(pre: Observation, request_id: str) -> list[Any]:
-    """The queue rows that stalled deliveries of ``request_id`` decided on."""
-    return [
-        held.queue_row
-        for held in pre.in_hand
-        if held.request_id == request_id and held.queue_row is not None
-    ]
+def _rows_seen(pre: Observation, request: Request) -> list[Queue]:
+    """The queue rows an admission of ``request`` may have decided on: its queue's row,
+    and those its stalled deliveries loaded."""
+    stalled = [held.queue_row for held in pre.in_hand if held.request_id == request.id]
+    return [row for row in [pre.queue(request.queue), *stalled] if row is not None]
 
 
 def _keeps_newest_n(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
@@ -532,7 +530,7 @@ def _base_is_green_ancestor(pre: Observation, post: Observation, rules: Rules) -
         after = post.by_id[before.id]
         if after.build_strategy != INCREMENTAL_SINCE_GREEN:
             continue
-        rows = [r for r in [pre.queue(before.queue), *_stalled_rows(pre, before.id)] if r]
+        rows = _rows_seen(pre, before)
         base = after.base_uri
         recorded = {g.uri for row in rows for g in row.greens[: rules.recent_greens]}
         chosen = {rules.newest_green_ancestor(row.greens, before.uri) for row in rows}
@@ -560,9 +558,8 @@ def _rewrite_holder_alone(obs: Observation, rules: Rules) -> Iterator[str]:
 
 def _rewrite_admitted_alone(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     for before in _newly(pre, post, rules.admitted_states):
-        row, after_row = pre.queue(before.queue), post.queue(before.queue)
-        rows = [r for r in [row, *_stalled_rows(pre, before.id)] if r is not None]
-        greens = {r.last_green_uri for r in rows}
+        after_row = post.queue(before.queue)
+        greens = {r.last_green_uri for r in _rows_seen(pre, before)}
         if not greens or any(not g or rules.is_ancestor(g, before.uri) for g in greens):
             continue  # descends from the last green it may have seen (or none yet)
         if after_row is None or after_row.serial_holder != before.id:
