@@ -770,9 +770,7 @@ class Explorer(SearchTree[Action]):
                 if sid >= own:
                     violation = Violation(invariant.name, invariant.summary, "")
                     return Counterexample(violation, ())
-                detail = "no fair continuation finishes: " + waiting(
-                    self.observations[sid], self.rules
-                )
+                detail = waiting(self.observations[sid], self.rules)
                 violation = Violation(invariant.name, invariant.summary, detail)
                 return Counterexample(violation, self.trace(sid))
         return None

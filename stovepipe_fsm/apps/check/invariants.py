@@ -903,7 +903,8 @@ def quiescent(obs: Observation, rules: Rules) -> bool:
 
 
 def waiting(obs: Observation, rules: Rules) -> str:
-    """Why ``obs`` is not quiescent, for a progress counterexample."""
+    """Why ``obs`` is not quiescent, for a progress counterexample that no fair
+    continuation finishes."""
     parts = []
     accepted = [r for r in obs.heads if r.state == rules.initial_state]
     if accepted:
@@ -919,4 +920,4 @@ def waiting(obs: Observation, rules: Rules) -> str:
         )
     for row in obs.queues:
         parts.append(f"queue {row.name} holders {list(row.slot_holders)}")
-    return "; ".join(parts)
+    return "no fair continuation finishes: " + "; ".join(parts)

@@ -104,8 +104,7 @@ def replay(
         obs = post
     for invariant, completions in finishing(rules):
         if not can_finish(world, rules, timeline.queue, completions=completions):
-            detail = "no fair continuation finishes: " + waiting(obs, rules)
-            result.violation = Violation(invariant.name, invariant.summary, detail)
+            result.violation = Violation(invariant.name, invariant.summary, waiting(obs, rules))
             result.step = len(timeline.steps)
             break
     return result
