@@ -281,6 +281,8 @@ class CulpritExplorer(SearchTree[Move]):
         self.admitted = setup.machines.roles.admitted_states
         self.transitions = 0
         self._outcomes: dict[tuple[WorldKey | None, Move], _Outcome] = {}
+        self._index: dict[Key, int] = {}  # the id of each state
+        self._frontier: deque[_Entry] = deque()
         self.named = 0
         self.unresolved = 0
 
@@ -303,13 +305,11 @@ class CulpritExplorer(SearchTree[Move]):
 
     def _search(self) -> tuple[CulpritCounterexample | None, bool]:
         root = self.setup.new_world()
-        index: dict[Key, int] = {}
-        frontier: deque[_Entry] = deque()
-        found = self._add(index, _Outcome.of(root, self.bounds.queue), Model(), -1, None, frontier)
+        found = self._add(_Outcome.of(root, self.bounds.queue), Model(), -1, None)
         if found is not None:
             return found, True
-        while frontier:
-            sid, known, model = frontier.popleft()
+        while self._frontier:
+            sid, known, model = self._frontier.popleft()
             world = known.world
             assert world is not None
             moves = self._enabled(world, model)
@@ -338,7 +338,7 @@ class CulpritExplorer(SearchTree[Move]):
                         PROBES_NEVER_DELAY_HEADS, outcome.delays, sid, move
                     ), True
                 self.transitions += 1
-                found = self._add(index, outcome, _next(model, move), sid, move, frontier)
+                found = self._add(outcome, _next(model, move), sid, move)
                 if found is not None:
                     return found, True
                 if len(self.parent) >= self.max_states:
@@ -346,20 +346,14 @@ class CulpritExplorer(SearchTree[Move]):
         return None, True
 
     def _add(
-        self,
-        index: dict[Key, int],
-        known: _Outcome,
-        model: Model,
-        parent: int,
-        move: Move | None,
-        frontier: deque[_Entry],
+        self, known: _Outcome, model: Model, parent: int, move: Move | None
     ) -> CulpritCounterexample | None:
         assert known.key is not None, "a state's world is known"
         key: Key = (known.key, model)
-        if key in index:
+        if key in self._index:
             return None
         sid = self.grow(parent, move)
-        index[key] = sid
+        self._index[key] = sid
         search = known.search
         if search is not None and search.state == "named":
             self.named += 1
@@ -369,7 +363,7 @@ class CulpritExplorer(SearchTree[Move]):
         for name in self.rules.checks:
             for detail in CULPRIT_CHECKS[name](view, self.rules, self.terminal):
                 return self._counterexample(name, detail, sid)
-        frontier.append((sid, known, model))
+        self._frontier.append((sid, known, model))
         return None
 
     def _counterexample(

@@ -398,6 +398,8 @@ class Explorer(SearchTree[Action]):
         #: edges, backwards.
         self.on_edge = on_edge
         self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
+        self._index: dict[tuple[Observation, Budget], int] = {}  # the id of each state
+        self._worlds = _Worlds()
         self.rules = setup.rules()
         #: Whether the search goes on from a paused queue's holds (:class:`Tuning`).
         self.explore_paused_holds = tuning.explore_paused_holds or bool(
@@ -471,8 +473,8 @@ class Explorer(SearchTree[Action]):
         setup, rules, bounds = self.setup, self.rules, self.setup.bounds
         root = setup.new_world(self.errors_seen)
         root_obs = observe(root)
-        index: dict[tuple[Observation, Budget], int] = {}
-        self._add(index, root_obs, Budget(), -1, None)
+        index, worlds = self._index, self._worlds
+        self._add(root_obs, Budget(), -1, None)
         violation = check_state(root_obs, rules)
         if violation:
             return Counterexample(violation, ()), True
@@ -480,8 +482,7 @@ class Explorer(SearchTree[Action]):
         covers = self._covers
         if covers is not None:
             covers.add(root_obs, Budget(), 0)
-        worlds = _Worlds()
-        frontier: _Frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
+        frontier: _Frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root))])
         next_report = started + PROGRESS_EVERY_S
         on_edge = self.on_edge
         while frontier or self._claim(frontier):
@@ -512,7 +513,7 @@ class Explorer(SearchTree[Action]):
                 spent = budget.spend(action.kind)
                 outcome = self._outcomes.get((obs, action)) if self.tuning.share_outcomes else None
                 twin: World | None = None
-                if outcome is None or self._needs_world(outcome, spent, index, worlds):
+                if outcome is None or self._needs_world(outcome, spent):
                     self.attempts += 1
                     # The world is needed by no one after the last action that still has
                     # to be performed on it: that one runs on the world itself.
@@ -520,8 +521,7 @@ class Explorer(SearchTree[Action]):
                         self.tuning.reuse_worlds
                         and alone
                         and not any(
-                            self._performs(obs, budget, later, effect, index, worlds)
-                            for later in actions[i + 1 :]
+                            self._performs(obs, budget, later, effect) for later in actions[i + 1 :]
                         )
                     )
                     try:
@@ -548,7 +548,7 @@ class Explorer(SearchTree[Action]):
                 self.transitions += 1
                 dst = index.get((post, spent))
                 if dst is None:
-                    dst = self._add(index, post, spent, sid, action)
+                    dst = self._add(post, spent, sid, action)
                     if post not in checked:
                         violation = check_state(post, rules)
                         if violation:
@@ -560,7 +560,7 @@ class Explorer(SearchTree[Action]):
                     if cover is None:
                         if covers is not None:
                             covers.add(post, spent, dst)
-                        frontier.append((dst, post, spent, self._own(post, twin, worlds)))
+                        frontier.append((dst, post, spent, self._own(post, twin)))
                     else:
                         self._link_covered(dst, cover)
                 if on_edge is not None:
@@ -664,13 +664,7 @@ class Explorer(SearchTree[Action]):
         )
 
     def _performs(
-        self,
-        obs: Observation,
-        budget: Budget,
-        action: Action,
-        effect: DeliveryEffect | None,
-        index: dict[tuple[Observation, Budget], int],
-        worlds: _Worlds,
+        self, obs: Observation, budget: Budget, action: Action, effect: DeliveryEffect | None
     ) -> bool:
         """Whether expanding ``obs`` will still perform ``action`` on its world: it is
         taken, and its outcome is not known or leads to a new state no world stands for.
@@ -679,32 +673,26 @@ class Explorer(SearchTree[Action]):
             return False
         outcome = self._outcomes.get((obs, action)) if self.tuning.share_outcomes else None
         spent = budget.spend(action.kind)
-        return outcome is None or self._needs_world(outcome, spent, index, worlds)
+        return outcome is None or self._needs_world(outcome, spent)
 
-    def _own(self, obs: Observation, world: World | None, worlds: _Worlds) -> World | None:
+    def _own(self, obs: Observation, world: World | None) -> World | None:
         """The world a new state of ``obs`` keeps for itself; ``None`` when it stands on
         the shared world of its observation (``world`` is held for it if it is the first)."""
         if self.tuning.share_outcomes:
-            worlds.hold(obs, world)
+            self._worlds.hold(obs, world)
             return None
         assert world is not None, "a state of its own comes with its world"
         return world
 
-    def _needs_world(
-        self,
-        outcome: _Outcome,
-        spent: Budget,
-        index: dict[tuple[Observation, Budget], int],
-        worlds: _Worlds,
-    ) -> bool:
+    def _needs_world(self, outcome: _Outcome, spent: Budget) -> bool:
         """A known outcome must still be performed when it leads to a new state that no
         live world stands for: the new state needs one to be expanded."""
         post = outcome.post
-        if post is None or (post, spent) in index:
+        if post is None or (post, spent) in self._index:
             return False
         if self._covers is not None and self._covers.cover(post, spent) is not None:
             return False  # a covered state is not expanded: it needs no world
-        return not self.tuning.share_outcomes or post not in worlds
+        return not self.tuning.share_outcomes or post not in self._worlds
 
     def _link_covered(self, sid: int, cover: int) -> None:
         """``sid`` is not expanded: it finishes when ``cover``, of its observation, does
@@ -717,16 +705,9 @@ class Explorer(SearchTree[Action]):
         """Whether the search performs ``action`` after a delivery that did ``effect``."""
         return not self.tuning.prune_faults or effect is None or effect.worth(action)
 
-    def _add(
-        self,
-        index: dict[tuple[Observation, Budget], int],
-        obs: Observation,
-        budget: Budget,
-        parent: int,
-        action: Action | None,
-    ) -> int:
+    def _add(self, obs: Observation, budget: Budget, parent: int, action: Action | None) -> int:
         sid = self.grow(parent, action)
-        index[(obs, budget)] = sid
+        self._index[(obs, budget)] = sid
         self.observations.append(obs)
         for finish in self.finishes:
             finish.into.append([])
