@@ -412,8 +412,6 @@ def _culprit_setups(
 
 def describe_culprit_setups(setups: list[CulpritSetup]) -> list[str]:
     """The header lines of the culprit explorations: bounds, probe_slots, what is proved."""
-    if not setups:
-        return []
     lines: list[str] = []
     queues = list(dict.fromkeys(s.bounds.queue for s in setups))
     for queue in queues:
@@ -575,10 +573,9 @@ def _result_line(result: Result, queue: str = "") -> str:
         how = ", searched again unsplit for the shortest counterexample"
     where = f"{queue} " if queue else ""
     return (
-        f"  {where}max_concurrent={result.max_concurrent}: {_verdict(result)} - {result.states} "
-        f"states "
-        f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
-        f"{result.seconds:.1f} s, "
+        f"  {where}max_concurrent={result.max_concurrent}: {_verdict(result)} - "
+        f"{result.states} states ({result.covered} covered), {result.transitions} transitions, "
+        f"depth {result.depth}, {result.seconds:.1f} s, "
         f"{rate(result.states, result.seconds):.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
     )
 

@@ -719,9 +719,8 @@ class Explorer(SearchTree[Action]):
         process = "" if fork is None else f" (process {2 if fork.in_child else 1} of 2)"
         return (
             f"check max_concurrent={self.setup.max_concurrent}{process}: "
-            f"{len(self.parent)} states, "
-            f"{self.transitions} transitions, depth {depth}, frontier {frontier}, "
-            f"{elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
+            f"{len(self.parent)} states, {self.transitions} transitions, depth {depth}, "
+            f"frontier {frontier}, {elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
         )
 
     # --- progress -------------------------------------------------------------------
