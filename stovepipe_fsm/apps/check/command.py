@@ -384,10 +384,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _culprit_setups(
-    args: argparse.Namespace,
-    machines: ProcessMachines,
-    store: StaticConfigStore,
-    queues: list[str],
+    args: argparse.Namespace, machines: ProcessMachines, store: StaticConfigStore, queues: list[str]
 ) -> list[CulpritSetup]:
     """One culprit exploration per queue and probe_slots value, when the policy declares
     culprit.yaml: the values given; else the queue's own (none when culprit finding is

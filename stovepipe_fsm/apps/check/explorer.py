@@ -86,9 +86,7 @@ SPLIT_FRONTIER = 4_000
 PROGRESS_EVERY_S = 2.0
 CLOSURE_LIMIT = 100_000
 STEP_FAILED = Violation(
-    "steps_apply",
-    "every environment step applies (ingest, record and reconcile do not raise)",
-    "",
+    "steps_apply", "every environment step applies (ingest, record and reconcile do not raise)", ""
 )
 
 

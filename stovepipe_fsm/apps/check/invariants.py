@@ -688,11 +688,7 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         "a running build is preempted only for a newer head of its queue that is kept",
         _preempts_only_older,
     ),
-    Invariant(
-        "strategy_immutable",
-        "strategy and base never change once set",
-        _strategy_immutable,
-    ),
+    Invariant("strategy_immutable", "strategy and base never change once set", _strategy_immutable),
     Invariant(
         "retries_only_latest",
         "an operator's retry in a queue that coalesces is of its latest head: an older "
@@ -702,9 +698,7 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         proves="newest_not_superseded",
     ),
     Invariant(
-        "last_green_forward",
-        "last green never moves back in ingest order",
-        _last_green_forward,
+        "last_green_forward", "last green never moves back in ingest order", _last_green_forward
     ),
     Invariant(
         "admits_latest",

@@ -29,15 +29,7 @@ from ...simulation.replay import LogRow, Simulation, apply_step, build_world
 from ...simulation.timeline import Timeline
 from ...simulation.world import World
 from .explorer import STEP_FAILED, Counterexample, Setup, can_finish
-from .invariants import (
-    Rules,
-    Scopes,
-    Violation,
-    check_edge,
-    check_state,
-    finishing,
-    waiting,
-)
+from .invariants import Rules, Scopes, Violation, check_edge, check_state, finishing, waiting
 from .model import step_data
 from .observe import observe
 from .variants import Variant
