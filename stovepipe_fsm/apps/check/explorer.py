@@ -420,8 +420,10 @@ class Explorer(SearchTree[Action]):
         with quiet_logs(), rare_collections(), stepwise():
             try:
                 counterexample, complete = self._search(started)
-                if counterexample is not None or not complete:
-                    self._halt()  # this search ended the run: the other process need not go on
+                # A violation, out of states, or no one waiting: the other process, if
+                # any, need not go on.
+                if (counterexample is not None or not complete) and self._fork is not None:
+                    self._fork.halt()
             except BaseException:
                 if self._fork is not None:
                     if self._fork.in_child:
@@ -607,12 +609,6 @@ class Explorer(SearchTree[Action]):
         frontier.extend(self._pieces[piece])
         self._pieces[piece] = []  # claimed here: its states now live in the frontier
         return True
-
-    def _halt(self) -> None:
-        """This process's search ended the run (a violation, out of states, or no one
-        waiting for it): the other process, if any, need not go on."""
-        if self._fork is not None:
-            self._fork.halt()
 
     def _join(self, counterexample: Counterexample | None, complete: bool) -> bool:
         """The forked process sends its part and ends; the process that forked takes
