@@ -207,7 +207,7 @@ def test_covered_states_are_not_expanded_and_nothing_is_lost(
     covered = [
         sid
         for sid in range(len(pruned.parent))
-        if sid not in sources and any(sid in into for into in pruned.fair_into)
+        if sid not in sources and any(sid in into for into in pruned.finishes[0].into)
     ]
     assert covered
 
@@ -254,10 +254,10 @@ def test_reusing_each_states_world_for_its_last_action_explores_the_same_graph(
         forked_result.transitions,
     )
     assert reused.observations == forked.observations
-    assert (reused.parent, reused.via, reused.fair_into) == (
+    assert (reused.parent, reused.via, reused.finishes) == (
         forked.parent,
         forked.via,
-        forked.fair_into,
+        forked.finishes,
     )
 
 
@@ -294,11 +294,10 @@ def assert_sharing_explores_the_same_graph(setup: Setup) -> None:
         alone_result.depth,
     )
     assert shared.observations == alone.observations
-    assert (shared.parent, shared.via, shared.fair_into, shared.stall_into) == (
+    assert (shared.parent, shared.via, shared.finishes) == (
         alone.parent,
         alone.via,
-        alone.fair_into,
-        alone.stall_into,
+        alone.finishes,
     )
     # states that differ only in their budget had their actions performed once
     assert len(set(shared.observations)) < shared_result.states

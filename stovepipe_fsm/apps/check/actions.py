@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from ...domain.errors import StovepipeError
@@ -133,12 +134,7 @@ class DeliveryEffect:
     ) -> DeliveryEffect:
         """What the delivery from ``pre`` to ``post`` did; ``calls_before`` is the count
         of source-control calls of the world it was performed from, before it ran."""
-        durable = (pre.requests, pre.queues, pre.builds, pre.hooks) != (
-            post.requests,
-            post.queues,
-            post.builds,
-            post.hooks,
-        )
+        durable = _WRITTEN(pre) != _WRITTEN(post)
         return cls(durable, after.graph.calls != calls_before)
 
     def worth(self, action: Action) -> bool:
@@ -147,6 +143,10 @@ class DeliveryEffect:
         if action.kind in (OUTAGE, OUTAGE_PERSISTS):
             return self.asked_source_control
         return True
+
+
+#: What a delivery may write: the stores and what it published.
+_WRITTEN = attrgetter("requests", "queues", "builds", "hooks")
 
 
 def held_while_paused(pre: Observation, post: Observation, queue: str) -> bool:
@@ -258,7 +258,7 @@ def enabled(
         for request in obs.heads_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(DEAD_LETTER, "dead_letter", q, uri=request.uri))
-    if others and rules.withdrawable and budget.cancels < bounds.max_cancels:
+    if others and rules.withdrawn_states and budget.cancels < bounds.max_cancels:
         for request in obs.heads_of(q):
             if request.state not in rules.terminal_states:
                 actions.append(one_step(CANCEL, "cancel", q, uri=request.uri))

@@ -29,6 +29,7 @@ from ...located.errors import Location, SpecError, SpecIssue
 from ...machine.invariants import policy_invariants
 from ...machine.lint import UNKNOWN_INVARIANT
 from ...process.catalog import ProcessMachines, load_process_machines
+from ...process.culprit import PROBE_SLOTS
 from ...process.gate import PAUSED
 from ...simulation.replay import render_table
 from ...simulation.timeline import DEFAULT_QUEUE, load_timeline
@@ -53,7 +54,7 @@ from .explorer import (
     rate,
     stderr_progress,
 )
-from .invariants import Proof, Scopes
+from .invariants import Proof, Scopes, Violation
 from .model import Bounds
 from .split import Cores, PartKilled, can_fork
 from .trace import DEFAULT_OUT, Replay, as_timeline, replay, step_notes, write_counterexample
@@ -76,11 +77,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "dead-lettered at --max-attempts) within the bounds, checking the invariants the "
             "machines declare; with culprit.yaml, every bounded way a culprit search can go "
             "under a culprit-and-flake model. Exit 0: every declared invariant holds in every "
-            "explored "
-            "state; 1: a "
-            "counterexample (written as a replayable timeline) or an incomplete run."
+            "explored state; 1: a counterexample (written as a replayable timeline) or an "
+            "incomplete run."
         ),
     )
+
+    def count(flag: str, help: str, default: int = 1) -> None:
+        p.add_argument(flag, type=_count, default=default, help=help)
+
+    def positive(flag: str, help: str, default: int) -> None:
+        p.add_argument(flag, type=_positive, default=default, help=help)
+
+    def values(flag: str, help: str) -> None:
+        p.add_argument(flag, type=_positive, nargs="+", metavar="K", help=help)
+
+    def switch(flag: str, help: str, default: bool = True) -> None:
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help)
+
     p.add_argument("--machines", default=DEFAULT_MACHINES, help="machine directory")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="queue policy file")
     p.add_argument(
@@ -92,75 +105,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         f"and the invariants declared for it (default {DEFAULT_QUEUE}, at max_concurrent "
         "1 and 2)",
     )
-    p.add_argument(
-        "--heads", type=_positive, default=3, help="linear heads A1..AN ingested (default 3)"
-    )
-    p.add_argument(
-        "--rewrite",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="ingest a rewrite head R (parent A1) after the linear heads (default on)",
-    )
-    p.add_argument(
+    positive("--heads", "linear heads A1..AN ingested (default 3)", 3)
+    switch("--rewrite", "ingest a rewrite head R (parent A1) after the linear heads (default on)")
+    values(
         "--max-concurrent",
-        type=_positive,
-        nargs="+",
-        metavar="K",
-        help="explore with each of these max_concurrent values, whatever the config says "
+        "explore with each of these max_concurrent values, whatever the config says "
         "(default: with --queue, each queue's own; else 1 2)",
     )
-    p.add_argument(
-        "--crashes",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="crash at each crash point of the admit path (default on)",
-    )
-    p.add_argument("--max-crashes", type=_count, default=1, help="crashes per path (default 1)")
-    p.add_argument(
-        "--max-duplicates", type=_count, default=1, help="duplicate messages per path (default 1)"
-    )
-    p.add_argument(
-        "--max-dead-letters", type=_count, default=1, help="dead-letter reconciles per path"
-    )
-    p.add_argument(
+    switch("--crashes", "crash at each crash point of the admit path (default on)")
+    count("--max-crashes", "crashes per path (default 1)")
+    count("--max-duplicates", "duplicate messages per path (default 1)")
+    count("--max-dead-letters", "dead-letter reconciles per path")
+    count(
         "--max-cancels",
-        type=_count,
-        default=DEFAULT_MAX_CANCELS,
-        help="operator cancels per path, of a head not yet ended, when the policy declares "
+        "operator cancels per path, of a head not yet ended, when the policy declares "
         f"the withdraw role (default {DEFAULT_MAX_CANCELS})",
+        DEFAULT_MAX_CANCELS,
     )
-    p.add_argument(
+    count(
         "--max-retries",
-        type=_count,
-        default=DEFAULT_MAX_RETRIES,
-        help="operator retries per path, of a head that ended failed or cancelled, when "
+        "operator retries per path, of a head that ended failed or cancelled, when "
         f"the policy declares retryable outcomes (default {DEFAULT_MAX_RETRIES})",
+        DEFAULT_MAX_RETRIES,
     )
-    p.add_argument(
+    count(
         "--max-outages",
-        type=_count,
-        default=1,
-        help="source-control outages per path; an outage goes on over the consecutive "
+        "source-control outages per path; an outage goes on over the consecutive "
         "deliveries of the message it failed, up to its dead letter (default 1)",
     )
-    p.add_argument(
+    positive(
         "--max-attempts",
-        type=_positive,
-        default=2,
-        help="the queue's failure budget during the check (overrides the config), small "
+        "the queue's failure budget during the check (overrides the config), small "
         "so that a delivery exhausts it and is dead-lettered within the bounds (default 2)",
+        2,
     )
-    p.add_argument(
+    switch(
         "--overlaps",
-        action=argparse.BooleanOptionalAction,
-        default=OVERLAPS_BY_DEFAULT,
-        help="stall a delivery in hand after an action while its message is redelivered "
+        "stall a delivery in hand after an action while its message is redelivered "
         "and the queue moves on (a stale ack, docs/jetstream.md fact H) "
         f"(default {'on' if OVERLAPS_BY_DEFAULT else 'off'})",
+        OVERLAPS_BY_DEFAULT,
     )
-    p.add_argument(
-        "--max-overlaps", type=_count, default=1, help="stalled deliveries per path (default 1)"
-    )
+    count("--max-overlaps", "stalled deliveries per path (default 1)")
     p.add_argument(
         "--stall-at",
         nargs="+",
@@ -169,56 +155,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="POINT",
         help=f"where a delivery may stall (default all: {' '.join(STALL_POINTS)})",
     )
-    p.add_argument(
+    switch(
         "--pauses",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="pause and resume the queue, when the policy declares the paused parameter "
-        "(default on)",
+        "pause and resume the queue, when the policy declares the paused parameter (default on)",
     )
-    p.add_argument(
+    values(
         "--probe-slots",
-        type=_positive,
-        nargs="+",
-        metavar="K",
-        help="explore culprit finding with each of these probe_slots values, when the policy "
+        "explore culprit finding with each of these probe_slots values, when the policy "
         "declares culprit.yaml (default: the checked queue's own; none when culprit "
         "finding is off there)",
     )
-    p.add_argument(
+    positive(
         "--culprit-commits",
-        type=_positive,
-        default=DEFAULT_COMMITS,
-        help="commits after the green base up to the red head whose culprit is searched "
+        "commits after the green base up to the red head whose culprit is searched "
         f"for (default {DEFAULT_COMMITS}); a newer head follows them",
+        DEFAULT_COMMITS,
     )
-    p.add_argument(
-        "--max-flakes",
-        type=_count,
-        default=1,
-        help="flaky reds per path of the culprit exploration (default 1)",
-    )
-    p.add_argument(
+    count("--max-flakes", "flaky reds per path of the culprit exploration (default 1)")
+    positive(
         "--max-states",
-        type=_positive,
-        default=DEFAULT_MAX_STATES,
-        help=f"give up (exit 1, incomplete) beyond this many states (default {DEFAULT_MAX_STATES})",
+        f"give up (exit 1, incomplete) beyond this many states (default {DEFAULT_MAX_STATES})",
+        DEFAULT_MAX_STATES,
     )
     p.add_argument(
         "--out", default=DEFAULT_OUT, help=f"counterexample timeline (default {DEFAULT_OUT})"
     )
-    p.add_argument(
+    positive(
         "--jobs",
-        type=_positive,
-        default=os.cpu_count() or 1,
-        help="processes exploring at once: explorations side by side, and with --split the "
+        "processes exploring at once: explorations side by side, and with --split the "
         "second process of an exploration once a core is idle (default: the number of CPUs)",
+        os.cpu_count() or 1,
     )
-    p.add_argument(
+    switch(
         "--split",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with more than one job, an exploration still running when a core is idle "
+        "with more than one job, an exploration still running when a core is idle "
         f"forks into two processes, once {SPLIT_FRONTIER} states wait to be expanded "
         "(default on)",
     )
@@ -364,7 +334,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         setup = first.setup(machines)
         values = _max_concurrent(args, setup)
         jobs += [replace(first, max_concurrent=k, progress=not args.quiet) for k in values]
-        print(f"check: {describe_setup(setup, machines)}; max_concurrent {_joined(values)}")
+        shown = " ".join(map(str, values))
+        print(f"check: {describe_setup(setup, machines)}; max_concurrent {shown}")
         proof = setup.rules().proof
         print(describe_proof(proof, queue if len(queues) > 1 or proof.out_of_scope else None))
     for line in describe_culprit_setups(searches):
@@ -385,14 +356,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     for job, result in zip(jobs, results, strict=True):
         print(_result_line(result, job.bounds.queue if len(queues) > 1 else ""))
     for search, found in zip(searches, culprits, strict=True):
-        print(found.line(search.bounds.queue if len(queues) > 1 else ""))
-    failed = [(job, r) for job, r in zip(jobs, results, strict=True) if r.counterexample]
-    if failed:
-        job, result = failed[0]
-        return _report(args, job.setup(machines), result)
-    broken = [(s, r) for s, r in zip(searches, culprits, strict=True) if r.counterexample]
-    if broken:
-        return _report_culprit(*broken[0])
+        print(_culprit_line(found, search.bounds.queue if len(queues) > 1 else ""))
+    for job, result in zip(jobs, results, strict=True):
+        if result.counterexample:
+            return _report(args, job.setup(machines), result)
+    for search, found in zip(searches, culprits, strict=True):
+        if found.counterexample:
+            return _report_culprit(search, found)
     if not all(r.complete for r in results) or not all(r.complete for r in culprits):
         print(
             "incomplete: --max-states reached before the bounded space was exhausted; "
@@ -414,10 +384,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _culprit_setups(
-    args: argparse.Namespace,
-    machines: ProcessMachines,
-    store: StaticConfigStore,
-    queues: list[str],
+    args: argparse.Namespace, machines: ProcessMachines, store: StaticConfigStore, queues: list[str]
 ) -> list[CulpritSetup]:
     """One culprit exploration per queue and probe_slots value, when the policy declares
     culprit.yaml: the values given; else the queue's own (none when culprit finding is
@@ -435,19 +402,13 @@ def _culprit_setups(
         )
         variant = Variant(bare_counter=args.bare_counter)
         first = CulpritSetup(machines, store, bounds, 0, variant, scopes_of(store))
-        if args.probe_slots:
-            values = sorted(set(args.probe_slots))
-        else:
-            own = first.configured_probe_slots()
-            values = [own] if own else []
-        setups += [replace(first, probe_slots=k) for k in values]
+        values = sorted(set(args.probe_slots)) if args.probe_slots else [first.param(PROBE_SLOTS)]
+        setups += [replace(first, probe_slots=k) for k in values if k]  # 0: finding is off
     return setups
 
 
 def describe_culprit_setups(setups: list[CulpritSetup]) -> list[str]:
     """The header lines of the culprit explorations: bounds, probe_slots, what is proved."""
-    if not setups:
-        return []
     lines: list[str] = []
     queues = list(dict.fromkeys(s.bounds.queue for s in setups))
     for queue in queues:
@@ -464,10 +425,7 @@ def _report_culprit(setup: CulpritSetup, result: CulpritResult) -> int:
     """Print the culprit exploration's counterexample: the broken property and the path."""
     counterexample = result.counterexample
     assert counterexample is not None
-    violation = counterexample.violation
-    print()
-    print(f"invariant {violation.invariant}: {violation.summary}")
-    print(f"  {violation.detail}")
+    _print_violation(counterexample.violation)
     trace = counterexample.trace
     print(
         f"culprit probe_slots={setup.probe_slots}; shortest trace ({len(trace)} steps) "
@@ -506,33 +464,19 @@ def _max_concurrent(args: argparse.Namespace, setup: Setup) -> list[int]:
     return list(DEFAULT_MAX_CONCURRENT)
 
 
-def _joined(values: list[int]) -> str:
-    return " ".join(map(str, values))
-
-
 def describe_proof(proof: Proof, queue: str | None = None) -> str:
     """The line saying what this run proves: the invariants the policy declares (for
     ``queue``: those declared for it, and which are not)."""
     where = f" for {queue}" if queue else ""
-    left = f" (not declared for {queue}: {', '.join(proof.out_of_scope)})" if queue else ""
+    left = ""
+    if queue and proof.out_of_scope:
+        left = f" (not declared for {queue}: {', '.join(proof.out_of_scope)})"
     if not proof.names:
         return (
             f"proves{where}: nothing - the machines declare no invariants"
-            f"{' for it' if queue else ''} (docs/check.md); only that every step applies"
-            + (left if proof.out_of_scope else "")
+            f"{' for it' if queue else ''} (docs/check.md); only that every step applies{left}"
         )
-    return f"proves{where}: {', '.join(proof.names)}" + (left if proof.out_of_scope else "")
-
-
-def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
-    """The bounds of an exploration, and what its heads may change."""
-    pausable = PAUSED in machines.parameters
-    withdrawable = bool(machines.roles.withdrawn_states)
-    shown = describe_bounds(setup.bounds, pausable=pausable, withdrawable=withdrawable)
-    classes = setup.path_classes()
-    if classes:
-        shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
-    return shown
+    return f"proves{where}: {', '.join(proof.names)}{left}"
 
 
 #: How many distinct errors raised during a search are printed.
@@ -560,25 +504,31 @@ def never_taken(machines: ProcessMachines, results: list[Result]) -> list[str]:
     ]
 
 
-def describe_bounds(bounds: Bounds, *, pausable: bool = False, withdrawable: bool = False) -> str:
+def describe_setup(setup: Setup, machines: ProcessMachines) -> str:
+    """The bounds of an exploration, and what its heads may change."""
+    bounds = setup.bounds
     heads = " ".join(bounds.ingest_order())
     overlaps = (
         f", {bounds.max_overlaps} stalled delivery(ies) at {' '.join(bounds.stall_points)}"
         if bounds.max_overlaps
         else ""
     )
-    if pausable and bounds.pauses:
+    if PAUSED in machines.parameters and bounds.pauses:
         overlaps += ", pause and resume"
-    if withdrawable and bounds.max_cancels:
+    if machines.roles.withdrawn_states and bounds.max_cancels:
         overlaps += f", {bounds.max_cancels} operator cancel(s)"
     if bounds.max_retries:
         overlaps += f", {bounds.max_retries} operator retry(ies)"
-    return (
+    shown = (
         f"queue {bounds.queue}, heads {heads}; per path at most {bounds.max_crashes} crash(es), "
         f"{bounds.max_duplicates} duplicate(s), {bounds.max_dead_letters} dead-letter(s), "
         f"{bounds.max_outages} source-control outage(s){overlaps}; "
         f"max_attempts {bounds.max_attempts}"
     )
+    classes = setup.path_classes()
+    if classes:
+        shown += "; heads change " + ", ".join(f"{c.name} ({' '.join(c.paths)})" for c in classes)
+    return shown
 
 
 def _run_all(
@@ -595,12 +545,24 @@ def _run_all(
         return pool.map(run_job, jobs, chunksize=1)
 
 
-def _result_line(result: Result, queue: str = "") -> str:
-    verdict = "ok"
+def _verdict(result: Result | CulpritResult) -> str:
+    """How a result line opens: ok, the broken invariant, or incomplete."""
     if result.counterexample:
-        verdict = f"VIOLATED {result.counterexample.violation.invariant}"
-    elif not result.complete:
-        verdict = "INCOMPLETE"
+        return f"VIOLATED {result.counterexample.violation.invariant}"
+    return "ok" if result.complete else "INCOMPLETE"
+
+
+def _culprit_line(found: CulpritResult, queue: str = "") -> str:
+    where = f"{queue} " if queue else ""
+    return (
+        f"  {where}culprit probe_slots={found.probe_slots}: {_verdict(found)} - {found.states} "
+        f"states ({found.named} named, {found.unresolved} unresolved), {found.transitions} "
+        f"transitions, depth {found.depth}, {found.seconds:.1f} s, "
+        f"{rate(found.states, found.seconds):.0f} states/s, cpu {found.cpu_seconds:.1f} s"
+    )
+
+
+def _result_line(result: Result, queue: str = "") -> str:
     how = ""
     if result.processes > 1:
         how = ", split over 2 processes"
@@ -608,10 +570,10 @@ def _result_line(result: Result, queue: str = "") -> str:
         how = ", searched again unsplit for the shortest counterexample"
     where = f"{queue} " if queue else ""
     return (
-        f"  {where}max_concurrent={result.max_concurrent}: {verdict} - {result.states} states "
-        f"({result.covered} covered), {result.transitions} transitions, depth {result.depth}, "
-        f"{result.seconds:.1f} s, "
-        f"{result.states_per_second:.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
+        f"  {where}max_concurrent={result.max_concurrent}: {_verdict(result)} - "
+        f"{result.states} states ({result.covered} covered), {result.transitions} transitions, "
+        f"depth {result.depth}, {result.seconds:.1f} s, "
+        f"{rate(result.states, result.seconds):.0f} states/s, cpu {result.cpu_seconds:.1f} s{how}"
     )
 
 
@@ -642,12 +604,10 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
         catalog=setup.catalog,
         scopes=setup.scopes,
     )
-    print()
-    print(f"invariant {violation.invariant}: {violation.summary}")
-    print(f"  {violation.detail}")
+    _print_violation(violation)
     print(f"max_concurrent={setup.max_concurrent}; shortest trace ({len(timeline.steps)} steps):")
-    _print_trace(confirmed, len(timeline.steps))
     notes = step_notes(confirmed, len(timeline.steps))
+    _print_trace(confirmed, notes)
     command = replay_command(args, args.out)
     path = write_counterexample(args.out, setup, counterexample, command, notes)
     print(f"wrote {path}")
@@ -661,10 +621,15 @@ def _report(args: argparse.Namespace, setup: Setup, result: Result) -> int:
     return EXIT_FAIL
 
 
-def _print_trace(result: Replay, steps: int) -> None:
-    notes = step_notes(result, steps)
+def _print_violation(violation: Violation) -> None:
+    print()
+    print(f"invariant {violation.invariant}: {violation.summary}")
+    print(f"  {violation.detail}")
+
+
+def _print_trace(result: Replay, notes: list[str]) -> None:
     described: dict[int, str] = {row.step: row.action for row in result.rows}
-    for number in range(1, steps + 1):
+    for number in range(1, len(notes) + 1):
         action = described.get(number, "")
         print(f"  {number:>3}  {action:<34} {notes[number - 1]}")
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ...domain.culprit_search import CulpritSearch
-from ...domain.entities import Request
 from ...machine.invariants import INVARIANTS
 from .observe import Observation
 
@@ -65,9 +64,6 @@ class View:
     search: CulpritSearch | None
     model: Model
 
-    def probes_in_flight(self, terminal: frozenset[str]) -> tuple[Request, ...]:
-        return tuple(r for r in self.obs.requests if r.probe_of and r.state not in terminal)
-
 
 def _search_bounded(view: View, rules: CulpritRules, terminal: frozenset[str]) -> Iterator[str]:
     """The budget part of ``search_ends`` (its at-rest part is decided by the search)."""
@@ -78,7 +74,7 @@ def _search_bounded(view: View, rules: CulpritRules, terminal: frozenset[str]) -
 
 def _probe_slots_bound(view: View, rules: CulpritRules, terminal: frozenset[str]) -> Iterator[str]:
     listed = len(view.search.probes) if view.search is not None else 0
-    running = [r.id for r in view.probes_in_flight(terminal)]
+    running = [r.id for r in view.obs.requests if r.probe_of and r.state not in terminal]
     worst = max(listed, len(running))
     if worst > rules.probe_slots:
         yield (
@@ -134,10 +130,7 @@ CULPRIT_CHECKS: dict[str, CulpritCheck] = {
 }
 
 
-def _summaries() -> dict[str, str]:
-    found = {name: info.summary for name in CULPRIT_CHECKS if (info := INVARIANTS.get(name))}
-    found[STEPS_APPLY] = "every step applies (record and the search do not raise)"
-    return found
-
-
-SUMMARIES = _summaries()
+SUMMARIES = {
+    **{name: info.summary for name in CULPRIT_CHECKS if (info := INVARIANTS.get(name))},
+    STEPS_APPLY: "every step applies (record and the search do not raise)",
+}

@@ -53,13 +53,12 @@ from .culprit_invariants import (
     Model,
     View,
 )
-from .explorer import quiet_logs, rate
+from .explorer import SearchTree, quiet_logs
 from .invariants import Scopes, Violation, in_scope
+from .model import ADVANCE, COMPLETE, CRASH, DELIVER, INGEST, REDELIVER
 from .observe import Observation, observe
 from .variants import Variant
 
-#: probe_slots explored when the run names no queue: bisection and 2-section.
-DEFAULT_PROBE_SLOTS = (1, 2)
 DEFAULT_COMMITS = 2
 DEFAULT_MAX_STATES = 200_000
 #: The action of the search machine after which a record may crash.
@@ -67,15 +66,10 @@ CRASH_AFTER = "save_search"
 BASE = "c0"
 
 
-# Kinds of move. The fair ones are what the environment keeps doing.
+# Kinds of move, beside those named like the gate's actions (.model). The fair ones are
+# what the environment keeps doing.
 CULPRIT = "culprit"
-DELIVER = "deliver"
-ADVANCE = "advance"
-COMPLETE = "complete"
-REDELIVER = "redeliver"
-CRASH = "crash"
 REPEAT = "repeat"
-INGEST = "ingest"
 FAIR = frozenset({DELIVER, ADVANCE, COMPLETE, REDELIVER})
 
 
@@ -182,32 +176,16 @@ class CulpritResult:
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
 
-    def line(self, queue: str = "") -> str:
-        """The result line ``check`` prints (led by ``queue`` when it checks several)."""
-        verdict = "ok"
-        if self.counterexample:
-            verdict = f"VIOLATED {self.counterexample.violation.invariant}"
-        elif not self.complete:
-            verdict = "INCOMPLETE"
-        where = f"{queue} " if queue else ""
-        return (
-            f"  {where}culprit probe_slots={self.probe_slots}: {verdict} - {self.states} states "
-            f"({self.named} named, {self.unresolved} unresolved), {self.transitions} "
-            f"transitions, depth {self.depth}, {self.seconds:.1f} s, "
-            f"{rate(self.states, self.seconds):.0f} states/s, cpu {self.cpu_seconds:.1f} s"
-        )
-
 
 def culprit_names(
     machines: ProcessMachines, queue: str = DEFAULT_QUEUE, scopes: Scopes = ()
 ) -> tuple[str, ...]:
     """The culprit invariants the policy declares for ``queue`` (in any of its machine
     files; ``scopes``, the config's ``invariants:``, replace the queues an entry names)."""
-    given = dict(scopes)
     return tuple(
         ref.name
         for ref in policy_invariants(policy_specs(machines))
-        if ref.name in CULPRIT_CHECKS and in_scope(ref, queue, given.get(ref.name))
+        if ref.name in CULPRIT_CHECKS and in_scope(ref, queue, scopes)
     )
 
 
@@ -250,10 +228,11 @@ class CulpritSetup:
         _settle_deliveries(world)
         return world
 
-    def configured_probe_slots(self) -> int:
-        """The checked queue's probe_slots, as its config gives it (0: finding off)."""
+    def param(self, name: str, default: int = 0) -> int:
+        """The checked queue's ``name`` as its config gives it, else the declared default
+        (``probe_slots`` 0: finding off)."""
         values = dict(self.config.get(self.bounds.queue).parameters)
-        return int(values.get(PROBE_SLOTS, self.machines.parameter_defaults.get(PROBE_SLOTS, 0)))
+        return int(values.get(name, self.machines.parameter_defaults.get(name, default)))
 
     def start(self) -> str:
         """Where every path starts, in words."""
@@ -265,12 +244,10 @@ class CulpritSetup:
         roles = self.machines.roles
         green = roles.green_outcome
         red = next(o for o in roles.outcomes.values() if o.red)
-        config = self.machines.parameter_defaults
-        values = dict(self.config.get(self.bounds.queue).parameters)
         return CulpritRules(
             probe_slots=self.probe_slots,
-            confirm_reds=int(values.get(CONFIRM_REDS, config.get(CONFIRM_REDS, 1))),
-            max_probes=int(values.get(MAX_PROBES, config.get(MAX_PROBES, 0))),
+            confirm_reds=self.param(CONFIRM_REDS, 1),
+            max_probes=self.param(MAX_PROBES),
             trunk=self.bounds.trunk,
             green_states=green.states,
             red_states=red.states,
@@ -291,21 +268,21 @@ def _settle_deliveries(world: World) -> None:
     raise RuntimeError("the culprit exploration's setup did not settle")
 
 
-class CulpritExplorer:
+class CulpritExplorer(SearchTree[Move]):
     """Breadth-first search of one culprit exploration."""
 
     def __init__(self, setup: CulpritSetup, *, max_states: int = DEFAULT_MAX_STATES) -> None:
+        super().__init__()
         self.setup = setup
         self.bounds = setup.bounds
         self.rules = setup.rules()
         self.max_states = max_states
         self.terminal = _terminal(setup.machines)
         self.admitted = setup.machines.roles.admitted_states
-        self.parent: list[int] = []
-        self.via: list[Move | None] = []
-        self.depth: list[int] = []
         self.transitions = 0
         self._outcomes: dict[tuple[WorldKey | None, Move], _Outcome] = {}
+        self._index: dict[Key, int] = {}  # the id of each state
+        self._frontier: deque[_Entry] = deque()
         self.named = 0
         self.unresolved = 0
 
@@ -328,13 +305,11 @@ class CulpritExplorer:
 
     def _search(self) -> tuple[CulpritCounterexample | None, bool]:
         root = self.setup.new_world()
-        index: dict[Key, int] = {}
-        frontier: deque[_Entry] = deque()
-        found = self._add(index, _Outcome.of(root, self.bounds.queue), Model(), -1, None, frontier)
+        found = self._add(_Outcome.of(root, self.bounds.queue), Model(), -1, None)
         if found is not None:
             return found, True
-        while frontier:
-            sid, known, model = frontier.popleft()
+        while self._frontier:
+            sid, known, model = self._frontier.popleft()
             world = known.world
             assert world is not None
             moves = self._enabled(world, model)
@@ -363,7 +338,7 @@ class CulpritExplorer:
                         PROBES_NEVER_DELAY_HEADS, outcome.delays, sid, move
                     ), True
                 self.transitions += 1
-                found = self._add(index, outcome, _next(model, move), sid, move, frontier)
+                found = self._add(outcome, _next(model, move), sid, move)
                 if found is not None:
                     return found, True
                 if len(self.parent) >= self.max_states:
@@ -371,23 +346,14 @@ class CulpritExplorer:
         return None, True
 
     def _add(
-        self,
-        index: dict[Key, int],
-        known: _Outcome,
-        model: Model,
-        parent: int,
-        move: Move | None,
-        frontier: deque[_Entry],
+        self, known: _Outcome, model: Model, parent: int, move: Move | None
     ) -> CulpritCounterexample | None:
         assert known.key is not None, "a state's world is known"
         key: Key = (known.key, model)
-        if key in index:
+        if key in self._index:
             return None
-        sid = len(self.parent)
-        index[key] = sid
-        self.parent.append(parent)
-        self.via.append(move)
-        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
+        sid = self.grow(parent, move)
+        self._index[key] = sid
         search = known.search
         if search is not None and search.state == "named":
             self.named += 1
@@ -397,20 +363,14 @@ class CulpritExplorer:
         for name in self.rules.checks:
             for detail in CULPRIT_CHECKS[name](view, self.rules, self.terminal):
                 return self._counterexample(name, detail, sid)
-        frontier.append((sid, known, model))
+        self._frontier.append((sid, known, model))
         return None
 
     def _counterexample(
         self, name: str, detail: str, sid: int, last: Move | None = None
     ) -> CulpritCounterexample:
         violation = Violation(name, SUMMARIES.get(name, ""), detail)
-        path: list[Move] = [] if last is None else [last]
-        while sid > 0:
-            move = self.via[sid]
-            assert move is not None
-            path.append(move)
-            sid = self.parent[sid]
-        return CulpritCounterexample(violation, tuple(reversed(path)))
+        return CulpritCounterexample(violation, self.trace(sid, last))
 
     # --- moves ---------------------------------------------------------------------
 
@@ -551,9 +511,9 @@ def _decides_alike(before: World, after: World) -> str:
     no probe in flight, when that differs ("" when it does not or no probe is)."""
     terminal = _terminal(before.machines)
     rows = before.requests.snapshot()
-    if not any(r.probe_of and r.state not in terminal for r in rows):
-        return ""
     probes = {r.id for r in rows if r.probe_of and r.state not in terminal}
+    if not probes:
+        return ""
     bare = before.clone()
     bare.requests = MemoryRequestStore([r for r in rows if r.id not in probes])
     bare.queues = MemoryQueueStore([_without(row, probes) for row in before.queues.snapshot()])
@@ -562,10 +522,8 @@ def _decides_alike(before: World, after: World) -> str:
         return ""
     bare.deliver_next()
     head = message.request_id
-    with_probes = after.requests.all()
-    without = bare.requests.all()
-    got = next((r for r in with_probes if r.id == head), None)
-    alone = next((r for r in without if r.id == head), None)
+    got = next((r for r in after.requests.all() if r.id == head), None)
+    alone = next((r for r in bare.requests.all() if r.id == head), None)
     if got is None or alone is None or got.state == alone.state:
         return ""
     return f"{head} ({got.uri}) is {got.state} with probes in flight, {alone.state} without them"

@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ...domain.entities import QueueConfig
 from ...machine.invariants import InvariantCatalog
@@ -62,14 +62,13 @@ from ...simulation.world import World
 from .actions import DeliveryEffect, StepFailed, enabled, held_while_paused, perform
 from .coverage import tracker
 from .invariants import (
-    LEASE_BOUNDS_STALL,
-    PROGRESS,
     Invariant,
     Rules,
     Scopes,
     Violation,
     check_edge,
     check_state,
+    finishing,
     quiescent,
     waiting,
 )
@@ -79,6 +78,7 @@ from .paths import PathClass, path_classes
 from .split import PIECES, Cores, Fork, PartReport, cut, tails
 from .variants import Variant
 
+E = TypeVar("E")  # an edge of a search: an action, or a culprit exploration's move
 DEFAULT_MAX_STATES = 500_000
 #: The frontier at which ``check`` splits an exploration over two processes (see
 #: :mod:`.split`; bench.check_split measures where a fork pays).
@@ -86,9 +86,7 @@ SPLIT_FRONTIER = 4_000
 PROGRESS_EVERY_S = 2.0
 CLOSURE_LIMIT = 100_000
 STEP_FAILED = Violation(
-    "steps_apply",
-    "every environment step applies (ingest, record and reconcile do not raise)",
-    "",
+    "steps_apply", "every environment step applies (ingest, record and reconcile do not raise)", ""
 )
 
 
@@ -111,39 +109,23 @@ class Setup:
         declared = declared_pairs(self.machines.parameter_defaults)
         return effective_config(self.config.get(self.bounds.queue), declared)
 
-    @property
-    def gate_wait_delay_ms(self) -> int:
-        """The hold delay of the checked queue: its config, else the declared default."""
-        return int(self.queue_config.param("gate_wait_delay_ms"))
-
     def knobs(self) -> dict[str, Any]:
         """The config a replay needs: written into the counterexample timeline (with
-        ``paused`` only when the checked queue's config pauses it)."""
+        ``paused`` only when the checked queue's config pauses it, and the lag bound and
+        slot lease only when the policy declares them)."""
+        resolved = self.queue_config
         knobs: dict[str, Any] = {
             "max_concurrent": self.max_concurrent,
-            "gate_wait_delay_ms": self.gate_wait_delay_ms,
+            "gate_wait_delay_ms": int(resolved.param("gate_wait_delay_ms")),
             "max_attempts": self.bounds.max_attempts,
         }
         if dict(self.config.get(self.bounds.queue).parameters).get(PAUSED):
             knobs[PAUSED] = True
-        if self.max_baseline_lag:
-            knobs[MAX_BASELINE_LAG] = self.max_baseline_lag
-        if self.max_validation_ms:
-            knobs[MAX_VALIDATION_MS] = self.max_validation_ms
+        values = dict(resolved.parameters)
+        for name in (MAX_BASELINE_LAG, MAX_VALIDATION_MS):
+            if values.get(name):
+                knobs[name] = int(values[name])
         return knobs
-
-    @property
-    def max_baseline_lag(self) -> int:
-        """The checked queue's lag bound (0, no bound, when the policy declares none)."""
-        return self._declared(MAX_BASELINE_LAG)
-
-    @property
-    def max_validation_ms(self) -> int:
-        """The checked queue's slot lease (0, none, when the policy declares none)."""
-        return self._declared(MAX_VALIDATION_MS)
-
-    def _declared(self, name: str) -> int:
-        return int(dict(self.queue_config.parameters).get(name, 0))
 
     def rules(self) -> Rules:
         return Rules.for_machines(
@@ -152,8 +134,6 @@ class Setup:
             history=self.bounds.history(),
             bare_counter=self.variant.bare_counter,
             catalog=self.catalog,
-            max_baseline_lag=self.max_baseline_lag,
-            max_validation_ms=self.max_validation_ms,
             queue=self.bounds.queue,
             path_classes=self.path_classes(),
             scopes=self.scopes,
@@ -162,8 +142,7 @@ class Setup:
 
     def path_classes(self) -> tuple[PathClass, ...]:
         """What a head of the checked queue may change (:mod:`.paths`)."""
-        values = dict(self.queue_config.parameters)
-        return path_classes(self.machines.parameters, values)
+        return path_classes(self.machines.parameters, dict(self.queue_config.parameters))
 
     def new_world(self, errors_seen: set[str] | None = None) -> World:
         return World(
@@ -205,11 +184,6 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
-
-    @property
-    def states_per_second(self) -> float:
-        """Explored states per second of wall time: the checker's throughput."""
-        return rate(self.states, self.seconds)
 
 
 def rate(count: int, seconds: float) -> float:
@@ -309,6 +283,17 @@ class _Covers:
         self._expanded.setdefault(obs, []).append((budget, sid))
 
 
+@dataclass
+class Finish:
+    """A finishing pass (progress; with slot leases, the lease pass) and the fair edges
+    it follows, backwards: the sources of the edges into each state."""
+
+    invariant: Invariant
+    completions: bool  # whether build completions count (the lease pass: never reported)
+    into: list[list[int]] = field(default_factory=list)
+    at_fork: list[int] = field(default_factory=list)  # the lengths of ``into`` at the fork
+
+
 @dataclass(frozen=True)
 class Tuning:
     """How a search runs, with the defaults ``check`` runs with.
@@ -325,8 +310,6 @@ class Tuning:
     #: Fork into two processes once the frontier holds at least this many states (and a
     #: core is idle, when the explorer is given ``cores``); ``None``: never (:mod:`.split`).
     split_at: int | None = None
-    #: How many runs of breadth-first order the frontier is cut into at the fork.
-    pieces: int = PIECES
     #: Try a delivery's crash and outage variants only where it wrote something or asked
     #: source control (:class:`~.actions.DeliveryEffect`).
     prune_faults: bool = True
@@ -353,7 +336,34 @@ class Tuning:
     steps_while_paused: bool = False
 
 
-class Explorer:
+class SearchTree(Generic[E]):
+    """The tree a breadth-first search grows: each state's parent, the edge that first
+    reached it, and its depth (state ids are in the order states were found)."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.via: list[E | None] = []
+        self.depth: list[int] = []
+
+    def grow(self, parent: int, via: E | None) -> int:
+        """A new state, reached from ``parent`` (-1: the root) by ``via``: its id."""
+        self.parent.append(parent)
+        self.via.append(via)
+        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
+        return len(self.parent) - 1
+
+    def trace(self, sid: int, last: E | None = None) -> tuple[E, ...]:
+        """The edges on the tree path from the root to ``sid`` (then ``last``)."""
+        path: list[E] = [] if last is None else [last]
+        while sid > 0:
+            edge = self.via[sid]
+            assert edge is not None
+            path.append(edge)
+            sid = self.parent[sid]
+        return tuple(reversed(path))
+
+
+class Explorer(SearchTree[Action]):
     def __init__(
         self,
         setup: Setup,
@@ -366,6 +376,7 @@ class Explorer:
     ) -> None:
         if tuning.split_at is not None and on_edge is not None:
             raise ValueError("a split search tells no edge hook: its edges are in two processes")
+        super().__init__()
         self.setup = setup
         self.tuning = tuning
         self._cores = cores  # when given, the fork waits for an idle one (else: no wait)
@@ -375,8 +386,6 @@ class Explorer:
         self._fork: Fork | None = None
         self._pieces: list[list[_Entry]] = []  # the frontier at the fork, cut
         self._known = 0  # states at the fork: ids below it mean the same in both processes
-        self._fair_lengths: list[int] = []  # fair_into's lengths at the fork
-        self._stall_lengths: list[int] = []
         self._at_fork = (0, 0, 0)  # transitions, attempts, covered at the fork
         self._part: PartReport | None = None  # the forked process's report, once joined
         self._covers: _Covers | None = _Covers() if tuning.prune_covered else None
@@ -387,6 +396,8 @@ class Explorer:
         #: edges, backwards.
         self.on_edge = on_edge
         self._outcomes: dict[tuple[Observation, Action], _Outcome] = {}
+        self._index: dict[tuple[Observation, Budget], int] = {}  # the id of each state
+        self._worlds = _Worlds()
         self.rules = setup.rules()
         #: Whether the search goes on from a paused queue's holds (:class:`Tuning`).
         self.explore_paused_holds = tuning.explore_paused_holds or bool(
@@ -394,15 +405,9 @@ class Explorer:
         )
         self.paused_holds = 0  # holds of a paused queue whose destination was not explored
         self.progress = progress
-        self.parent: list[int] = []
-        self.via: list[Action | None] = []
-        self.depth: list[int] = []
         self.observations: list[Observation] = []
-        self.fair_into: list[list[int]] = []
-        # Fair edges other than build completions, kept only when the lease pass runs.
-        self.stall_into: list[list[int]] | None = (
-            [] if self.rules.proof.lease_bounds_stall and self.rules.max_validation_ms else None
-        )
+        #: The finishing passes the policy declares, with the fair edges they follow.
+        self.finishes = [Finish(invariant, both) for invariant, both in finishing(self.rules)]
         self.transitions = 0
         self.attempts = 0  # actions performed, including those that were no real edge
 
@@ -415,8 +420,10 @@ class Explorer:
         with quiet_logs(), rare_collections(), stepwise():
             try:
                 counterexample, complete = self._search(started)
-                if counterexample is not None or not complete:
-                    self._halt()  # this search ended the run: the other process need not go on
+                # A violation, out of states, or no one waiting: the other process, if
+                # any, need not go on.
+                if (counterexample is not None or not complete) and self._fork is not None:
+                    self._fork.halt()
             except BaseException:
                 if self._fork is not None:
                     if self._fork.in_child:
@@ -427,11 +434,9 @@ class Explorer:
                 complete = self._join(counterexample, complete)
             part = self._part
             violated = counterexample is not None or (part is not None and part.violated)
-            if not violated and complete and self.rules.proof.progress:
-                counterexample = self._progress_pass()
-            leases = self.stall_into is not None
-            if counterexample is None and not violated and complete and leases:
-                counterexample = self._lease_pass()
+            for finish in self.finishes:
+                if counterexample is None and not violated and complete:
+                    counterexample = self._finish_pass(finish)
         if part is not None and (violated or counterexample is not None):
             return self._search_again(started, cpu)
         return Result(
@@ -468,8 +473,8 @@ class Explorer:
         setup, rules, bounds = self.setup, self.rules, self.setup.bounds
         root = setup.new_world(self.errors_seen)
         root_obs = observe(root)
-        index: dict[tuple[Observation, Budget], int] = {}
-        self._add(index, root_obs, Budget(), -1, None)
+        index, worlds = self._index, self._worlds
+        self._add(root_obs, Budget(), -1, None)
         violation = check_state(root_obs, rules)
         if violation:
             return Counterexample(violation, ()), True
@@ -477,8 +482,7 @@ class Explorer:
         covers = self._covers
         if covers is not None:
             covers.add(root_obs, Budget(), 0)
-        worlds = _Worlds()
-        frontier: _Frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root, worlds))])
+        frontier: _Frontier = deque([(0, root_obs, Budget(), self._own(root_obs, root))])
         next_report = started + PROGRESS_EVERY_S
         on_edge = self.on_edge
         while frontier or self._claim(frontier):
@@ -509,7 +513,7 @@ class Explorer:
                 spent = budget.spend(action.kind)
                 outcome = self._outcomes.get((obs, action)) if self.tuning.share_outcomes else None
                 twin: World | None = None
-                if outcome is None or self._needs_world(outcome, spent, index, worlds):
+                if outcome is None or self._needs_world(outcome, spent):
                     self.attempts += 1
                     # The world is needed by no one after the last action that still has
                     # to be performed on it: that one runs on the world itself.
@@ -517,8 +521,7 @@ class Explorer:
                         self.tuning.reuse_worlds
                         and alone
                         and not any(
-                            self._performs(obs, budget, later, effect, index, worlds)
-                            for later in actions[i + 1 :]
+                            self._performs(obs, budget, later, effect) for later in actions[i + 1 :]
                         )
                     )
                     try:
@@ -545,7 +548,7 @@ class Explorer:
                 self.transitions += 1
                 dst = index.get((post, spent))
                 if dst is None:
-                    dst = self._add(index, post, spent, sid, action)
+                    dst = self._add(post, spent, sid, action)
                     if post not in checked:
                         violation = check_state(post, rules)
                         if violation:
@@ -557,15 +560,15 @@ class Explorer:
                     if cover is None:
                         if covers is not None:
                             covers.add(post, spent, dst)
-                        frontier.append((dst, post, spent, self._own(post, twin, worlds)))
+                        frontier.append((dst, post, spent, self._own(post, twin)))
                     else:
                         self._link_covered(dst, cover)
                 if on_edge is not None:
                     on_edge(sid, dst)
                 if action.fair:
-                    self.fair_into[dst].append(sid)
-                    if self.stall_into is not None and action.kind != COMPLETE:
-                        self.stall_into[dst].append(sid)
+                    for finish in self.finishes:
+                        if finish.completions or action.kind != COMPLETE:
+                            finish.into[dst].append(sid)
             if self.progress and time.perf_counter() >= next_report:
                 next_report = time.perf_counter() + PROGRESS_EVERY_S
                 self.progress(self._status(started, len(frontier), self.depth[sid]))
@@ -585,14 +588,13 @@ class Explorer:
 
     def _start_fork(self, frontier: _Frontier) -> None:
         """Cut the frontier into pieces and fork; each process then claims pieces."""
-        self._pieces = cut(list(frontier), self.tuning.pieces)
+        self._pieces = cut(list(frontier), PIECES)
         frontier.clear()
         self._known = len(self.parent)
-        self._fair_lengths = [len(into) for into in self.fair_into]
-        if self.stall_into is not None:
-            self._stall_lengths = [len(into) for into in self.stall_into]
+        for finish in self.finishes:
+            finish.at_fork = [len(sources) for sources in finish.into]
         self._at_fork = (self.transitions, self.attempts, self.covered)
-        self._fork = Fork(self.tuning.pieces)
+        self._fork = Fork(PIECES)
         self._fork.start()
         if self._fork.in_child:
             self._abandoned = None  # its own parent is watched by the fork (``halted``)
@@ -607,12 +609,6 @@ class Explorer:
         frontier.extend(self._pieces[piece])
         self._pieces[piece] = []  # claimed here: its states now live in the frontier
         return True
-
-    def _halt(self) -> None:
-        """This process's search ended the run (a violation, out of states, or no one
-        waiting for it): the other process, if any, need not go on."""
-        if self._fork is not None:
-            self._fork.halt()
 
     def _join(self, counterexample: Counterexample | None, complete: bool) -> bool:
         """The forked process sends its part and ends; the process that forked takes
@@ -635,14 +631,10 @@ class Explorer:
         def ours(sids: list[int]) -> list[int]:
             return [sid if sid < part.known else sid + shift for sid in sids]
 
-        for sid, tail in part.fair_tails.items():
-            self.fair_into[sid].extend(ours(tail))
-        self.fair_into.extend(ours(into) for into in part.fair_into)
-        if self.stall_into is not None:
-            assert part.stall_into is not None and part.stall_tails is not None
-            for sid, tail in part.stall_tails.items():
-                self.stall_into[sid].extend(ours(tail))
-            self.stall_into.extend(ours(into) for into in part.stall_into)
+        for finish, into, found in zip(self.finishes, part.into, part.tails, strict=True):
+            for sid, tail in found.items():
+                finish.into[sid].extend(ours(tail))
+            finish.into.extend(ours(sources) for sources in into)
         return complete and part.complete
 
     def _report(self, counterexample: Counterexample | None, complete: bool) -> PartReport:
@@ -661,22 +653,12 @@ class Explorer:
             taken=frozenset(tracker(self.setup.machines.queue_gate).taken),
             raised=frozenset(self.errors_seen),
             quiescent=bytes(quiescent(obs, self.rules) for obs in self.observations[known:]),
-            fair_into=self.fair_into[known:],
-            fair_tails=tails(self.fair_into, self._fair_lengths),
-            stall_into=self.stall_into[known:] if self.stall_into is not None else None,
-            stall_tails=(
-                tails(self.stall_into, self._stall_lengths) if self.stall_into is not None else None
-            ),
+            into=[finish.into[known:] for finish in self.finishes],
+            tails=[tails(finish.into, finish.at_fork) for finish in self.finishes],
         )
 
     def _performs(
-        self,
-        obs: Observation,
-        budget: Budget,
-        action: Action,
-        effect: DeliveryEffect | None,
-        index: dict[tuple[Observation, Budget], int],
-        worlds: _Worlds,
+        self, obs: Observation, budget: Budget, action: Action, effect: DeliveryEffect | None
     ) -> bool:
         """Whether expanding ``obs`` will still perform ``action`` on its world: it is
         taken, and its outcome is not known or leads to a new state no world stands for.
@@ -685,62 +667,44 @@ class Explorer:
             return False
         outcome = self._outcomes.get((obs, action)) if self.tuning.share_outcomes else None
         spent = budget.spend(action.kind)
-        return outcome is None or self._needs_world(outcome, spent, index, worlds)
+        return outcome is None or self._needs_world(outcome, spent)
 
-    def _own(self, obs: Observation, world: World | None, worlds: _Worlds) -> World | None:
+    def _own(self, obs: Observation, world: World | None) -> World | None:
         """The world a new state of ``obs`` keeps for itself; ``None`` when it stands on
         the shared world of its observation (``world`` is held for it if it is the first)."""
         if self.tuning.share_outcomes:
-            worlds.hold(obs, world)
+            self._worlds.hold(obs, world)
             return None
         assert world is not None, "a state of its own comes with its world"
         return world
 
-    def _needs_world(
-        self,
-        outcome: _Outcome,
-        spent: Budget,
-        index: dict[tuple[Observation, Budget], int],
-        worlds: _Worlds,
-    ) -> bool:
+    def _needs_world(self, outcome: _Outcome, spent: Budget) -> bool:
         """A known outcome must still be performed when it leads to a new state that no
         live world stands for: the new state needs one to be expanded."""
         post = outcome.post
-        if post is None or (post, spent) in index:
+        if post is None or (post, spent) in self._index:
             return False
         if self._covers is not None and self._covers.cover(post, spent) is not None:
             return False  # a covered state is not expanded: it needs no world
-        return not self.tuning.share_outcomes or post not in worlds
+        return not self.tuning.share_outcomes or post not in self._worlds
 
     def _link_covered(self, sid: int, cover: int) -> None:
         """``sid`` is not expanded: it finishes when ``cover``, of its observation, does
         (fair behaviour neither spends nor depends on the budget)."""
         self.covered += 1
-        self.fair_into[cover].append(sid)
-        if self.stall_into is not None:
-            self.stall_into[cover].append(sid)
+        for finish in self.finishes:
+            finish.into[cover].append(sid)
 
     def _taken(self, effect: DeliveryEffect | None, action: Action) -> bool:
         """Whether the search performs ``action`` after a delivery that did ``effect``."""
         return not self.tuning.prune_faults or effect is None or effect.worth(action)
 
-    def _add(
-        self,
-        index: dict[tuple[Observation, Budget], int],
-        obs: Observation,
-        budget: Budget,
-        parent: int,
-        action: Action | None,
-    ) -> int:
-        sid = len(self.parent)
-        index[(obs, budget)] = sid
-        self.parent.append(parent)
-        self.via.append(action)
-        self.depth.append(self.depth[parent] + 1 if parent >= 0 else 0)
+    def _add(self, obs: Observation, budget: Budget, parent: int, action: Action | None) -> int:
+        sid = self.grow(parent, action)
+        self._index[(obs, budget)] = sid
         self.observations.append(obs)
-        self.fair_into.append([])
-        if self.stall_into is not None:
-            self.stall_into.append([])
+        for finish in self.finishes:
+            finish.into.append([])
         return sid
 
     def _status(self, started: float, frontier: int, depth: int) -> str:
@@ -749,36 +713,18 @@ class Explorer:
         process = "" if fork is None else f" (process {2 if fork.in_child else 1} of 2)"
         return (
             f"check max_concurrent={self.setup.max_concurrent}{process}: "
-            f"{len(self.parent)} states, "
-            f"{self.transitions} transitions, depth {depth}, frontier {frontier}, "
-            f"{elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
+            f"{len(self.parent)} states, {self.transitions} transitions, depth {depth}, "
+            f"frontier {frontier}, {elapsed:.1f} s, {rate(len(self.parent), elapsed):.0f} states/s"
         )
-
-    def trace(self, sid: int, last: Action | None = None) -> tuple[Action, ...]:
-        """The actions on the BFS-tree path from the initial state to ``sid`` (+ ``last``)."""
-        path: list[Action] = [] if last is None else [last]
-        while sid > 0:
-            action = self.via[sid]
-            assert action is not None
-            path.append(action)
-            sid = self.parent[sid]
-        return tuple(reversed(path))
 
     # --- progress -------------------------------------------------------------------
 
-    def _progress_pass(self) -> Counterexample | None:
-        return self._finish_pass(self.fair_into, PROGRESS)
-
-    def _lease_pass(self) -> Counterexample | None:
-        """No build ever reports: leases alone must let every waiting head through."""
-        assert self.stall_into is not None
-        return self._finish_pass(self.stall_into, LEASE_BOUNDS_STALL)
-
-    def _finish_pass(self, into: list[list[int]], invariant: Invariant) -> Counterexample | None:
-        """The first state (BFS order) from which the edges in ``into`` reach no
-        quiescent state, as a counterexample of ``invariant``. After a split, the other
+    def _finish_pass(self, finish: Finish) -> Counterexample | None:
+        """The first state (BFS order) from which the edges of ``finish`` reach no
+        quiescent state, as a counterexample of its invariant. After a split, the other
         process's states come last: any of them left is reported bare (the run then
         searches again unsplit, for the shortest)."""
+        into, invariant = finish.into, finish.invariant
         count = len(into)
         can_finish = bytearray(count)
         own = len(self.observations)
@@ -798,22 +744,13 @@ class Explorer:
                 if sid >= own:
                     violation = Violation(invariant.name, invariant.summary, "")
                     return Counterexample(violation, ())
-                detail = "no fair continuation finishes: " + waiting(
-                    self.observations[sid], self.rules
-                )
+                detail = waiting(self.observations[sid], self.rules)
                 violation = Violation(invariant.name, invariant.summary, detail)
                 return Counterexample(violation, self.trace(sid))
         return None
 
 
-def can_finish(
-    world: World,
-    rules: Rules,
-    queue: str,
-    *,
-    limit: int = CLOSURE_LIMIT,
-    completions: bool = True,
-) -> bool:
+def can_finish(world: World, rules: Rules, queue: str, *, completions: bool = True) -> bool:
     """Whether fair actions alone take ``world`` to a quiescent state (replay check);
     without ``completions``, with no build ever reporting (the lease check)."""
     bounds = Bounds(queue=queue)
@@ -833,8 +770,8 @@ def can_finish(
                     continue
                 post = observe(twin)
                 if post not in seen:
-                    if len(seen) >= limit:
-                        raise RuntimeError(f"fair closure exceeded {limit} states")
+                    if len(seen) >= CLOSURE_LIMIT:
+                        raise RuntimeError(f"fair closure exceeded {CLOSURE_LIMIT} states")
                     seen.add(post)
                     todo.append((twin, post))
     return False

@@ -30,7 +30,7 @@ from functools import cached_property
 from typing import Any
 
 from ...config.globs import glob_match
-from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Green, Request
+from ...domain.entities import FULL, INCREMENTAL_SINCE_GREEN, NO_STRATEGY, Green, Queue, Request
 from ...located.errors import SpecError
 from ...machine.invariants import (
     INVARIANTS,
@@ -43,8 +43,9 @@ from ...machine.invariants import (
 from ...machine.lint import UNKNOWN_INVARIANT
 from ...machine.model import InvariantRef
 from ...process.catalog import ProcessMachines
-from ...process.gate import EVERY_HEAD, KEEP_NEWEST, PAUSED
+from ...process.gate import EVERY_HEAD, KEEP_NEWEST, MAX_BASELINE_LAG, MAX_VALIDATION_MS, PAUSED
 from ...process.greens import RECENT_GREENS
+from .culprit_invariants import CULPRIT_CHECKS
 from .observe import Observation, counter_of
 from .paths import PathClass
 
@@ -94,11 +95,6 @@ class Rules:
         """The transition invariants the proof declares that apply to this run."""
         return tuple(i for i in self.proof.edge if _applies(i, self))
 
-    @property
-    def withdrawable(self) -> bool:
-        """Whether an operator can cancel a waiting head under this policy."""
-        return bool(self.withdrawn_states)
-
     @classmethod
     def for_machines(
         cls,
@@ -108,8 +104,6 @@ class Rules:
         history: Mapping[str, Sequence[str]],
         bare_counter: bool = False,
         catalog: InvariantCatalog | None = None,
-        max_baseline_lag: int = 0,
-        max_validation_ms: int = 0,
         queue: str | None = None,
         path_classes: tuple[PathClass, ...] = (),
         scopes: Scopes = (),
@@ -117,8 +111,9 @@ class Rules:
     ) -> Rules:
         """The rules of ``machines``, checking the invariants they declare (for ``queue``,
         those declared for it). ``parameters``: the checked queue's resolved parameters,
-        for how it chooses heads (``every_head``, ``keep_newest``); the machines'
-        defaults when not given."""
+        for how it chooses heads (``every_head``, ``keep_newest``) and its bounds
+        (``max_baseline_lag``, ``max_validation_ms``); the machines' defaults when not
+        given."""
         request, roles = machines.request, machines.roles
         chosen = {**machines.parameter_defaults, **(parameters or {})}
         return cls(
@@ -132,8 +127,8 @@ class Rules:
             history={k: tuple(v) for k, v in history.items()},
             proof=Proof.declared_by(machines, catalog, queue=queue, scopes=scopes),
             bare_counter=bare_counter,
-            max_baseline_lag=max_baseline_lag,
-            max_validation_ms=max_validation_ms,
+            max_baseline_lag=int(chosen.get(MAX_BASELINE_LAG, 0)),
+            max_validation_ms=int(chosen.get(MAX_VALIDATION_MS, 0)),
             pausable=PAUSED in machines.parameters,
             withdrawn_states=roles.withdrawn_states,
             retryable_states=roles.retryable_states,
@@ -177,10 +172,6 @@ class Violation:
         return f"{self.invariant}: {self.summary}\n  {self.detail}"
 
 
-StateCheck = Callable[[Observation, Rules], Iterator[str]]
-EdgeCheck = Callable[[Observation, Observation, Rules], Iterator[str]]
-
-
 @dataclass(frozen=True)
 class Invariant:
     name: str
@@ -188,6 +179,13 @@ class Invariant:
     check: Callable[..., Iterator[str]]
     holders: bool = True  # applies with identified slot holders
     counter: bool = True  # applies with the bare counter
+    #: The catalogue's built-in name it decides (stovepipe_fsm/machine/invariants.py), when
+    #: not its own.
+    proves: str = ""
+
+    @property
+    def catalogue_name(self) -> str:
+        return self.proves or self.name
 
 
 def _label(request: Request) -> str:
@@ -288,14 +286,18 @@ def _newest_not_superseded(obs: Observation, rules: Rules) -> Iterator[str]:
             yield f"{_label(newest)} is the newest head of {row.name} and was superseded"
 
 
+def _started(obs: Observation, request: Request, how: str = "was {}") -> Iterator[str]:
+    """Each start of ``request`` published (its build, its start event), in ``how``."""
+    if request.id in obs.builds:
+        yield f"{_label(request)} " + how.format("published to build")
+    if obs.hook_ids(request.id):
+        yield f"{_label(request)} " + how.format("announced as started")
+
+
 def _superseded_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.heads:
-        if request.state not in rules.superseded_states:
-            continue
-        if request.id in obs.builds:
-            yield f"{_label(request)} was published to build"
-        if obs.hook_ids(request.id):
-            yield f"{_label(request)} was announced as started"
+        if request.state in rules.superseded_states:
+            yield from _started(obs, request)
 
 
 def _withdrawn(request: Request, rules: Rules) -> bool:
@@ -306,18 +308,14 @@ def _withdrawn(request: Request, rules: Rules) -> bool:
 
 def _withdrawn_never_started(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.heads:
-        if not _withdrawn(request, rules):
-            continue
-        if request.id in obs.builds:
-            yield f"{_label(request)} was withdrawn and published to build"
-        if obs.hook_ids(request.id):
-            yield f"{_label(request)} was withdrawn and announced as started"
+        if _withdrawn(request, rules):
+            yield from _started(obs, request, "was withdrawn and {}")
 
 
 def _withdraws_only_waiting(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     """A cancel ends only a head still in the initial state: one that ends withdrawn from
     any other state overwrote the admission it raced with."""
-    if not rules.withdrawable:
+    if not rules.withdrawn_states:
         return
     for after in post.heads:
         before = pre.by_id.get(after.id)
@@ -352,12 +350,8 @@ def _preempts_only_older(pre: Observation, post: Observation, rules: Rules) -> I
 
 def _persist_before_publish(obs: Observation, rules: Rules) -> Iterator[str]:
     for request in obs.heads:
-        if _recorded(request, rules):
-            continue
-        if request.id in obs.builds:
-            yield f"{_label(request)} was published to build before its admission was persisted"
-        if obs.hook_ids(request.id):
-            yield f"{_label(request)} was announced as started before its admission was persisted"
+        if not _recorded(request, rules):
+            yield from _started(obs, request, "was {} before its admission was persisted")
 
 
 def _one_event_per_admission(obs: Observation, rules: Rules) -> Iterator[str]:
@@ -482,13 +476,8 @@ def _decided_as_latest(pre: Observation, request: Request, rules: Rules) -> bool
 def _admits_latest(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     if rules.every_head:
         return  # every head is kept: any waiting head may be admitted
-    for after in post.heads:
-        before = pre.by_id.get(after.id)
-        newly = after.state in rules.admitted_states and (
-            before is None or before.state not in rules.admitted_states
-        )
-        if not newly or before is None:
-            continue
+    for before in _newly(pre, post, rules.admitted_states):
+        after = post.by_id[before.id]
         row = pre.queue(after.queue)
         latest = row.latest_request_id if row else ""
         if latest == after.id or _decided_as_latest(pre, before, rules):
@@ -514,13 +503,11 @@ def _newly(pre: Observation, post: Observation, states: frozenset[str]) -> Itera
             yield before
 
 
-def _stalled_rows(pre: Observation, request_id: str) -> list[Any]:
-    """The queue rows that stalled deliveries of ``request_id`` decided on."""
-    return [
-        held.queue_row
-        for held in pre.in_hand
-        if held.request_id == request_id and held.queue_row is not None
-    ]
+def _rows_seen(pre: Observation, request: Request) -> list[Queue]:
+    """The queue rows an admission of ``request`` may have decided on: its queue's row,
+    and those its stalled deliveries loaded."""
+    stalled = [held.queue_row for held in pre.in_hand if held.request_id == request.id]
+    return [row for row in [pre.queue(request.queue), *stalled] if row is not None]
 
 
 def _keeps_newest_n(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
@@ -543,7 +530,7 @@ def _base_is_green_ancestor(pre: Observation, post: Observation, rules: Rules) -
         after = post.by_id[before.id]
         if after.build_strategy != INCREMENTAL_SINCE_GREEN:
             continue
-        rows = [r for r in [pre.queue(before.queue), *_stalled_rows(pre, before.id)] if r]
+        rows = _rows_seen(pre, before)
         base = after.base_uri
         recorded = {g.uri for row in rows for g in row.greens[: rules.recent_greens]}
         chosen = {rules.newest_green_ancestor(row.greens, before.uri) for row in rows}
@@ -571,9 +558,8 @@ def _rewrite_holder_alone(obs: Observation, rules: Rules) -> Iterator[str]:
 
 def _rewrite_admitted_alone(pre: Observation, post: Observation, rules: Rules) -> Iterator[str]:
     for before in _newly(pre, post, rules.admitted_states):
-        row, after_row = pre.queue(before.queue), post.queue(before.queue)
-        rows = [r for r in [row, *_stalled_rows(pre, before.id)] if r is not None]
-        greens = {r.last_green_uri for r in rows}
+        after_row = post.queue(before.queue)
+        greens = {r.last_green_uri for r in _rows_seen(pre, before)}
         if not greens or any(not g or rules.is_ancestor(g, before.uri) for g in greens):
             continue  # descends from the last green it may have seen (or none yet)
         if after_row is None or after_row.serial_holder != before.id:
@@ -611,6 +597,7 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "every request in a slot-holding state (processing) holds a slot",
         _slot_states_hold,
         counter=False,
+        proves="slot_bookkeeping",
     ),
     Invariant(
         "holder_is_admitting",
@@ -618,18 +605,21 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "(or a delivery of it in hand)",
         _holder_is_admitting,
         counter=False,
+        proves="slot_bookkeeping",
     ),
     Invariant(
         "idle_holders_exact",
         "with no message pending or in hand, the holders are exactly the processing requests",
         _idle_holders_exact,
         counter=False,
+        proves="slot_bookkeeping",
     ),
     Invariant(
         "counter_covers_processing",
         "in_flight_count is at least the number of processing requests",
         _counter_covers,
         holders=False,
+        proves="slot_bookkeeping",
     ),
     Invariant(
         "idle_counter_exact",
@@ -637,6 +627,7 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "requests",
         _idle_counter_exact,
         holders=False,
+        proves="slot_bookkeeping",
     ),
     Invariant("max_concurrent", "never more than max_concurrent unexpired slots held", _within_max),
     Invariant(
@@ -653,6 +644,7 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "withdrawn_never_started",
         "a request an operator's cancel withdrew was never built nor announced",
         _withdrawn_never_started,
+        proves="superseded_never_started",  # a withdrawn head, too, ended before admission
     ),
     Invariant(
         "persist_before_publish",
@@ -680,6 +672,7 @@ STATE_INVARIANTS: tuple[Invariant, ...] = (
         "a request admitted as a rewrite is the only slot holder of its queue",
         _rewrite_holder_alone,
         counter=False,
+        proves="rewrite_runs_alone",
     ),
 )
 
@@ -688,27 +681,24 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         "withdraws_only_waiting",
         "an operator's cancel withdraws only a head still waiting for admission",
         _withdraws_only_waiting,
+        proves="superseded_never_started",
     ),
     Invariant(
         "preempts_only_older",
         "a running build is preempted only for a newer head of its queue that is kept",
         _preempts_only_older,
     ),
-    Invariant(
-        "strategy_immutable",
-        "strategy and base never change once set",
-        _strategy_immutable,
-    ),
+    Invariant("strategy_immutable", "strategy and base never change once set", _strategy_immutable),
     Invariant(
         "retries_only_latest",
         "an operator's retry in a queue that coalesces is of its latest head: an older "
         "commit never becomes latest over a newer one",
         _retries_only_latest,
+        # A retry of an older head would make an older commit the newest, superseding it.
+        proves="newest_not_superseded",
     ),
     Invariant(
-        "last_green_forward",
-        "last green never moves back in ingest order",
-        _last_green_forward,
+        "last_green_forward", "last green never moves back in ingest order", _last_green_forward
     ),
     Invariant(
         "admits_latest",
@@ -735,6 +725,7 @@ EDGE_INVARIANTS: tuple[Invariant, ...] = (
         "a head not descending from last green is admitted as the queue's serial holder",
         _rewrite_admitted_alone,
         counter=False,
+        proves="rewrite_runs_alone",
     ),
     Invariant(
         "baseline_lag_bounded",
@@ -758,45 +749,30 @@ PROGRESS = Invariant(
 )
 
 
-# Which checks decide each built-in name of the catalogue (stovepipe_fsm/machine/invariants.py).
-# Most names are one check; slot_bookkeeping is the holder rules (or, with the bare counter,
-# their counting form). A test holds this table and the catalogue together.
+def finishing(rules: Rules) -> list[tuple[Invariant, bool]]:
+    """The liveness properties ``rules`` declare, each with whether build completions
+    count as fair for it: progress, and with a slot lease, the lease bounding a stall."""
+    found = [(PROGRESS, True)] if rules.proof.progress else []
+    if rules.proof.lease_bounds_stall and rules.max_validation_ms:
+        found.append((LEASE_BOUNDS_STALL, False))
+    return found
+
+
+ALL_INVARIANTS: tuple[Invariant, ...] = (
+    *STATE_INVARIANTS,
+    *EDGE_INVARIANTS,
+    PROGRESS,
+    LEASE_BOUNDS_STALL,
+)
+
+# Which checks decide each built-in name of the catalogue: its own, or those that name it;
+# culprit finding is proved by its own exploration (.culprits), over its own states.
 CATALOGUE_CHECKS: dict[str, tuple[str, ...]] = {
-    "persist_before_publish": ("persist_before_publish",),
-    "one_event_per_admission": ("one_event_per_admission",),
-    "admits_latest": ("admits_latest",),
-    # A retry of an older head would make an older commit the newest, superseding it.
-    "newest_not_superseded": ("newest_not_superseded", "retries_only_latest"),
-    # A withdrawn head, like a superseded one, ended before any admission.
-    "superseded_never_started": (
-        "superseded_never_started",
-        "withdrawn_never_started",
-        "withdraws_only_waiting",
-    ),
-    "max_concurrent": ("max_concurrent",),
-    "preempts_only_older": ("preempts_only_older",),
-    "keeps_newest_n": ("keeps_newest_n",),
-    "base_is_green_ancestor": ("base_is_green_ancestor",),
-    "rewrite_runs_alone": ("rewrite_holder_alone", "rewrite_admitted_alone"),
-    "baseline_lag_bounded": ("baseline_lag_bounded",),
-    "slot_bookkeeping": (
-        "slot_state_holds_slot",
-        "holder_is_admitting",
-        "idle_holders_exact",
-        "counter_covers_processing",
-        "idle_counter_exact",
-    ),
-    "strategy_sound": ("strategy_sound",),
-    "strategy_immutable": ("strategy_immutable",),
-    "last_green_forward": ("last_green_forward",),
-    "dead_letter_failed_closed": ("dead_letter_failed_closed",),
-    "progress": ("progress",),
-    "lease_bounds_stall": ("lease_bounds_stall",),
-    # Culprit finding is proved by its own exploration (.culprits), over its own states.
-    "search_ends": (),
-    "probe_slots_bound": (),
-    "named_soundly": (),
-    "probes_never_delay_heads": (),
+    **{
+        name: tuple(i.name for i in ALL_INVARIANTS if i.catalogue_name == name)
+        for name in dict.fromkeys(i.catalogue_name for i in ALL_INVARIANTS)
+    },
+    **dict.fromkeys(CULPRIT_CHECKS, ()),
 }
 
 
@@ -836,9 +812,8 @@ class Proof:
         found = catalog if catalog is not None else machines.invariants
         if queue is None:
             return cls.of(refs, found)
-        given = dict(scopes)
-        kept = tuple(ref for ref in refs if in_scope(ref, queue, given.get(ref.name)))
-        left = tuple(ref.name for ref in refs if not in_scope(ref, queue, given.get(ref.name)))
+        kept = tuple(ref for ref in refs if in_scope(ref, queue, scopes))
+        left = tuple(ref.name for ref in refs if not in_scope(ref, queue, scopes))
         return replace(cls.of(kept, found), out_of_scope=left)
 
     @classmethod
@@ -871,11 +846,11 @@ class Proof:
 Scopes = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def in_scope(ref: InvariantRef, queue: str, patterns: Sequence[str] | None = None) -> bool:
-    """Whether the invariant ``ref`` declares is held to ``queue``: its queues (or
-    ``patterns``, when the config gives them) are none, or one of those names or ``*``
-    patterns matches (``config/queues.yaml``'s globs)."""
-    chosen = ref.queue_patterns if patterns is None else tuple(patterns)
+def in_scope(ref: InvariantRef, queue: str, scopes: Scopes = ()) -> bool:
+    """Whether the invariant ``ref`` declares is held to ``queue``: its queues (or the
+    patterns ``scopes``, the config's ``invariants:``, give it) are none, or one of those
+    names or ``*`` patterns matches (``config/queues.yaml``'s globs)."""
+    chosen = dict(scopes).get(ref.name, ref.queue_patterns)
     return not chosen or any(glob_match(p, queue) for p in chosen)
 
 
@@ -922,7 +897,8 @@ def quiescent(obs: Observation, rules: Rules) -> bool:
 
 
 def waiting(obs: Observation, rules: Rules) -> str:
-    """Why ``obs`` is not quiescent, for a progress counterexample."""
+    """Why ``obs`` is not quiescent, for a progress counterexample that no fair
+    continuation finishes."""
     parts = []
     accepted = [r for r in obs.heads if r.state == rules.initial_state]
     if accepted:
@@ -938,12 +914,4 @@ def waiting(obs: Observation, rules: Rules) -> str:
         )
     for row in obs.queues:
         parts.append(f"queue {row.name} holders {list(row.slot_holders)}")
-    return "; ".join(parts)
-
-
-ALL_INVARIANTS: tuple[Invariant, ...] = (
-    *STATE_INVARIANTS,
-    *EDGE_INVARIANTS,
-    PROGRESS,
-    LEASE_BOUNDS_STALL,
-)
+    return "no fair continuation finishes: " + "; ".join(parts)

@@ -16,7 +16,7 @@ failure counts no larger than ``max_attempts``), keeps the state space finite.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, replace
+from dataclasses import astuple, dataclass, fields, replace
 from functools import cache
 from typing import Any
 
@@ -80,21 +80,9 @@ class Bounds:
         unknown = set(self.stall_points) - set(STALL_POINTS)
         if unknown:
             raise ValueError(f"unknown stall points {sorted(unknown)}")
-        names = (
-            "max_crashes",
-            "max_duplicates",
-            "max_dead_letters",
-            "max_outages",
-            "max_overlaps",
-            "max_cancels",
-            "max_retries",
-        )
-        for name in names:
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-
-    def linear_heads(self) -> tuple[str, ...]:
-        return tuple(f"A{i}" for i in range(1, self.heads + 1))
+        for field in fields(self):
+            if field.name.startswith("max_") and getattr(self, field.name) < 0:
+                raise ValueError(f"{field.name} must be >= 0, got {getattr(self, field.name)}")
 
     def ingest_order(self) -> tuple[str, ...]:
         """The heads in the order the poller reports them: the trunk, then the rewrite."""
@@ -107,7 +95,7 @@ class Bounds:
         builds on A1 when A1 is a recorded green (an older green, the only ancestor),
         else in full (no recorded green is an ancestor).
         """
-        heads = self.linear_heads()
+        heads = self.ingest_order()[: self.heads]
         graph = {head: ([heads[i - 1]] if i else []) for i, head in enumerate(heads)}
         if self.rewrite:
             graph[REWRITE_HEAD] = [heads[0]]

@@ -31,7 +31,7 @@ shift of the clock, so the search expands each observation once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Any, Generic, TypeVar
@@ -101,21 +101,7 @@ class Observation:
     def __post_init__(self) -> None:
         # Hashed once, here: the search looks each observation up several times (its
         # state, its actions' known outcomes, its live world).
-        fields = (
-            self.requests,
-            self.queues,
-            self.pending,
-            self.builds,
-            self.hooks,
-            self.dead_lettered,
-            self.source_control_up,
-            self.armed_crash,
-            self.in_hand,
-            self.paused,
-            self.lease_expired,
-            self.changes,
-        )
-        object.__setattr__(self, "_hash", hash(fields))
+        object.__setattr__(self, "_hash", hash(tuple(vars(self).values())))  # the fields
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[no-any-return,attr-defined]
@@ -170,8 +156,9 @@ def counter_of(request_id: str) -> int:
     return parse_request_id(request_id).counter
 
 
-class _ByIdentity(Generic[K, V]):
-    """``strip`` of each object, computed once per object.
+class _Memo(Generic[K, V]):
+    """``compute`` of each object, computed once per object (found by its identity, or
+    by ``key`` and confirmed equal).
 
     A fork of a world shares its parent's rows (they are frozen) and a step replaces only
     the few it writes, so nearly every row an observation meets was met before:
@@ -182,26 +169,28 @@ class _ByIdentity(Generic[K, V]):
     two objects; the memo is emptied when it grows past ``limit``.
     """
 
-    def __init__(self, strip: Callable[[K], V], limit: int = 200_000) -> None:
-        self.strip = strip
+    def __init__(
+        self, compute: Callable[[K], V], limit: int = 200_000, key: Callable[[K], Hashable] = id
+    ) -> None:
+        self.compute = compute
         self.limit = limit
-        self._seen: dict[int, tuple[K, V]] = {}
+        self.key = key
+        self._seen: dict[Hashable, tuple[K, V]] = {}
 
-    def __call__(self, key: K) -> V:
-        hit = self._seen.get(id(key))
-        if hit is not None and hit[0] is key:
+    def __call__(self, obj: K) -> V:
+        key = self.key(obj)
+        hit = self._seen.get(key)
+        if hit is not None and (hit[0] is obj or hit[0] == obj):
             return hit[1]
         if len(self._seen) >= self.limit:
             self._seen.clear()
-        result = self.strip(key)
-        self._seen[id(key)] = (key, result)
+        result = self.compute(obj)
+        self._seen[key] = (obj, result)
         return result
 
 
-_stripped_request: _ByIdentity[Request, Request] = _ByIdentity(Request.without_times)
-_unversioned_queue: _ByIdentity[Queue, Queue] = _ByIdentity(
-    lambda row: evolve(row.without_times(), version=0)
-)
+_stripped_request: _Memo[Request, Request] = _Memo(Request.without_times)
+_unversioned_queue: _Memo[Queue, Queue] = _Memo(lambda row: evolve(row.without_times(), version=0))
 
 
 class _Rows(tuple[Any, ...]):
@@ -219,11 +208,11 @@ class _Rows(tuple[Any, ...]):
 
 
 # Times grow with the clock and would split equivalent states, like versions.
-_request_rows: _ByIdentity[tuple[Request, ...], _Rows] = _ByIdentity(
+_request_rows: _Memo[tuple[Request, ...], _Rows] = _Memo(
     lambda rows: _Rows(map(_stripped_request, rows)), limit=100_000
 )
 # A lease is seen as the time left: rows with leases are built for each observation.
-_lease_free_queue_rows: _ByIdentity[tuple[Queue, ...], _Rows | None] = _ByIdentity(
+_lease_free_queue_rows: _Memo[tuple[Queue, ...], _Rows | None] = _Memo(
     lambda rows: None if any(row.leases for row in rows) else _Rows(map(_unversioned_queue, rows)),
     limit=100_000,
 )
@@ -263,47 +252,30 @@ _pending = cache(Pending)
 PublishedSets = tuple[frozenset[str], frozenset[tuple[str, str]], frozenset[str]]
 
 
-class _PublishedSets:
-    """What an observation reads of the publish records (build request ids, start hooks,
-    reclaimed leases), computed once per record list.
-
-    A fork copies its parent's records and a step appends a few, so most lists an
-    observation meets were met before: a list is looked up by its length and its last
-    record object, and the hit confirmed by comparing the lists (element identity first,
-    so a few pointer comparisons). The memo is emptied when it grows past ``limit``.
-    """
-
-    def __init__(self, limit: int = 200_000) -> None:
-        self.limit = limit
-        self._seen: dict[tuple[int, int], tuple[tuple[Published, ...], PublishedSets]] = {}
-
-    def __call__(self, records: tuple[Published, ...]) -> PublishedSets:
-        if not records:
-            return _NONE, frozenset(), _NONE
-        key = (len(records), id(records[-1]))
-        hit = self._seen.get(key)
-        if hit is not None and hit[0] == records:
-            return hit[1]
-        if len(self._seen) >= self.limit:
-            self._seen.clear()
-        sets = (
-            frozenset(r.request_id for r in records if r.kind == BUILD),
-            frozenset(
-                (r.request_id, r.dedup_id)
-                for r in records
-                if r.kind == HOOK and r.event_type == VALIDATION_STARTED
-            ),
-            frozenset(
-                r.request_id
-                for r in records
-                if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
-            ),
-        )
-        self._seen[key] = (records, sets)
-        return sets
+def _published_sets(records: Sequence[Published]) -> PublishedSets:
+    """What an observation reads of the publish records: build request ids, start hooks,
+    reclaimed leases."""
+    return (
+        frozenset(r.request_id for r in records if r.kind == BUILD),
+        frozenset(
+            (r.request_id, r.dedup_id)
+            for r in records
+            if r.kind == HOOK and r.event_type == VALIDATION_STARTED
+        ),
+        frozenset(
+            r.request_id
+            for r in records
+            if r.kind == HOOK and r.event_type == VALIDATION_LEASE_EXPIRED
+        ),
+    )
 
 
-_published = _PublishedSets()
+# A fork copies its parent's records and a step appends a few, so most lists an
+# observation meets were met before: a list is looked up by its length and its last
+# record object, and the hit confirmed by comparing the lists (element identity first).
+_published: _Memo[Sequence[Published], PublishedSets] = _Memo(
+    _published_sets, key=lambda records: (len(records), id(records[-1]) if records else 0)
+)
 
 
 def _relative(row: Queue, now: int) -> Queue:

@@ -41,9 +41,6 @@ class PathClass:
     name: str
     paths: tuple[str, ...]
 
-    def describe(self) -> str:
-        return f"{self.name}: {' '.join(self.paths)}"
-
 
 def glob_parameters(
     parameters: Mapping[str, ParameterSpec], values: Mapping[str, Any]

@@ -54,10 +54,10 @@ class PartReport:
     violated: bool
     cpu_seconds: float
     quiescent: bytes  # one flag per state it added
-    fair_into: list[list[int]]  # fair edges into each state it added, by source
-    fair_tails: dict[int, list[int]]  # fair edges it found into states known at the fork
-    stall_into: list[list[int]] | None = None
-    stall_tails: dict[int, list[int]] | None = None
+    #: For each finishing pass: the fair edges into each state it added, by source, and
+    #: those it found into states known at the fork.
+    into: list[list[list[int]]]
+    tails: list[dict[int, list[int]]]
     taken: frozenset[int] = frozenset()  # the flow transitions it fired (``.coverage``)
     raised: frozenset[str] = frozenset()  # the errors its deliveries raised
 
@@ -107,7 +107,6 @@ class Fork:
     def __init__(self, pieces: int) -> None:
         if not 1 <= pieces <= 255:
             raise ValueError(f"pieces must be 1..255, got {pieces}")
-        self.pieces = pieces
         self._claims_read, claims_write = os.pipe()
         os.write(claims_write, bytes(range(pieces)))
         os.close(claims_write)  # end of file once every piece is claimed

@@ -25,21 +25,11 @@ from ...domain.errors import StovepipeError
 from ...machine.invariants import InvariantCatalog
 from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines
-from ...process.gate import MAX_BASELINE_LAG, MAX_VALIDATION_MS
 from ...simulation.replay import LogRow, Simulation, apply_step, build_world
 from ...simulation.timeline import Timeline
 from ...simulation.world import World
 from .explorer import STEP_FAILED, Counterexample, Setup, can_finish
-from .invariants import (
-    LEASE_BOUNDS_STALL,
-    PROGRESS,
-    Rules,
-    Scopes,
-    Violation,
-    check_edge,
-    check_state,
-    waiting,
-)
+from .invariants import Rules, Scopes, Violation, check_edge, check_state, finishing, waiting
 from .model import step_data
 from .observe import observe
 from .variants import Variant
@@ -73,18 +63,15 @@ def replay(
     variant = variant or Variant()
     world = build_world(timeline, machines, config, lifecycle_factory=variant.lifecycle_factory)
     resolved = world.config.get(timeline.queue)
-    declared = dict(resolved.parameters)
     rules = Rules.for_machines(
         machines,
         max_concurrent=int(resolved.param("max_concurrent")),
         history=timeline.history,
         bare_counter=variant.bare_counter,
         catalog=catalog,
-        max_baseline_lag=int(declared.get(MAX_BASELINE_LAG, 0)),
-        max_validation_ms=int(declared.get(MAX_VALIDATION_MS, 0)),
         queue=timeline.queue,
         scopes=scopes,
-        parameters=declared,
+        parameters=dict(resolved.parameters),
     )
     result = Replay(world)
     obs = observe(world)
@@ -107,18 +94,11 @@ def replay(
             result.violation, result.step = violation, number
             return result
         obs = post
-    if rules.proof.progress and not can_finish(world, rules, timeline.queue):
-        detail = "no fair continuation finishes: " + waiting(obs, rules)
-        result.violation = Violation(PROGRESS.name, PROGRESS.summary, detail)
-        result.step = len(timeline.steps)
-    elif (
-        rules.proof.lease_bounds_stall
-        and rules.max_validation_ms
-        and not can_finish(world, rules, timeline.queue, completions=False)
-    ):
-        detail = "no fair continuation finishes: " + waiting(obs, rules)
-        result.violation = Violation(LEASE_BOUNDS_STALL.name, LEASE_BOUNDS_STALL.summary, detail)
-        result.step = len(timeline.steps)
+    for invariant, completions in finishing(rules):
+        if not can_finish(world, rules, timeline.queue, completions=completions):
+            result.violation = Violation(invariant.name, invariant.summary, waiting(obs, rules))
+            result.step = len(timeline.steps)
+            break
     return result
 
 
@@ -174,10 +154,8 @@ def render_timeline(
         *(f"#   {line}" for line in violation.detail.splitlines()),
         f"# Replay: {replay_command}",
     ]
-    body = [f"{key}: {_flow(document[key])}" for key in ("description", "queue", "config")]
-    body.append(f"history: {_flow(document['history'])}")
-    if "changes" in document:
-        body.append(f"changes: {_flow(document['changes'])}")
+    keys = ("description", "queue", "config", "history", "changes")
+    body = [f"{key}: {_flow(document[key])}" for key in keys if key in document]
     body.append("steps:" if document["steps"] else "steps: []")
     notes = notes or []
     for index, item in enumerate(document["steps"]):
