@@ -136,7 +136,7 @@ class _PullLoop:
     durable: str
     ack_wait_s: float
     fetch_timeout_s: float
-    _sub: JetStreamContext.PullSubscription | None
+    _sub: JetStreamContext.PullSubscription | None = None
     #: The pull request in flight (a task), and when it was issued (``time.monotonic``).
     _fetching: asyncio.Future[list[Msg]] | None = None
     _armed_at: float = 0.0
@@ -356,7 +356,6 @@ class ProcessConsumer(_PullLoop):
         self.backoff = Backoff(retry_base_s, retry_cap_s)
         self.subject = topology.process_subject(queue, partition)
         self.durable = topology.process_consumer_name(queue)
-        self._sub: JetStreamContext.PullSubscription | None = None
 
     def consumer_config(self) -> api.ConsumerConfig:
         return self.durable_config(self.subject, max_ack_pending=1)
@@ -574,7 +573,6 @@ class DeadLetterConsumer(_PullLoop):
         self.backoff = Backoff(retry_s, retry_s)
         self.ack_wait_s = ack_wait_s
         self.durable = "dlq-process-reconciler"
-        self._sub: JetStreamContext.PullSubscription | None = None
 
     @property
     def stream(self) -> str:
