@@ -267,10 +267,6 @@ class MemorySourceControl:
         twin.calls = self.calls
         return twin
 
-    def copy(self) -> MemorySourceControl:
-        """Alias of :meth:`clone`."""
-        return self.clone()
-
 
 class MemorySourceControlProvider:
     """``SourceControlProvider`` from a queue → source-control mapping.
@@ -309,7 +305,3 @@ class MemorySourceControlProvider:
             {queue: fork(member) for queue, member in self._by_queue.items()},
             default=None if self._default is None else fork(self._default),
         )
-
-    def copy(self) -> MemorySourceControlProvider:
-        """Alias of :meth:`clone`."""
-        return self.clone()
