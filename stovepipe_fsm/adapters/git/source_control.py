@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from ...domain.errors import NotFound, Retryable
 from .cache import AncestryCache
@@ -134,10 +135,7 @@ class GitSourceControl:
             cached = self._cache.get(ancestor, descendant)
             if cached is not None:
                 return cached
-        result = await self._run(
-            [self._git, "-C", self._repo_path, "merge-base", "--is-ancestor", ancestor, descendant],
-            self._timeout_s,
-        )
+        result = await self._git_run("merge-base", "--is-ancestor", ancestor, descendant)
         if result.returncode in (0, 1):
             answer = result.returncode == 0
             if cacheable:
@@ -158,10 +156,8 @@ class GitSourceControl:
         ``git diff`` would read it as two: it is not found, as ``is_ancestor`` says too.
         """
         _revision_names(base, head)
-        command = [self._git, "-C", self._repo_path, "diff", "--name-only", "-z", "--no-renames"]
-        result = await self._run(
-            [*command, f"{base}^{{commit}}", f"{head}^{{commit}}", "--"], self._timeout_s
-        )
+        span = [f"{base}^{{commit}}", f"{head}^{{commit}}", "--"]
+        result = await self._git_run("diff", "--name-only", "-z", "--no-renames", *span)
         if result.returncode == 0:
             return frozenset(path for path in result.stdout.split("\0") if path)
         raise await self._refusal(
@@ -171,8 +167,8 @@ class GitSourceControl:
     async def first_parent(self, commit: str) -> str:
         """The first parent of ``commit`` (``""`` for a root commit)."""
         _revision_names(commit)
-        command = [self._git, "-C", self._repo_path, "rev-list", "--parents", "-n", "1"]
-        result = await self._run([*command, f"{commit}^{{commit}}", "--"], self._timeout_s)
+        span = ["-n", "1", f"{commit}^{{commit}}", "--"]
+        result = await self._git_run("rev-list", "--parents", *span)
         if result.returncode == 0:
             ids = result.stdout.split()
             return ids[1] if len(ids) > 1 else ""
@@ -186,9 +182,8 @@ class GitSourceControl:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         _revision_names(base, head)
-        command = [self._git, "-C", self._repo_path, "rev-list", "--first-parent"]
         span = [f"--max-count={limit}", f"^{base}^{{commit}}", f"{head}^{{commit}}", "--"]
-        result = await self._run([*command, *span], self._timeout_s)
+        result = await self._git_run("rev-list", "--first-parent", *span)
         if result.returncode == 0:
             return tuple(reversed(result.stdout.split()))
         raise await self._refusal(
@@ -226,10 +221,12 @@ class GitSourceControl:
         commits = tuple(reversed(newest_first.split()))
         return NewCommits(commits, pending=total - len(commits))
 
+    async def _git_run(self, *arguments: str) -> GitResult:
+        """``git <arguments>`` in this repository."""
+        return await self._run([self._git, "-C", self._repo_path, *arguments], self._timeout_s)
+
     async def _rev_list(self, *arguments: str) -> str:
-        result = await self._run(
-            [self._git, "-C", self._repo_path, "rev-list", *arguments], self._timeout_s
-        )
+        result = await self._git_run("rev-list", *arguments)
         if result.returncode != 0:
             raise _failure("rev-list", self._repo_path, result)
         return result.stdout
@@ -319,10 +316,9 @@ class GitSourceControlProvider:
             table = {queue: os.fspath(path) for queue, path in repos.items()}
             self._resolve = table.get
         self._default = None if default is None else os.fspath(default)
-        self._git = git
-        self._timeout_s = timeout_s
-        self._cache_size = cache_size
-        self._runner = runner
+        self._open = partial(
+            GitSourceControl, git=git, timeout_s=timeout_s, cache_size=cache_size, runner=runner
+        )
         self._by_path: dict[str, GitSourceControl] = {}
 
     def for_queue(self, queue: str) -> GitSourceControl | None:
@@ -332,14 +328,6 @@ class GitSourceControlProvider:
         if path is None:
             return None
         key = os.path.abspath(os.fspath(path))
-        source_control = self._by_path.get(key)
-        if source_control is None:
-            source_control = GitSourceControl(
-                key,
-                git=self._git,
-                timeout_s=self._timeout_s,
-                cache_size=self._cache_size,
-                runner=self._runner,
-            )
-            self._by_path[key] = source_control
-        return source_control
+        if key not in self._by_path:
+            self._by_path[key] = self._open(key)
+        return self._by_path[key]
