@@ -183,10 +183,7 @@ async def tally_refusal(
         if updated is tally:
             return tally
         try:
-            if entry is None:
-                await cell.create(key, updated.encode())
-            else:
-                await cell.replace(key, updated.encode(), entry.revision)
+            await cell.write(key, updated.encode(), entry.revision if entry else 0)
         except (AlreadyExists, VersionMismatch):
             continue
         return updated
