@@ -349,15 +349,6 @@ class Topology:
             first_seq=partition * PARTITION_SEQUENCE_SPAN,
         )
 
-    def _queue_of(self, subject: str, kind: str) -> str:
-        """The queue of ``<prefix>.<kind>.<q>``; ``ValueError`` for any other subject."""
-        head = f"{self.prefix}.{kind}."
-        token = subject[len(head) :] if subject.startswith(head) else ""
-        try:
-            return decode_queue_token(token)
-        except InvalidToken as exc:
-            raise ValueError(f"{subject!r} is not a {kind} subject of {head}*: {exc}") from None
-
     def process_consumer_name(self, queue: str) -> str:
         """Durable name of the queue's process consumer (a name, so ``/`` is escaped too)."""
         return f"process-{encode_name_token(queue)}"
@@ -378,8 +369,14 @@ class Topology:
         return f"{self.prefix}.outcome.*"
 
     def queue_of_outcome_subject(self, subject: str) -> str:
-        """The queue an outcome was published for (inverse of outcome_subject)."""
-        return self._queue_of(subject, "outcome")
+        """The queue an outcome was published for (inverse of outcome_subject);
+        ``ValueError`` for any other subject."""
+        head = f"{self.prefix}.outcome."
+        token = subject[len(head) :] if subject.startswith(head) else ""
+        try:
+            return decode_queue_token(token)
+        except InvalidToken as exc:
+            raise ValueError(f"{subject!r} is not a outcome subject of {head}*: {exc}") from None
 
     def trail_subject(self, request_id: str, kind: str, reason: str = "") -> str:
         """The subject of one request's records of one kind (a hold: of one reason)."""
