@@ -153,8 +153,7 @@ class MemorySourceControl:
         a commit the graph does not have); a plain question of the graph, not a call
         of the port (not counted, answered in an outage too)."""
         for sha in (ancestor, descendant):
-            if sha not in self._parents:
-                raise NotFound(f"commit {sha!r} not found")
+            self.parents_of(sha)  # NotFound for a commit the graph does not have
         seen: set[str] = set()
         frontier = [descendant]
         while frontier:
@@ -201,8 +200,7 @@ class MemorySourceControl:
         """
         self._called()
         for sha in (base, head):
-            if sha not in self._parents:
-                raise NotFound(f"commit {sha!r} not found")
+            self.parents_of(sha)  # NotFound for a commit the graph does not have
         if self._contents:
             return self._tree_diff(base, head)
         only = self._reachable(head) ^ self._reachable(base)
