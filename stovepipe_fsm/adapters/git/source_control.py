@@ -46,32 +46,6 @@ _UNKNOWN_COMMIT_MESSAGES = ("Not a valid commit name", "Not a valid object name"
 _UNKNOWN_REVISION_MESSAGES = ("bad revision", "bad object", "unknown revision")
 
 
-def _runner_for(repo_path: str, runner: GitRunner | None) -> GitRunner:
-    if runner is None:
-        return subprocess_runner(git_environment(repo_path))
-    return spawn_failures_classified(runner)
-
-
-async def _unresolvable(
-    run: GitRunner, git: str, repo_path: str, names: tuple[str, ...], timeout_s: float
-) -> NotFound | None:
-    """``NotFound`` for the first of ``names`` that does not resolve to a commit in a
-    repository that is itself fine; ``None`` when the repository is the problem or every
-    name resolves (then the failure was about something else)."""
-    health = await run([git, "-C", repo_path, "rev-parse", "--git-dir"], timeout_s)
-    if health.returncode != 0:
-        return None
-    for name in names:
-        result = await run(
-            [git, "-C", repo_path, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
-            timeout_s,
-        )
-        if result.returncode != 0:
-            detail = result.stderr or "does not name a commit"
-            return NotFound(f"{name!r} does not resolve to a commit in {repo_path!r}: {detail}")
-    return None
-
-
 def _revision_names(*names: str) -> None:
     """Each of ``names`` may name one commit: a name with ``..`` is a range, never one
     commit (no ref name may contain it), and git would read it as two: not found."""
@@ -116,7 +90,10 @@ class GitSourceControl:
         self._repo_path = os.fspath(repo_path)
         self._git = git
         self._timeout_s = timeout_s
-        self._run = _runner_for(self._repo_path, runner)
+        if runner is None:
+            self._run = subprocess_runner(git_environment(self._repo_path))
+        else:
+            self._run = spawn_failures_classified(runner)
         self._cache = AncestryCache(cache_size)
 
     @property
@@ -247,18 +224,39 @@ class GitSourceControl:
                 return NotFound(
                     f"commit not found in {self._repo_path!r} (asked {asked}): {result.stderr}"
                 )
-            missing = await _unresolvable(
-                self._run, self._git, self._repo_path, names, self._timeout_s
-            )
+            missing = await self._unresolvable(names)
             if missing is not None:
                 return missing
         return _failure(what, self._repo_path, result)
 
+    async def _unresolvable(self, names: tuple[str, ...]) -> NotFound | None:
+        """``NotFound`` for the first of ``names`` that does not resolve to a commit in a
+        repository that is itself fine; ``None`` when the repository is the problem or every
+        name resolves (then the failure was about something else)."""
+        health = await self._git_run("rev-parse", "--git-dir")
+        if health.returncode != 0:
+            return None
+        for name in names:
+            result = await self._git_run("rev-parse", "--verify", "--quiet", f"{name}^{{commit}}")
+            if result.returncode != 0:
+                detail = result.stderr or "does not name a commit"
+                where = self._repo_path
+                return NotFound(f"{name!r} does not resolve to a commit in {where!r}: {detail}")
+        return None
+
     async def rev_parse(self, ref: str) -> str:
-        """The full id of the commit ``ref`` names in this repository."""
-        return await rev_parse(
-            self._repo_path, ref, git=self._git, timeout_s=self._timeout_s, runner=self._run
-        )
+        """Resolve ``ref`` to the full id of a commit; ``NotFound`` when it names none.
+
+        ``^{commit}`` makes a tag resolve to its commit and a tree or blob id count as
+        not found, so the result is always something ``is_ancestor`` can be asked about.
+        """
+        check_commitish(ref)
+        result = await self._git_run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if result.returncode == 0:
+            return result.stdout.strip()
+        if result.returncode == 1:
+            raise NotFound(f"{ref!r} does not name a commit in {self._repo_path!r}")
+        raise await self._refusal(result, "rev-parse", "", (ref,), unknown=())
 
 
 async def rev_parse(
@@ -269,26 +267,9 @@ async def rev_parse(
     timeout_s: float = 10.0,
     runner: GitRunner | None = None,
 ) -> str:
-    """Resolve ``ref`` to the full id of a commit; ``NotFound`` when it names none.
-
-    ``^{commit}`` makes a tag resolve to its commit and a tree or blob id count as
-    not found, so the result is always something ``is_ancestor`` can be asked about.
-    """
-    check_commitish(ref)
-    path = os.fspath(repo_path)
-    run = _runner_for(path, runner)
-    result = await run(
-        [git, "-C", path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], timeout_s
-    )
-    if result.returncode == 0:
-        return result.stdout.strip()
-    if result.returncode == 1:
-        raise NotFound(f"{ref!r} does not name a commit in {path!r}")
-    if result.returncode == 128:
-        missing = await _unresolvable(run, git, path, (ref,), timeout_s)
-        if missing is not None:
-            raise missing
-    raise _failure("rev-parse", path, result)
+    """:meth:`GitSourceControl.rev_parse` of the repository at ``repo_path``."""
+    repo = GitSourceControl(repo_path, git=git, timeout_s=timeout_s, cache_size=0, runner=runner)
+    return await repo.rev_parse(ref)
 
 
 class GitSourceControlProvider:
