@@ -7,7 +7,7 @@ of the event loop, which makes each call atomic and every run deterministic.
 
 Two extras serve simulation and model checking, not the core:
 
-- ``snapshot()`` / ``all()`` return the stored values sorted by key, so a whole world
+- ``snapshot()`` returns the stored values sorted by key, so a whole world
   state can be compared or hashed;
 - ``clone()`` returns an independent store. Stored values are immutable, so
   copying the dictionary is a complete (and cheap) fork: no later write to either store
@@ -104,10 +104,6 @@ class _VersionedStore(Generic[E]):
             items = self._items
             self._snapshot = tuple(items[key] for key in sorted(items))
         return self._snapshot
-
-    def all(self) -> tuple[E, ...]:
-        """Alias of :meth:`snapshot`."""
-        return self.snapshot()
 
     def __len__(self) -> int:
         return len(self._items)

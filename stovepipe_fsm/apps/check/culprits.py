@@ -562,8 +562,8 @@ def _decides_alike(before: World, after: World) -> str:
         return ""
     bare.deliver_next()
     head = message.request_id
-    with_probes = after.requests.all()
-    without = bare.requests.all()
+    with_probes = after.requests.snapshot()
+    without = bare.requests.snapshot()
     got = next((r for r in with_probes if r.id == head), None)
     alone = next((r for r in without if r.id == head), None)
     if got is None or alone is None or got.state == alone.state:
