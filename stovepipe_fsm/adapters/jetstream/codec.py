@@ -10,10 +10,10 @@ layout 2 is written unless a deployment asks for layout 1 while replicas of a re
 that reads only layout 1 still run (docs/service.md, "Upgrades and the stored layout").
 Layout 2 has two optional fields, ``retry_of`` (the request an operator's ``retry`` made
 this one again for) and ``probe_of`` (the red head a probe build was started for),
-written only when set, so rows written before it read as they did;
-layout 1 cannot carry them (a retry written in layout 1 loses its link; a probe is never
-written in layout 1). Decoding is
-strict: a missing, extra or mistyped field raises
+written only when set, so rows written before it read as they did; layout 1 cannot carry
+them (a retry written in layout 1 loses its link; a probe is never written in layout 1).
+
+Decoding is strict: a missing, extra or mistyped field raises
 :class:`~stovepipe_fsm.domain.errors.NonRetryable` naming the field, because redelivering
 a delivery cannot repair a stored value. (Ignoring unknown fields would be worse: the next
 whole-snapshot write would silently drop them.)
@@ -168,9 +168,10 @@ def decode_request(data: bytes | None) -> Request:
     values: dict[str, Any] = {
         name: _str(REQUEST_KIND, fields, name) for name in (*_REQUEST_STR_FIELDS, *optional)
     }
+    values["version"] = _int(REQUEST_KIND, fields, "version", 1)
     for name in _REQUEST_TIME_FIELDS:
         values[name] = _int(REQUEST_KIND, fields, name)
-    return Request(**values, version=_int(REQUEST_KIND, fields, "version", 1))
+    return Request(**values)
 
 
 def encode_queue(queue: Queue) -> bytes:
@@ -214,6 +215,7 @@ def decode_queue(data: bytes | None) -> Queue:
             f"queue field 'leases' must map holder ids to integer expiry times, got {leases!r}"
         )
     serial = _str(QUEUE_KIND, fields, "serial_holder") if "serial_holder" in fields else ""
+    partition = _int(QUEUE_KIND, fields, "partition")
     greens = _objects(
         QUEUE_KIND,
         fields.get("recent_greens", []),
@@ -228,7 +230,7 @@ def decode_queue(data: bytes | None) -> Queue:
         slot_holders=tuple(holders),
         leases=tuple(sorted(leases.items())),
         serial_holder=serial,
-        partition=_int(QUEUE_KIND, fields, "partition"),
+        partition=partition,
         recent_greens=greens,
         version=_int(QUEUE_KIND, fields, "version", 1),
     )

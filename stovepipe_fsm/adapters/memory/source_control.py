@@ -2,10 +2,9 @@
 
 It answers ``is_ancestor`` and ``changed_paths`` with the same outcomes as the git
 adapter (an answer, ``NotFound`` for an unknown commit, ``Retryable`` while
-"unavailable"), so the build
-strategy decision can be driven through every branch without a repository: a
-fast-forward is a new commit whose parents reach the last green, a force-push is a new
-root (or a commit on a branch that does not contain it).
+"unavailable"), so the build strategy decision can be driven through every branch
+without a repository: a fast-forward is a new commit whose parents reach the last
+green, a force-push is a new root (or a commit on a branch that does not contain it).
 """
 
 from __future__ import annotations
