@@ -106,10 +106,6 @@ class NatsServer:
     # -- properties -------------------------------------------------------------------
 
     @property
-    def store_dir(self) -> Path:
-        return self._store_dir
-
-    @property
     def log_path(self) -> Path:
         """Where the server's stderr goes: a file, so a chatty server never blocks on a pipe."""
         return self._store_dir / LOG_FILE_NAME
