@@ -73,7 +73,6 @@ async def test_request_snapshot_is_sorted_by_key_and_hashable() -> None:
         await store.create(Request(id=rid(n), queue=QUEUE, uri=f"u{n}", state="accepted"))
     snapshot = store.snapshot()
     assert [r.id for r in snapshot] == sorted([rid(1), rid(2), rid(3)])
-    assert store.all() == snapshot
     assert hash(snapshot) == hash(store.snapshot())
     assert len(store) == 3
     assert rid(2) in store
@@ -113,8 +112,6 @@ async def test_request_store_clone_is_independent_both_ways() -> None:
         (rid(1), "processing", 2),
         (rid(2), "accepted", 1),
     ]
-    assert isinstance(original.copy(), MemoryRequestStore)
-    assert original.copy().snapshot() == original.snapshot()
 
 
 async def test_store_rejects_values_of_the_wrong_type() -> None:
@@ -330,7 +327,6 @@ async def test_publisher_records_everything_in_order_with_dedup_ids() -> None:
     hook = publisher.hooks()[0]
     assert hook.queue == QUEUE
     assert hook.event() == event
-    assert hash(publisher.snapshot()) == hash(publisher.records)
     with pytest.raises(ValueError, match="no hook event"):
         publisher.builds()[0].event()
 

@@ -1,5 +1,5 @@
 """File adapters: configuration read from files on the local disk."""
 
-from .config_store import FileConfigStore, FileStamp, MonotonicClock
+from .config_store import FileConfigStore
 
-__all__ = ["FileConfigStore", "FileStamp", "MonotonicClock"]
+__all__ = ["FileConfigStore"]

@@ -25,7 +25,6 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ...config.loader import Declarations, load_queue_config
@@ -38,14 +37,9 @@ from ...ports.clock import Clock
 LOGGER = logging.getLogger("stovepipe_fsm.config")
 
 
-@dataclass(frozen=True)
-class FileStamp:
-    """What identifies one version of the file without reading it."""
-
-    mtime_ns: int
-    size: int
-    inode: int
-    device: int
+#: What identifies one version of the file without reading it: (mtime_ns, size, inode,
+#: device), or None when it cannot be stat'ed.
+FileStamp = tuple[int, int, int, int] | None
 
 
 class MonotonicClock:
@@ -175,10 +169,10 @@ class FileConfigStore:
         return True
 
 
-def _stamp(path: Path) -> FileStamp | None:
+def _stamp(path: Path) -> FileStamp:
     """The file's current stamp, or None when it cannot be stat'ed (e.g. deleted)."""
     try:
         info = os.stat(path)
     except OSError:
         return None
-    return FileStamp(info.st_mtime_ns, info.st_size, info.st_ino, info.st_dev)
+    return (info.st_mtime_ns, info.st_size, info.st_ino, info.st_dev)

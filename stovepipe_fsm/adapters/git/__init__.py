@@ -6,16 +6,14 @@ only through ``stovepipe_fsm.ports.source_control``.
 
 from .cache import AncestryCache
 from .commits import check_commitish, is_full_commit_id
-from .runner import GitResult, GitRunner, git_environment, subprocess_runner
-from .source_control import GitSourceControl, GitSourceControlProvider, NewCommits, rev_parse
+from .runner import GitResult, git_environment, subprocess_runner
+from .source_control import GitSourceControl, GitSourceControlProvider, rev_parse
 
 __all__ = [
     "AncestryCache",
     "GitResult",
-    "GitRunner",
     "GitSourceControl",
     "GitSourceControlProvider",
-    "NewCommits",
     "check_commitish",
     "git_environment",
     "is_full_commit_id",

@@ -75,7 +75,6 @@ async def read_history(
     if not names:
         return RecordedHistory(unknown=tuple(unknown))
     shas = sorted(names)
-    floor = ""
     if len(shas) > 1:
         base = await run([git, "-C", repo, "merge-base", "--octopus", *shas], TIMEOUT_S)
         floor = base.stdout.strip() if base.returncode == 0 else ""

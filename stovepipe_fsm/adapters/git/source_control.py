@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from ...domain.errors import NotFound, Retryable
 from .cache import AncestryCache
@@ -43,32 +44,6 @@ StrPath = str | os.PathLike[str]
 # Fragments of git's (forced-English) messages that mean "no such commit here".
 _UNKNOWN_COMMIT_MESSAGES = ("Not a valid commit name", "Not a valid object name")
 _UNKNOWN_REVISION_MESSAGES = ("bad revision", "bad object", "unknown revision")
-
-
-def _runner_for(repo_path: str, runner: GitRunner | None) -> GitRunner:
-    if runner is None:
-        return subprocess_runner(git_environment(repo_path))
-    return spawn_failures_classified(runner)
-
-
-async def _unresolvable(
-    run: GitRunner, git: str, repo_path: str, names: tuple[str, ...], timeout_s: float
-) -> NotFound | None:
-    """``NotFound`` for the first of ``names`` that does not resolve to a commit in a
-    repository that is itself fine; ``None`` when the repository is the problem or every
-    name resolves (then the failure was about something else)."""
-    health = await run([git, "-C", repo_path, "rev-parse", "--git-dir"], timeout_s)
-    if health.returncode != 0:
-        return None
-    for name in names:
-        result = await run(
-            [git, "-C", repo_path, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
-            timeout_s,
-        )
-        if result.returncode != 0:
-            detail = result.stderr or "does not name a commit"
-            return NotFound(f"{name!r} does not resolve to a commit in {repo_path!r}: {detail}")
-    return None
 
 
 def _revision_names(*names: str) -> None:
@@ -115,7 +90,10 @@ class GitSourceControl:
         self._repo_path = os.fspath(repo_path)
         self._git = git
         self._timeout_s = timeout_s
-        self._run = _runner_for(self._repo_path, runner)
+        if runner is None:
+            self._run = subprocess_runner(git_environment(self._repo_path))
+        else:
+            self._run = spawn_failures_classified(runner)
         self._cache = AncestryCache(cache_size)
 
     @property
@@ -134,10 +112,7 @@ class GitSourceControl:
             cached = self._cache.get(ancestor, descendant)
             if cached is not None:
                 return cached
-        result = await self._run(
-            [self._git, "-C", self._repo_path, "merge-base", "--is-ancestor", ancestor, descendant],
-            self._timeout_s,
-        )
+        result = await self._git_run("merge-base", "--is-ancestor", ancestor, descendant)
         if result.returncode in (0, 1):
             answer = result.returncode == 0
             if cacheable:
@@ -158,10 +133,8 @@ class GitSourceControl:
         ``git diff`` would read it as two: it is not found, as ``is_ancestor`` says too.
         """
         _revision_names(base, head)
-        command = [self._git, "-C", self._repo_path, "diff", "--name-only", "-z", "--no-renames"]
-        result = await self._run(
-            [*command, f"{base}^{{commit}}", f"{head}^{{commit}}", "--"], self._timeout_s
-        )
+        span = [f"{base}^{{commit}}", f"{head}^{{commit}}", "--"]
+        result = await self._git_run("diff", "--name-only", "-z", "--no-renames", *span)
         if result.returncode == 0:
             return frozenset(path for path in result.stdout.split("\0") if path)
         raise await self._refusal(
@@ -171,8 +144,8 @@ class GitSourceControl:
     async def first_parent(self, commit: str) -> str:
         """The first parent of ``commit`` (``""`` for a root commit)."""
         _revision_names(commit)
-        command = [self._git, "-C", self._repo_path, "rev-list", "--parents", "-n", "1"]
-        result = await self._run([*command, f"{commit}^{{commit}}", "--"], self._timeout_s)
+        span = ["-n", "1", f"{commit}^{{commit}}", "--"]
+        result = await self._git_run("rev-list", "--parents", *span)
         if result.returncode == 0:
             ids = result.stdout.split()
             return ids[1] if len(ids) > 1 else ""
@@ -186,9 +159,8 @@ class GitSourceControl:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         _revision_names(base, head)
-        command = [self._git, "-C", self._repo_path, "rev-list", "--first-parent"]
         span = [f"--max-count={limit}", f"^{base}^{{commit}}", f"{head}^{{commit}}", "--"]
-        result = await self._run([*command, *span], self._timeout_s)
+        result = await self._git_run("rev-list", "--first-parent", *span)
         if result.returncode == 0:
             return tuple(reversed(result.stdout.split()))
         raise await self._refusal(
@@ -226,10 +198,12 @@ class GitSourceControl:
         commits = tuple(reversed(newest_first.split()))
         return NewCommits(commits, pending=total - len(commits))
 
+    async def _git_run(self, *arguments: str) -> GitResult:
+        """``git <arguments>`` in this repository."""
+        return await self._run([self._git, "-C", self._repo_path, *arguments], self._timeout_s)
+
     async def _rev_list(self, *arguments: str) -> str:
-        result = await self._run(
-            [self._git, "-C", self._repo_path, "rev-list", *arguments], self._timeout_s
-        )
+        result = await self._git_run("rev-list", *arguments)
         if result.returncode != 0:
             raise _failure("rev-list", self._repo_path, result)
         return result.stdout
@@ -250,18 +224,39 @@ class GitSourceControl:
                 return NotFound(
                     f"commit not found in {self._repo_path!r} (asked {asked}): {result.stderr}"
                 )
-            missing = await _unresolvable(
-                self._run, self._git, self._repo_path, names, self._timeout_s
-            )
+            missing = await self._unresolvable(names)
             if missing is not None:
                 return missing
         return _failure(what, self._repo_path, result)
 
+    async def _unresolvable(self, names: tuple[str, ...]) -> NotFound | None:
+        """``NotFound`` for the first of ``names`` that does not resolve to a commit in a
+        repository that is itself fine; ``None`` when the repository is the problem or every
+        name resolves (then the failure was about something else)."""
+        health = await self._git_run("rev-parse", "--git-dir")
+        if health.returncode != 0:
+            return None
+        for name in names:
+            result = await self._git_run("rev-parse", "--verify", "--quiet", f"{name}^{{commit}}")
+            if result.returncode != 0:
+                detail = result.stderr or "does not name a commit"
+                where = self._repo_path
+                return NotFound(f"{name!r} does not resolve to a commit in {where!r}: {detail}")
+        return None
+
     async def rev_parse(self, ref: str) -> str:
-        """The full id of the commit ``ref`` names in this repository."""
-        return await rev_parse(
-            self._repo_path, ref, git=self._git, timeout_s=self._timeout_s, runner=self._run
-        )
+        """Resolve ``ref`` to the full id of a commit; ``NotFound`` when it names none.
+
+        ``^{commit}`` makes a tag resolve to its commit and a tree or blob id count as
+        not found, so the result is always something ``is_ancestor`` can be asked about.
+        """
+        check_commitish(ref)
+        result = await self._git_run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if result.returncode == 0:
+            return result.stdout.strip()
+        if result.returncode == 1:
+            raise NotFound(f"{ref!r} does not name a commit in {self._repo_path!r}")
+        raise await self._refusal(result, "rev-parse", "", (ref,), unknown=())
 
 
 async def rev_parse(
@@ -272,26 +267,9 @@ async def rev_parse(
     timeout_s: float = 10.0,
     runner: GitRunner | None = None,
 ) -> str:
-    """Resolve ``ref`` to the full id of a commit; ``NotFound`` when it names none.
-
-    ``^{commit}`` makes a tag resolve to its commit and a tree or blob id count as
-    not found, so the result is always something ``is_ancestor`` can be asked about.
-    """
-    check_commitish(ref)
-    path = os.fspath(repo_path)
-    run = _runner_for(path, runner)
-    result = await run(
-        [git, "-C", path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], timeout_s
-    )
-    if result.returncode == 0:
-        return result.stdout.strip()
-    if result.returncode == 1:
-        raise NotFound(f"{ref!r} does not name a commit in {path!r}")
-    if result.returncode == 128:
-        missing = await _unresolvable(run, git, path, (ref,), timeout_s)
-        if missing is not None:
-            raise missing
-    raise _failure("rev-parse", path, result)
+    """:meth:`GitSourceControl.rev_parse` of the repository at ``repo_path``."""
+    repo = GitSourceControl(repo_path, git=git, timeout_s=timeout_s, cache_size=0, runner=runner)
+    return await repo.rev_parse(ref)
 
 
 class GitSourceControlProvider:
@@ -319,10 +297,9 @@ class GitSourceControlProvider:
             table = {queue: os.fspath(path) for queue, path in repos.items()}
             self._resolve = table.get
         self._default = None if default is None else os.fspath(default)
-        self._git = git
-        self._timeout_s = timeout_s
-        self._cache_size = cache_size
-        self._runner = runner
+        self._open = partial(
+            GitSourceControl, git=git, timeout_s=timeout_s, cache_size=cache_size, runner=runner
+        )
         self._by_path: dict[str, GitSourceControl] = {}
 
     def for_queue(self, queue: str) -> GitSourceControl | None:
@@ -332,14 +309,6 @@ class GitSourceControlProvider:
         if path is None:
             return None
         key = os.path.abspath(os.fspath(path))
-        source_control = self._by_path.get(key)
-        if source_control is None:
-            source_control = GitSourceControl(
-                key,
-                git=self._git,
-                timeout_s=self._timeout_s,
-                cache_size=self._cache_size,
-                runner=self._runner,
-            )
-            self._by_path[key] = source_control
-        return source_control
+        if key not in self._by_path:
+            self._by_path[key] = self._open(key)
+        return self._by_path[key]

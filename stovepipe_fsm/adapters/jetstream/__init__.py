@@ -18,30 +18,18 @@
 See ``docs/jetstream.md`` for the contracts and the server behaviour they rely on.
 """
 
-from .codec import SCHEMA_VERSION, UriEntry, WorkMessage
+from .codec import WorkMessage
 from .counter import KvCounter
 from .entity_stores import KvQueueStore, KvRequestStore
 from .errors import TopologyMismatch
 from .kv_cell import KvCell, KvEntry
-from .names import (
-    InvalidToken,
-    decode_queue_token,
-    decode_token,
-    encode_queue_token,
-    encode_token,
-    queue_key,
-    request_key,
-    uri_key,
-)
 from .publisher import JetStreamPublisher
 from .server import NatsServer, NatsServerError, find_nats_server_binary
 from .stores import KvStores, open_cell, open_kv_stores
-from .topology import Topology, TopologyReport, ensure_topology
+from .topology import Topology, ensure_topology
 from .uri_index import KvUriIndex
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "InvalidToken",
     "JetStreamPublisher",
     "KvCell",
     "KvCounter",
@@ -54,18 +42,9 @@ __all__ = [
     "NatsServerError",
     "Topology",
     "TopologyMismatch",
-    "TopologyReport",
-    "UriEntry",
     "WorkMessage",
-    "decode_queue_token",
-    "decode_token",
-    "encode_queue_token",
-    "encode_token",
     "ensure_topology",
     "find_nats_server_binary",
     "open_cell",
     "open_kv_stores",
-    "queue_key",
-    "request_key",
-    "uri_key",
 ]

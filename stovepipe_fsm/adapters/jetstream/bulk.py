@@ -76,7 +76,7 @@ async def kv_rows(
     """Every key of ``bucket`` matching ``keys`` that holds a value, in stream order:
     deleted, purged and empty ones left out; empty when the bucket does not exist;
     ``TimeoutError`` naming the bucket when the broker stalls for ``timeout``."""
-    return await _bucket_rows(js, bucket, (keys,), timeout)
+    return values_of(bucket, await kv_entries(js, bucket, (keys,), timeout=timeout))
 
 
 async def kv_rows_of(
@@ -92,13 +92,7 @@ async def kv_rows_of(
     wanted = tuple(dict.fromkeys(keys))  # the server refuses overlapping filters
     if not wanted:
         return []
-    return await _bucket_rows(js, bucket, wanted, timeout)
-
-
-async def _bucket_rows(
-    js: JetStreamContext, bucket: str, keys: tuple[str, ...], timeout: float
-) -> list[BucketRow]:
-    return values_of(bucket, await kv_entries(js, bucket, keys, timeout=timeout))
+    return values_of(bucket, await kv_entries(js, bucket, wanted, timeout=timeout))
 
 
 async def kv_entries(

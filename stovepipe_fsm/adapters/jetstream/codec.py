@@ -10,10 +10,10 @@ layout 2 is written unless a deployment asks for layout 1 while replicas of a re
 that reads only layout 1 still run (docs/service.md, "Upgrades and the stored layout").
 Layout 2 has two optional fields, ``retry_of`` (the request an operator's ``retry`` made
 this one again for) and ``probe_of`` (the red head a probe build was started for),
-written only when set, so rows written before it read as they did;
-layout 1 cannot carry them (a retry written in layout 1 loses its link; a probe is never
-written in layout 1). Decoding is
-strict: a missing, extra or mistyped field raises
+written only when set, so rows written before it read as they did; layout 1 cannot carry
+them (a retry written in layout 1 loses its link; a probe is never written in layout 1).
+
+Decoding is strict: a missing, extra or mistyped field raises
 :class:`~stovepipe_fsm.domain.errors.NonRetryable` naming the field, because redelivering
 a delivery cannot repair a stored value. (Ignoring unknown fields would be worse: the next
 whole-snapshot write would silently drop them.)
@@ -22,8 +22,9 @@ whole-snapshot write would silently drop them.)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ...domain.bounded_text import clip
 from ...domain.culprit_search import MAX_BLAMELIST, CulpritSearch, Probe, Tally
@@ -128,17 +129,11 @@ def _str(kind: str, fields: dict[str, Any], name: str) -> str:
     return value
 
 
-def _version(kind: str, fields: dict[str, Any]) -> int:
-    value = fields["version"]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise NonRetryable(f"{kind} field 'version' must be an integer >= 1, got {value!r}")
-    return value
-
-
-def _time(kind: str, fields: dict[str, Any], name: str) -> int:
+def _int(kind: str, fields: dict[str, Any], name: str, least: int = 0) -> int:
+    """The integer field ``name`` (0 when missing), at least ``least``."""
     value = fields.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise NonRetryable(f"{kind} field {name!r} must be an integer >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise NonRetryable(f"{kind} field {name!r} must be an integer >= {least}, got {value!r}")
     return value
 
 
@@ -170,16 +165,13 @@ def decode_request(data: bytes | None) -> Request:
     optional = [name for name in _REQUEST_OPTIONAL if name in fields]
     if fields["schema"] < 2 and optional:
         raise NonRetryable(f"request value has unknown field(s) {', '.join(optional)}")
-    strings = {name: _str(REQUEST_KIND, fields, name) for name in _REQUEST_STR_FIELDS}
-    for name in optional:
-        strings[name] = _str(REQUEST_KIND, fields, name)
-    return Request(
-        **strings,
-        version=_version(REQUEST_KIND, fields),
-        ingested_at_ms=_time(REQUEST_KIND, fields, "ingested_at_ms"),
-        admitted_at_ms=_time(REQUEST_KIND, fields, "admitted_at_ms"),
-        ended_at_ms=_time(REQUEST_KIND, fields, "ended_at_ms"),
-    )
+    values: dict[str, Any] = {
+        name: _str(REQUEST_KIND, fields, name) for name in (*_REQUEST_STR_FIELDS, *optional)
+    }
+    values["version"] = _int(REQUEST_KIND, fields, "version", 1)
+    for name in _REQUEST_TIME_FIELDS:
+        values[name] = _int(REQUEST_KIND, fields, name)
+    return Request(**values)
 
 
 def encode_queue(queue: Queue) -> bytes:
@@ -223,25 +215,43 @@ def decode_queue(data: bytes | None) -> Queue:
             f"queue field 'leases' must map holder ids to integer expiry times, got {leases!r}"
         )
     serial = _str(QUEUE_KIND, fields, "serial_holder") if "serial_holder" in fields else ""
-    partition = fields.get("partition", 0)
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise NonRetryable(f"queue field 'partition' must be an integer >= 0, got {partition!r}")
+    partition = _int(QUEUE_KIND, fields, "partition")
+    greens = _objects(
+        QUEUE_KIND,
+        fields.get("recent_greens", []),
+        "recent_greens",
+        "green",
+        MAX_RECENT_GREENS,
+        ("uri", "request_id", "at_ms"),
+        Green,
+    )
     return Queue(
         **strings,
         slot_holders=tuple(holders),
         leases=tuple(sorted(leases.items())),
         serial_holder=serial,
         partition=partition,
-        recent_greens=_greens(fields.get("recent_greens", [])),
-        version=_version(QUEUE_KIND, fields),
+        recent_greens=greens,
+        version=_int(QUEUE_KIND, fields, "version", 1),
     )
 
 
+T = TypeVar("T")
+
+
 def _objects(
-    value: Any, what: str, noun: str, most: int, keys: tuple[str, ...]
-) -> list[dict[str, Any]]:
-    """``value`` as a list of at most ``most`` objects with exactly ``keys``; else
-    ``NonRetryable`` saying so of ``what`` (each item is a ``noun``)."""
+    kind: str,
+    value: Any,
+    field: str,
+    noun: str,
+    most: int,
+    keys: tuple[str, str, str],
+    make: Callable[[str, str, int], T],
+) -> tuple[T, ...]:
+    """``make(a, b, n)`` of each item of ``value``, a list of at most ``most`` objects
+    (``noun``) with exactly ``keys``: two strings and an integer >= 0; else
+    ``NonRetryable`` saying so of ``kind``'s ``field``."""
+    what = f"{kind} field {field!r}"
     if not isinstance(value, list) or len(value) > most:
         raise NonRetryable(
             f"{what} must be a list of at most {most} {noun}s, got {clip(repr(value), 200)}"
@@ -252,24 +262,11 @@ def _objects(
             raise NonRetryable(
                 f"{what}: each {noun} must be an object with {named}, got {clip(repr(item), 200)}"
             )
-    return value
-
-
-def _greens(value: Any) -> tuple[Green, ...]:
-    """The ``recent_greens`` of a queue row: at most ``MAX_RECENT_GREENS`` objects, each
-    ``uri`` and ``request_id`` strings and ``at_ms`` an integer >= 0."""
-    items = _objects(
-        value,
-        "queue field 'recent_greens'",
-        "green",
-        MAX_RECENT_GREENS,
-        ("uri", "request_id", "at_ms"),
+    first, second, number = keys
+    return tuple(
+        make(_str(kind, item, first), _str(kind, item, second), _int(kind, item, number))
+        for item in value
     )
-    greens = []
-    for item in items:
-        uri, request_id = _str(QUEUE_KIND, item, "uri"), _str(QUEUE_KIND, item, "request_id")
-        greens.append(Green(uri, request_id, _time(QUEUE_KIND, item, "at_ms")))
-    return tuple(greens)
 
 
 _SEARCH_STR_FIELDS = ("queue", "state", "red_request_id", "base_uri", "culprit", "reason")
@@ -303,7 +300,7 @@ def decode_search(data: bytes | None) -> CulpritSearch:
         ),
     )
     strings: dict[str, Any] = {name: _str(SEARCH_KIND, fields, name) for name in _SEARCH_STR_FIELDS}
-    counts: dict[str, Any] = {name: _time(SEARCH_KIND, fields, name) for name in _SEARCH_INT_FIELDS}
+    counts: dict[str, Any] = {name: _int(SEARCH_KIND, fields, name) for name in _SEARCH_INT_FIELDS}
     blamelist = fields["blamelist"]
     if (
         not isinstance(blamelist, list)
@@ -330,26 +327,21 @@ def decode_search(data: bytes | None) -> CulpritSearch:
             f"blamelist commit, got {clip(repr(tallies), 200)}"
         )
     probes = _objects(
+        SEARCH_KIND,
         fields["probes"],
-        "search field 'probes'",
+        "probes",
         "probe",
         MAX_PROBES_LISTED,
         ("request_id", "commit", "started_at_ms"),
+        Probe,
     )
-    listed = []
-    for item in probes:
-        request_id, commit = (
-            _str(SEARCH_KIND, item, "request_id"),
-            _str(SEARCH_KIND, item, "commit"),
-        )
-        listed.append(Probe(request_id, commit, _time(SEARCH_KIND, item, "started_at_ms")))
     return CulpritSearch(
         **strings,
         **counts,
         blamelist=tuple(blamelist),
         tallies=tuple(Tally(g, r) for g, r in tallies),
-        probes=tuple(listed),
-        version=_version(SEARCH_KIND, fields),
+        probes=probes,
+        version=_int(SEARCH_KIND, fields, "version", 1),
     )
 
 

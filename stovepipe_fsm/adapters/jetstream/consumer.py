@@ -136,7 +136,7 @@ class _PullLoop:
     durable: str
     ack_wait_s: float
     fetch_timeout_s: float
-    _sub: JetStreamContext.PullSubscription | None
+    _sub: JetStreamContext.PullSubscription | None = None
     #: The pull request in flight (a task), and when it was issued (``time.monotonic``).
     _fetching: asyncio.Future[list[Msg]] | None = None
     _armed_at: float = 0.0
@@ -250,8 +250,6 @@ class _PullLoop:
         while not stop.is_set() and not self._retired:
             try:
                 await self.poll_once()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # a broker hiccup: log, back off, keep the loop alive
                 log.warning(
                     "%s loop error: %s: %s",
@@ -356,7 +354,6 @@ class ProcessConsumer(_PullLoop):
         self.backoff = Backoff(retry_base_s, retry_cap_s)
         self.subject = topology.process_subject(queue, partition)
         self.durable = topology.process_consumer_name(queue)
-        self._sub: JetStreamContext.PullSubscription | None = None
 
     def consumer_config(self) -> api.ConsumerConfig:
         return self.durable_config(self.subject, max_ack_pending=1)
@@ -386,8 +383,6 @@ class ProcessConsumer(_PullLoop):
         """
         try:
             await self._settle(msg)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
             await self._settle_failed(msg, exc)
 
@@ -437,14 +432,14 @@ class ProcessConsumer(_PullLoop):
         comes back after the ack deadline, the only road left.
         """
         delay = self.backoff.delay_s(_delivered(msg))
-        reason = clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS)
+        reason = said(exc)
         try:
             await msg.nak(delay=delay)
         except Exception as nak_exc:
             log.error(
                 "settling failed (%s) and the message could not be handed back: %s",
                 reason,
-                clip(f"{type(nak_exc).__name__}: {nak_exc}", LOG_FIELD_CHARS),
+                said(nak_exc),
                 extra=self.log_extra(),
             )
             return
@@ -486,11 +481,7 @@ class ProcessConsumer(_PullLoop):
                 try:
                     await self.on_retry(self.queue, request_id, seq, decision, max_attempts)
                 except Exception as exc:  # the retry itself must not depend on the note
-                    log.warning(
-                        "failed attempt not noted: %s",
-                        clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS),
-                        extra=extra,
-                    )
+                    log.warning("failed attempt not noted: %s", said(exc), extra=extra)
             with translated(f"nak {request_id}"):
                 await msg.nak(delay=decision.delay_s)
             self.observer("retry", self.queue, request_id, decision.reason)
@@ -533,6 +524,7 @@ class ProcessConsumer(_PullLoop):
         is refused); raises when no record could be stored, and then the caller must not
         terminate the message."""
         mark = TerminationMark(letter.queue, letter.request_id)
+        extra = self.log_extra()
         await self.terminations.mark(letter.stream_seq, mark)
         try:
             await publish_dead_letter(self.js, self.topology, letter)
@@ -540,10 +532,9 @@ class ProcessConsumer(_PullLoop):
             minimal = letter.minimal()
             if minimal == letter:
                 raise
+            refused = said(exc)
             log.warning(
-                "dead-letter record refused (%s); publishing a minimal one",
-                clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS),
-                extra=self.log_extra(),
+                "dead-letter record refused (%s); publishing a minimal one", refused, extra=extra
             )
             await publish_dead_letter(self.js, self.topology, minimal)
 
@@ -574,7 +565,6 @@ class DeadLetterConsumer(_PullLoop):
         self.backoff = Backoff(retry_s, retry_s)
         self.ack_wait_s = ack_wait_s
         self.durable = "dlq-process-reconciler"
-        self._sub: JetStreamContext.PullSubscription | None = None
 
     @property
     def stream(self) -> str:
@@ -587,8 +577,6 @@ class DeadLetterConsumer(_PullLoop):
         """Reconcile one record; every path acks it or NAKs it with a delay."""
         try:
             await self._settle(msg)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # the mark could not be read: try again later
             log.warning("dead letter not reconciled yet: %s", clip(described(exc), LOG_FIELD_CHARS))
             with contextlib.suppress(Exception):
@@ -653,6 +641,11 @@ class DeadLetterConsumer(_PullLoop):
         if mark != TerminationMark(letter.queue, letter.request_id):
             return f"no termination by the service matches stream sequence {letter.stream_seq}"
         return ""
+
+
+def said(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, bounded for a log line."""
+    return clip(f"{type(exc).__name__}: {exc}", LOG_FIELD_CHARS)
 
 
 def _belongs_to(request_id: str, queue: str) -> bool:

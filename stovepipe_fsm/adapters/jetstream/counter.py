@@ -44,10 +44,7 @@ class KvCounter:
             return None
         encoded = str(last + 1).encode("ascii")
         try:
-            if entry is None:
-                await self._cell.create(key, encoded)
-            else:
-                await self._cell.replace(key, encoded, entry.revision)
+            await self._cell.write(key, encoded, entry.revision if entry else 0)
         except (AlreadyExists, VersionMismatch):
             return None
         return last + 1
@@ -72,10 +69,7 @@ class KvCounter:
             value = last + count
             encoded = str(value).encode("ascii")
             try:
-                if revision == 0:
-                    written = await self._cell.create(key, encoded)
-                else:
-                    written = await self._cell.replace(key, encoded, revision)
+                written = await self._cell.write(key, encoded, revision)
             except (AlreadyExists, VersionMismatch):
                 continue
             self._last[queue] = (value, written)

@@ -16,7 +16,7 @@ the message it replaces could never be settled.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from nats.js import JetStreamContext
 
@@ -75,25 +75,10 @@ class DeadLetter:
         """The same record with the error cut to its first line, short: what is still
         worth trying when the full record could not be published."""
         first = self.error.splitlines()[0] if self.error else ""
-        return DeadLetter(
-            self.queue,
-            self.request_id,
-            clip(first, 200),
-            self.attempts,
-            self.stream_seq,
-            self.stage,
-        )
+        return replace(self, error=clip(first, 200))
 
     def encode(self) -> bytes:
-        body = {
-            "kind": DEAD_LETTER_KIND,
-            "stage": self.stage,
-            "queue": self.queue,
-            "request_id": self.request_id,
-            "error": self.error,
-            "attempts": self.attempts,
-            "stream_seq": self.stream_seq,
-        }
+        body = {"kind": DEAD_LETTER_KIND, **asdict(self)}
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod

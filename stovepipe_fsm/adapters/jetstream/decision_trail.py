@@ -80,6 +80,7 @@ class JetStreamTrail:
 
     async def append(self, record: TrailRecord) -> None:
         topology = self._topology
+        headers = {MSG_ID_HEADER: record.key}
         if record.kind == HELD:
             subject = topology.trail_subject(record.request_id, record.kind, record.tag)
             previous = await self._last(subject)
@@ -88,13 +89,10 @@ class JetStreamTrail:
             headers = {ROLLUP_HEADER: "sub"}
         elif not record.request_id:
             subject = topology.operator_trail_subject(record.queue, record.key)
-            headers = {MSG_ID_HEADER: record.key}
         elif record.kind in OWN_SUBJECT_KINDS:
             subject = topology.trail_subject(record.request_id, record.kind, record.tag)
-            headers = {MSG_ID_HEADER: record.key}
         else:
             subject = topology.trail_subject(record.request_id, record.kind)
-            headers = {MSG_ID_HEADER: record.key}
         if record.kind not in (HELD, PLUGIN):  # a subject of one key: kept once, for good
             headers[EXPECTED_LAST_SUBJECT_SEQ_HEADER] = "0"
         payload = json.dumps(record.as_json(), sort_keys=True, separators=(",", ":")).encode()

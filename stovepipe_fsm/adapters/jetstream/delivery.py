@@ -30,20 +30,12 @@ class JetStreamDelivery:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._msg = msg
-        self._queue = queue
-        self._request_id = request_id
+        self.queue = queue
+        self.request_id = request_id
         self._clock = clock
         self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
         self._extend_after = clock() + self._half_wait
         self.extensions = 0
-
-    @property
-    def queue(self) -> str:
-        return self._queue
-
-    @property
-    def request_id(self) -> str:
-        return self._request_id
 
     @property
     def stream_seq(self) -> int:
@@ -53,7 +45,7 @@ class JetStreamDelivery:
         now = self._clock()
         if now < self._extend_after:
             return
-        with translated(f"in-progress {self._request_id}"):
+        with translated(f"in-progress {self.request_id}"):
             await self._msg.in_progress()
         self.extensions += 1
         self._extend_after = now + self._half_wait  # a fresh deadline from now

@@ -106,26 +106,22 @@ class RevisionMemory:
 
 
 class _KvEntityStore(Generic[E]):
-    """Whole-snapshot create/get/CAS-update of one entity type in one bucket."""
+    """Whole-snapshot create/get/CAS-update of one entity type in one bucket: each kind
+    names itself, the entity field its key is made of, and how."""
 
-    def __init__(
-        self,
-        cell: KvCell,
-        *,
-        kind: str,
-        key_of: Callable[[str], str],
-        identity: Callable[[E], str],
-        encode: Callable[[E], bytes],
-        decode: Callable[[bytes | None], E],
-        remembered_keys: int = DEFAULT_REMEMBERED_KEYS,
-    ) -> None:
+    _kind: str
+    _identity_field: str
+    _key_of: Callable[[str], str]
+    _encode: Callable[[E], bytes]
+    _decode: Callable[[bytes | None], E]
+
+    def __init__(self, cell: KvCell, *, remembered_keys: int = DEFAULT_REMEMBERED_KEYS) -> None:
         self._cell = cell
-        self._kind = kind
-        self._key_of = key_of
-        self._identity: Callable[[E], str] = identity
-        self._encode: Callable[[E], bytes] = encode
-        self._decode: Callable[[bytes | None], E] = decode
         self._memory = RevisionMemory(remembered_keys)
+
+    def _identity(self, entity: E) -> str:
+        identity: str = getattr(entity, self._identity_field)
+        return identity
 
     def _key(self, identity: str) -> str:
         try:
@@ -197,6 +193,10 @@ class _KvEntityStore(Generic[E]):
 class KvRequestStore(_KvEntityStore[Request]):
     """Requests keyed by their id (``request/<queue>/<n>``, encoded by ``names``)."""
 
+    _kind, _identity_field = "request", "id"
+    _key_of = staticmethod(request_key)
+    _decode = staticmethod(decode_request)
+
     def __init__(
         self,
         cell: KvCell,
@@ -206,42 +206,26 @@ class KvRequestStore(_KvEntityStore[Request]):
     ) -> None:
         if layout not in REQUEST_LAYOUTS:
             raise ValueError(f"request layout must be one of {REQUEST_LAYOUTS}, got {layout}")
-        super().__init__(
-            cell,
-            kind="request",
-            key_of=request_key,
-            identity=lambda request: request.id,
-            encode=lambda request: encode_request(request, layout),
-            decode=decode_request,
-            remembered_keys=remembered_keys,
-        )
+        super().__init__(cell, remembered_keys=remembered_keys)
+        self._layout = layout
+
+    def _encode(self, request: Request) -> bytes:
+        return encode_request(request, self._layout)
 
 
 class KvQueueStore(_KvEntityStore[Queue]):
     """Queue rows keyed by the encoded queue name."""
 
-    def __init__(self, cell: KvCell, *, remembered_keys: int = DEFAULT_REMEMBERED_KEYS) -> None:
-        super().__init__(
-            cell,
-            kind="queue",
-            key_of=queue_key,
-            identity=lambda queue: queue.name,
-            encode=encode_queue,
-            decode=decode_queue,
-            remembered_keys=remembered_keys,
-        )
+    _kind, _identity_field = "queue", "name"
+    _key_of = staticmethod(queue_key)
+    _encode = staticmethod(encode_queue)
+    _decode = staticmethod(decode_queue)
 
 
 class KvSearchStore(_KvEntityStore[CulpritSearch]):
     """Culprit search rows, one per queue, keyed by the encoded queue name."""
 
-    def __init__(self, cell: KvCell, *, remembered_keys: int = DEFAULT_REMEMBERED_KEYS) -> None:
-        super().__init__(
-            cell,
-            kind="search",
-            key_of=queue_key,
-            identity=lambda search: search.queue,
-            encode=encode_search,
-            decode=decode_search,
-            remembered_keys=remembered_keys,
-        )
+    _kind, _identity_field = "search", "queue"
+    _key_of = staticmethod(queue_key)
+    _encode = staticmethod(encode_search)
+    _decode = staticmethod(decode_search)

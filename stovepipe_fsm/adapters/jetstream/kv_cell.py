@@ -78,6 +78,13 @@ class KvCell:
                     raise AlreadyExists(f"{self._bucket}: key {key!r} already exists") from None
                 raise
 
+    async def write(self, key: str, value: bytes, revision: int) -> int:
+        """:meth:`create` when ``revision`` is 0 (the key was read absent), else
+        :meth:`replace`."""
+        if revision == 0:
+            return await self.create(key, value)
+        return await self.replace(key, value, revision)
+
     async def replace(self, key: str, value: bytes, revision: int) -> int:
         """Write ``key`` only if its latest revision is ``revision``; ``VersionMismatch``."""
         if revision < 1:

@@ -125,7 +125,6 @@ class OutcomeConsumer(_PullLoop):
         self.fetch_timeout_s = fetch_timeout_s
         self.backoff = Backoff(retry_base_s, retry_cap_s)
         self.durable = OUTCOME_CONSUMER
-        self._sub: JetStreamContext.PullSubscription | None = None
 
     @property
     def stream(self) -> str:

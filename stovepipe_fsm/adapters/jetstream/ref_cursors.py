@@ -112,10 +112,7 @@ class KvRefCursors:
         }
         encoded = json.dumps(value).encode()
         try:
-            if read.revision == 0:
-                await self._cell.create(key, encoded)
-            else:
-                await self._cell.replace(key, encoded, read.revision)
+            await self._cell.write(key, encoded, read.revision)
         except (AlreadyExists, VersionMismatch):
             return False
         return True

@@ -117,8 +117,7 @@ class RefusalTally:
         }
 
     def encode(self) -> bytes:
-        fields = self.as_json()
-        return _dump(KIND, fields)
+        return _dump(KIND, self.as_json())
 
     @classmethod
     def decode(cls, data: bytes) -> RefusalTally:
@@ -183,10 +182,7 @@ async def tally_refusal(
         if updated is tally:
             return tally
         try:
-            if entry is None:
-                await cell.create(key, updated.encode())
-            else:
-                await cell.replace(key, updated.encode(), entry.revision)
+            await cell.write(key, updated.encode(), entry.revision if entry else 0)
         except (AlreadyExists, VersionMismatch):
             continue
         return updated
@@ -199,21 +195,9 @@ async def read_tallies(js: JetStreamContext, topology: Topology) -> list[Refusal
     for key, value in await kv_snapshot(js, topology.refused_bucket):
         try:
             tally = RefusalTally.decode(value)
-        except NonRetryable:
-            continue
-        try:
             if decode_queue_token(key) != tally.queue:
                 continue
-        except ValueError:
-            continue
+        except (NonRetryable, ValueError):
+            continue  # damaged, or not the record its key names
         tallies.append(tally)
     return sorted(tallies, key=lambda t: t.queue)
-
-
-__all__ = [
-    "KIND",
-    "Refusal",
-    "RefusalTally",
-    "read_tallies",
-    "tally_refusal",
-]

@@ -26,7 +26,6 @@ import sysconfig
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 LOOPBACK = "127.0.0.1"
 BINARY_NAME = "nats-server"
@@ -107,10 +106,6 @@ class NatsServer:
     # -- properties -------------------------------------------------------------------
 
     @property
-    def store_dir(self) -> Path:
-        return self._store_dir
-
-    @property
     def log_path(self) -> Path:
         """Where the server's stderr goes: a file, so a chatty server never blocks on a pipe."""
         return self._store_dir / LOG_FILE_NAME
@@ -176,16 +171,7 @@ class NatsServer:
         return self.start()
 
     def _spawn(self, binary: Path, port: int) -> None:
-        args = [
-            str(binary),
-            "-js",
-            "-a",
-            LOOPBACK,
-            "-p",
-            str(port),
-            "-sd",
-            str(self._store_dir),
-        ]
+        args = [str(binary), "-js", "-a", LOOPBACK, "-p", str(port), "-sd", str(self._store_dir)]
         if self._http_port is not None:
             args += ["-m", str(self._http_port)]
         args += list(self._extra_args)
@@ -250,24 +236,14 @@ class NatsServer:
     def __enter__(self) -> NatsServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     async def __aenter__(self) -> NatsServer:
         # Startup polls with sleeps; keep the event loop free while it does.
         return await asyncio.to_thread(self.start)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.to_thread(self.stop)
 
 

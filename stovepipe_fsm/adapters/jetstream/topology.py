@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, fields, replace
 from functools import partial
+from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
@@ -131,13 +133,9 @@ class StreamSpec:
             diffs.append(
                 f"retention: have {_enum_value(actual.retention)}, want {self.retention.value}"
             )
-        if _enum_value(actual.storage) != self.storage.value:
-            diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
+        diffs += _storage_differences(self.storage, self.replicas, actual)
         if self.allow_rollup and not actual.allow_rollup_hdrs:
             diffs.append("allow_rollup_hdrs: have false, want true (held records roll up)")
-        have_replicas = actual.num_replicas or 1
-        if have_replicas != self.replicas:
-            diffs.append(f"replicas: have {have_replicas}, want {self.replicas}")
         if self.owns_max_age and _age(actual.max_age) != _age(self.max_age_s):
             diffs.append(
                 f"max_age: have {_age_text(actual.max_age)}, want {_age_text(self.max_age_s)}"
@@ -173,14 +171,9 @@ class BucketSpec:
         )
 
     def differences(self, actual: api.StreamConfig) -> list[str]:
-        diffs: list[str] = []
-        if _enum_value(actual.storage) != self.storage.value:
-            diffs.append(f"storage: have {_enum_value(actual.storage)}, want {self.storage.value}")
+        diffs = _storage_differences(self.storage, self.replicas, actual)
         if actual.max_msgs_per_subject < 1:
             diffs.append(f"history: have {actual.max_msgs_per_subject}, want {self.history}")
-        have_replicas = actual.num_replicas or 1
-        if have_replicas != self.replicas:
-            diffs.append(f"replicas: have {have_replicas}, want {self.replicas}")
         return diffs
 
 
@@ -237,7 +230,7 @@ class Topology:
             raise ValueError(
                 f"subject prefix {self.prefix!r} must be dot-separated tokens of [A-Za-z0-9_-]"
             )
-        for name in (*self.stream_names(), *self.bucket_names(), self.deliveries_bucket):
+        for name in (*self._names("_stream"), *self._names("_bucket")):
             if not _SIMPLE_NAME_RE.match(name):
                 raise ValueError(f"stream/bucket name {name!r} must match [A-Za-z0-9_-]+")
         if self.initial_queue_limit < 1 or self.replicas < 1 or not 1 <= self.kv_history <= 64:
@@ -260,24 +253,12 @@ class Topology:
         if not _SIMPLE_NAME_RE.match(tag):
             raise ValueError(f"topology tag {tag!r} must match [A-Za-z0-9_-]+")
         upper = tag.upper().replace("-", "_")
-        names: dict[str, object] = {
-            "prefix": f"{DEFAULT_PREFIX}-{tag}",
-            "process_stream": f"STOVEPIPE_{upper}_PROCESS",
-            "build_stream": f"STOVEPIPE_{upper}_BUILD",
-            "hooks_stream": f"STOVEPIPE_{upper}_HOOKS",
-            "dead_letter_stream": f"STOVEPIPE_{upper}_DLQ",
-            "outcome_stream": f"STOVEPIPE_{upper}_OUTCOMES",
-            "trail_stream": f"STOVEPIPE_{upper}_TRAIL",
-            "requests_bucket": f"stovepipe-{tag}-requests",
-            "queues_bucket": f"stovepipe-{tag}-queues",
-            "uris_bucket": f"stovepipe-{tag}-uris",
-            "counters_bucket": f"stovepipe-{tag}-counters",
-            "attempts_bucket": f"stovepipe-{tag}-attempts",
-            "service_bucket": f"stovepipe-{tag}-service",
-            "deliveries_bucket": f"stovepipe-{tag}-deliveries",
-            "refused_bucket": f"stovepipe-{tag}-refused",
-            "searches_bucket": f"stovepipe-{tag}-searches",
-        }
+        names: dict[str, object] = {"prefix": f"{DEFAULT_PREFIX}-{tag}"}
+        for field in fields(cls):  # STOVEPIPE_<TAG>_PROCESS, stovepipe-<tag>-requests, ...
+            if field.name.endswith("_stream"):
+                names[field.name] = str(field.default).replace("STOVEPIPE_", f"STOVEPIPE_{upper}_")
+            elif field.name.endswith("_bucket"):
+                names[field.name] = str(field.default).replace("stovepipe-", f"stovepipe-{tag}-")
         names.update(overrides)
         return cls(**names)  # type: ignore[arg-type]  # values checked by __post_init__
 
@@ -368,15 +349,6 @@ class Topology:
             first_seq=partition * PARTITION_SEQUENCE_SPAN,
         )
 
-    def _queue_of(self, subject: str, kind: str) -> str:
-        """The queue of ``<prefix>.<kind>.<q>``; ``ValueError`` for any other subject."""
-        head = f"{self.prefix}.{kind}."
-        token = subject[len(head) :] if subject.startswith(head) else ""
-        try:
-            return decode_queue_token(token)
-        except InvalidToken as exc:
-            raise ValueError(f"{subject!r} is not a {kind} subject of {head}*: {exc}") from None
-
     def process_consumer_name(self, queue: str) -> str:
         """Durable name of the queue's process consumer (a name, so ``/`` is escaped too)."""
         return f"process-{encode_name_token(queue)}"
@@ -397,8 +369,14 @@ class Topology:
         return f"{self.prefix}.outcome.*"
 
     def queue_of_outcome_subject(self, subject: str) -> str:
-        """The queue an outcome was published for (inverse of outcome_subject)."""
-        return self._queue_of(subject, "outcome")
+        """The queue an outcome was published for (inverse of outcome_subject);
+        ``ValueError`` for any other subject."""
+        head = f"{self.prefix}.outcome."
+        token = subject[len(head) :] if subject.startswith(head) else ""
+        try:
+            return decode_queue_token(token)
+        except InvalidToken as exc:
+            raise ValueError(f"{subject!r} is not a outcome subject of {head}*: {exc}") from None
 
     def trail_subject(self, request_id: str, kind: str, reason: str = "") -> str:
         """The subject of one request's records of one kind (a hold: of one reason)."""
@@ -435,73 +413,53 @@ class Topology:
 
     # -- what ensure_topology creates -------------------------------------------------
 
-    def stream_names(self) -> tuple[str, ...]:
-        return (
-            self.process_stream,
-            self.build_stream,
-            self.hooks_stream,
-            self.dead_letter_stream,
-            self.outcome_stream,
-            self.trail_stream,
+    def _names(self, suffix: str, but: str = "") -> tuple[str, ...]:
+        """The values of the fields named ``*<suffix>`` (but ``but``), in field order."""
+        return tuple(
+            getattr(self, f.name) for f in fields(self) if f.name.endswith(suffix) and f.name != but
         )
 
+    def stream_names(self) -> tuple[str, ...]:
+        return self._names("_stream")
+
     def bucket_names(self) -> tuple[str, ...]:
-        return (
-            self.requests_bucket,
-            self.queues_bucket,
-            self.uris_bucket,
-            self.counters_bucket,
-            self.attempts_bucket,
-            self.service_bucket,
-            self.refused_bucket,
-            self.searches_bucket,
-        )
+        """The buckets :func:`ensure_topology` makes (all but the deliveries')."""
+        return self._names("_bucket", but="deliveries_bucket")
 
     def stream_specs(self) -> tuple[StreamSpec, ...]:
         """Every stream :func:`ensure_topology` makes: partition 0 of the process stream
         (:meth:`process_stream_spec`), the others as the service needs them."""
 
-        def spec(
-            name: str,
-            subject: str,
-            retention: api.RetentionPolicy,
-            max_age_s: float | None = None,
-            owns_max_age: bool = False,
-        ) -> StreamSpec:
+        def limits(name: str, subject: str, max_age_s: float | None, **more: Any) -> StreamSpec:
             return StreamSpec(
                 name=name,
                 subjects=(subject,),
-                retention=retention,
+                retention=api.RetentionPolicy.LIMITS,
                 storage=self.storage,
                 replicas=self.replicas,
                 duplicate_window_s=self.duplicate_window_s,
                 max_age_s=max_age_s,
-                owns_max_age=owns_max_age,
+                **more,
             )
 
-        limits = api.RetentionPolicy.LIMITS
+        age = self.message_max_age_s
         return (
             self.process_stream_spec(0),
-            spec(self.build_stream, f"{self.prefix}.build.*", limits, self.message_max_age_s),
-            spec(self.hooks_stream, f"{self.prefix}.hooks.>", limits, self.message_max_age_s),
-            spec(
+            limits(self.build_stream, f"{self.prefix}.build.*", age),
+            limits(self.hooks_stream, f"{self.prefix}.hooks.>", age),
+            limits(
                 self.dead_letter_stream,
                 f"{self.prefix}.dlq.>",
-                limits,
                 self.dead_letter_max_age_s,
                 owns_max_age=True,
             ),
             # Limits, not a work queue: recorded outcomes stay (for their max age) as the
             # history of what builds reported.
-            spec(self.outcome_stream, self.outcome_filter(), limits, self.message_max_age_s),
-            StreamSpec(
-                name=self.trail_stream,
-                subjects=(f"{self.prefix}.trail.>",),
-                retention=limits,
-                storage=self.storage,
-                replicas=self.replicas,
-                duplicate_window_s=self.duplicate_window_s,
-                max_age_s=self.trail_max_age_s,
+            limits(self.outcome_stream, self.outcome_filter(), age),
+            limits(
+                self.trail_stream,
+                f"{self.prefix}.trail.>",
+                self.trail_max_age_s,
                 owns_max_age=True,
                 allow_rollup=True,
                 max_bytes=self.trail_max_bytes,
@@ -574,23 +532,15 @@ async def ensure_partition(js: JetStreamContext, topology: Topology, partition: 
 
 
 async def _ensure_stream(js: JetStreamContext, spec: StreamSpec) -> bool:
-    with translated(f"ensure stream {spec.name}"):
-        try:
-            info = await js.stream_info(spec.name)
-        except nats.js.errors.NotFoundError:
-            if spec.max_consumers is not None:
-                # Only when creating: a user that may read streams but not the account
-                # (ingest, complete) never asks.
-                spec = spec.within_account((await js.account_info()).limits.max_consumers)
-            try:
-                await js.add_stream(spec.to_config())
-                return True
-            except nats.js.errors.APIError as exc:
-                if exc.err_code != STREAM_NAME_IN_USE_CODE:
-                    raise
-                info = await js.stream_info(spec.name)
-        _raise_on_mismatch("stream", spec.name, spec.differences(info.config))
-        return False
+    async def create() -> None:
+        config = spec
+        if spec.max_consumers is not None:
+            # Only when creating: a user that may read streams but not the account
+            # (ingest, complete) never asks.
+            config = spec.within_account((await js.account_info()).limits.max_consumers)
+        await js.add_stream(config.to_config())
+
+    return await _ensure(js, "stream", spec.name, spec.name, create, spec.differences)
 
 
 async def ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> bool:
@@ -599,29 +549,52 @@ async def ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> bool:
 
 
 async def _ensure_bucket(js: JetStreamContext, spec: BucketSpec) -> bool:
-    stream = f"KV_{spec.name}"
-    with translated(f"ensure bucket {spec.name}"):
+    async def create() -> None:
+        await js.create_key_value(spec.to_config())
+
+    return await _ensure(js, "bucket", spec.name, f"KV_{spec.name}", create, spec.differences)
+
+
+async def _ensure(
+    js: JetStreamContext,
+    kind: str,
+    name: str,
+    stream: str,
+    create: Callable[[], Awaitable[None]],
+    differences: Callable[[api.StreamConfig], list[str]],
+) -> bool:
+    """Create the stream behind a stream or bucket if missing (True), else check it."""
+    with translated(f"ensure {kind} {name}"):
         try:
             info = await js.stream_info(stream)
         except nats.js.errors.NotFoundError:
             try:
-                await js.create_key_value(spec.to_config())
+                await create()
                 return True
             except nats.js.errors.APIError as exc:
                 if exc.err_code != STREAM_NAME_IN_USE_CODE:
                     raise
                 info = await js.stream_info(stream)
-        _raise_on_mismatch("bucket", spec.name, spec.differences(info.config))
+        diffs = differences(info.config)
+        if diffs:
+            raise TopologyMismatch(
+                f"{kind} {name!r} exists with a configuration this service cannot use "
+                f"({'; '.join(diffs)}). It was left unchanged: fix the service's topology "
+                f"settings, or migrate the {kind} deliberately."
+            )
         return False
 
 
-def _raise_on_mismatch(kind: str, name: str, diffs: list[str]) -> None:
-    if diffs:
-        raise TopologyMismatch(
-            f"{kind} {name!r} exists with a configuration this service cannot use "
-            f"({'; '.join(diffs)}). It was left unchanged: fix the service's topology "
-            f"settings, or migrate the {kind} deliberately."
-        )
+def _storage_differences(
+    storage: api.StorageType, replicas: int, actual: api.StreamConfig
+) -> list[str]:
+    diffs: list[str] = []
+    if _enum_value(actual.storage) != storage.value:
+        diffs.append(f"storage: have {_enum_value(actual.storage)}, want {storage.value}")
+    have_replicas = actual.num_replicas or 1
+    if have_replicas != replicas:
+        diffs.append(f"replicas: have {have_replicas}, want {replicas}")
+    return diffs
 
 
 def _age(seconds: float | None) -> float:

@@ -32,10 +32,6 @@ class ManualClock:
     def clone(self) -> ManualClock:
         return ManualClock(self._now_ms)
 
-    def copy(self) -> ManualClock:
-        """Alias of :meth:`clone`."""
-        return self.clone()
-
 
 class SystemClock:
     """Wall-clock milliseconds since the epoch, as an int (no float rounding)."""

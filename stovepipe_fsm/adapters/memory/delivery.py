@@ -25,24 +25,12 @@ class MemoryDelivery:
     """``Delivery`` recording its outcome (``acked`` or ``held`` with a delay)."""
 
     def __init__(self, queue: str, request_id: str, stream_seq: int = 0) -> None:
-        self._queue = queue
-        self._request_id = request_id
-        self._stream_seq = stream_seq
+        self.queue = queue
+        self.request_id = request_id
+        self.stream_seq = stream_seq
         self._outcome: Outcome | None = None
         self._delay_ms: int | None = None
         self.in_progress_calls = 0
-
-    @property
-    def queue(self) -> str:
-        return self._queue
-
-    @property
-    def stream_seq(self) -> int:
-        return self._stream_seq
-
-    @property
-    def request_id(self) -> str:
-        return self._request_id
 
     @property
     def outcome(self) -> Outcome | None:
@@ -78,14 +66,14 @@ class MemoryDelivery:
     async def in_progress(self) -> None:
         if self.finished:
             raise DeliveryAlreadyFinished(
-                f"in_progress on {self._request_id!r} after it was {self._outcome}"
+                f"in_progress on {self.request_id!r} after it was {self._outcome}"
             )
         self.in_progress_calls += 1
 
     def _finish(self, outcome: Outcome) -> None:
         if self._outcome is not None:
             raise DeliveryAlreadyFinished(
-                f"delivery of {self._request_id!r} on queue {self._queue!r} was already "
+                f"delivery of {self.request_id!r} on queue {self.queue!r} was already "
                 f"{self._outcome}; cannot be {outcome} as well"
             )
         self._outcome = outcome
@@ -93,6 +81,6 @@ class MemoryDelivery:
     def __repr__(self) -> str:
         delay = f", delay_ms={self._delay_ms}" if self._delay_ms is not None else ""
         return (
-            f"MemoryDelivery(queue={self._queue!r}, request_id={self._request_id!r}, "
+            f"MemoryDelivery(queue={self.queue!r}, request_id={self.request_id!r}, "
             f"outcome={self._outcome!r}{delay})"
         )

@@ -130,10 +130,6 @@ class MemoryPublisher:
                 firsts.append(record)
         return tuple(firsts)
 
-    def snapshot(self) -> tuple[Published, ...]:
-        """Alias of :attr:`records`, for hashing a world state."""
-        return self.records
-
     def clear(self) -> None:
         """Forget the records (not the injected failures)."""
         self._records.clear()
@@ -144,7 +140,3 @@ class MemoryPublisher:
         twin._records = self._records.copy()
         twin._failures = self._failures.copy() if self._failures else Counter()
         return twin
-
-    def copy(self) -> MemoryPublisher:
-        """Alias of :meth:`clone`."""
-        return self.clone()

@@ -2,10 +2,9 @@
 
 It answers ``is_ancestor`` and ``changed_paths`` with the same outcomes as the git
 adapter (an answer, ``NotFound`` for an unknown commit, ``Retryable`` while
-"unavailable"), so the build
-strategy decision can be driven through every branch without a repository: a
-fast-forward is a new commit whose parents reach the last green, a force-push is a new
-root (or a commit on a branch that does not contain it).
+"unavailable"), so the build strategy decision can be driven through every branch
+without a repository: a fast-forward is a new commit whose parents reach the last
+green, a force-push is a new root (or a commit on a branch that does not contain it).
 """
 
 from __future__ import annotations
@@ -73,7 +72,8 @@ class MemorySourceControl:
         #: commit deleted it), for commits given as ``{path: id}``: with these, changed
         #: paths are the diff of the two trees (:meth:`changed_paths`).
         self._contents: dict[str, Mapping[str, str]] = {}
-        self._available = True
+        #: False: every call of the port fails as in an outage (:meth:`set_available`).
+        self.available = True
         self.calls = 0
         graph = dict(parents or {})
         for commit, commit_parents in graph.items():
@@ -90,25 +90,13 @@ class MemorySourceControl:
             detail = f"unknown parents {missing}" if missing else "a parent cycle"
             raise ValueError(f"commit graph has {detail}: {sorted(pending)}")
         for sha, paths in (changes or {}).items():
-            if sha not in self._parents:
-                raise ValueError(f"changes of {sha!r}: no such commit in the graph")
-            if isinstance(paths, str):
-                raise TypeError(f"changes of {sha!r} must be a sequence of paths, not a string")
-            self._changes[sha] = frozenset(paths)
+            self._changes[sha] = self._changed(sha, paths)
             if isinstance(paths, Mapping):
                 self._contents[sha] = dict(paths)
 
-    @property
-    def available(self) -> bool:
-        return self._available
-
-    @available.setter
-    def available(self, value: bool) -> None:
-        self._available = bool(value)
-
     def set_available(self, value: bool) -> None:
         """Switch transient failure on (``False``) or off; every call obeys it."""
-        self.available = value
+        self.available = bool(value)
 
     def add_commit(self, sha: str, parents: Iterable[str] = ()) -> None:
         """Add ``sha`` with ``parents``; re-adding it with the same parents is a no-op."""
@@ -132,13 +120,16 @@ class MemorySourceControl:
     def set_changes(self, sha: str, paths: Iterable[str]) -> None:
         """Say which paths ``sha`` changed (replacing what it had). Clones share the
         changes until one of them sets some: this one then gets its own."""
+        self._changes = {**self._changes, sha: self._changed(sha, paths)}
+        if sha in self._contents:
+            self._contents = {k: v for k, v in self._contents.items() if k != sha}
+
+    def _changed(self, sha: str, paths: Iterable[str]) -> frozenset[str]:
         if sha not in self._parents:
             raise ValueError(f"changes of {sha!r}: no such commit in the graph")
         if isinstance(paths, str):
             raise TypeError(f"changes of {sha!r} must be a sequence of paths, not a string")
-        self._changes = {**self._changes, sha: frozenset(paths)}
-        if sha in self._contents:
-            self._contents = {k: v for k, v in self._contents.items() if k != sha}
+        return frozenset(paths)
 
     def changes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Every commit given changes, with its paths, sorted: a hashable value."""
@@ -153,9 +144,7 @@ class MemorySourceControl:
             raise NotFound(f"commit {sha!r} not found") from None
 
     async def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        self.calls += 1
-        if not self._available:
-            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        self._called()
         return self.reaches(descendant, ancestor)
 
     def reaches(self, descendant: str, ancestor: str) -> bool:
@@ -163,8 +152,7 @@ class MemorySourceControl:
         a commit the graph does not have); a plain question of the graph, not a call
         of the port (not counted, answered in an outage too)."""
         for sha in (ancestor, descendant):
-            if sha not in self._parents:
-                raise NotFound(f"commit {sha!r} not found")
+            self.parents_of(sha)  # NotFound for a commit the graph does not have
         seen: set[str] = set()
         frontier = [descendant]
         while frontier:
@@ -179,18 +167,14 @@ class MemorySourceControl:
 
     async def first_parent(self, commit: str) -> str:
         """The first parent the graph lists for ``commit`` (``""``: a root commit)."""
-        self.calls += 1
-        if not self._available:
-            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        self._called()
         parents = self.parents_of(commit)
         return parents[0] if parents else ""
 
     async def first_parents_after(self, base: str, head: str, limit: int) -> tuple[str, ...]:
         """``head``'s first-parent line down to what ``base`` reaches, oldest first, the
         newest ``limit`` at most."""
-        self.calls += 1
-        if not self._available:
-            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        self._called()
         for sha in (base, head):
             self.parents_of(sha)  # NotFound for a commit the graph does not have
         reached = self._reachable(base)
@@ -213,12 +197,9 @@ class MemorySourceControl:
         two trees, as ``git diff --name-only base head`` gives it, merges included: a
         path is changed when the two commits hold different content there.
         """
-        self.calls += 1
-        if not self._available:
-            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+        self._called()
         for sha in (base, head):
-            if sha not in self._parents:
-                raise NotFound(f"commit {sha!r} not found")
+            self.parents_of(sha)  # NotFound for a commit the graph does not have
         if self._contents:
             return self._tree_diff(base, head)
         only = self._reachable(head) ^ self._reachable(base)
@@ -257,19 +238,21 @@ class MemorySourceControl:
                 frontier.extend(self._parents[commit])
         return seen
 
+    def _called(self) -> None:
+        """Count a call of the port; in an outage, fail it."""
+        self.calls += 1
+        if not self.available:
+            raise SourceControlOutage(UNAVAILABLE_MESSAGE)
+
     def clone(self) -> MemorySourceControl:
         """An independent copy: the graph and the availability switch are forked."""
         twin = object.__new__(MemorySourceControl)  # nothing to check: a copy of a valid graph
         twin._parents = self._parents.copy()
         twin._changes = self._changes
         twin._contents = self._contents
-        twin._available = self._available
+        twin.available = self.available
         twin.calls = self.calls
         return twin
-
-    def copy(self) -> MemorySourceControl:
-        """Alias of :meth:`clone`."""
-        return self.clone()
 
 
 class MemorySourceControlProvider:
@@ -309,7 +292,3 @@ class MemorySourceControlProvider:
             {queue: fork(member) for queue, member in self._by_queue.items()},
             default=None if self._default is None else fork(self._default),
         )
-
-    def copy(self) -> MemorySourceControlProvider:
-        """Alias of :meth:`clone`."""
-        return self.clone()

@@ -7,9 +7,9 @@ of the event loop, which makes each call atomic and every run deterministic.
 
 Two extras serve simulation and model checking, not the core:
 
-- ``snapshot()`` / ``all()`` return the stored values sorted by key, so a whole world
+- ``snapshot()`` returns the stored values sorted by key, so a whole world
   state can be compared or hashed;
-- ``clone()`` / ``copy()`` return an independent store. Stored values are immutable, so
+- ``clone()`` returns an independent store. Stored values are immutable, so
   copying the dictionary is a complete (and cheap) fork: no later write to either store
   can be seen by the other.
 """
@@ -36,6 +36,8 @@ class _VersionedStore(Generic[E]):
 
     _entity_type: type[E]
     _kind: str
+    #: The entity field a value is stored under.
+    _key_field: str
 
     def __init__(self, entities: Iterable[E] = ()) -> None:
         self._items: dict[str, E] = {}
@@ -47,7 +49,8 @@ class _VersionedStore(Generic[E]):
         self._snapshot: tuple[E, ...] | None = None
 
     def _key(self, entity: E) -> str:
-        raise NotImplementedError
+        key: str = getattr(entity, self._key_field)
+        return key
 
     def _freeze(self, entity: E) -> E:
         """The value to store: a frozen entity of exactly the expected type.
@@ -102,10 +105,6 @@ class _VersionedStore(Generic[E]):
             self._snapshot = tuple(items[key] for key in sorted(items))
         return self._snapshot
 
-    def all(self) -> tuple[E, ...]:
-        """Alias of :meth:`snapshot`."""
-        return self.snapshot()
-
     def __len__(self) -> int:
         return len(self._items)
 
@@ -119,19 +118,13 @@ class _VersionedStore(Generic[E]):
         twin._snapshot = self._snapshot
         return twin
 
-    def copy(self) -> Self:
-        """Alias of :meth:`clone`."""
-        return self.clone()
-
 
 class MemoryRequestStore(_VersionedStore[Request]):
     """``RequestStore`` keyed by ``Request.id``."""
 
     _entity_type = Request
     _kind = "request"
-
-    def _key(self, entity: Request) -> str:
-        return entity.id
+    _key_field = "id"
 
 
 class MemoryQueueStore(_VersionedStore[Queue]):
@@ -139,9 +132,7 @@ class MemoryQueueStore(_VersionedStore[Queue]):
 
     _entity_type = Queue
     _kind = "queue"
-
-    def _key(self, entity: Queue) -> str:
-        return entity.name
+    _key_field = "name"
 
     def _freeze(self, entity: Queue) -> Queue:
         # A frozen dataclass still holds whatever sequence it was given; a list of slot
@@ -157,9 +148,7 @@ class MemorySearchStore(_VersionedStore[CulpritSearch]):
 
     _entity_type = CulpritSearch
     _kind = "search"
-
-    def _key(self, entity: CulpritSearch) -> str:
-        return entity.queue
+    _key_field = "queue"
 
 
 class MemoryUriIndex:
@@ -189,19 +178,11 @@ class MemoryUriIndex:
         """Every ``((queue, uri), request_id)`` entry, sorted by key."""
         return tuple(sorted(self._items.items()))
 
-    def all(self) -> tuple[tuple[tuple[str, str], str], ...]:
-        """Alias of :meth:`snapshot`."""
-        return self.snapshot()
-
     def __len__(self) -> int:
         return len(self._items)
 
     def clone(self) -> MemoryUriIndex:
         return MemoryUriIndex(self._items.items())
-
-    def copy(self) -> MemoryUriIndex:
-        """Alias of :meth:`clone`."""
-        return self.clone()
 
 
 class MemoryCounter:
@@ -238,13 +219,5 @@ class MemoryCounter:
         """Every ``(queue, last issued value)`` pair, sorted by queue."""
         return tuple(sorted(self._last.items()))
 
-    def all(self) -> tuple[tuple[str, int], ...]:
-        """Alias of :meth:`snapshot`."""
-        return self.snapshot()
-
     def clone(self) -> MemoryCounter:
         return MemoryCounter(self._last.items())
-
-    def copy(self) -> MemoryCounter:
-        """Alias of :meth:`clone`."""
-        return self.clone()

@@ -522,8 +522,8 @@ def _decides_alike(before: World, after: World) -> str:
         return ""
     bare.deliver_next()
     head = message.request_id
-    got = next((r for r in after.requests.all() if r.id == head), None)
-    alone = next((r for r in bare.requests.all() if r.id == head), None)
+    got = next((r for r in after.requests.snapshot() if r.id == head), None)
+    alone = next((r for r in bare.requests.snapshot() if r.id == head), None)
     if got is None or alone is None or got.state == alone.state:
         return ""
     return f"{head} ({got.uri}) is {got.state} with probes in flight, {alone.state} without them"
