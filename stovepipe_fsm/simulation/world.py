@@ -35,6 +35,7 @@ hold reason under any machine, not only the shipped one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,9 +58,7 @@ from ..domain.errors import NotFound, Retryable
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
 from ..pipeline import verbs
-from ..pipeline.dlq import DeadLetterReconciler
 from ..pipeline.ingest import Ingest, IngestResult
-from ..pipeline.record import Record
 from ..pipeline.wiring import Ports, Stages, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
@@ -68,7 +67,7 @@ from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
-from ..process.trail_notes import hold_reason, note_failed_attempt
+from ..process.trail_notes import hold_reason
 from .broker import (
     Crash,
     Message,
@@ -230,10 +229,8 @@ class World:
         policy are immutable and shared; the twin builds its own stages on its own
         ports when it first steps (a stalled delivery in hand needs them at once).
         """
-        twin = object.__new__(World)
-        twin.machines = self.machines
+        twin = copy.copy(self)  # the machines, policy, metrics and error set are shared
         twin.config = self.config.clone()
-        twin.lifecycle_factory = self.lifecycle_factory
         twin.clock = self.clock.clone()
         twin.requests = self.requests.clone()
         twin.queues = self.queues.clone()
@@ -244,19 +241,14 @@ class World:
         twin.broker = self.broker.clone()
         twin.graph = self.graph.clone()
         twin.trail = self.trail.clone() if self.trail is not None else None
-        twin.metrics = self.metrics
-        twin.armed_crash = self.armed_crash
-        twin.holds = self.holds
         twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
         twin.raised = list(self.raised)
-        twin.errors_seen = self.errors_seen  # shared: what failed in any fork
         twin._stages = None
-        twin.failing = self.failing
         twin.builds = self.builds.clone() if self.builds is not None else None
         twin._published_builds = list(self._published_builds)
         twin.after_event = None
-        twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
+        twin.in_hand = [held.rebind(twin) for held in self.in_hand]
         return twin
 
     # --- the stages, on this world's ports ---------------------------------------
@@ -301,14 +293,6 @@ class World:
     @property
     def ingester(self) -> Ingest:
         return self.stages.ingest
-
-    @property
-    def recorder(self) -> Record:
-        return self.stages.record
-
-    @property
-    def reconciler(self) -> DeadLetterReconciler:
-        return self.stages.reconciler
 
     @property
     def lifecycle(self) -> RequestLifecycle:
@@ -403,17 +387,12 @@ class World:
         """The failed attempt in the trail, as the service notes it before its NAK."""
         if self.trail is None:
             return
-        note = note_failed_attempt(
-            self.stages.services,
-            message.queue,
-            message.request_id,
-            stream_seq=message.seq,
-            failures=decision.failures,
-            max_attempts=self.config.get(message.queue).max_attempts,
-            retry_in_ms=round(decision.delay_s * 1000),
-            error=decision.reason,
+        max_attempts = self.config.get(message.queue).max_attempts
+        run_sync(
+            self.stages.note_retry(
+                message.queue, message.request_id, message.seq, decision, max_attempts
+            )
         )
-        run_sync(note)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         """Record the dead letter, remove the message, and fail its request closed.
