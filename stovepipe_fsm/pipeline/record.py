@@ -31,8 +31,6 @@ from ..process.gate import announce_start_before_end
 from ..process.services import StageServices
 from ..process.trail_notes import note
 
-__all__ = ["Record", "announce_end", "end_once"]
-
 
 async def announce_end(services: StageServices, request: Request) -> bool:
     """Announce that ``request``'s validation ended; ``False`` when there is nothing to say.
@@ -97,16 +95,8 @@ class Record:
                 f"{outcome} is kept until it is"
             )
         if request.state in self.roles.preempted_states:
-            moot = request.state
-            await note(
-                self.services,
-                ENDED,
-                request,
-                tag=f"moot:{outcome}",
-                outcome=outcome,
-                by=by,
-                moot=moot,
-            )
+            moot, tag = request.state, f"moot:{outcome}"
+            await note(self.services, ENDED, request, tag=tag, outcome=outcome, by=by, moot=moot)
             await announce_end(self.services, request)
             return request
         repeat = self.lifecycle.is_terminal(request)
