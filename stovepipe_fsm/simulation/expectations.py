@@ -156,7 +156,7 @@ def evaluate(world: World, expectation: Expectation) -> list[Result]:
 
 def _request_results(world: World, expectation: Expectation) -> list[Result]:
     request_id = world.request_for(expectation.queue, expectation.uri)
-    request = _load(world, request_id) if request_id else None
+    request = world.find_request(request_id) if request_id else None
     if request is None:
         # One failure for the step, at its ``request:`` key: no check can be evaluated.
         missing = Check("request", expectation.uri, expectation.location)
@@ -243,14 +243,7 @@ def _show(value: Value) -> str:
     return str(value)
 
 
-def _load(world: World, request_id: str) -> Request | None:
-    try:
-        return run_sync(world.requests.get(request_id))
-    except (NotFound, ValueError):
-        return None
-
-
 def _uri_of(world: World, request_id: str) -> str:
     """The uri a request was ingested for; its id if it cannot be loaded."""
-    request = _load(world, request_id)
+    request = world.find_request(request_id)
     return request.uri if request is not None else request_id

@@ -416,10 +416,9 @@ class World:
         """
         if point not in STALL_POINTS:
             raise ValueError(f"unknown stall point {point!r}; one of {', '.join(STALL_POINTS)}")
-        due = self.broker.due(self.clock.now_ms())
-        if not due:
+        message = self.broker.first_due(self.clock.now_ms())
+        if message is None:
             return None
-        message = due[0]
         message.deliveries += 1
         delivery = SimDelivery(self, message)
         probe = self._probe if self.armed_crash else None
@@ -454,10 +453,15 @@ class World:
         return self._finished(message, result, held.state_before, holds, settled)
 
     def _state_of(self, request_id: str) -> str:
+        request = self.find_request(request_id)
+        return request.state if request is not None else ""
+
+    def find_request(self, request_id: str) -> Request | None:
+        """The request ``request_id`` as stored; ``None`` when there is none."""
         try:
-            return run_sync(self.requests.get(request_id)).state
-        except NotFound:
-            return ""
+            return run_sync(self.requests.get(request_id))
+        except (NotFound, ValueError):
+            return None
 
     def _probe(self, action: str) -> None:
         point = f"after_{action}"
