@@ -187,10 +187,6 @@ class Queue:
         expires = self.expires_at(request_id)
         return expires is not None and expires <= now_ms and self.holds(request_id)
 
-    def live_holders(self, now_ms: int) -> tuple[str, ...]:
-        """The holders whose slot has not expired: the ones the gate counts."""
-        return tuple(h for h in self.slot_holders if not self.is_expired(h, now_ms))
-
     def expired_holders(self, now_ms: int) -> tuple[str, ...]:
         """The holders whose lease ran out at ``now_ms``: reclaimable."""
         return tuple(h for h in self.slot_holders if self.is_expired(h, now_ms))

@@ -106,9 +106,7 @@ def named_requests(records: Sequence[TrailRecord]) -> set[str]:
         d = record.details
         if record.kind in (PROBE_STARTED, ADMITTED) and d.get(_FOR_HEAD[record.kind]):
             named.add(d[_FOR_HEAD[record.kind]])
-        if record.kind == SUPERSEDED and d.get("by"):
-            named.add(d["by"])
-        if record.kind == RECLAIMED and d.get("by"):
+        if record.kind in (SUPERSEDED, RECLAIMED) and d.get("by"):
             named.add(d["by"])
         if record.kind == HELD and d.get("holders"):
             named.update(h.strip() for h in d["holders"].split(",") if h.strip())
