@@ -147,41 +147,41 @@ def _fast_timeline(
     history_data = data.get("history", {})
     changes_data = data.get("changes", {})
     builds_data = data.get("builds", [])
-    if not (commits_valid(history_data) and changes_valid(changes_data)):
-        return None
-    if not builds_valid(builds_data):
+    valid = commits_valid(history_data) and changes_valid(changes_data)
+    if not (valid and builds_valid(builds_data)):
         return None
     queue = data.get("queue", DEFAULT_QUEUE)
     issues: list[SpecIssue] = []  # any issue sends the file to the located path
-    _check_queue(queue, Location(file, 1, 1), issues)
+    checked: set[str] = set()
+
+    def check_queue(name: str, where: Location) -> None:
+        if name not in checked:
+            _check_queue(name, where, issues)
+            checked.add(name)
+
+    check_queue(queue, Location(file, 1, 1))
     steps = []
-    checked = {queue}
     for raw, where in zip(steps_data, steps_at, strict=True):
         if not (step_decided(raw) and step_valid(raw)):
             return None
-        step = _step(raw, where, queue)
-        if step.queue not in checked:
-            _check_queue(step.queue, where, issues)
-            checked.add(step.queue)
-        steps.append(step)
+        steps.append(_step(raw, where, queue))
+        check_queue(steps[-1].queue, where)
     history = {str(k): tuple(v) for k, v in history_data.items()}
     changes = {str(k): _paths(v) for k, v in changes_data.items()}
-    if issues or any(commit not in history for commit in changes):
-        return None
-    if any(parent not in history for parents in history.values() for parent in parents):
-        return None
-    if parents_first(history)[1]:
+    if (
+        issues
+        or any(commit not in history for commit in changes)
+        or any(parent not in history for parents in history.values() for parent in parents)
+        or parents_first(history)[1]
+    ):
         return None
     builds = []
     for index, raw in enumerate(builds_data):
-        build = _build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue)
-        if build.queue not in checked:
-            _check_queue(build.queue, build.location, issues)
-            checked.add(build.queue)
-        builds.append((index, build))
+        builds.append(_build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue))
+        check_queue(builds[-1].queue, builds[-1].location)
     if "config" not in data:
         config_at = Location(file, 1, 1)
-    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(b for _, b in builds))
+    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(builds))
     return _timeline(data, parts, lambda *_: Location(file, 1, 1), issues)
 
 
