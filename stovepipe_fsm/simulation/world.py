@@ -541,15 +541,8 @@ class World:
         queue = parse_request_id(request_id).queue
         parameters = dict(self.config.get(queue).parameters)
         coalesces = verbs.queue_coalesces(self.machines.coalesces, parameters)
-        verb = verbs.retry(
-            self.lifecycle,
-            self.ingester,
-            self.uri_index,
-            request_id,
-            by="timeline",
-            coalesces=coalesces,
-        )
-        return run_sync(verb)
+        stages = (self.lifecycle, self.ingester, self.uri_index)
+        return run_sync(verbs.retry(*stages, request_id, by="timeline", coalesces=coalesces))
 
     def deliver_next(self) -> DeliveryReport | None:
         first = self.broker.first_due(self.clock.now_ms())
