@@ -299,8 +299,8 @@ def _filter_form(selection: Selection, kept: int, total: int) -> str:
 def _queue_table(shown: Sequence[QueueView], now_ms: int) -> str:
     if not shown:
         return '<p class="muted">No queue.</p>'
-    headings = ("Queue", "State", "Last green", "Slot holders (since; lease expiry)")
-    headings += ("Backlog", "Oldest waiting head", "Parameters")
+    headings = ["Queue", "State", "Last green", "Slot holders (since; lease expiry)"]
+    headings += ["Backlog", "Oldest waiting head", "Parameters"]
     return _table("queues", headings, (_queue_row(q, now_ms) for q in shown))
 
 
