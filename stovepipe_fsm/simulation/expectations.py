@@ -108,13 +108,8 @@ def parse_expectation(
     head = doc.locate((*inner, "request"), key=True) if uri else doc.locate(inner, key=True)
     if not checks and not issues:
         kind = "request" if uri else "queue"
-        issues.append(
-            SpecIssue(
-                head,
-                f"expect asserts nothing about the {kind}; give at least one of: "
-                f"{', '.join(allowed)}",
-            )
-        )
+        message = f"expect asserts nothing about the {kind}; give at least one of: "
+        issues.append(SpecIssue(head, message + ", ".join(allowed)))
     return Expectation(queue, uri, tuple(checks), head), issues
 
 
@@ -162,11 +157,10 @@ def _request_results(world: World, expectation: Expectation) -> list[Result]:
         missing = Check("request", expectation.uri, expectation.location)
         message = f"expected a request for {expectation.uri} in queue {expectation.queue}, got none"
         return [Result(missing, False, message)]
-    results = []
-    for check in expectation.checks:
-        actual = _request_value(world, request, check.key)
-        results.append(_compare(expectation, check, actual))
-    return results
+    return [
+        _compare(expectation, check, _request_value(world, request, check.key))
+        for check in expectation.checks
+    ]
 
 
 def _request_value(world: World, request: Request, key: str) -> Value:

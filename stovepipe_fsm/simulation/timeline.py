@@ -212,14 +212,9 @@ def located_timeline(doc: SourceDocument) -> Timeline:
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
     changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
-    for commit in changes:
-        if commit not in history:
-            issues.append(
-                SpecIssue(
-                    doc.locate(("changes", commit), key=True),
-                    f"changes: {commit!r} is not a commit of the history",
-                )
-            )
+    for commit in (c for c in changes if c not in history):
+        where = doc.locate(("changes", commit), key=True)
+        issues.append(SpecIssue(where, f"changes: {commit!r} is not a commit of the history"))
     builds = []
     for index, raw in enumerate(data.get("builds", [])):
         build = _build(raw, doc.locate(("builds", index)), queue)
@@ -273,9 +268,8 @@ def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> 
             parameter = declared.get(name)
             if parameter is None:
                 if name not in RUNTIME_KEYS:
-                    issues.append(
-                        SpecIssue(where, f"config: unknown parameter {name!r}; allowed: {allowed}")
-                    )
+                    unknown = f"config: unknown parameter {name!r}; allowed: {allowed}"
+                    issues.append(SpecIssue(where, unknown))
                 continue
             for problem in value_problems(parameter, value):
                 issues.append(SpecIssue(where, f"config: {name}: {problem}"))
@@ -353,25 +347,19 @@ def _check_history(
     for commit, parents in history.items():
         for index, parent in enumerate(parents):
             if parent not in history:
-                issues.append(
-                    SpecIssue(
-                        doc.locate(("history", commit, index)),
-                        f"history: parent {parent!r} of commit {commit!r} is not a commit "
-                        "of the history; list it with its own parents (a root has [])",
-                    )
+                message = (
+                    f"history: parent {parent!r} of commit {commit!r} is not a commit "
+                    "of the history; list it with its own parents (a root has [])"
                 )
+                issues.append(SpecIssue(doc.locate(("history", commit, index)), message))
     # Place commits after their parents; what cannot be placed is on or behind a cycle
     # (an undefined parent, already reported above, counts as placed).
     _, pending = parents_first(
         {commit: [p for p in parents if p in history] for commit, parents in history.items()}
     )
     for commit in sorted(pending):
-        issues.append(
-            SpecIssue(
-                doc.locate(("history", commit)),
-                f"history: commit {commit!r} is on or descends from a parent cycle",
-            )
-        )
+        message = f"history: commit {commit!r} is on or descends from a parent cycle"
+        issues.append(SpecIssue(doc.locate(("history", commit)), message))
 
 
 def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineStep:
