@@ -82,16 +82,10 @@ def card_sections(
         where = _where(entry) if entry is not None else "the defaults"
         config = effective_config(policy.resolve(queue), pairs)
         return [_section(f"`{queue}`", f"from {where}", config, gate, registry)]
-    sections = [
-        _section(
-            f"`{entry.key}`",
-            _where(entry),
-            effective_config(entry.settings.apply(base), pairs),
-            gate,
-            registry,
-        )
-        for entry in policy.entries
-    ]
+    sections = []
+    for entry in policy.entries:
+        config = effective_config(entry.settings.apply(base), pairs)
+        sections.append(_section(f"`{entry.key}`", _where(entry), config, gate, registry))
     everyone = effective_config(base, pairs)
     sections.append(_section("every other queue", "the defaults", everyone, gate, registry))
     return sections

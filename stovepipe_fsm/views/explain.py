@@ -175,9 +175,8 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
         return f"operator {who} ran {d.get('verb', '?')}: {d.get('what', '')}"
     if record.kind == PLUGIN:
         own = ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if k not in ("plugin", "note"))
-        return f"plugin {d.get('plugin', '?')} noted: {d.get('note', '')}" + (
-            f" ({own})" if own else ""
-        )
+        shown = f" ({own})" if own else ""
+        return f"plugin {d.get('plugin', '?')} noted: {d.get('note', '')}{shown}"
     return record.kind
 
 
