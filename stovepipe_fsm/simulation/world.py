@@ -174,16 +174,13 @@ class World:
         keep_trail: bool = True,
         requests: MemoryRequestStore | None = None,
         errors_seen: set[str] | None = None,
-        builds: BuildModel | None = None,
     ) -> None:
         """``config`` is the policy, fixed for the run; ``overrides`` are values every
         queue resolves over it (a timeline's ``config:``), ``config`` steps change it
         per queue (:meth:`ResolvedConfigs.set`). ``requests``: the request store to run
         on, when not an empty one (a what-if's logs its writes). ``errors_seen``: where
         every distinct error a delivery raises is added, in this world and every world
-        forked from it (the model checker's report of what failed anywhere).
-        ``builds``: the recorded builds that end every build this world starts
-        (:mod:`.builds`); without it a build ends only by a ``complete`` step."""
+        forked from it (the model checker's report of what failed anywhere)."""
         self.machines = machines
         #: The decision trail, as the service keeps it (none for the model checker,
         #: whose states must not carry a growing history).
@@ -212,7 +209,9 @@ class World:
         self.errors_seen = errors_seen if errors_seen is not None else set()
         self.in_hand: list[InHand] = []
         self._stages: Stages | None = None
-        self.builds = builds
+        #: The recorded builds that end every build this world starts (:mod:`.builds`);
+        #: without them a build ends only by a ``complete`` step.
+        self.builds: BuildModel | None = None
         #: Requests every delivery of which fails (a timeline's ``failing`` step).
         self.failing: frozenset[str] = frozenset()
         #: Builds published by the delivery in progress, started when it settles.

@@ -20,8 +20,9 @@ from ...process.catalog import load_process_machines
 from ...simulation.collector import settled_heap
 from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE, load_policy_store
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE
 from . import columns
+from .columns import PolicyColumn
 from .compare import RunSummary, differences, summarize
 from .figures import EMPTY, TOTAL
 from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
@@ -70,9 +71,11 @@ def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
     with settled_heap():  # frozen before the fork: the child does not copy the timeline
+        mine = PolicyColumn("policy", args.machines, args.config)
+        theirs = PolicyColumn("vs policy", args.vs_machines, args.vs_config)
         run, vs = replay_both(
-            lambda: _replay(timeline, args.machines, args.config, args.seed),
-            lambda: _replay(timeline, args.vs_machines, args.vs_config, args.seed),
+            lambda: _replay(timeline, mine, args.seed),
+            lambda: _replay(timeline, theirs, args.seed),
             parallel=parallel,
         )
         doc = whatif_json(args, run, vs)
@@ -89,23 +92,18 @@ def _whatif_columns(args: argparse.Namespace) -> int:
     """A column per policy (:mod:`.columns`), each replayed in turn."""
     chosen = columns.columns_of(args)
     timeline = load_timeline(args.timeline)
-
-    def replay(column: columns.PolicyColumn) -> RunSummary:
-        machines = load_process_machines(column.machines)
-        config = columns.config_store(column, machines.parameters)
-        timeline_of = columns.timeline_for(column, timeline)
-        return summarize(replay_timed(timeline_of, machines, config, seed=args.seed))
-
     with settled_heap():
-        runs = [replay(column) for column in chosen]
+        runs = [_replay(timeline, column, args.seed) for column in chosen]
     doc = columns.columns_json(args.timeline, chosen, runs, args.seed)
     print(json.dumps(doc, indent=2) if args.json else columns.render_columns(doc, ROWS))
     return EXIT_OK
 
 
-def _replay(timeline: Timeline, machines_dir: str, config_path: str, seed: int) -> RunSummary:
-    machines = load_process_machines(machines_dir)
-    config = load_policy_store(config_path, machines.parameters)
+def _replay(timeline: Timeline, column: PolicyColumn, seed: int) -> RunSummary:
+    """The replay of ``timeline`` under ``column``'s policy, summed up for comparison."""
+    machines = load_process_machines(column.machines)
+    config = columns.config_store(column, machines.parameters)
+    timeline = columns.timeline_for(column, timeline)
     return summarize(replay_timed(timeline, machines, config, seed=seed))
 
 
