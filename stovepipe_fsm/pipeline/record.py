@@ -48,11 +48,16 @@ async def announce_end(services: StageServices, request: Request) -> bool:
         or request.probe_of
     ):
         return False  # a probe is not a validation of trunk: its search announces
-    outcome = services.roles.outcome_of_state(request.state)
-    name = outcome.name if outcome is not None else request.state
+    name = ended_as(services, request)
     event = ended_event(request.queue, request.id, name, request.version, services.clock.now_ms())
     await services.publisher.publish_hook(event)
     return True
+
+
+def ended_as(services: StageServices, request: Request) -> str:
+    """The outcome whose state ``request`` ended in (its state when no outcome ends there)."""
+    outcome = services.roles.outcome_of_state(request.state)
+    return outcome.name if outcome is not None else request.state
 
 
 async def end_once(
