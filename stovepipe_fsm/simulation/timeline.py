@@ -27,19 +27,11 @@ from ..located.yaml_source import (
 )
 from ..machine.model import ParameterSpec
 from ..machine.parameters import as_json, value_problems
+from . import timeline_shape as shape
 from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
 from .timeline_culprits import Locate, read_culprits
 from .timeline_lines import is_lines, parse_lines
-from .timeline_shape import (
-    BULK_KEYS,
-    builds_valid,
-    changes_valid,
-    commits_valid,
-    header_valid,
-    step_decided,
-    step_valid,
-)
 
 DEFAULT_QUEUE = "monorepo/main"
 #: The largest timeline file read: recorded history runs to tens of MB, policy files
@@ -141,14 +133,14 @@ def _fast_timeline(
     steps_data = data.get("steps")
     if type(steps_data) is not list or len(steps_data) != len(steps_at):
         return None
-    header = {k: v for k, v in data.items() if k not in BULK_KEYS}
-    if not header_valid(header):
+    header = {k: v for k, v in data.items() if k not in shape.BULK_KEYS}
+    if not shape.header_valid(header):
         return None
     history_data = data.get("history", {})
     changes_data = data.get("changes", {})
     builds_data = data.get("builds", [])
-    valid = commits_valid(history_data) and changes_valid(changes_data)
-    if not (valid and builds_valid(builds_data)):
+    valid = shape.commits_valid(history_data) and shape.changes_valid(changes_data)
+    if not (valid and shape.builds_valid(builds_data)):
         return None
     queue = data.get("queue", DEFAULT_QUEUE)
     issues: list[SpecIssue] = []  # any issue sends the file to the located path
@@ -162,7 +154,7 @@ def _fast_timeline(
     check_queue(queue, Location(file, 1, 1))
     steps = []
     for raw, where in zip(steps_data, steps_at, strict=True):
-        if not (step_decided(raw) and step_valid(raw)):
+        if not (shape.step_decided(raw) and shape.step_valid(raw)):
             return None
         steps.append(_step(raw, where, queue))
         check_queue(steps[-1].queue, where)
