@@ -63,10 +63,8 @@ def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int
             "nothing to compare: give --vs-config or --vs-machines (the other defaults to "
             "this policy's), or --policy DIR or --vary PARAM=V1,V2,... (docs/whatif.md)"
         )
-    if args.vs_machines is None:
-        args.vs_machines = args.machines
-    if args.vs_config is None:
-        args.vs_config = args.config
+    args.vs_machines = args.machines if args.vs_machines is None else args.vs_machines
+    args.vs_config = args.config if args.vs_config is None else args.vs_config
     timeline = load_timeline(args.timeline)
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
