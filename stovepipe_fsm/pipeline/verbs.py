@@ -230,8 +230,5 @@ async def _note(
 ) -> None:
     if trail is None:
         return
-    pairs = detail(verb=verb, by=by or "operator", what=what, **more)
-    record = TrailRecord(
-        OPERATOR, request.queue, request.id, clock.now_ms(), detail=pairs, tag=verb
-    )
-    await trail.append(record)
+    pairs, at = detail(verb=verb, by=by or "operator", what=what, **more), clock.now_ms()
+    await trail.append(TrailRecord(OPERATOR, request.queue, request.id, at, detail=pairs, tag=verb))
