@@ -15,7 +15,7 @@ from test_git_source_control import commit_file, git, init_repo
 
 from stovepipe_fsm.adapters.git import GitSourceControl
 from stovepipe_fsm.adapters.memory import MemorySourceControl
-from stovepipe_fsm.domain import NotFound, Retryable
+from stovepipe_fsm.domain.errors import NotFound, Retryable
 from stovepipe_fsm.domain.path_globs import first_match, path_matches
 
 

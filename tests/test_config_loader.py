@@ -15,8 +15,7 @@ from stovepipe_fsm.config import (
     load_queue_config,
     policy_from_mapping,
 )
-from stovepipe_fsm.domain import QueueConfig
-from stovepipe_fsm.domain.entities import RUNTIME_KEYS
+from stovepipe_fsm.domain.entities import RUNTIME_KEYS, QueueConfig
 from stovepipe_fsm.located.errors import SpecError, SpecIssue
 from stovepipe_fsm.located.schema import load_schema, schema_issues
 from stovepipe_fsm.located.yaml_source import read_yaml

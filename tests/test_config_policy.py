@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from stovepipe_fsm.config import PolicyEntry, QueuePolicy, Settings, load_queue_config
-from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
+from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.domain.queue_names import InvalidQueueName
 from stovepipe_fsm.located.errors import Location, SpecError, SpecIssue
 from stovepipe_fsm.machine.parameters import defaults_of
 from stovepipe_fsm.process.catalog import load_process_machines

@@ -13,7 +13,8 @@ from stovepipe_fsm.adapters.file import FileConfigStore
 from stovepipe_fsm.adapters.memory.clock import ManualClock
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.config import load_queue_config
-from stovepipe_fsm.domain import InvalidQueueName, QueueConfig
+from stovepipe_fsm.domain.entities import QueueConfig
+from stovepipe_fsm.domain.queue_names import InvalidQueueName
 from stovepipe_fsm.located.errors import SpecError
 from stovepipe_fsm.machine.parameters import defaults_of
 from stovepipe_fsm.ports import ConfigStore

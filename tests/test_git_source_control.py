@@ -24,8 +24,8 @@ from stovepipe_fsm.adapters.git import (
     rev_parse,
     subprocess_runner,
 )
-from stovepipe_fsm.domain import Green, NotFound, Retryable
-from stovepipe_fsm.domain.errors import EnvironmentFailure
+from stovepipe_fsm.domain.entities import Green
+from stovepipe_fsm.domain.errors import EnvironmentFailure, NotFound, Retryable
 from stovepipe_fsm.domain.settle import Attempt, SettleKind, settle
 from stovepipe_fsm.process.greens import newest_green_ancestor
 

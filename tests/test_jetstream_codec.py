@@ -25,8 +25,9 @@ from stovepipe_fsm.adapters.jetstream.codec import (
     encode_uri_entry,
     encode_work,
 )
-from stovepipe_fsm.domain import FULL, Green, NonRetryable, Queue, Request
 from stovepipe_fsm.domain.culprit_search import CulpritSearch, Probe, Tally
+from stovepipe_fsm.domain.entities import FULL, Green, Queue, Request
+from stovepipe_fsm.domain.errors import NonRetryable
 
 text = st.text(max_size=40)
 requests = st.builds(

@@ -25,14 +25,8 @@ from stovepipe_fsm.adapters.jetstream import (
     open_kv_stores,
 )
 from stovepipe_fsm.adapters.jetstream.codec import encode_queue
-from stovepipe_fsm.domain import (
-    NonRetryable,
-    NotFound,
-    Queue,
-    Request,
-    Retryable,
-    VersionMismatch,
-)
+from stovepipe_fsm.domain.entities import Queue, Request
+from stovepipe_fsm.domain.errors import NonRetryable, NotFound, Retryable, VersionMismatch
 
 QUEUE = "monorepo/main"
 

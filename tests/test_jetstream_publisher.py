@@ -16,7 +16,8 @@ from stovepipe_fsm.adapters.jetstream import (
     ensure_topology,
 )
 from stovepipe_fsm.adapters.jetstream.codec import decode_work
-from stovepipe_fsm.domain import Retryable, started_event
+from stovepipe_fsm.domain.errors import Retryable
+from stovepipe_fsm.domain.hooks import started_event
 
 QUEUE = "monorepo/main"
 RID = "request/monorepo/main/1"

@@ -22,7 +22,8 @@ from nats_server import JsEnv, close, connect
 from stovepipe_fsm.adapters.jetstream import KvCell, KvEntry, KvQueueStore, KvRequestStore
 from stovepipe_fsm.adapters.jetstream.codec import encode_request
 from stovepipe_fsm.adapters.jetstream.entity_stores import RevisionMemory
-from stovepipe_fsm.domain import NotFound, Queue, Request, Retryable, VersionMismatch
+from stovepipe_fsm.domain.entities import Queue, Request
+from stovepipe_fsm.domain.errors import NotFound, Retryable, VersionMismatch
 from stovepipe_fsm.domain.ids import format_request_id
 
 QUEUE = "monorepo/main"

@@ -18,7 +18,7 @@ from stovepipe_fsm.adapters.jetstream import (
     find_nats_server_binary,
     open_kv_stores,
 )
-from stovepipe_fsm.domain import Request
+from stovepipe_fsm.domain.entities import Request
 
 #: The broker process itself, started here without the shared fixture.
 pytestmark = pytest.mark.nats

@@ -12,8 +12,8 @@ from nats_server import JsEnv, delete_topology, unique_tag
 from stovepipe_fsm.adapters.jetstream import Topology, TopologyMismatch, ensure_topology
 from stovepipe_fsm.adapters.jetstream import asked_again as asked_again_module
 from stovepipe_fsm.adapters.jetstream.asked_again import TRANSIENT_ATTEMPTS
-from stovepipe_fsm.domain import VALIDATION_STARTED
 from stovepipe_fsm.domain.errors import Retryable
+from stovepipe_fsm.domain.hooks import VALIDATION_STARTED
 
 
 def test_subjects_use_the_queue_token() -> None:

@@ -33,17 +33,10 @@ from stovepipe_fsm.adapters.memory import (
     MemoryUriIndex,
     SystemClock,
 )
-from stovepipe_fsm.domain import (
-    AlreadyExists,
-    NotFound,
-    Queue,
-    Request,
-    Retryable,
-    VersionMismatch,
-    format_request_id,
-    started_event,
-)
-from stovepipe_fsm.domain.entities import evolve
+from stovepipe_fsm.domain.entities import Queue, Request, evolve
+from stovepipe_fsm.domain.errors import AlreadyExists, NotFound, Retryable, VersionMismatch
+from stovepipe_fsm.domain.hooks import started_event
+from stovepipe_fsm.domain.ids import format_request_id
 from stovepipe_fsm.domain.settle import SettleKind, Settlement
 
 T = TypeVar("T")

@@ -199,12 +199,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             reported.add(directory)
             issues += checked[directory][1]
     if args.format == "json":
-        print(
-            json.dumps(
-                {"files": [str(p) for p in paths], "issues": [i.as_dict() for i in issues]},
-                indent=2,
-            )
-        )
+        doc = {"files": [str(p) for p in paths], "issues": [i.as_dict() for i in issues]}
+        print(json.dumps(doc, indent=2))
     else:
         for issue in issues:
             print(issue)
@@ -225,14 +221,9 @@ def _check_policy_files(files: list[Path]) -> tuple[list[MachineSpec], list[Spec
     unique: list[MachineSpec] = []
     for spec in specs:
         if spec.name in names:
-            issues.append(
-                SpecIssue(
-                    spec.location,
-                    f"machine name {spec.name!r} is already used by {names[spec.name]}; "
-                    "names must be unique",
-                    "duplicate-machine",
-                )
-            )
+            used = f"machine name {spec.name!r} is already used by {names[spec.name]}"
+            message = f"{used}; names must be unique"
+            issues.append(SpecIssue(spec.location, message, "duplicate-machine"))
         else:
             names[spec.name] = spec.file
             unique.append(spec)

@@ -27,15 +27,7 @@ from ..domain.entities import QueueConfig
 from ..domain.parameter_text import value_text
 from ..machine.model import MachineSpec, TransitionSpec
 from ..machine.registry import Registry
-from ..process.culprit import (
-    CONFIDENCE_PERCENT,
-    CONFIRM_REDS,
-    FLAKE_AWARE,
-    FLAKE_RATE_PERCENT,
-    MAX_BLAMELIST,
-    MAX_PROBES,
-    PROBE_SLOTS,
-)
+from ..process import culprit as search
 from ..process.effective_config import declared_pairs, effective_config
 
 CARD_FILE = "policy_card.md"
@@ -82,16 +74,10 @@ def card_sections(
         where = _where(entry) if entry is not None else "the defaults"
         config = effective_config(policy.resolve(queue), pairs)
         return [_section(f"`{queue}`", f"from {where}", config, gate, registry)]
-    sections = [
-        _section(
-            f"`{entry.key}`",
-            _where(entry),
-            effective_config(entry.settings.apply(base), pairs),
-            gate,
-            registry,
-        )
-        for entry in policy.entries
-    ]
+    sections = []
+    for entry in policy.entries:
+        config = effective_config(entry.settings.apply(base), pairs)
+        sections.append(_section(f"`{entry.key}`", _where(entry), config, gate, registry))
     everyone = effective_config(base, pairs)
     sections.append(_section("every other queue", "the defaults", everyone, gate, registry))
     return sections
@@ -129,21 +115,21 @@ def _section(
 def culprit_summary(values: Mapping[str, Any]) -> str:
     """Culprit finding under a queue's parameters, in one sentence; "" when the policy
     declares none (no ``probe_slots`` parameter)."""
-    slots = values.get(PROBE_SLOTS)
+    slots = values.get(search.PROBE_SLOTS)
     if slots is None:
         return ""
     if not slots:
         return "Culprit finding: off (`probe_slots` 0)."
     how = "bisection" if slots == 1 else f"{slots}-section"
-    if values.get(FLAKE_AWARE):
+    if values.get(search.FLAKE_AWARE):
         how = (
-            f"by likelihood ({values.get(FLAKE_RATE_PERCENT)} % flakes), "
-            f"{slots} probe(s) at a time, a commit named at {values.get(CONFIDENCE_PERCENT)} %"
+            f"by likelihood ({values.get(search.FLAKE_RATE_PERCENT)} % flakes), {slots} probe(s) "
+            f"at a time, a commit named at {values.get(search.CONFIDENCE_PERCENT)} %"
         )
     return (
-        f"Culprit finding: {how}; a commit is named with {values.get(CONFIRM_REDS)} reds and "
-        f"a green parent, within {values.get(MAX_PROBES)} probe builds, for blamelists of "
-        f"up to {values.get(MAX_BLAMELIST)} commits."
+        f"Culprit finding: {how}; a commit is named with {values.get(search.CONFIRM_REDS)} "
+        f"reds and a green parent, within {values.get(search.MAX_PROBES)} probe builds, for "
+        f"blamelists of up to {values.get(search.MAX_BLAMELIST)} commits."
     )
 
 

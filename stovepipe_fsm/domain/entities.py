@@ -117,14 +117,10 @@ class Queue:
         A list that does not start with last green (a row written without the list, or
         one whose last green was set alone) reads as last green alone.
         """
-        recent, uri, request_id = (
-            self.recent_greens,
-            self.last_green_uri,
-            self.last_green_request_id,
-        )
-        if recent and (recent[0].uri, recent[0].request_id) == (uri, request_id):
+        recent, uri = self.recent_greens, self.last_green_uri
+        if recent and (recent[0].uri, recent[0].request_id) == (uri, self.last_green_request_id):
             return recent
-        return (Green(uri, request_id),) if uri else ()
+        return (Green(uri, self.last_green_request_id),) if uri else ()
 
     def with_green(self, green: Green, keep: int | None, *, newer: GreenOrder) -> Queue:
         """This row with ``green`` recorded among the newest ``keep`` greens.
@@ -186,10 +182,6 @@ class Queue:
         """``request_id`` holds a slot whose lease has run out at ``now_ms``."""
         expires = self.expires_at(request_id)
         return expires is not None and expires <= now_ms and self.holds(request_id)
-
-    def live_holders(self, now_ms: int) -> tuple[str, ...]:
-        """The holders whose slot has not expired: the ones the gate counts."""
-        return tuple(h for h in self.slot_holders if not self.is_expired(h, now_ms))
 
     def expired_holders(self, now_ms: int) -> tuple[str, ...]:
         """The holders whose lease ran out at ``now_ms``: reclaimable."""

@@ -66,16 +66,11 @@ class HookEvent:
             "payload": dict(self.payload),
         }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HookEvent:
-        return cls(
-            id=str(data["id"]),
-            type=str(data["type"]),
-            timestamp_ms=int(data["timestamp_ms"]),
-            payload={str(k): str(v) for k, v in dict(data["payload"]).items()},
-            source=str(data.get("source", SOURCE)),
-            version=int(data.get("version", ENVELOPE_VERSION)),
-        )
+def _event(
+    event_id: str, kind: str, now_ms: int, queue: str, request_id: str, **more: str
+) -> HookEvent:
+    """An event of ``kind`` about ``request_id`` of ``queue`` (``more``: the payload's rest)."""
+    return HookEvent(event_id, kind, now_ms, {"queue": queue, "request_id": request_id, **more})
 
 
 def admission_event_id(request_id: str, admitted_version: int) -> str:
@@ -84,12 +79,8 @@ def admission_event_id(request_id: str, admitted_version: int) -> str:
 
 
 def started_event(queue: str, request_id: str, admitted_version: int, now_ms: int) -> HookEvent:
-    return HookEvent(
-        id=admission_event_id(request_id, admitted_version),
-        type=VALIDATION_STARTED,
-        timestamp_ms=now_ms,
-        payload={"queue": queue, "request_id": request_id},
-    )
+    event_id = admission_event_id(request_id, admitted_version)
+    return _event(event_id, VALIDATION_STARTED, now_ms, queue, request_id)
 
 
 def ended_event_type(outcome: str) -> str:
@@ -104,12 +95,8 @@ def ended_event(
     redelivered outcome (which finds the request already ended) re-announces the same id.
     The outcome's name is not part of the id: renaming an outcome renames the event type
     and nothing else."""
-    return HookEvent(
-        id=name_based_id(f"{VALIDATION_ENDED}|{request_id}|{ended_version}"),
-        type=ended_event_type(outcome),
-        timestamp_ms=now_ms,
-        payload={"queue": queue, "request_id": request_id},
-    )
+    event_id = name_based_id(f"{VALIDATION_ENDED}|{request_id}|{ended_version}")
+    return _event(event_id, ended_event_type(outcome), now_ms, queue, request_id)
 
 
 def lease_expired_event_id(request_id: str, expires_at_ms: int) -> str:
@@ -119,11 +106,10 @@ def lease_expired_event_id(request_id: str, expires_at_ms: int) -> str:
 
 def lease_expired_event(queue: str, request_id: str, expires_at_ms: int, now_ms: int) -> HookEvent:
     """The slot of ``request_id`` was reclaimed because its lease ran out."""
-    return HookEvent(
-        id=lease_expired_event_id(request_id, expires_at_ms),
-        type=VALIDATION_LEASE_EXPIRED,
-        timestamp_ms=now_ms,
-        payload={"queue": queue, "request_id": request_id, "expired_at_ms": str(expires_at_ms)},
+    event_id = lease_expired_event_id(request_id, expires_at_ms)
+    expired = str(expires_at_ms)
+    return _event(
+        event_id, VALIDATION_LEASE_EXPIRED, now_ms, queue, request_id, expired_at_ms=expired
     )
 
 
@@ -144,9 +130,5 @@ def culprit_event(
     why). The id is that of the search row's write that ended it, so announcing again
     publishes one event."""
     kind = CULPRIT_FOUND if found else CULPRIT_UNRESOLVED
-    return HookEvent(
-        id=name_based_id(f"{kind}|{queue}|{red_request_id}|{search_version}"),
-        type=kind,
-        timestamp_ms=now_ms,
-        payload={"queue": queue, "request_id": red_request_id, **evidence},
-    )
+    event_id = name_based_id(f"{kind}|{queue}|{red_request_id}|{search_version}")
+    return _event(event_id, kind, now_ms, queue, red_request_id, **evidence)

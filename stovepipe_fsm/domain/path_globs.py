@@ -11,28 +11,15 @@ import re
 from collections.abc import Iterable
 from functools import cache
 
+#: A glob's pieces, in the order they are tried at each position, and what each means.
+_PIECES = re.compile(r"\*\*/|\*\*|\*|\?|[^*?]+")
+_MEANINGS = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+
 
 @cache
 def _pattern(glob: str) -> re.Pattern[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(glob):
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif glob[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif glob[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(glob[i]))
-            i += 1
-    return re.compile("".join(out))
+    pieces = _PIECES.findall(glob)
+    return re.compile("".join(_MEANINGS.get(p) or re.escape(p) for p in pieces))
 
 
 def path_matches(path: str, glob: str) -> bool:
@@ -43,11 +30,8 @@ def path_matches(path: str, glob: str) -> bool:
 def first_match(paths: Iterable[str], globs: Iterable[str]) -> tuple[str, str] | None:
     """The first (path, glob) pair that matches, in sorted path order; ``None`` if none."""
     patterns = tuple(globs)
-    for path in sorted(paths):
-        for glob in patterns:
-            if path_matches(path, glob):
-                return path, glob
-    return None
+    pairs = ((path, glob) for path in sorted(paths) for glob in patterns)
+    return next(((path, glob) for path, glob in pairs if path_matches(path, glob)), None)
 
 
 def all_match(paths: Iterable[str], globs: Iterable[str]) -> tuple[tuple[str, str], ...] | None:

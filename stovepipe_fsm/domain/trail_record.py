@@ -40,22 +40,8 @@ PLUGIN = "plugin"
 #: after a build ended (about the red head it searches for).
 PROBE_STARTED = "probe_started"
 CULPRIT = "culprit"
-KINDS = (
-    INGESTED,
-    HELD,
-    SUPERSEDED,
-    PREEMPTED,
-    SKIPPED,
-    ADMITTED,
-    ENDED,
-    DEAD_LETTERED,
-    ATTEMPT_FAILED,
-    RECLAIMED,
-    OPERATOR,
-    PLUGIN,
-    PROBE_STARTED,
-    CULPRIT,
-)
+KINDS: tuple[str, ...] = (INGESTED, HELD, SUPERSEDED, PREEMPTED, SKIPPED, ADMITTED, ENDED)
+KINDS += (DEAD_LETTERED, ATTEMPT_FAILED, RECLAIMED, OPERATOR, PLUGIN, PROBE_STARTED, CULPRIT)
 
 
 def decision_key(kind: str, request_id: str, tag: str = "") -> str:

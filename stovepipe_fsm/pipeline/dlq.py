@@ -17,7 +17,7 @@ from ..domain.trail_record import DEAD_LETTERED
 from ..process.gate import announce_start_before_end
 from ..process.services import StageServices
 from ..process.trail_notes import note
-from .record import end_once
+from .record import end_once, ended_as
 
 FAIL_CLOSED_ATTEMPTS = 8
 
@@ -49,13 +49,7 @@ class DeadLetterReconciler:
                 except VersionMismatch:
                     continue
             await note(self.services, DEAD_LETTERED, request, error=error, attempts=attempts)
-            outcome = self.services.roles.outcome_of_state(request.state)
-            await end_once(
-                self.services,
-                request,
-                repeat=repeat,
-                outcome=outcome.name if outcome is not None else request.state,
-                by="reconciler",
-            )
+            outcome = ended_as(self.services, request)
+            await end_once(self.services, request, repeat=repeat, outcome=outcome, by="reconciler")
             return request
         raise VersionMismatch(f"request {request_id!r} kept changing while failing it closed")

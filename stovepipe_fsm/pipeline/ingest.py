@@ -279,7 +279,7 @@ class Ingest:
         """Create the requests, stamp the newest as latest and note them, concurrently;
         the queue's partition, as the stamp found it."""
         now = self.clock.now_ms()
-        writes: list[Awaitable[Any]] = [self._stamp_latest(queue, row, max_id(queue, new))]
+        writes: list[Awaitable[Any]] = [self._stamp_latest(queue, row, max_id(new))]
         for request_id, uri, returned in new:
             request = Request(
                 id=request_id, queue=queue, uri=uri, state=self.initial_state, ingested_at_ms=now
@@ -446,9 +446,6 @@ def _moved_on_from(row: Queue | None, queue: str, request_id: str) -> bool:
     return bool(latest) and compare_request_id(queue, latest, request_id) > 0
 
 
-def max_id(queue: str, new: Sequence[tuple[str, str, bool]]) -> str:
-    newest = new[0][0]
-    for request_id, _, _ in new[1:]:
-        if compare_request_id(queue, request_id, newest) > 0:
-            newest = request_id
-    return newest
+def max_id(new: Sequence[tuple[str, str, bool]]) -> str:
+    """The newest of the ids of ``new`` (requests of one queue)."""
+    return max((request_id for request_id, _, _ in new), key=lambda r: parse_request_id(r).counter)

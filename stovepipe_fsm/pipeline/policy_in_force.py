@@ -15,8 +15,6 @@ from ..domain.errors import StovepipeError
 from ..located.errors import SpecError
 from ..process.catalog import ProcessMachines, load_process_machines
 
-__all__ = ["PolicyUnavailable", "initial_state", "terminal_states"]
-
 
 class PolicyUnavailable(StovepipeError):
     """No policy in force is recorded and the fallback machine files do not load."""

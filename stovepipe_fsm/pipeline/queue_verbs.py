@@ -22,14 +22,6 @@ from ..domain.errors import IllegalOperation
 from ..domain.trail_record import OPERATOR, TrailRecord, detail
 from ..process.gate import PAUSED
 
-__all__ = [
-    "dlq_prune_record",
-    "pause_record",
-    "refuse_unpausable",
-    "resume_record",
-    "with_queue_verbs",
-]
-
 
 def refuse_unpausable(parameters: Collection[str], policy_hash: str) -> None:
     """``IllegalOperation`` when the policy in force (its declared ``parameters``, empty
@@ -45,26 +37,21 @@ def refuse_unpausable(parameters: Collection[str], policy_hash: str) -> None:
 def pause_record(pattern: str, paused_at_ms: int, by: str, reason: str) -> TrailRecord:
     """The record of the pause of ``pattern`` that began at ``paused_at_ms``."""
     why = f": {reason}" if reason else ""
-    return _queue_record("pause", pattern, paused_at_ms, paused_at_ms, by, f"paused{why}")
+    tag = f"pause|{pattern}|{paused_at_ms}"
+    return _queue_record("pause", pattern, paused_at_ms, by, f"paused{why}", tag)
 
 
 def resume_record(pattern: str, paused_at_ms: int, by: str, now_ms: int) -> TrailRecord:
     """The record of a resume that lifted the pause of ``pattern`` begun at
     ``paused_at_ms`` (a resume that lifted nothing leaves none)."""
-    return _queue_record("resume", pattern, paused_at_ms, now_ms, by, "resumed")
+    tag = f"resume|{pattern}|{paused_at_ms}"
+    return _queue_record("resume", pattern, now_ms, by, "resumed", tag)
 
 
-def _queue_record(
-    verb: str, pattern: str, since_ms: int, at_ms: int, by: str, what: str
-) -> TrailRecord:
-    return TrailRecord(
-        OPERATOR,
-        pattern,
-        "",
-        at_ms,
-        detail=detail(verb=verb, by=by or "operator", what=what),
-        tag=f"{verb}|{pattern}|{since_ms}",
-    )
+def _queue_record(verb: str, pattern: str, at_ms: int, by: str, what: str, tag: str) -> TrailRecord:
+    """The record of ``verb`` about the queues ``pattern`` matches, keyed by ``tag``."""
+    pairs = detail(verb=verb, by=by or "operator", what=what)
+    return TrailRecord(OPERATOR, pattern, "", at_ms, detail=pairs, tag=tag)
 
 
 def dlq_prune_record(
@@ -74,14 +61,8 @@ def dlq_prune_record(
     stream order, at least one) of the queues ``queue_glob`` matches."""
     ids = f"{pruned[0]}..{pruned[-1]}" if len(pruned) > 1 else str(pruned[0])
     what = f"deleted {len(pruned)} dead letter(s) ({ids}) older than {older_than_s:g}s"
-    return TrailRecord(
-        OPERATOR,
-        queue_glob or "**",
-        "",
-        now_ms,
-        detail=detail(verb="dlq prune", by=by or "operator", what=what),
-        tag=f"dlq prune|{queue_glob}|{ids}|{len(pruned)}",
-    )
+    tag = f"dlq prune|{queue_glob}|{ids}|{len(pruned)}"
+    return _queue_record("dlq prune", queue_glob or "**", now_ms, by, what, tag)
 
 
 def with_queue_verbs(

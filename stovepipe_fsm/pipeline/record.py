@@ -31,8 +31,6 @@ from ..process.gate import announce_start_before_end
 from ..process.services import StageServices
 from ..process.trail_notes import note
 
-__all__ = ["Record", "announce_end", "end_once"]
-
 
 async def announce_end(services: StageServices, request: Request) -> bool:
     """Announce that ``request``'s validation ended; ``False`` when there is nothing to say.
@@ -50,11 +48,16 @@ async def announce_end(services: StageServices, request: Request) -> bool:
         or request.probe_of
     ):
         return False  # a probe is not a validation of trunk: its search announces
-    outcome = services.roles.outcome_of_state(request.state)
-    name = outcome.name if outcome is not None else request.state
+    name = ended_as(services, request)
     event = ended_event(request.queue, request.id, name, request.version, services.clock.now_ms())
     await services.publisher.publish_hook(event)
     return True
+
+
+def ended_as(services: StageServices, request: Request) -> str:
+    """The outcome whose state ``request`` ended in (its state when no outcome ends there)."""
+    outcome = services.roles.outcome_of_state(request.state)
+    return outcome.name if outcome is not None else request.state
 
 
 async def end_once(
@@ -97,16 +100,8 @@ class Record:
                 f"{outcome} is kept until it is"
             )
         if request.state in self.roles.preempted_states:
-            moot = request.state
-            await note(
-                self.services,
-                ENDED,
-                request,
-                tag=f"moot:{outcome}",
-                outcome=outcome,
-                by=by,
-                moot=moot,
-            )
+            moot, tag = request.state, f"moot:{outcome}"
+            await note(self.services, ENDED, request, tag=tag, outcome=outcome, by=by, moot=moot)
             await announce_end(self.services, request)
             return request
         repeat = self.lifecycle.is_terminal(request)

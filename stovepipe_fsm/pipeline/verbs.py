@@ -24,7 +24,6 @@ verb, so a repeated verb is one record.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ from ..ports.decision_trail import DecisionTrail
 from ..ports.stores import RequestStore, UriIndex
 from ..process.gate import EVERY_HEAD
 from ..process.lifecycle import IllegalTransition, RequestLifecycle
+from ..views.explain import clock_text
 from .ingest import Ingest
 
 
@@ -64,13 +64,6 @@ class RetryResult:
     #: False: an earlier retry of ``old`` made ``request_id`` (a repeat).
     created: bool
     published: bool
-
-
-def _time_text(at_ms: int) -> str:
-    if not at_ms:
-        return "at an unrecorded time"
-    seconds, millis = divmod(at_ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 async def cancel(
@@ -113,7 +106,7 @@ async def cancel(
         if request.state != roles.initial:
             raise IllegalOperation(
                 f"request {request_id} is running ({request.state}, admitted "
-                f"{_time_text(request.admitted_at_ms)}); a running build is never preempted"
+                f"{_admitted_at(request)}); a running build is never preempted"
             )
         try:
             # The lifecycle also gives back a claim the gate made before its admission
@@ -137,6 +130,11 @@ async def _load(requests: RequestStore, request_id: str) -> Request:
         return await requests.get(request_id)
     except NotFound:
         raise NotFound(f"no request {request_id!r}") from None
+
+
+def _admitted_at(request: Request) -> str:
+    at_ms = request.admitted_at_ms
+    return clock_text(at_ms) if at_ms else "at an unrecorded time"
 
 
 def _withdrawn(source: str, dest: str) -> str:
@@ -232,8 +230,5 @@ async def _note(
 ) -> None:
     if trail is None:
         return
-    pairs = detail(verb=verb, by=by or "operator", what=what, **more)
-    record = TrailRecord(
-        OPERATOR, request.queue, request.id, clock.now_ms(), detail=pairs, tag=verb
-    )
-    await trail.append(record)
+    pairs, at = detail(verb=verb, by=by or "operator", what=what, **more), clock.now_ms()
+    await trail.append(TrailRecord(OPERATOR, request.queue, request.id, at, detail=pairs, tag=verb))

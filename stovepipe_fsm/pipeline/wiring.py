@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..domain.settle import Settlement
 from ..ports.clock import Clock
 from ..ports.config import ConfigStore
 from ..ports.decision_trail import DecisionTrail
@@ -23,7 +24,7 @@ from ..process.culprit import CulpritFinder
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory, StageServices
-from ..process.trail_notes import DiscardedTrail
+from ..process.trail_notes import DiscardedTrail, note_failed_attempt
 from .dlq import DeadLetterReconciler
 from .ingest import Ingest
 from .record import Record
@@ -62,6 +63,21 @@ class Stages:
     @property
     def lifecycle(self) -> RequestLifecycle:
         return self.services.lifecycle
+
+    async def note_retry(
+        self, queue: str, request_id: str, stream_seq: int, decision: Settlement, max_attempts: int
+    ) -> None:
+        """A failed attempt the settle policy retries, noted in the decision trail."""
+        await note_failed_attempt(
+            self.services,
+            queue,
+            request_id,
+            stream_seq=stream_seq,
+            failures=decision.failures,
+            max_attempts=max_attempts,
+            retry_in_ms=round(decision.delay_s * 1000),
+            error=decision.reason,
+        )
 
 
 def build_stages(

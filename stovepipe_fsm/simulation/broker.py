@@ -82,15 +82,13 @@ class SimBroker:
         self._add(Message(self.next_seq, queue, request_id, now_ms))
         self.next_seq += 1
 
-    def heads(self) -> list[Message]:
-        """The first pending message of every queue (the only deliverable one)."""
-        return sorted((waiting[0] for waiting in self._by_queue.values()), key=_seq)
-
     def due(self, now_ms: int) -> list[Message]:
-        return [m for m in self.heads() if m.due_ms <= now_ms]
+        """The queues' first messages (the only deliverable ones) due at ``now_ms``."""
+        heads = (waiting[0] for waiting in self._by_queue.values())
+        return sorted((m for m in heads if m.due_ms <= now_ms), key=lambda m: m.seq)
 
     def first_due(self, now_ms: int) -> Message | None:
-        """The first of :meth:`due` (the earliest published), without sorting them all."""
+        """The earliest published of the queues' first messages that is due at ``now_ms``."""
         first: Message | None = None
         for waiting in self._by_queue.values():
             head = waiting[0]
@@ -128,10 +126,6 @@ def _copied(message: Message) -> Message:
     twin = object.__new__(Message)
     twin.__dict__ = message.__dict__.copy()
     return twin
-
-
-def _seq(message: Message) -> int:
-    return message.seq
 
 
 class SimPublisher:

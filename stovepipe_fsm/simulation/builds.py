@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..adapters.memory.source_control import MemorySourceControl
 from ..domain.errors import NotFound
@@ -196,19 +196,8 @@ class BuildModel:
             return False
 
     def clone(self) -> BuildModel:
-        twin = BuildModel(
-            self.recorded,
-            self.graph,
-            self.green_outcome,
-            self.seed,
-            self.culprits,
-            self.flake_rate,
-            self.red_outcome,
-        )
-        twin.started = set(self.started)
-        twin.running = list(self.running)
-        twin.inferred, twin.from_record, twin.flaky = self.inferred, self.from_record, self.flaky
-        twin._used = dict(self._used)
+        running, used = list(self.running), dict(self._used)
+        twin = replace(self, started=set(self.started), running=running, _used=used)
         twin._rng.setstate(self._rng.getstate())
         twin._flakes.setstate(self._flakes.getstate())
         twin._probe_rng.setstate(self._probe_rng.getstate())

@@ -50,6 +50,3 @@ def settled_heap() -> Iterator[None]:
     finally:
         if ours:
             gc.unfreeze()
-
-
-__all__ = ["RARE_COLLECTIONS", "rare_collections", "settled_heap"]

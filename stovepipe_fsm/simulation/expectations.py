@@ -108,13 +108,8 @@ def parse_expectation(
     head = doc.locate((*inner, "request"), key=True) if uri else doc.locate(inner, key=True)
     if not checks and not issues:
         kind = "request" if uri else "queue"
-        issues.append(
-            SpecIssue(
-                head,
-                f"expect asserts nothing about the {kind}; give at least one of: "
-                f"{', '.join(allowed)}",
-            )
-        )
+        message = f"expect asserts nothing about the {kind}; give at least one of: "
+        issues.append(SpecIssue(head, message + ", ".join(allowed)))
     return Expectation(queue, uri, tuple(checks), head), issues
 
 
@@ -156,17 +151,16 @@ def evaluate(world: World, expectation: Expectation) -> list[Result]:
 
 def _request_results(world: World, expectation: Expectation) -> list[Result]:
     request_id = world.request_for(expectation.queue, expectation.uri)
-    request = _load(world, request_id) if request_id else None
+    request = world.find_request(request_id) if request_id else None
     if request is None:
         # One failure for the step, at its ``request:`` key: no check can be evaluated.
         missing = Check("request", expectation.uri, expectation.location)
         message = f"expected a request for {expectation.uri} in queue {expectation.queue}, got none"
         return [Result(missing, False, message)]
-    results = []
-    for check in expectation.checks:
-        actual = _request_value(world, request, check.key)
-        results.append(_compare(expectation, check, actual))
-    return results
+    return [
+        _compare(expectation, check, _request_value(world, request, check.key))
+        for check in expectation.checks
+    ]
 
 
 def _request_value(world: World, request: Request, key: str) -> Value:
@@ -243,14 +237,7 @@ def _show(value: Value) -> str:
     return str(value)
 
 
-def _load(world: World, request_id: str) -> Request | None:
-    try:
-        return run_sync(world.requests.get(request_id))
-    except (NotFound, ValueError):
-        return None
-
-
 def _uri_of(world: World, request_id: str) -> str:
     """The uri a request was ingested for; its id if it cannot be loaded."""
-    request = _load(world, request_id)
+    request = world.find_request(request_id)
     return request.uri if request is not None else request_id

@@ -220,7 +220,7 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
         world.config.set(step.queue, dict(step.values))
         shown = ", ".join(f"{k}={json.dumps(as_json(v))}" for k, v in step.values)
         return [f"queue {step.queue}: {shown}"]
-    request_id = _request_id(world, step)
+    request_id = request_id_of(world, step)
     if kind == "complete":
         request = world.complete(request_id, step.outcome)
         if not rows:
@@ -279,7 +279,8 @@ def _cancelled(world: World, request_id: str) -> str:
     return f"{request_id} {result.request.state}; {_queue_summary(world, result.request.queue)}"
 
 
-def _request_id(world: World, step: TimelineStep) -> str:
+def request_id_of(world: World, step: TimelineStep) -> str:
+    """The request the timeline's step names by its uri; ``ValueError`` when none."""
     request_id = world.request_for(step.queue, step.uri)
     if request_id is None:
         raise ValueError(f"no request for uri {step.uri!r} in queue {step.queue!r}")
@@ -295,7 +296,7 @@ def _queue_summary(world: World, queue: str) -> str:
 
 
 def explain(world: World, report: DeliveryReport) -> str:
-    request = _request(world, report.request_id)
+    request = world.find_request(report.request_id)
     label = f"{report.request_id} ({request.uri})" if request else report.request_id
     if report.outcome == "dead_letter" and request is not None:
         queue = _queue_summary(world, request.queue)
@@ -325,20 +326,13 @@ def _state(request: Request | None) -> str:
     return request.state if request else "missing"
 
 
-def _request(world: World, request_id: str) -> Request | None:
-    try:
-        return run_sync(world.requests.get(request_id))
-    except (NotFound, ValueError):
-        return None
-
-
 def result_json(world: World, sim: Simulation | None = None) -> dict[str, Any]:
     """The ``simulate --json`` document; ``status --json`` shares its ``requests`` and
     ``queues`` entries, not its other keys. With a simulation of a timeline that has
     expect steps, ``expectations`` counts the checks that passed and lists those that
     failed (line, column and message)."""
     requests = sorted(world.requests.snapshot(), key=lambda r: _order(r.id))
-    return {
+    doc: dict[str, Any] = {
         "requests": [request_json(r) for r in requests],
         "queues": [queue_json(q) for q in sorted(world.queues.snapshot(), key=lambda q: q.name)],
         "builds": [p.request_id for p in world.published.builds()],
@@ -348,35 +342,33 @@ def result_json(world: World, sim: Simulation | None = None) -> dict[str, Any]:
         ],
         "holds": world.holds,
         "pending": len(world.broker.messages),
-        **({"in_hand": len(world.in_hand)} if world.in_hand else {}),
-        **({"dead_letters": dead_letters_json(world)} if world.dead_letters else {}),
-        **({"recorded_builds": recorded_builds_json(world)} if world.builds else {}),
-        **({"expectations": expectations_json(sim)} if sim is not None and sim.expects else {}),
     }
-
-
-def recorded_builds_json(world: World) -> dict[str, int]:
-    """How the builds a replay started ended, from a timeline's recorded builds
-    (:mod:`.builds`): with their commit's recorded outcome, or an inferred one."""
-    builds = world.builds
-    assert builds is not None
-    return {"recorded": builds.from_record, "inferred": builds.inferred, "seed": builds.seed}
-
-
-def expectations_json(sim: Simulation) -> dict[str, Any]:
-    """How the expect checks of a run went: the passed count and each failure, located."""
-    return {
-        "passed": sum(1 for r in sim.results if r.passed),
-        "failed": [
-            {"line": r.check.location.line, "column": r.check.location.column, "message": r.message}
-            for r in sim.failures
-        ],
-    }
-
-
-def dead_letters_json(world: World) -> list[dict[str, str]]:
-    """What the runtime dead-lettered, in order: the request and why."""
-    return [{"request_id": rid, "reason": reason} for rid, reason in world.dead_letters]
+    if world.in_hand:
+        doc["in_hand"] = len(world.in_hand)
+    if world.dead_letters:  # what the runtime dead-lettered, in order: the request and why
+        doc["dead_letters"] = [
+            {"request_id": rid, "reason": reason} for rid, reason in world.dead_letters
+        ]
+    if world.builds:  # how the builds a replay started ended (:mod:`.builds`)
+        builds = world.builds
+        doc["recorded_builds"] = {
+            "recorded": builds.from_record,
+            "inferred": builds.inferred,
+            "seed": builds.seed,
+        }
+    if sim is not None and sim.expects:
+        doc["expectations"] = {
+            "passed": sum(1 for r in sim.results if r.passed),
+            "failed": [
+                {
+                    "line": r.check.location.line,
+                    "column": r.check.location.column,
+                    "message": r.message,
+                }
+                for r in sim.failures
+            ],
+        }
+    return doc
 
 
 def _order(request_id: str) -> tuple[str, int]:

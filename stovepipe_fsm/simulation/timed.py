@@ -31,7 +31,7 @@ from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..process.together import stepwise
 from .broker import run_sync
-from .replay import apply_step, build_world, input_issues
+from .replay import apply_step, build_world, input_issues, request_id_of
 from .timeline import Timeline, TimelineStep
 from .world import World
 
@@ -79,18 +79,6 @@ class TimedRun:
     completes_waiting: int = 0  # kept for a head that was never admitted before the end
 
 
-def timed_world(
-    timeline: Timeline, machines: ProcessMachines, config: ConfigStore, *, seed: int = 0
-) -> World:
-    """A world for ``timeline`` whose request store logs its writes (:class:`WriteLog`).
-
-    ``config`` is a loaded policy, fixed for the run; ``seed`` draws the build durations
-    of commits the timeline's recorded builds do not cover (:mod:`.builds`).
-    """
-    # No decision trail: a what-if compares outcomes, and a long timeline's trail costs.
-    return build_world(timeline, machines, config, keep_trail=False, requests=WriteLog(), seed=seed)
-
-
 def replay_timed(
     timeline: Timeline, machines: ProcessMachines, config: ConfigStore, *, seed: int = 0
 ) -> TimedRun:
@@ -102,22 +90,23 @@ def replay_timed(
     issues = input_issues(timeline, machines)
     if issues:
         raise SpecError(issues)
-    run = TimedRun(timed_world(timeline, machines, config, seed=seed))
-    log = run.world.requests
-    assert isinstance(log, WriteLog)
+    # No decision trail: a what-if compares outcomes, and a long timeline's trail costs.
+    log = WriteLog()
+    world = build_world(timeline, machines, config, keep_trail=False, requests=log, seed=seed)
+    run = TimedRun(world)
     # A step that moves the clock (run_ms) times each event at its own instant.
     run.world.after_event = lambda: _stamp(run, log.drain())
     waiting: dict[str, tuple[TimelineStep, int]] = {}  # request id -> its complete step
     with stepwise():  # once for the whole run, not once per step
-        _run(run, timeline, waiting)
+        _run(run, timeline, waiting, log)
     run.completes_waiting = len(waiting)
     return run
 
 
-def _run(run: TimedRun, timeline: Timeline, waiting: dict[str, tuple[TimelineStep, int]]) -> None:
+def _run(
+    run: TimedRun, timeline: Timeline, waiting: dict[str, tuple[TimelineStep, int]], log: WriteLog
+) -> None:
     world = run.world
-    log = world.requests
-    assert isinstance(log, WriteLog)
     for number, step in enumerate(timeline.steps, start=1):
         if step.expect is not None:
             continue
@@ -157,9 +146,7 @@ def _complete(
     run: TimedRun, step: TimelineStep, number: int, waiting: dict[str, tuple[TimelineStep, int]]
 ) -> None:
     world = run.world
-    request_id = world.request_for(step.queue, step.uri)
-    if request_id is None:
-        raise ValueError(f"no request for uri {step.uri!r} in queue {step.queue!r}")
+    request_id = request_id_of(world, step)
     request = run_sync(world.requests.get(request_id))
     if request.state in world.machines.roles.admitted_states:
         world.complete(request_id, step.outcome)

@@ -27,19 +27,11 @@ from ..located.yaml_source import (
 )
 from ..machine.model import ParameterSpec
 from ..machine.parameters import as_json, value_problems
+from . import timeline_shape as shape
 from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
 from .timeline_culprits import Locate, read_culprits
 from .timeline_lines import is_lines, parse_lines
-from .timeline_shape import (
-    BULK_KEYS,
-    builds_valid,
-    changes_valid,
-    commits_valid,
-    header_valid,
-    step_decided,
-    step_valid,
-)
 
 DEFAULT_QUEUE = "monorepo/main"
 #: The largest timeline file read: recorded history runs to tens of MB, policy files
@@ -141,47 +133,47 @@ def _fast_timeline(
     steps_data = data.get("steps")
     if type(steps_data) is not list or len(steps_data) != len(steps_at):
         return None
-    header = {k: v for k, v in data.items() if k not in BULK_KEYS}
-    if not header_valid(header):
+    header = {k: v for k, v in data.items() if k not in shape.BULK_KEYS}
+    if not shape.header_valid(header):
         return None
     history_data = data.get("history", {})
     changes_data = data.get("changes", {})
     builds_data = data.get("builds", [])
-    if not (commits_valid(history_data) and changes_valid(changes_data)):
-        return None
-    if not builds_valid(builds_data):
+    valid = shape.commits_valid(history_data) and shape.changes_valid(changes_data)
+    if not (valid and shape.builds_valid(builds_data)):
         return None
     queue = data.get("queue", DEFAULT_QUEUE)
     issues: list[SpecIssue] = []  # any issue sends the file to the located path
-    _check_queue(queue, Location(file, 1, 1), issues)
+    checked: set[str] = set()
+
+    def check_queue(name: str, where: Location) -> None:
+        if name not in checked:
+            _check_queue(name, where, issues)
+            checked.add(name)
+
+    check_queue(queue, Location(file, 1, 1))
     steps = []
-    checked = {queue}
     for raw, where in zip(steps_data, steps_at, strict=True):
-        if not (step_decided(raw) and step_valid(raw)):
+        if not (shape.step_decided(raw) and shape.step_valid(raw)):
             return None
-        step = _step(raw, where, queue)
-        if step.queue not in checked:
-            _check_queue(step.queue, where, issues)
-            checked.add(step.queue)
-        steps.append(step)
+        steps.append(_step(raw, where, queue))
+        check_queue(steps[-1].queue, where)
     history = {str(k): tuple(v) for k, v in history_data.items()}
     changes = {str(k): _paths(v) for k, v in changes_data.items()}
-    if issues or any(commit not in history for commit in changes):
-        return None
-    if any(parent not in history for parents in history.values() for parent in parents):
-        return None
-    if parents_first(history)[1]:
+    if (
+        issues
+        or any(commit not in history for commit in changes)
+        or any(parent not in history for parents in history.values() for parent in parents)
+        or parents_first(history)[1]
+    ):
         return None
     builds = []
     for index, raw in enumerate(builds_data):
-        build = _build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue)
-        if build.queue not in checked:
-            _check_queue(build.queue, build.location, issues)
-            checked.add(build.queue)
-        builds.append((index, build))
+        builds.append(_build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue))
+        check_queue(builds[-1].queue, builds[-1].location)
     if "config" not in data:
         config_at = Location(file, 1, 1)
-    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(b for _, b in builds))
+    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(builds))
     return _timeline(data, parts, lambda *_: Location(file, 1, 1), issues)
 
 
@@ -212,14 +204,9 @@ def located_timeline(doc: SourceDocument) -> Timeline:
     history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
     _check_history(history, doc, issues)
     changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
-    for commit in changes:
-        if commit not in history:
-            issues.append(
-                SpecIssue(
-                    doc.locate(("changes", commit), key=True),
-                    f"changes: {commit!r} is not a commit of the history",
-                )
-            )
+    for commit in (c for c in changes if c not in history):
+        where = doc.locate(("changes", commit), key=True)
+        issues.append(SpecIssue(where, f"changes: {commit!r} is not a commit of the history"))
     builds = []
     for index, raw in enumerate(data.get("builds", [])):
         build = _build(raw, doc.locate(("builds", index)), queue)
@@ -273,9 +260,8 @@ def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> 
             parameter = declared.get(name)
             if parameter is None:
                 if name not in RUNTIME_KEYS:
-                    issues.append(
-                        SpecIssue(where, f"config: unknown parameter {name!r}; allowed: {allowed}")
-                    )
+                    unknown = f"config: unknown parameter {name!r}; allowed: {allowed}"
+                    issues.append(SpecIssue(where, unknown))
                 continue
             for problem in value_problems(parameter, value):
                 issues.append(SpecIssue(where, f"config: {name}: {problem}"))
@@ -353,25 +339,19 @@ def _check_history(
     for commit, parents in history.items():
         for index, parent in enumerate(parents):
             if parent not in history:
-                issues.append(
-                    SpecIssue(
-                        doc.locate(("history", commit, index)),
-                        f"history: parent {parent!r} of commit {commit!r} is not a commit "
-                        "of the history; list it with its own parents (a root has [])",
-                    )
+                message = (
+                    f"history: parent {parent!r} of commit {commit!r} is not a commit "
+                    "of the history; list it with its own parents (a root has [])"
                 )
+                issues.append(SpecIssue(doc.locate(("history", commit, index)), message))
     # Place commits after their parents; what cannot be placed is on or behind a cycle
     # (an undefined parent, already reported above, counts as placed).
     _, pending = parents_first(
         {commit: [p for p in parents if p in history] for commit, parents in history.items()}
     )
     for commit in sorted(pending):
-        issues.append(
-            SpecIssue(
-                doc.locate(("history", commit)),
-                f"history: commit {commit!r} is on or descends from a parent cycle",
-            )
-        )
+        message = f"history: commit {commit!r} is on or descends from a parent cycle"
+        issues.append(SpecIssue(doc.locate(("history", commit)), message))
 
 
 def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineStep:

@@ -27,21 +27,14 @@ def read_culprits(
     """The declared culprits (``None`` when the timeline declares none) and the flake
     rate of a timeline whose shape the schema accepted; problems go to ``issues``."""
     flake_rate = float(data.get("flake_rate", 0.0))
-    if "culprits" not in data:
-        culprits = None
-    else:
-        culprits = tuple(
-            _culprit(raw, i, history, locate, issues) for i, raw in enumerate(data["culprits"])
-        )
+    culprits = None
+    if "culprits" in data:
+        listed = enumerate(data["culprits"])
+        culprits = tuple(_culprit(raw, i, history, locate, issues) for i, raw in listed)
     for key in ("culprits", "flake_rate"):
         if key in data and not data.get("builds"):
-            issues.append(
-                SpecIssue(
-                    locate((key,), True),
-                    f"{key}: needs the timeline's recorded builds (builds:), whose durations "
-                    "the builds it ends take",
-                )
-            )
+            needs = "needs the timeline's recorded builds (builds:), whose durations the builds"
+            issues.append(SpecIssue(locate((key,), True), f"{key}: {needs} it ends take"))
     return culprits, flake_rate
 
 
@@ -55,24 +48,18 @@ def _culprit(
     commit = raw if isinstance(raw, str) else raw["commit"]
     fixed_by = "" if isinstance(raw, str) else raw.get("fixed_by", "")
     where = locate(("culprits", index), False)
+    problem = ""
     if commit not in history:
-        issues.append(
-            SpecIssue(where, f"culprits[{index}]: {commit!r} is not a commit of the history")
-        )
+        problem = f"{commit!r} is not a commit of the history"
     elif fixed_by and fixed_by not in history:
-        issues.append(
-            SpecIssue(
-                where, f"culprits[{index}]: fixed_by {fixed_by!r} is not a commit of the history"
-            )
-        )
+        problem = f"fixed_by {fixed_by!r} is not a commit of the history"
     elif fixed_by and not _on_first_parents(history, fixed_by, commit):
-        issues.append(
-            SpecIssue(
-                where,
-                f"culprits[{index}]: fixed_by {fixed_by!r} does not descend from {commit!r} on "
-                "its first-parent line, so it fixes nothing",
-            )
+        problem = (
+            f"fixed_by {fixed_by!r} does not descend from {commit!r} on its first-parent "
+            "line, so it fixes nothing"
         )
+    if problem:
+        issues.append(SpecIssue(where, f"culprits[{index}]: {problem}"))
     return Culprit(commit, fixed_by, where)
 
 

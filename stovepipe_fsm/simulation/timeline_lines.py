@@ -131,12 +131,8 @@ def parse_lines(text: str, file: str) -> SourceDocument:
 
 def _header(value: Any, where: Location, issues: list[SpecIssue]) -> dict[str, Any]:
     if not isinstance(value, dict) or value.get(FORMAT_KEY) != FORMAT_VERSION:
-        issues.append(
-            SpecIssue(
-                where,
-                f'the first line must be the header, {{"{FORMAT_KEY}": {FORMAT_VERSION}, ...}}',
-            )
-        )
+        expected = f'{{"{FORMAT_KEY}": {FORMAT_VERSION}, ...}}'
+        issues.append(SpecIssue(where, f"the first line must be the header, {expected}"))
         return {}
     header = {k: v for k, v in value.items() if k != FORMAT_KEY}
     for key in BULK:
@@ -164,13 +160,11 @@ def _commit(
     unknown = sorted(set(value) - _COMMIT_KEYS)
     if not isinstance(commit, str) or not commit or "parents" not in value or unknown:
         extra = f" (unknown key {unknown[0]!r})" if unknown else ""
-        issues.append(
-            SpecIssue(
-                where,
-                'a commit line is {"commit": ID, "parents": [ID, ...]} with an optional '
-                f'"changes": [PATH, ...] or {{PATH: CONTENT_ID, ...}}{extra}',
-            )
+        shape = (
+            'a commit line is {"commit": ID, "parents": [ID, ...]} with an optional '
+            f'"changes": [PATH, ...] or {{PATH: CONTENT_ID, ...}}{extra}'
         )
+        issues.append(SpecIssue(where, shape))
         return
     if commit in history:
         first = keys[("history", commit)]

@@ -8,7 +8,7 @@ them against the schema over every timeline fixture and a corpus of defects.
 
 They only answer yes or no. A timeline they refuse is validated again with the schema,
 whose messages and locations are what the user reads; an ``expect`` step is always left
-to the schema (:data:`FAST_KINDS`), and so is a header with anything unusual in it.
+to the schema (:func:`step_decided`), and so is a header with anything unusual in it.
 """
 
 from __future__ import annotations
@@ -34,19 +34,6 @@ _STALL_POINTS = _ADMIT_POINTS | {"after_load_queue", "after_derive_strategy"}
 _SOURCE_CONTROL = frozenset({"down", "up"})
 _OUTCOME = re.compile("^[a-z][a-z0-9_]*$")  # the schema's pattern, searched as it searches
 _PARAMETER_TYPES = (bool, int, float, str, list)
-#: Step kinds these predicates decide; any other step is left to the schema.
-FAST_KINDS = frozenset(
-    {
-        *_TARGET_KINDS,
-        "advance_ms",
-        "run_ms",
-        "complete",
-        "crash",
-        "source_control",
-        "stall",
-        "config",
-    }
-)
 #: Header keys whose values are checked here by shape (the rest by the schema, once).
 BULK_KEYS = ("steps", "history", "changes", "builds")
 
@@ -92,8 +79,8 @@ def _config(value: Any) -> bool:
 
 
 def step_valid(raw: Any) -> bool:
-    """Whether the schema accepts ``raw`` as a step; only for steps whose kind is in
-    :data:`FAST_KINDS` or bare (``deliver``, ``run``) - :func:`step_decided` says which."""
+    """Whether the schema accepts ``raw`` as a step; only for the steps
+    :func:`step_decided` says it decides."""
     if type(raw) is str:
         return raw in _BARE
     if type(raw) is not dict or len(raw) != 1:

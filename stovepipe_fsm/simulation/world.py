@@ -35,6 +35,7 @@ hold reason under any machine, not only the shipped one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,9 +58,7 @@ from ..domain.errors import NotFound, Retryable
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
 from ..pipeline import verbs
-from ..pipeline.dlq import DeadLetterReconciler
 from ..pipeline.ingest import Ingest, IngestResult
-from ..pipeline.record import Record
 from ..pipeline.wiring import Ports, Stages, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
@@ -68,7 +67,7 @@ from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
-from ..process.trail_notes import hold_reason, note_failed_attempt
+from ..process.trail_notes import hold_reason
 from .broker import (
     Crash,
     Message,
@@ -175,16 +174,13 @@ class World:
         keep_trail: bool = True,
         requests: MemoryRequestStore | None = None,
         errors_seen: set[str] | None = None,
-        builds: BuildModel | None = None,
     ) -> None:
         """``config`` is the policy, fixed for the run; ``overrides`` are values every
         queue resolves over it (a timeline's ``config:``), ``config`` steps change it
         per queue (:meth:`ResolvedConfigs.set`). ``requests``: the request store to run
         on, when not an empty one (a what-if's logs its writes). ``errors_seen``: where
         every distinct error a delivery raises is added, in this world and every world
-        forked from it (the model checker's report of what failed anywhere).
-        ``builds``: the recorded builds that end every build this world starts
-        (:mod:`.builds`); without it a build ends only by a ``complete`` step."""
+        forked from it (the model checker's report of what failed anywhere)."""
         self.machines = machines
         #: The decision trail, as the service keeps it (none for the model checker,
         #: whose states must not carry a growing history).
@@ -213,7 +209,9 @@ class World:
         self.errors_seen = errors_seen if errors_seen is not None else set()
         self.in_hand: list[InHand] = []
         self._stages: Stages | None = None
-        self.builds = builds
+        #: The recorded builds that end every build this world starts (:mod:`.builds`);
+        #: without them a build ends only by a ``complete`` step.
+        self.builds: BuildModel | None = None
         #: Requests every delivery of which fails (a timeline's ``failing`` step).
         self.failing: frozenset[str] = frozenset()
         #: Builds published by the delivery in progress, started when it settles.
@@ -230,10 +228,8 @@ class World:
         policy are immutable and shared; the twin builds its own stages on its own
         ports when it first steps (a stalled delivery in hand needs them at once).
         """
-        twin = object.__new__(World)
-        twin.machines = self.machines
+        twin = copy.copy(self)  # the machines, policy, metrics and error set are shared
         twin.config = self.config.clone()
-        twin.lifecycle_factory = self.lifecycle_factory
         twin.clock = self.clock.clone()
         twin.requests = self.requests.clone()
         twin.queues = self.queues.clone()
@@ -244,19 +240,14 @@ class World:
         twin.broker = self.broker.clone()
         twin.graph = self.graph.clone()
         twin.trail = self.trail.clone() if self.trail is not None else None
-        twin.metrics = self.metrics
-        twin.armed_crash = self.armed_crash
-        twin.holds = self.holds
         twin.hold_log = list(self.hold_log)
         twin.dead_letters = list(self.dead_letters)
         twin.raised = list(self.raised)
-        twin.errors_seen = self.errors_seen  # shared: what failed in any fork
         twin._stages = None
-        twin.failing = self.failing
         twin.builds = self.builds.clone() if self.builds is not None else None
         twin._published_builds = list(self._published_builds)
         twin.after_event = None
-        twin.in_hand = [held.rebind(twin) for held in self.in_hand] if self.in_hand else []
+        twin.in_hand = [held.rebind(twin) for held in self.in_hand]
         return twin
 
     # --- the stages, on this world's ports ---------------------------------------
@@ -301,14 +292,6 @@ class World:
     @property
     def ingester(self) -> Ingest:
         return self.stages.ingest
-
-    @property
-    def recorder(self) -> Record:
-        return self.stages.record
-
-    @property
-    def reconciler(self) -> DeadLetterReconciler:
-        return self.stages.reconciler
 
     @property
     def lifecycle(self) -> RequestLifecycle:
@@ -403,17 +386,12 @@ class World:
         """The failed attempt in the trail, as the service notes it before its NAK."""
         if self.trail is None:
             return
-        note = note_failed_attempt(
-            self.stages.services,
-            message.queue,
-            message.request_id,
-            stream_seq=message.seq,
-            failures=decision.failures,
-            max_attempts=self.config.get(message.queue).max_attempts,
-            retry_in_ms=round(decision.delay_s * 1000),
-            error=decision.reason,
+        max_attempts = self.config.get(message.queue).max_attempts
+        run_sync(
+            self.stages.note_retry(
+                message.queue, message.request_id, message.seq, decision, max_attempts
+            )
         )
-        run_sync(note)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         """Record the dead letter, remove the message, and fail its request closed.
@@ -437,10 +415,9 @@ class World:
         """
         if point not in STALL_POINTS:
             raise ValueError(f"unknown stall point {point!r}; one of {', '.join(STALL_POINTS)}")
-        due = self.broker.due(self.clock.now_ms())
-        if not due:
+        message = self.broker.first_due(self.clock.now_ms())
+        if message is None:
             return None
-        message = due[0]
         message.deliveries += 1
         delivery = SimDelivery(self, message)
         probe = self._probe if self.armed_crash else None
@@ -475,10 +452,15 @@ class World:
         return self._finished(message, result, held.state_before, holds, settled)
 
     def _state_of(self, request_id: str) -> str:
+        request = self.find_request(request_id)
+        return request.state if request is not None else ""
+
+    def find_request(self, request_id: str) -> Request | None:
+        """The request ``request_id`` as stored; ``None`` when there is none."""
         try:
-            return run_sync(self.requests.get(request_id)).state
-        except NotFound:
-            return ""
+            return run_sync(self.requests.get(request_id))
+        except (NotFound, ValueError):
+            return None
 
     def _probe(self, action: str) -> None:
         point = f"after_{action}"
@@ -558,15 +540,8 @@ class World:
         queue = parse_request_id(request_id).queue
         parameters = dict(self.config.get(queue).parameters)
         coalesces = verbs.queue_coalesces(self.machines.coalesces, parameters)
-        verb = verbs.retry(
-            self.lifecycle,
-            self.ingester,
-            self.uri_index,
-            request_id,
-            by="timeline",
-            coalesces=coalesces,
-        )
-        return run_sync(verb)
+        stages = (self.lifecycle, self.ingester, self.uri_index)
+        return run_sync(verbs.retry(*stages, request_id, by="timeline", coalesces=coalesces))
 
     def deliver_next(self) -> DeliveryReport | None:
         first = self.broker.first_due(self.clock.now_ms())

@@ -118,15 +118,8 @@ def render_request_rows(requests: list[dict[str, Any]]) -> list[str]:
     rows = []
     for r in requests:
         retry = f"  (retry of {r['retry_of']})" if r.get("retry_of") else ""
-        rows.append(
-            (
-                r["id"],
-                short_commit(r["uri"]),
-                r["state"],
-                r["build_strategy"] or "-",
-                (short_commit(r["base_uri"]) or "-") + retry,
-            )
-        )
+        base = (short_commit(r["base_uri"]) or "-") + retry
+        rows.append((r["id"], short_commit(r["uri"]), r["state"], r["build_strategy"] or "-", base))
     return aligned(REQUEST_COLUMNS, rows)
 
 

@@ -16,25 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..domain import trail_record as kinds
 from ..domain.ids import parse_request_id
 from ..domain.parameter_text import short_commit
-from ..domain.trail_record import (
-    ADMITTED,
-    ATTEMPT_FAILED,
-    CULPRIT,
-    DEAD_LETTERED,
-    ENDED,
-    HELD,
-    INGESTED,
-    OPERATOR,
-    PLUGIN,
-    PREEMPTED,
-    PROBE_STARTED,
-    RECLAIMED,
-    SKIPPED,
-    SUPERSEDED,
-    TrailRecord,
-)
+from ..domain.trail_record import TrailRecord
 
 FULL = "full"
 
@@ -95,7 +80,7 @@ class Story:
 NO_STORY = Story()
 
 #: The detail that names the red head a probe builds for, by the record's kind.
-_FOR_HEAD = {PROBE_STARTED: "for_head", ADMITTED: "probe_of"}
+_FOR_HEAD = {kinds.PROBE_STARTED: "for_head", kinds.ADMITTED: "probe_of"}
 
 
 def named_requests(records: Sequence[TrailRecord]) -> set[str]:
@@ -104,13 +89,11 @@ def named_requests(records: Sequence[TrailRecord]) -> set[str]:
     named: set[str] = set()
     for record in records:
         d = record.details
-        if record.kind in (PROBE_STARTED, ADMITTED) and d.get(_FOR_HEAD[record.kind]):
+        if record.kind in (kinds.PROBE_STARTED, kinds.ADMITTED) and d.get(_FOR_HEAD[record.kind]):
             named.add(d[_FOR_HEAD[record.kind]])
-        if record.kind == SUPERSEDED and d.get("by"):
+        if record.kind in (kinds.SUPERSEDED, kinds.RECLAIMED) and d.get("by"):
             named.add(d["by"])
-        if record.kind == RECLAIMED and d.get("by"):
-            named.add(d["by"])
-        if record.kind == HELD and d.get("holders"):
+        if record.kind == kinds.HELD and d.get("holders"):
             named.update(h.strip() for h in d["holders"].split(",") if h.strip())
     return named
 
@@ -118,11 +101,11 @@ def named_requests(records: Sequence[TrailRecord]) -> set[str]:
 def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
     """What was decided about the request and why, in one line."""
     d = record.details
-    if record.kind == INGESTED:
+    if record.kind == kinds.INGESTED:
         returned = " (trunk returned to this commit)" if d.get("returned") else ""
         retry = f" (retry of {d['retry_of']})" if d.get("retry_of") else ""
         return f"ingested {short_commit(d.get('uri', ''))}{returned}{retry}"
-    if record.kind == HELD:
+    if record.kind == kinds.HELD:
         times = "once" if record.count == 1 else f"{record.count} times"
         until = "" if record.count == 1 else f" until {clock_text(record.at_ms)}"
         holders = [h.strip() for h in d.get("holders", "").split(",") if h.strip()]
@@ -132,54 +115,53 @@ def sentence(record: TrailRecord, story: Story = NO_STORY) -> str:
             f"held {times}{until}: {d.get('reason') or 'no reason recorded'}{plugin} "
             f"(slot holders: {shown})"
         )
-    if record.kind == SUPERSEDED:
+    if record.kind == kinds.SUPERSEDED:
         by = story.name(d["by"]) if d.get("by") else "a newer head"
         return f"superseded by {by} (never built)"
-    if record.kind == PREEMPTED:
+    if record.kind == kinds.PREEMPTED:
         by = story.name(d["by"]) if d.get("by") else "a newer head"
         return f"preempted by {by}: running build ended, slot freed"
-    if record.kind == SKIPPED:
+    if record.kind == kinds.SKIPPED:
         green = short_commit(d.get("green", "")) or "last green"
         return (
             f"skipped: every change since {green} matches skip_paths: "
             f"{d.get('matched', '')} (never built, last green unchanged)"
         )
-    if record.kind == ADMITTED and d.get("probe_of"):
+    if record.kind == kinds.ADMITTED and d.get("probe_of"):
         return f"admitted: a probe build, in a probe slot, for red head {story.name(d['probe_of'])}"
-    if record.kind == ADMITTED:
+    if record.kind == kinds.ADMITTED:
         return _admitted(d) + green_chosen(d)
-    if record.kind == PROBE_STARTED:
+    if record.kind == kinds.PROBE_STARTED:
         return (
             f"probe of {short_commit(d.get('commit', ''))} (position {d.get('position', '?')} "
             f"of the {d.get('blamelist', '?')} commits in the blamelist) for red head "
             f"{story.name(d.get('for_head', ''))}"
         )
-    if record.kind == CULPRIT:
+    if record.kind == kinds.CULPRIT:
         return search_sentence(d)
-    if record.kind == ENDED and d.get("moot"):
+    if record.kind == kinds.ENDED and d.get("moot"):
         return (
             f"outcome {d.get('outcome', '')} reported by {d.get('by', '')} after the build "
             f"was {d['moot']}: moot, nothing applied"
         )
-    if record.kind == ENDED:
+    if record.kind == kinds.ENDED:
         return f"ended {d.get('outcome', '')} (reported by {d.get('by', '')})"
-    if record.kind == RECLAIMED:
+    if record.kind == kinds.RECLAIMED:
         why = d.get("why", "ended, slot not yet freed")
         by = story.name(d.get("by", ""))
         return f"slot reclaimed by the gate: {why} (found while deciding {by})"
-    if record.kind == ATTEMPT_FAILED:
+    if record.kind == kinds.ATTEMPT_FAILED:
         return _attempt_failed(d)
-    if record.kind == DEAD_LETTERED:
+    if record.kind == kinds.DEAD_LETTERED:
         attempts = d.get("attempts", "0")
         return f"dead-lettered after {attempts} failed attempt(s): {d.get('error', '')}"
-    if record.kind == OPERATOR:
+    if record.kind == kinds.OPERATOR:
         who = d.get("by") or "unknown user"
         return f"operator {who} ran {d.get('verb', '?')}: {d.get('what', '')}"
-    if record.kind == PLUGIN:
+    if record.kind == kinds.PLUGIN:
         own = ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if k not in ("plugin", "note"))
-        return f"plugin {d.get('plugin', '?')} noted: {d.get('note', '')}" + (
-            f" ({own})" if own else ""
-        )
+        shown = f" ({own})" if own else ""
+        return f"plugin {d.get('plugin', '?')} noted: {d.get('note', '')}{shown}"
     return record.kind
 
 

@@ -61,17 +61,13 @@ pre{background:#f4f4f6;padding:.8rem;overflow:auto;font-size:.8rem}
 """
 
 
-def _style_hash(style: str) -> str:
-    digest = hashlib.sha256(style.encode()).digest()
-    return "sha256-" + base64.b64encode(digest).decode()
-
-
 def content_security_policy() -> str:
     """Nothing from anywhere, but the page's own inline stylesheet (by hash), images
     inline in it, and the filter form posting back to the service: no script at all."""
+    style_hash = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
     return (
         "default-src 'none'; "
-        f"style-src '{_style_hash(STYLE)}'; "
+        f"style-src 'sha256-{style_hash}'; "
         "img-src 'self' data:; "
         "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     )
@@ -95,14 +91,37 @@ def request_href(request_id: str) -> str:
     return href(f"/request/{request_id}")
 
 
-def queue_href(queue: str) -> str:
-    return href(f"/queue/{queue}")
+def request_link(request_id: str) -> str:
+    """A request's id, linking to its page."""
+    return f'<a href="{request_href(request_id)}"><code>{text(request_id)}</code></a>'
 
 
 def commit_link(request_id: str, uri: str) -> str:
     """A commit, cut short, linking to the request that built (or waits with) it."""
     shown = f'<code class="commit" title="{text(uri)}">{text(short_commit(uri))}</code>'
     return f'<a href="{request_href(request_id)}">{shown}</a>' if request_id else shown
+
+
+def _table(table_id: str, headings: Iterable[str], rows: Iterable[str]) -> str:
+    """A table with a heading row and ``rows`` (already HTML)."""
+    head = "".join(f"<th>{heading}</th>" for heading in headings)
+    return (
+        f'<table id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _facts(facts: Iterable[tuple[str, object]]) -> str:
+    """Rows of a facts table: each name as a heading beside its value (already HTML)."""
+    return "".join(f"<tr><th>{text(k)}</th><td>{v}</td></tr>" for k, v in facts)
+
+
+def _parameter_rows(parameters: Iterable[tuple[str, object]]) -> str:
+    return "".join(
+        f'<tr><th><code>{text(k)}</code></th><td class="params"><code>{text(value_text(v))}'
+        "</code></td></tr>"
+        for k, v in parameters
+    )
 
 
 # --- the overview ---------------------------------------------------------------------
@@ -235,12 +254,8 @@ def render_overview(
         _decisions(decisions, Story({r["id"]: r["uri"] for r in doc.get("requests", [])})),
         _problems(doc),
     ]
-    return layout("Queues", doc_policy_hash(doc), body, refresh=True)
-
-
-def doc_policy_hash(doc: Mapping[str, Any]) -> str:
-    policy = doc.get("policy") or {}
-    return str(policy.get("hash", ""))
+    policy_hash = str((doc.get("policy") or {}).get("hash", ""))
+    return layout("Queues", policy_hash, body, refresh=True)
 
 
 def _summary(doc: Mapping[str, Any], queues: Sequence[QueueView]) -> str:
@@ -284,13 +299,9 @@ def _filter_form(selection: Selection, kept: int, total: int) -> str:
 def _queue_table(shown: Sequence[QueueView], now_ms: int) -> str:
     if not shown:
         return '<p class="muted">No queue.</p>'
-    head = (
-        "<tr><th>Queue</th><th>State</th><th>Last green</th>"
-        "<th>Slot holders (since; lease expiry)</th>"
-        "<th>Backlog</th><th>Oldest waiting head</th><th>Parameters</th></tr>"
-    )
-    rows = [_queue_row(q, now_ms) for q in shown]
-    return f'<table id="queues"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    headings = ["Queue", "State", "Last green", "Slot holders (since; lease expiry)"]
+    headings += ["Backlog", "Oldest waiting head", "Parameters"]
+    return _table("queues", headings, (_queue_row(q, now_ms) for q in shown))
 
 
 def _queue_state(q: QueueView) -> str:
@@ -363,7 +374,8 @@ def _queue_row(q: QueueView, now_ms: int) -> str:
     parameters = _parameters_inline(q.parameters)
     return (
         f'<tr class="queue" data-queue="{text(q.name)}" data-paused="{str(q.paused).lower()}">'
-        f'<td><a href="{queue_href(q.name)}"><code class="queue-name">{text(q.name)}</code></a>'
+        f'<td><a href="{href(f"/queue/{q.name}")}">'
+        f'<code class="queue-name">{text(q.name)}</code></a>'
         f'</td><td class="state">{state}</td><td class="last-green">{_last_green(q, now_ms)}</td>'
         f"<td>{holders}</td><td>{q.waiting}</td><td>{oldest}</td>"
         f'<td class="params">{parameters or "-"}</td></tr>'
@@ -376,10 +388,7 @@ def _holder(h: Holder, now_ms: int) -> str:
         left = (h.lease_expires_at_ms - now_ms) // 1000
         when = f"in {left}s" if left >= 0 else f"{-left}s ago"
         lease = f"; lease expires {text(clock_text(h.lease_expires_at_ms))} ({when})"
-    return (
-        f'<a href="{request_href(h.request_id)}"><code>{text(h.request_id)}</code></a> '
-        f"for {text(age_text(h.admitted_at_ms, now_ms))}{lease}"
-    )
+    return f"{request_link(h.request_id)} for {text(age_text(h.admitted_at_ms, now_ms))}{lease}"
 
 
 def _pager(selection: Selection, page: int, pages: int) -> str:
@@ -394,37 +403,35 @@ def _pager(selection: Selection, page: int, pages: int) -> str:
     return f'<p id="pager">{" ".join(links)}</p>'
 
 
+NO_DECISION = '<p class="muted">No decision recorded yet.</p>'
+
+
 def _decisions(records: Sequence[TrailRecord], story: Story) -> str:
     if not records:
-        return '<p class="muted">No decision recorded yet.</p>'
-    rows = [
+        return NO_DECISION
+    rows = (
         f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
         f'<td><code class="queue-name">{text(r.queue)}</code></td>'
-        f'<td><a href="{request_href(r.request_id)}"><code>{text(r.request_id)}</code></a></td>'
-        f"<td>{text(sentence(r, story))}</td></tr>"
+        f"<td>{request_link(r.request_id)}</td><td>{text(sentence(r, story))}</td></tr>"
         for r in records
-    ]
-    head = "<tr><th>Last at</th><th>Queue</th><th>Request</th><th>Decision</th></tr>"
-    return f'<table id="decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+    return _table("decisions", ("Last at", "Queue", "Request", "Decision"), rows)
 
 
 def _queue_decisions(records: Sequence[TrailRecord], commits: Mapping[str, str]) -> str:
     """One queue's decisions: each request by its commit and counter, lines in commit
     terms (the queue is the page's)."""
     if not records:
-        return '<p class="muted">No decision recorded yet.</p>'
+        return NO_DECISION
     story = Story(commits)
-    rows = [
+    rows = (
         f'<tr><td class="mono when">{text(clock_text(r.at_ms))}</td>'
         f'<td class="when">{commit_link(r.request_id, commits.get(r.request_id, r.request_id))}'
         f' <span class="muted">{text(request_counter(r.request_id))}</span></td>'
         f"<td>{text(sentence(r, story))}</td></tr>"
         for r in records
-    ]
-    head = "<tr><th>Last at</th><th>Commit</th><th>Decision</th></tr>"
-    return (
-        f'<table id="queue-decisions"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
     )
+    return _table("queue-decisions", ("Last at", "Commit", "Decision"), rows)
 
 
 def _problems(doc: Mapping[str, Any]) -> str:
@@ -477,10 +484,9 @@ def render_queue(
         ("waiting", f"{q.waiting} head(s)"),
         ("culprit search", _search(q)),
     ]
-    cells = "".join(f"<tr><th>{text(k)}</th><td>{v}</td></tr>" for k, v in facts)
     body = [
         f'<h2>Queue <code class="queue-name" id="queue-name">{text(q.name)}</code></h2>',
-        f'<table class="facts" id="queue-facts">{cells}</table>',
+        f'<table class="facts" id="queue-facts">{_facts(facts)}</table>',
         f"<h2>Waiting heads, front first ({q.waiting})</h2>",
         _heads(heads, q.waiting, now),
         "<h2>Slot holders</h2>",
@@ -510,29 +516,24 @@ def _heads(heads: Sequence[HeadView], waiting: int, now_ms: int) -> str:
         rows.append(
             f'<tr class="head" data-position="{h.position}">'
             f"<td>{h.position}</td><td>{commit_link(h.request_id, h.uri)}</td>"
-            f'<td><a href="{request_href(h.request_id)}"><code>{text(h.request_id)}</code></a>'
-            f"</td><td>{text(h.state)}</td><td>{reason}</td>"
+            f"<td>{request_link(h.request_id)}</td><td>{text(h.state)}</td><td>{reason}</td>"
             f'<td class="when">{text(age_text(h.ingested_at_ms, now_ms))}</td></tr>'
         )
     more = len(heads) < waiting
     tail = f'<p class="muted">{waiting - len(heads)} more not shown.</p>' if more else ""
-    head = (
-        "<tr><th>Position</th><th>Commit</th><th>Request</th><th>State</th>"
-        "<th>Hold reason</th><th>Waiting for</th></tr>"
-    )
-    return f'<table id="heads"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>{tail}'
+    headings = ("Position", "Commit", "Request", "State", "Hold reason", "Waiting for")
+    return _table("heads", headings, rows) + tail
 
 
 def _holders_table(q: QueueView, commits: Mapping[str, str], now_ms: int) -> str:
     if not q.holders:
         return '<p class="muted">No slot is held.</p>'
-    rows = [
+    rows = (
         f'<tr class="holder"><td>{commit_link(h.request_id, commits.get(h.request_id, ""))}</td>'
         f"<td>{_holder(h, now_ms)}</td></tr>"
         for h in q.holders
-    ]
-    head = "<tr><th>Commit</th><th>Request (since; lease expiry)</th></tr>"
-    return f'<table id="holders"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+    return _table("holders", ("Commit", "Request (since; lease expiry)"), rows)
 
 
 def _probes_table(q: QueueView) -> str:
@@ -541,25 +542,19 @@ def _probes_table(q: QueueView) -> str:
     if not probes:
         return '<p class="muted">No probe builds.</p>'
     red = str((q.search or {}).get("red_request_id", ""))
-    rows = [
+    rows = (
         f'<tr class="probe"><td>{commit_link(str(p["request_id"]), str(p["commit"]))}</td>'
-        f'<td><a href="{request_href(str(p["request_id"]))}"><code>{text(p["request_id"])}'
-        f'</code></a></td><td><a href="{request_href(red)}"><code>{text(red)}</code></a></td></tr>'
+        f"<td>{request_link(str(p['request_id']))}</td><td>{request_link(red)}</td></tr>"
         for p in probes
-    ]
-    head = "<tr><th>Commit</th><th>Probe request</th><th>For red head</th></tr>"
-    return f'<table id="probes"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+    return _table("probes", ("Commit", "Probe request", "For red head"), rows)
 
 
 def _parameters_table(parameters: Mapping[str, object]) -> str:
     if not parameters:
         return '<p class="muted">Not recorded yet (no replica has served this queue).</p>'
-    rows = [
-        f'<tr><th><code>{text(k)}</code></th><td class="params"><code>{text(value_text(v))}'
-        "</code></td></tr>"
-        for k, v in sorted(parameters.items())
-    ]
-    return f'<table class="facts" id="parameters">{"".join(rows)}</table>'
+    rows = _parameter_rows(sorted(parameters.items()))
+    return f'<table class="facts" id="parameters">{rows}</table>'
 
 
 # --- a request --------------------------------------------------------------------------
@@ -583,7 +578,7 @@ def render_request(request_id: str, history: Mapping[str, Any], policy_hash: str
             ("admitted", _when(row.get("admitted_at_ms"))),
             ("ended", _when(row.get("ended_at_ms"))),
         ]
-        cells = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td></tr>" for k, v in fields)
+        cells = _facts((k, text(v)) for k, v in fields)
         body.append(f'<table id="request">{cells}</table>')
     entries = history.get("history", [])
     body.append("<h2>Decisions (explain)</h2>")
@@ -725,11 +720,7 @@ def render_card(policy_hash: str, sections: Sequence[CardSection]) -> str:
         "parameters, and the gate's transitions that can fire under them.</p>",
     ]
     for s in sections:
-        params = "".join(
-            f'<tr><th><code>{text(k)}</code></th><td class="params"><code>'
-            f"{text(value_text(v))}</code></td></tr>"
-            for k, v in s.parameters
-        )
+        params = _parameter_rows(s.parameters)
         fires = "".join(
             f"<tr><td>{_ticks(label)}</td><td>{_ticks(when)}</td><td>{text(then)}</td></tr>"
             for label, when, then in s.fires

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from stovepipe_fsm.domain import Green, NotFound
+from stovepipe_fsm.domain.entities import Green
+from stovepipe_fsm.domain.errors import NotFound
 from stovepipe_fsm.ports import SourceControl
 from stovepipe_fsm.process.greens import NO_GREEN_ANCESTOR, newest_green_ancestor
 

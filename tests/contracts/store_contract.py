@@ -19,15 +19,9 @@ import dataclasses
 
 import pytest
 
-from stovepipe_fsm.domain import (
-    FULL,
-    AlreadyExists,
-    NotFound,
-    Queue,
-    Request,
-    VersionMismatch,
-    format_request_id,
-)
+from stovepipe_fsm.domain.entities import FULL, Queue, Request
+from stovepipe_fsm.domain.errors import AlreadyExists, NotFound, VersionMismatch
+from stovepipe_fsm.domain.ids import format_request_id
 from stovepipe_fsm.domain.queue_names import validate_stored_queue_name
 from stovepipe_fsm.ports import Counter, QueueStore, RequestStore, UriIndex
 

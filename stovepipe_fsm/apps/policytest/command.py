@@ -25,18 +25,7 @@ from ...ports.config import ConfigStore
 from ...process.catalog import ProcessMachines, load_process_machines
 from ...simulation.replay import simulate
 from ...simulation.timeline import has_expectations, load_timeline
-from ..options import (
-    CONFIG_HELP,
-    DEFAULT_CONFIG,
-    DEFAULT_MACHINES,
-    EXIT_FAIL,
-    EXIT_OK,
-    EXIT_USAGE,
-    MACHINES_HELP,
-    TIMELINE_DIRS,
-    first_existing,
-    load_policy_store,
-)
+from .. import options
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -54,11 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "paths",
         nargs="*",
         metavar="PATH",
-        help=f"timeline files or directories (default: the first of {', '.join(TIMELINE_DIRS)} "
-        "that exists)",
+        help="timeline files or directories (default: the first of "
+        f"{', '.join(options.TIMELINE_DIRS)} that exists)",
     )
-    p.add_argument("--machines", default=DEFAULT_MACHINES, help=MACHINES_HELP)
-    p.add_argument("--config", default=DEFAULT_CONFIG, help=CONFIG_HELP)
+    p.add_argument("--machines", default=options.DEFAULT_MACHINES, help=options.MACHINES_HELP)
+    p.add_argument("--config", default=options.DEFAULT_CONFIG, help=options.CONFIG_HELP)
     p.set_defaults(handler=cmd_test)
 
 
@@ -81,19 +70,19 @@ class Tally:
 
     def exit_code(self) -> int:
         if self.invalid or not (self.passed or self.failed):
-            return EXIT_USAGE
-        return EXIT_FAIL if self.failed else EXIT_OK
+            return options.EXIT_USAGE
+        return options.EXIT_FAIL if self.failed else options.EXIT_OK
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    found = args.paths or [first_existing(TIMELINE_DIRS)]
+    found = args.paths or [options.first_existing(options.TIMELINE_DIRS)]
     if found == [None]:
-        looked = " or ".join(f"{d}/" for d in TIMELINE_DIRS)
+        looked = " or ".join(f"{d}/" for d in options.TIMELINE_DIRS)
         print(f"error: no timelines given, and no {looked} here", file=sys.stderr)
-        return EXIT_USAGE
+        return options.EXIT_USAGE
     paths = timeline_paths([str(path) for path in found])
     machines = load_process_machines(args.machines)
-    config = load_policy_store(args.config)
+    config = options.load_policy_store(args.config)
     tally = Tally()
     for path in paths:
         run_one(path, machines, config, tally)

@@ -33,7 +33,6 @@ from ...process.catalog import ProcessMachines
 from ...process.controller import ProcessController
 from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
-from ...process.trail_notes import note_failed_attempt
 
 
 def config_repositories(config: ConfigStore) -> GitSourceControlProvider:
@@ -71,16 +70,7 @@ class Pipeline:
         self, queue: str, request_id: str, stream_seq: int, decision: Settlement, max_attempts: int
     ) -> None:
         """A failed attempt the settle policy retries, noted in the decision trail."""
-        await note_failed_attempt(
-            self.stages.services,
-            queue,
-            request_id,
-            stream_seq=stream_seq,
-            failures=decision.failures,
-            max_attempts=max_attempts,
-            retry_in_ms=round(decision.delay_s * 1000),
-            error=decision.reason,
-        )
+        await self.stages.note_retry(queue, request_id, stream_seq, decision, max_attempts)
 
     async def record_outcome(self, request_id: str, outcome: str) -> object:
         """A build outcome, recorded by the stages in force."""

@@ -13,7 +13,7 @@ caller's, so this module lays out whatever figures a run has.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,12 @@ from ...located.yaml_source import read_yaml
 from ...machine.parameters import as_json
 from ...ports.config import ConfigStore
 from ...simulation.timeline import Timeline
-from .compare import TOTAL, Figures, RunSummary
+from .compare import RunSummary, differences
 from .culprits import culprit_rows
+from .figures import EMPTY, TOTAL
 from .table import at, table
 
 POLICY_CONFIG = Path("config") / "queues.yaml"
-EMPTY = Figures(0, 0, 0, 0, (), ())
 
 Rows = Sequence[tuple[str, tuple[str, ...]]]
 
@@ -76,11 +76,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def wants_columns(args: argparse.Namespace) -> bool:
-    """Whether the run compares more than the two policies of the two-policy form."""
-    return bool(args.policy or args.vary)
-
-
 def columns_of(args: argparse.Namespace) -> list[PolicyColumn]:
     """The run's policies in column order; :class:`ColumnsError` for a ``--policy`` that
     is not a policy directory or a ``--vary`` that is not ``PARAM=V1,V2,...``."""
@@ -123,7 +118,7 @@ def _unique_labels(columns: list[PolicyColumn]) -> list[PolicyColumn]:
     for column in columns:
         n = seen[column.label] = seen.get(column.label, 0) + 1
         label = column.label if n == 1 else f"{column.label} #{n}"
-        out.append(PolicyColumn(label, column.machines, column.config, column.settings))
+        out.append(replace(column, label=label))
     return out
 
 
@@ -150,13 +145,6 @@ def timeline_for(column: PolicyColumn, timeline: Timeline) -> Timeline:
     if not column.settings:
         return timeline
     return replace(timeline, config={**timeline.config, **dict(column.settings)})
-
-
-def replay_columns(
-    columns: Sequence[PolicyColumn], replay: Callable[[PolicyColumn], RunSummary]
-) -> list[RunSummary]:
-    """Each column's run, in column order."""
-    return [replay(column) for column in columns]
 
 
 def columns_json(
@@ -186,22 +174,6 @@ def culprits_json(runs: Sequence[RunSummary]) -> dict[str, Any]:
     return {"culprits": [run.culprits.as_json() for run in runs]}
 
 
-def differences(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
-    """Heads whose final state is not the same under every policy, by queue and ingest
-    order; ``-`` where a run never ingested the head."""
-    keys = {key for run in runs for key in run.final}
-    found = []
-    for queue, uri in keys:
-        seen = [run.final.get((queue, uri)) for run in runs]
-        states = [s[0] if s else "-" for s in seen]
-        if len(set(states)) > 1:
-            rid = next(s[1] for s in seen if s)
-            counter = int(rid.rsplit("/", 1)[1])
-            found.append(((queue, counter, uri), queue, uri, rid, states))
-    found.sort(key=lambda f: f[0])
-    return [{"queue": q, "uri": u, "request_id": r, "outcomes": s} for _, q, u, r, s in found]
-
-
 def render_columns(doc: dict[str, Any], rows: Rows) -> str:
     """The document as two tables: a column of figures per policy, then the heads whose
     final state differs."""
@@ -212,15 +184,8 @@ def render_columns(doc: dict[str, Any], rows: Rows) -> str:
         more = f" ({settings} on every queue)" if settings else ""
         lines.append(f"{policy['label']}: {policy['machines']} + {policy['config']}{more}")
     lines.append(f"seed: {doc['seed']} (draws build durations for commits never built live)")
-    body: list[tuple[str, ...]] = []
     blocks = [(q["queue"], q["figures"]) for q in doc["queues"]] + [(TOTAL, doc["total"])]
-    for name, figures in blocks:
-        for i, (label, path) in enumerate(rows):
-            body.append((name if i == 0 else "", label, *(at(f, path) for f in figures)))
-    for key in doc["completes"][0]:  # in :func:`.compare.summarize`'s order
-        body.append(("", f"outcomes {key}", *(str(c[key]) for c in doc["completes"])))
-    if "culprits" in doc:
-        body += [("", label, *row) for label, row in culprit_rows(doc["culprits"])]
+    body = figure_rows(rows, blocks, doc["completes"], doc.get("culprits"))
     lines += ["", *table(("queue", "figure", *labels), body), ""]
     found = doc["differences"]
     lines.append(f"requests whose final outcome differs: {len(found) or 'none'}")
@@ -229,3 +194,22 @@ def render_columns(doc: dict[str, Any], rows: Rows) -> str:
         cells = [(d["queue"], d["uri"], d["request_id"], *d["outcomes"]) for d in found]
         lines += table(header, cells)
     return "\n".join(lines)
+
+
+def figure_rows(
+    rows: Rows,
+    blocks: Sequence[tuple[str, Sequence[dict[str, Any]]]],
+    completes: Sequence[dict[str, int]],
+    culprits: Sequence[dict[str, Any]] | None,
+) -> list[tuple[str, ...]]:
+    """A table's figure rows, a cell per run: ``rows`` of each queue's (then the total's)
+    figures, the fate of the outcomes, and the culprit rows when some run searched."""
+    body: list[tuple[str, ...]] = []
+    for name, figures in blocks:
+        for i, (label, path) in enumerate(rows):
+            body.append((name if i == 0 else "", label, *(at(f, path) for f in figures)))
+    for key in completes[0]:  # in :func:`.compare.summarize`'s order
+        body.append(("", f"outcomes {key}", *(str(c[key]) for c in completes)))
+    if culprits is not None:
+        body += [("", label, *cells) for label, cells in culprit_rows(culprits)]
+    return body

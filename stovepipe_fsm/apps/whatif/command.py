@@ -20,13 +20,13 @@ from ...process.catalog import load_process_machines
 from ...simulation.collector import settled_heap
 from ...simulation.timed import replay_timed
 from ...simulation.timeline import Timeline, load_timeline
-from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE, load_policy_store
+from ..options import DEFAULT_CONFIG, DEFAULT_MACHINES, EXIT_OK, EXIT_USAGE
 from . import columns
-from .compare import Difference, RunSummary, differences, summarize
-from .culprits import culprit_rows
-from .figures import EMPTY, TOTAL, percentile
+from .columns import PolicyColumn
+from .compare import RunSummary, differences, summarize
+from .figures import EMPTY, TOTAL
 from .parallel import PARALLEL_FROM_STEPS, can_fork, replay_both
-from .table import at, table
+from .table import table
 
 SIDES = ("policy", "vs_policy")
 
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int:
     """Replay, compare, print. ``parallel`` (default: for a long timeline on a machine
     with the cores, :mod:`.parallel`) runs the two replays side by side."""
-    if columns.wants_columns(args):
+    if args.policy or args.vary:
         try:
             return _whatif_columns(args)
         except columns.ColumnsError as exc:
@@ -63,17 +63,17 @@ def cmd_whatif(args: argparse.Namespace, *, parallel: bool | None = None) -> int
             "nothing to compare: give --vs-config or --vs-machines (the other defaults to "
             "this policy's), or --policy DIR or --vary PARAM=V1,V2,... (docs/whatif.md)"
         )
-    if args.vs_machines is None:
-        args.vs_machines = args.machines
-    if args.vs_config is None:
-        args.vs_config = args.config
+    args.vs_machines = args.machines if args.vs_machines is None else args.vs_machines
+    args.vs_config = args.config if args.vs_config is None else args.vs_config
     timeline = load_timeline(args.timeline)
     if parallel is None:
         parallel = len(timeline.steps) >= PARALLEL_FROM_STEPS and can_fork()
     with settled_heap():  # frozen before the fork: the child does not copy the timeline
+        mine = PolicyColumn("policy", args.machines, args.config)
+        theirs = PolicyColumn("vs policy", args.vs_machines, args.vs_config)
         run, vs = replay_both(
-            lambda: _replay(timeline, args.machines, args.config, args.seed),
-            lambda: _replay(timeline, args.vs_machines, args.vs_config, args.seed),
+            lambda: _replay(timeline, mine, args.seed),
+            lambda: _replay(timeline, theirs, args.seed),
             parallel=parallel,
         )
         doc = whatif_json(args, run, vs)
@@ -90,23 +90,18 @@ def _whatif_columns(args: argparse.Namespace) -> int:
     """A column per policy (:mod:`.columns`), each replayed in turn."""
     chosen = columns.columns_of(args)
     timeline = load_timeline(args.timeline)
-
-    def replay(column: columns.PolicyColumn) -> RunSummary:
-        machines = load_process_machines(column.machines)
-        config = columns.config_store(column, machines.parameters)
-        timeline_of = columns.timeline_for(column, timeline)
-        return summarize(replay_timed(timeline_of, machines, config, seed=args.seed))
-
     with settled_heap():
-        runs = columns.replay_columns(chosen, replay)
+        runs = [_replay(timeline, column, args.seed) for column in chosen]
     doc = columns.columns_json(args.timeline, chosen, runs, args.seed)
     print(json.dumps(doc, indent=2) if args.json else columns.render_columns(doc, ROWS))
     return EXIT_OK
 
 
-def _replay(timeline: Timeline, machines_dir: str, config_path: str, seed: int) -> RunSummary:
-    machines = load_process_machines(machines_dir)
-    config = load_policy_store(config_path, machines.parameters)
+def _replay(timeline: Timeline, column: PolicyColumn, seed: int) -> RunSummary:
+    """The replay of ``timeline`` under ``column``'s policy, summed up for comparison."""
+    machines = load_process_machines(column.machines)
+    config = columns.config_store(column, machines.parameters)
+    timeline = columns.timeline_for(column, timeline)
     return summarize(replay_timed(timeline, machines, config, seed=seed))
 
 
@@ -130,8 +125,14 @@ def whatif_json(args: argparse.Namespace, run: RunSummary, vs: RunSummary) -> di
         "total": {"policy": mine[TOTAL].as_json(), "vs_policy": theirs[TOTAL].as_json()},
         "completes": {side: r.completes for side, r in zip(SIDES, (run, vs), strict=True)},
         **culprits_json(dict(zip(SIDES, (run, vs), strict=True))),
-        "differences": [d.as_json() for d in differences(run, vs)],
+        "differences": [_two_sided(found) for found in differences((run, vs))],
     }
+
+
+def _two_sided(found: dict[str, Any]) -> dict[str, Any]:
+    """A head that ends differently, its two outcomes as ``outcome`` and ``vs_outcome``."""
+    outcome, vs_outcome = found.pop("outcomes")
+    return {**found, "outcome": outcome, "vs_outcome": vs_outcome}
 
 
 def culprits_json(runs: dict[str, RunSummary]) -> dict[str, Any]:
@@ -163,16 +164,13 @@ ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def render(doc: dict[str, Any]) -> str:
     """The document as two tables: figures side by side, then the differing requests."""
     header: tuple[str, ...] = ("queue", "figure", "policy", "vs policy")
-    rows: list[tuple[str, ...]] = []
     blocks = [(q["queue"], q) for q in doc["queues"]] + [(TOTAL, doc["total"])]
-    for name, block in blocks:
-        for i, (label, path) in enumerate(ROWS):
-            rows.append((name if i == 0 else "", label, *(at(block[s], path) for s in SIDES)))
-    for key in doc["completes"][SIDES[0]]:  # in :func:`.compare.summarize`'s order
-        rows.append(("", f"outcomes {key}", *(str(doc["completes"][s][key]) for s in SIDES)))
-    if "culprits" in doc:
-        searched = [doc["culprits"][s] for s in SIDES]
-        rows += [("", label, *cells) for label, cells in culprit_rows(searched)]
+    rows = columns.figure_rows(
+        ROWS,
+        [(name, [block[s] for s in SIDES]) for name, block in blocks],
+        [doc["completes"][s] for s in SIDES],
+        [doc["culprits"][s] for s in SIDES] if "culprits" in doc else None,
+    )
     lines = [
         f"timeline: {doc['timeline']}",
         f"policy:    {doc['policy']['machines']} + {doc['policy']['config']}",
@@ -183,14 +181,9 @@ def render(doc: dict[str, Any]) -> str:
         "",
     ]
     found: list[dict[str, str]] = doc["differences"]
-    if not found:
-        lines.append("requests whose final outcome differs: none")
-    else:
-        lines.append(f"requests whose final outcome differs: {len(found)}")
+    lines.append(f"requests whose final outcome differs: {len(found) or 'none'}")
+    if found:
         header = ("queue", "uri", "request", "policy", "vs policy")
         keys = ("queue", "uri", "request_id", "outcome", "vs_outcome")
         lines += table(header, [tuple(d[k] for k in keys) for d in found])
     return "\n".join(lines)
-
-
-__all__ = ["Difference", "cmd_whatif", "percentile", "register", "render", "whatif_json"]

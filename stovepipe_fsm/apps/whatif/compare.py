@@ -4,32 +4,14 @@ requests whose final outcome differs between two runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...domain.ids import parse_request_id
 from ...simulation.timed import TimedRun
 from .culprits import CulpritFigures, culprit_figures
-from .figures import TOTAL, Figures, figures_by_queue, percentile
-
-
-@dataclass(frozen=True)
-class Difference:
-    """A request (a head of a queue) that ends differently under the two policies."""
-
-    queue: str
-    uri: str
-    request_id: str
-    outcome: str
-    vs_outcome: str
-
-    def as_json(self) -> dict[str, str]:
-        return {
-            "queue": self.queue,
-            "uri": self.uri,
-            "request_id": self.request_id,
-            "outcome": self.outcome,
-            "vs_outcome": self.vs_outcome,
-        }
+from .figures import Figures, figures_by_queue, percentile
 
 
 @dataclass(frozen=True)
@@ -60,34 +42,21 @@ def summarize(run: TimedRun) -> RunSummary:
     return RunSummary(figures_by_queue(run), completes, final, culprit_figures(run))
 
 
-def differences(run: RunSummary, vs: RunSummary) -> list[Difference]:
-    """Heads whose final state differs, by queue and ingest order. A head is the same
-    head under both policies when it is the same commit of the same queue."""
-    mine, theirs = run.final, vs.final
-    found: list[tuple[tuple[str, int, str], Difference]] = []
-    for key in mine.keys() | theirs.keys():
-        a, b = mine.get(key), theirs.get(key)
-        state_a = a[0] if a else "-"
-        state_b = b[0] if b else "-"
-        if state_a != state_b:
-            rid = (a or b)[1]  # type: ignore[index]
-            order = (key[0], parse_request_id(rid).counter, key[1])
-            found.append((order, Difference(key[0], key[1], rid, state_a, state_b)))
-    found.sort(key=_first)
-    return [difference for _, difference in found]
+def differences(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
+    """Heads whose final state is not the same under every policy, by queue and ingest
+    order; ``-`` where a run never ingested the head. A head is the same head under every
+    policy when it is the same commit of the same queue."""
+    keys = {key for run in runs for key in run.final}
+    found = []
+    for queue, uri in keys:
+        seen = [run.final.get((queue, uri)) for run in runs]
+        states = [s[0] if s else "-" for s in seen]
+        if len(set(states)) > 1:
+            rid = next(s[1] for s in seen if s)
+            counter = parse_request_id(rid).counter
+            found.append(((queue, counter, uri), queue, uri, rid, states))
+    found.sort(key=lambda f: f[0])
+    return [{"queue": q, "uri": u, "request_id": r, "outcomes": s} for _, q, u, r, s in found]
 
 
-__all__ = [
-    "TOTAL",
-    "CulpritFigures",
-    "Difference",
-    "Figures",
-    "RunSummary",
-    "differences",
-    "percentile",
-    "summarize",
-]
-
-
-def _first(pair: tuple[tuple[str, int, str], Difference]) -> tuple[str, int, str]:
-    return pair[0]
+__all__ = ["RunSummary", "differences", "percentile", "summarize"]
