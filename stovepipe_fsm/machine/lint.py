@@ -225,11 +225,10 @@ def _graph(spec: MachineSpec, reachable: set[str]) -> list[SpecIssue]:
         outgoing = spec.outgoing(state.name)
         if state.terminal:
             for t in outgoing:
+                where = next(s.location for s in t.sources if s.name == state.name)
                 if t.wildcard_source:
-                    where = next(s.location for s in t.sources if s.name == state.name)
                     text = f"source '*' includes terminal state {state.name!r}; list sources"
                 else:
-                    where = next(s.location for s in t.sources if s.name == state.name)
                     text = f"terminal state {state.name!r} has an outgoing transition"
                 issues.append(SpecIssue(where, f"{text} (trigger {t.trigger!r})", "terminal-exit"))
         elif not outgoing:
@@ -404,23 +403,21 @@ def _persist_before_publish(
             facts |= registry.conditions[u.name].provides_unless
         return frozenset(facts)
 
+    steps = [(t, s) for t in spec.transitions for s in t.source_names if s in reachable]
     changed = True
     while changed:
         changed = False
-        for t in spec.transitions:
-            for source in t.source_names:
-                if source not in reachable:
-                    continue
-                out = set(entry_facts(t, source))
-                for a in t.actions:
-                    out |= registry.actions[a.name].provides
-                dest = t.dest.name
-                merged = facts_in[dest] & frozenset(out)
-                if dest == spec.initial.name:
-                    merged = frozenset()
-                if merged != facts_in[dest]:
-                    facts_in[dest] = merged
-                    changed = True
+        for t, source in steps:
+            out = set(entry_facts(t, source))
+            for a in t.actions:
+                out |= registry.actions[a.name].provides
+            dest = t.dest.name
+            merged = facts_in[dest] & frozenset(out)
+            if dest == spec.initial.name:
+                merged = frozenset()
+            if merged != facts_in[dest]:
+                facts_in[dest] = merged
+                changed = True
 
     issues: list[SpecIssue] = []
     # What the message suggests as the fix: the actions to run first, or the guards that
@@ -434,39 +431,25 @@ def _persist_before_publish(
         ]
         for fact in universe
     }
-    for t in spec.transitions:
-        for source in t.source_names:
-            if source not in reachable:
-                continue
-            facts = set(entry_facts(t, source))
-            for a in t.actions:
-                info = registry.actions[a.name]
-                missing = sorted(info.requires - facts)
-                if missing:  # one issue per misplaced action, naming every missing fact
-                    needs = ", ".join(
-                        f"{fact!r} (established by "
-                        f"{', '.join(providers.get(fact, [])) or 'nothing registered'})"
-                        for fact in missing
+    for t, source in steps:
+        facts = set(entry_facts(t, source))
+        for a in t.actions:
+            info = registry.actions[a.name]
+            missing = sorted(info.requires - facts)
+            if missing:  # one issue per misplaced action, naming every missing fact
+                needs = ", ".join(
+                    f"{fact!r} (established by "
+                    f"{', '.join(providers.get(fact, [])) or 'nothing registered'})"
+                    for fact in missing
+                )
+                it = "it is" if len(missing) == 1 else "they are"
+                issues.append(
+                    SpecIssue(
+                        a.location,
+                        f"persist before publish: {a.name!r} needs {needs} but runs from "
+                        f"state {source!r} on a path where {it} not yet established",
+                        "persist-before-publish",
                     )
-                    it = "it is" if len(missing) == 1 else "they are"
-                    issues.append(
-                        SpecIssue(
-                            a.location,
-                            f"persist before publish: {a.name!r} needs {needs} but runs from "
-                            f"state {source!r} on a path where {it} not yet established",
-                            "persist-before-publish",
-                        )
-                    )
-                facts |= info.provides
-    return _dedupe(issues)
-
-
-def _dedupe(issues: list[SpecIssue]) -> list[SpecIssue]:
-    seen: set[tuple[object, str]] = set()
-    out = []
-    for issue in issues:
-        key = (issue.location, issue.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(issue)
-    return out
+                )
+            facts |= info.provides
+    return list(dict.fromkeys(issues))  # one issue per place and message

@@ -100,7 +100,6 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
             doc.locate(("invariants",), key=True) if "invariants" in data else None
         ),
         plugins=_names(doc, data.get("plugins"), ("plugins",)),
-        plugins_location=doc.locate(("plugins",), key=True) if "plugins" in data else None,
         source=doc.text,
     )
 
@@ -227,17 +226,6 @@ def load_machine(
         if issues:
             raise SpecError(issues)
     return spec
-
-
-def check_machine(
-    path: str | Path, registries: Mapping[str, Registry] | None = None
-) -> tuple[MachineSpec | None, list[SpecIssue]]:
-    """Every issue of one machine file, without raising: for ``validate``."""
-    try:
-        spec = parse_machine(read_yaml(path))
-    except SpecError as exc:
-        return None, list(exc.issues)
-    return spec, lint_machine(spec, registries)
 
 
 def load_machine_dir(

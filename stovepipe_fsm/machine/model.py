@@ -168,7 +168,6 @@ class MachineSpec:
     # ``plugins:``: modules adding conditions and actions (see :mod:`.plugins`), each
     # located at its list item so a plugin that fails is reported where it is named.
     plugins: tuple[NameRef, ...] = ()
-    plugins_location: Location | None = None
     #: The YAML text the spec was read from ("" for one built in code): what the service
     #: records so that operator commands run the very machine it runs.
     source: str = field(default="", compare=False, repr=False)

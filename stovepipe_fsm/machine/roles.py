@@ -177,6 +177,11 @@ def _shape_issues(
             )
         ]
     issues: list[SpecIssue] = []
+
+    def wrong(must: str, but: str = "", at: Location = where) -> None:
+        text = f"{what}: trigger {trigger!r} must {must} ({shape.purpose}){but}"
+        issues.append(SpecIssue(at, text, "role-shape"))
+
     states = spec.state_map
     for t in transitions:
         dest = states.get(t.dest.name)
@@ -188,34 +193,15 @@ def _shape_issues(
             else dest.terminal
         )
         if not fits:
-            issues.append(
-                SpecIssue(
-                    t.dest.location,
-                    f"{what}: trigger {trigger!r} must lead to a {shape.leads_to} state "
-                    f"({shape.purpose}); {dest.name!r} is not one",
-                    "role-shape",
-                )
+            wrong(
+                f"lead to a {shape.leads_to} state", f"; {dest.name!r} is not one", t.dest.location
             )
     sources = _sources(spec, trigger)
+    initial = f"the initial state {spec.initial.name!r}"
     if shape.from_initial and spec.initial.name not in sources:
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave the initial state "
-                f"{spec.initial.name!r} ({shape.purpose})",
-                "role-shape",
-            )
-        )
-    extra = sorted(sources - {spec.initial.name}) if shape.only_from_initial else []
-    if extra:
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave only the initial state "
-                f"{spec.initial.name!r} ({shape.purpose}); it also leaves {', '.join(extra)}",
-                "role-shape",
-            )
-        )
+        wrong(f"leave {initial}")
+    if shape.only_from_initial and (extra := sorted(sources - {spec.initial.name})):
+        wrong(f"leave only {initial}", f"; it also leaves {', '.join(extra)}")
     green = {
         t.dest.name
         for o in spec.outcomes
@@ -224,54 +210,15 @@ def _shape_issues(
         if t.trigger == o.trigger.name
     }
     if shape.never_green and (leads := sorted(leads_to(spec, trigger) & green)):
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must not lead to a state of the green outcome "
-                f"({shape.purpose}); it leads to {', '.join(leads)}",
-                "role-shape",
-            )
-        )
-    if shape.only_from_holding:
-        issues += _holding_issues(spec, what, trigger, where, shape, sources)
-    if shape.from_every_open_state:
-        open_states = {s.name for s in spec.states if not s.terminal}
-        missing = sorted(open_states - sources)
-        if missing:
-            issues.append(
-                SpecIssue(
-                    where,
-                    f"{what}: trigger {trigger!r} must leave every non-terminal state "
-                    f"({shape.purpose}); it does not leave {', '.join(missing)}",
-                    "role-shape",
-                )
-            )
-    return issues
-
-
-def _holding_issues(
-    spec: MachineSpec, what: str, trigger: str, where: Location, shape: RoleShape, sources: set[str]
-) -> list[SpecIssue]:
+        wrong("not lead to a state of the green outcome", f"; it leads to {', '.join(leads)}")
     holding = {s.name for s in spec.states if s.holds_slot and not s.terminal}
-    issues: list[SpecIssue] = []
-    if extra := sorted(sources - holding):
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave only slot-holding states "
-                f"({shape.purpose}); it also leaves {', '.join(extra)}",
-                "role-shape",
-            )
-        )
-    if missing := sorted(holding - sources):
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave every slot-holding state "
-                f"({shape.purpose}); it does not leave {', '.join(missing)}",
-                "role-shape",
-            )
-        )
+    if shape.only_from_holding and (extra := sorted(sources - holding)):
+        wrong("leave only slot-holding states", f"; it also leaves {', '.join(extra)}")
+    if shape.only_from_holding and (missing := sorted(holding - sources)):
+        wrong("leave every slot-holding state", f"; it does not leave {', '.join(missing)}")
+    open_states = {s.name for s in spec.states if not s.terminal}
+    if shape.from_every_open_state and (missing := sorted(open_states - sources)):
+        wrong("leave every non-terminal state", f"; it does not leave {', '.join(missing)}")
     return issues
 
 
