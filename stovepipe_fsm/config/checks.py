@@ -26,7 +26,7 @@ def key_issues(doc: SourceDocument) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     usable: list[tuple[str, Location]] = []
     for key, where in keys:
-        problem = pattern_problem(key) if is_pattern(key) else name_problem(key)
+        problem = key_problem(key)
         if problem is None:
             usable.append((key, where))
         else:
@@ -50,11 +50,16 @@ def invariant_scope_issues(doc: SourceDocument) -> list[SpecIssue]:
         for i, key in enumerate(queues if isinstance(queues, list) else ()):
             if not isinstance(key, str) or not key:
                 continue  # the schema reports it
-            problem = pattern_problem(key) if is_pattern(key) else name_problem(key)
+            problem = key_problem(key)
             if problem is not None:
                 where = doc.locate((INVARIANTS, name, i))
                 issues.append(SpecIssue(where, f"invariants: {name}: {problem}", "queue-name"))
     return issues
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` (a pattern or an exact queue name) can name no queue, or None."""
+    return pattern_problem(key) if is_pattern(key) else name_problem(key)
 
 
 def name_problem(key: str) -> str | None:

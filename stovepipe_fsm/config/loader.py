@@ -29,7 +29,6 @@ from .checks import (
 )
 from .policy import InvariantScope, PolicyEntry, QueuePolicy, Settings
 
-DEFAULT_CONFIG_PATH = Path("config") / "queues.yaml"
 DEFAULTS = "defaults"
 SCHEMA_NAME = "queues"
 MEMORY_SOURCE = "<memory>"

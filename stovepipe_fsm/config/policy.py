@@ -23,12 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..domain.entities import RUNTIME_KEYS, QueueConfig
+from ..domain.entities import QueueConfig
 from ..domain.queue_names import validate_stored_queue_name
 from ..located.errors import Location, SpecError, SpecIssue
 from .globs import common_match, glob_match, is_pattern, specificity
 
-SETTING_NAMES = RUNTIME_KEYS
 #: How many queue names a policy keeps resolved configs for before it starts over.
 MAX_RESOLVED_QUEUES = 100_000
 

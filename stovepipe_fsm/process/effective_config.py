@@ -19,6 +19,7 @@ configs is read as it is.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -114,14 +115,7 @@ class ResolvedConfigs:
 
     def clone(self) -> ResolvedConfigs:
         """An independent copy; it shares everything until one of the two steps."""
-        twin = object.__new__(ResolvedConfigs)
-        twin.policy = self.policy
-        twin.declared = self.declared
-        twin.overrides = self.overrides
-        twin.changes = self.changes
-        twin._current = self._current
-        twin._resolved = self._resolved
-        return twin
+        return copy.copy(self)
 
 
 class LiveConfigs:

@@ -194,9 +194,7 @@ class RequestLifecycle:
         this one and releases its claim (or, had it crashed, leaves a terminal holder the
         gate reclaims).
         """
-        return await self.apply(
-            request, self.roles.supersede, settled_in=loaded, superseded_by=by
-        )
+        return await self.apply(request, self.roles.supersede, settled_in=loaded, superseded_by=by)
 
     async def skip(self, request: Request, *, loaded: Queue | None = None) -> Request:
         """End ``request`` unbuilt (the ``skip`` role): nothing it changed needs a build.
@@ -204,12 +202,8 @@ class RequestLifecycle:
         ``loaded`` as for :meth:`supersede`. Raises ``ValueError`` when the policy's
         request machine declares no ``skip`` role.
         """
-        if not self.roles.skip:
-            raise ValueError(
-                f"machine {self.machine.spec.name!r} declares no role 'skip'; a queue with "
-                "skip_paths needs one (a terminal state for heads ended unbuilt)"
-            )
-        return await self.apply(request, self.roles.skip, settled_in=loaded)
+        why = "a queue with skip_paths needs one (a terminal state for heads ended unbuilt)"
+        return await self.apply(request, self._declared("skip", why), settled_in=loaded)
 
     async def preempt(self, request: Request, by: str) -> Request:
         """End ``request``'s running build for the newer head ``by`` (the ``preempt``
@@ -219,12 +213,15 @@ class RequestLifecycle:
         role, ``IllegalTransition`` when ``request`` is not in a state it leaves (it
         ended meanwhile) and ``VersionMismatch`` when it changed underneath.
         """
-        if not self.roles.preempt:
-            raise ValueError(
-                f"machine {self.machine.spec.name!r} declares no role 'preempt'; a gate "
-                "that preempts running builds needs one (a terminal state for them)"
-            )
-        return await self.apply(request, self.roles.preempt, superseded_by=by)
+        why = "a gate that preempts running builds needs one (a terminal state for them)"
+        return await self.apply(request, self._declared("preempt", why), superseded_by=by)
+
+    def _declared(self, role: str, why: str) -> str:
+        """The trigger of the optional ``role``; ``ValueError`` saying ``why`` without one."""
+        trigger: str = getattr(self.roles, role)
+        if not trigger:
+            raise ValueError(f"machine {self.machine.spec.name!r} declares no role {role!r}; {why}")
+        return trigger
 
     async def fail_closed(self, request: Request) -> Request:
         return await self.apply(request, self.roles.dead_letter)

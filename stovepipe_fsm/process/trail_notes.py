@@ -96,15 +96,30 @@ async def note(
     **why: object,
 ) -> None:
     """Append one decision about ``request`` now, under the policy in force."""
+    await _append(services, kind, request.queue, request.id, why, tag=tag, stream_seq=stream_seq)
+
+
+async def _append(
+    services: StageServices,
+    kind: str,
+    queue: str,
+    request_id: str,
+    why: Mapping[str, object],
+    *,
+    tag: str = "",
+    stream_seq: int = 0,
+    at_ms: int | None = None,
+) -> None:
+    """Append one record about ``request_id`` (at ``at_ms``; None: now)."""
     if isinstance(services.trail, DiscardedTrail):
         return  # nothing keeps it: do not build the record (check forks worlds by the
         # hundred thousand, each delivery noting a decision)
     await services.trail.append(
         TrailRecord(
             kind=kind,
-            queue=request.queue,
-            request_id=request.id,
-            at_ms=services.clock.now_ms(),
+            queue=queue,
+            request_id=request_id,
+            at_ms=services.clock.now_ms() if at_ms is None else at_ms,
             detail=detail(**why),
             tag=tag,
             stream_seq=stream_seq,
@@ -238,19 +253,10 @@ async def note_reclaimed(
 ) -> None:
     """The slots the gate took back (from requests whose end had not freed them, or whose
     lease ran out), noted on each of those requests (by the delivery that found them)."""
-    services = ctx.services
+    reclaimed = {"by": ctx.request.id, "why": why}
+    seq, queue = ctx.delivery.stream_seq, ctx.request.queue
     for holder in holders:
-        await services.trail.append(
-            TrailRecord(
-                kind=RECLAIMED,
-                queue=ctx.request.queue,
-                request_id=holder,
-                at_ms=services.clock.now_ms(),
-                detail=detail(by=ctx.request.id, why=why),
-                stream_seq=ctx.delivery.stream_seq,
-                policy=services.policy_hash(),
-            )
-        )
+        await _append(ctx.services, RECLAIMED, queue, holder, reclaimed, stream_seq=seq)
 
 
 async def note_failed_attempt(
@@ -268,22 +274,15 @@ async def note_failed_attempt(
     budget failed and when the next try is due. Keyed by the delivery and the failure
     count, so the performer noting it again after a crash writes the same record."""
     now = services.clock.now_ms()
-    await services.trail.append(
-        TrailRecord(
-            kind=ATTEMPT_FAILED,
-            queue=queue,
-            request_id=request_id,
-            at_ms=now,
-            detail=detail(
-                error=error,
-                attempt=failures,
-                max_attempts=max_attempts or "",
-                next_try_at_ms=now + retry_in_ms,
-            ),
-            tag=f"{stream_seq}:{failures}",
-            stream_seq=stream_seq,
-            policy=services.policy_hash(),
-        )
+    why = {
+        "error": error,
+        "attempt": failures,
+        "max_attempts": max_attempts or "",
+        "next_try_at_ms": now + retry_in_ms,
+    }
+    tag = f"{stream_seq}:{failures}"
+    await _append(
+        services, ATTEMPT_FAILED, queue, request_id, why, tag=tag, stream_seq=stream_seq, at_ms=now
     )
 
 
