@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .model import FLOW, SEARCH, MachineSpec, StateSpec, TransitionSpec
 from .parameters import as_json
-from .registry import Registry
+from .registry import ConditionInfo, Registry
 
 GENERATOR = "stovepipe-fsm diagram"
 SUFFIXES = (".md", ".dot")
@@ -257,7 +257,6 @@ def _roles_table(spec: MachineSpec) -> list[str]:
     return rows
 
 
-
 def _reading_guide(spec: MachineSpec) -> str:
     kind_note = _KIND_NOTES.get(spec.kind, spec.kind)
     guide = (
@@ -371,34 +370,28 @@ def _legend_table(spec: MachineSpec, registry: Registry | None) -> list[str]:
         "| --- | --- | --- | --- | --- |",
     ]
     for name in sorted(conditions):
-        kind, doc, facts = _condition_info(registry, name)
+        kind, doc, facts = _name_info(registry, name, "condition")
         rows.append(f"| `{name}` | {kind} | {_code(conditions[name])} | {doc} | {facts} |")
     for name in sorted(actions):
-        kind, doc, facts = _action_info(registry, name)
+        kind, doc, facts = _name_info(registry, name, "action")
         rows.append(f"| `{name}` | {kind} | {_code(actions[name])} | {doc} | {facts} |")
     return rows
 
 
-def _condition_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
+def _name_info(registry: Registry | None, name: str, kind: str) -> tuple[str, str, str]:
+    """A legend row's kind, doc and facts for the condition or action ``name``."""
     if registry is None:
-        return "condition", "", ""
-    info = registry.conditions.get(name)
+        return kind, "", ""
+    info = (registry.conditions if kind == "condition" else registry.actions).get(name)
     if info is None:
-        return "condition", "(not registered)", ""
-    facts = _facts(
-        ("provides when true", info.provides), ("provides when false", info.provides_unless)
-    )
-    return _from_plugin("condition", info.origin), markdown_cell(info.doc), facts
-
-
-def _action_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
-    if registry is None:
-        return "action", "", ""
-    info = registry.actions.get(name)
-    if info is None:
-        return "action", "(not registered)", ""
-    kind = "action, finishes the delivery" if info.finishes else "action"
-    facts = _facts(("requires", info.requires), ("provides", info.provides))
+        return kind, "(not registered)", ""
+    if isinstance(info, ConditionInfo):
+        facts = _facts(
+            ("provides when true", info.provides), ("provides when false", info.provides_unless)
+        )
+    else:
+        kind = "action, finishes the delivery" if info.finishes else kind
+        facts = _facts(("requires", info.requires), ("provides", info.provides))
     return _from_plugin(kind, info.origin), markdown_cell(info.doc), facts
 
 

@@ -45,7 +45,7 @@ from jsonschema import Draft202012Validator
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..located.errors import SpecIssue
 from .model import INVARIANT_QUEUES, InvariantRef, MachineSpec
-from .registry import DuplicateName, RegistrationRefused
+from .registry import DuplicateName, RegistrationRefused, first_paragraph
 
 STATE = "state"
 TRANSITION = "transition"
@@ -220,16 +220,11 @@ class InvariantCatalog:
         parameters: Mapping[str, Schema] | None,
     ) -> Callable[[InvariantCheck], InvariantCheck]:
         def register(fn: InvariantCheck) -> InvariantCheck:
-            text = summary or _first_paragraph(fn)
+            text = summary or first_paragraph(fn)
             self.add(InvariantInfo(name or fn.__name__, text, scope, parameters or {}, fn))
             return fn
 
         return register
-
-
-def _first_paragraph(fn: Callable[..., Any]) -> str:
-    paragraph = (fn.__doc__ or "").strip().split("\n\n", 1)[0]
-    return " ".join(paragraph.split())
 
 
 def unknown_invariant(ref: InvariantRef, catalog: InvariantCatalog, rule: str) -> SpecIssue:

@@ -246,16 +246,15 @@ def load_machine_dir(
             specs.append(load_machine(Path(directory) / filename, registries, lint=lint))
         except SpecError as exc:
             issues.extend(exc.issues)
-    by_name, duplicates = _by_name(specs)
-    issues += duplicates + across_machines(by_name.values(), lint=lint)
-    if issues:
-        raise SpecError(issues)
-    return by_name
+    return _by_name(specs, issues, lint=lint)
 
 
-def _by_name(specs: Iterable[MachineSpec]) -> tuple[dict[str, MachineSpec], list[SpecIssue]]:
+def _by_name(
+    specs: Iterable[MachineSpec], issues: list[SpecIssue], *, lint: bool
+) -> dict[str, MachineSpec]:
+    """The machines by name, raising with ``issues`` and what only a policy's machines
+    together get wrong (a name used twice, :func:`across_machines`)."""
     by_name: dict[str, MachineSpec] = {}
-    issues: list[SpecIssue] = []
     for spec in specs:
         if spec.name in by_name:
             first = by_name[spec.name].file
@@ -268,7 +267,10 @@ def _by_name(specs: Iterable[MachineSpec]) -> tuple[dict[str, MachineSpec], list
             )
             continue
         by_name[spec.name] = spec
-    return by_name, issues
+    issues += across_machines(by_name.values(), lint=lint)
+    if issues:
+        raise SpecError(issues)
+    return by_name
 
 
 @dataclass(frozen=True)
@@ -341,12 +343,8 @@ def load_policy(
     specs, vocabulary, issues = check_policy(
         paths, builtins, api, policy_dir=policy_dir_of(directory), lint=lint
     )
-    by_name, duplicates = _by_name(specs)
-    issues += duplicates + across_machines(by_name.values(), lint=lint)
-    if issues:
-        raise SpecError(issues)
     return LoadedPolicy(
-        by_name,
+        _by_name(specs, issues, lint=lint),
         vocabulary.registries,
         vocabulary.invariants,
         vocabulary.plugin_sources,

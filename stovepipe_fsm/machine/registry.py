@@ -122,7 +122,7 @@ class Registry:
                 fn,
                 frozenset(provides),
                 frozenset(provides_unless),
-                _doc(fn),
+                first_paragraph(fn),
                 frozenset(parameters),
                 self.origin,
                 never_when,
@@ -157,7 +157,7 @@ class Registry:
                 frozenset(provides),
                 frozenset(requires),
                 finishes,
-                _doc(fn),
+                first_paragraph(fn),
                 frozenset(parameters),
                 self.origin,
             )
@@ -175,7 +175,7 @@ def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
-def _doc(fn: Callable[..., Any]) -> str:
+def first_paragraph(fn: Callable[..., Any]) -> str:
     """The first paragraph of a docstring on one line (shown in diagram legends)."""
     paragraph = (fn.__doc__ or "").strip().split("\n\n", 1)[0]
     return " ".join(paragraph.split())
