@@ -19,7 +19,7 @@ name are rejected at load time instead of being ordered by position in the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -163,7 +163,7 @@ class QueuePolicy:
         return tuple(e.key for e in self.entries if not e.is_pattern)
 
 
-def tie_issues(keys: Iterable[tuple[str, Location]]) -> list[SpecIssue]:
+def tie_issues(keys: Iterable[tuple[str, Location]]) -> Iterator[SpecIssue]:
     """One issue at *each* location of every pair of equally specific, overlapping patterns.
 
     Such a pair would make the winner depend on file order, which nobody reviewing a
@@ -174,16 +174,14 @@ def tie_issues(keys: Iterable[tuple[str, Location]]) -> list[SpecIssue]:
     for key, location in keys:
         if is_pattern(key):
             by_rank.setdefault(specificity(key), []).append((key, location))
-    issues: list[SpecIssue] = []
     for rank, group in by_rank.items():
         for index, (left, left_at) in enumerate(group):
             for right, right_at in group[index + 1 :]:
                 example = common_match(left, right)
                 if example is None:
                     continue
-                issues.append(_tie(left, right, right_at, rank, example, left_at))
-                issues.append(_tie(right, left, left_at, rank, example, right_at))
-    return issues
+                yield _tie(left, right, right_at, rank, example, left_at)
+                yield _tie(right, left, left_at, rank, example, right_at)
 
 
 def _tie(

@@ -82,41 +82,33 @@ class InvariantInfo:
             for name, schema in self.parameters.items()
         }
 
-    def parameter_issues(self, ref: InvariantRef, rule: str) -> list[SpecIssue]:
+    def parameter_issues(self, ref: InvariantRef, rule: str) -> Iterator[SpecIssue]:
         """What is wrong with the parameters ``ref`` gives, each where it is written."""
-        issues: list[SpecIssue] = []
         accepted = ", ".join(sorted(self.parameters)) or "none"
         for given in ref.parameters:
             schema = self.parameters.get(given.name)
             if schema is None:
-                issues.append(
-                    SpecIssue(
-                        given.location,
-                        f"invariant {self.name!r} has no parameter {given.name!r}; "
-                        f"its parameters: {accepted}",
-                        rule,
-                    )
+                yield SpecIssue(
+                    given.location,
+                    f"invariant {self.name!r} has no parameter {given.name!r}; "
+                    f"its parameters: {accepted}",
+                    rule,
                 )
                 continue
             for error in Draft202012Validator(schema).iter_errors(given.value):
-                issues.append(
-                    SpecIssue(
-                        given.value_location,
-                        f"invariant {self.name!r}, parameter {given.name!r}: {error.message}",
-                        rule,
-                    )
+                yield SpecIssue(
+                    given.value_location,
+                    f"invariant {self.name!r}, parameter {given.name!r}: {error.message}",
+                    rule,
                 )
         for name, schema in self.parameters.items():
             if "default" not in schema and name not in ref.values:
-                issues.append(
-                    SpecIssue(
-                        ref.location,
-                        f"invariant {self.name!r} needs parameter {name!r}"
-                        + (f" ({schema['description']})" if schema.get("description") else ""),
-                        rule,
-                    )
+                yield SpecIssue(
+                    ref.location,
+                    f"invariant {self.name!r} needs parameter {name!r}"
+                    + (f" ({schema['description']})" if schema.get("description") else ""),
+                    rule,
                 )
-        return issues
 
 
 class InvariantCatalog:
@@ -236,13 +228,12 @@ def unknown_invariant(ref: InvariantRef, catalog: InvariantCatalog, rule: str) -
     )
 
 
-def queue_scope_issues(ref: InvariantRef, rule: str) -> list[SpecIssue]:
+def queue_scope_issues(ref: InvariantRef, rule: str) -> Iterator[SpecIssue]:
     """The ``queues:`` entries of ``ref`` that no valid queue name can be (nor match).
 
     ``*`` matches any run of characters, as in ``config/queues.yaml``: a pattern can
     match a valid name exactly when it does with every ``*`` standing for one ordinary
     character (``docs/config.md``)."""
-    issues: list[SpecIssue] = []
     for pattern in ref.queues:
         probe = pattern.name.replace("*", "0")
         try:
@@ -251,15 +242,12 @@ def queue_scope_issues(ref: InvariantRef, rule: str) -> list[SpecIssue]:
             validate_queue_name(probe)
         except InvalidQueueName as exc:
             reason = str(exc).replace(repr(probe), repr(pattern.name))
-            issues.append(
-                SpecIssue(
-                    pattern.location,
-                    f"invariant {ref.name!r}: {pattern.name!r} is neither a queue name nor a "
-                    f"pattern that can match one: {reason}",
-                    rule,
-                )
+            yield SpecIssue(
+                pattern.location,
+                f"invariant {ref.name!r}: {pattern.name!r} is neither a queue name nor a "
+                f"pattern that can match one: {reason}",
+                rule,
             )
-    return issues
 
 
 def policy_invariants(specs: Iterable[MachineSpec]) -> tuple[InvariantRef, ...]:
@@ -272,26 +260,22 @@ def policy_invariants(specs: Iterable[MachineSpec]) -> tuple[InvariantRef, ...]:
     return tuple(seen.values())
 
 
-def repeated_invariants(specs: Iterable[MachineSpec], rule: str) -> list[SpecIssue]:
+def repeated_invariants(specs: Iterable[MachineSpec], rule: str) -> Iterator[SpecIssue]:
     """An invariant declared by one machine file and again by a later one."""
     first: dict[str, InvariantRef] = {}
-    issues: list[SpecIssue] = []
     for spec in specs:
         own: set[str] = set()
         for ref in spec.invariants:
             earlier = first.get(ref.name)
             if earlier is not None and ref.name not in own:
-                issues.append(
-                    SpecIssue(
-                        ref.location,
-                        f"invariant {ref.name!r} is already declared at {earlier.location}; "
-                        "a policy declares each invariant once",
-                        rule,
-                    )
+                yield SpecIssue(
+                    ref.location,
+                    f"invariant {ref.name!r} is already declared at {earlier.location}; "
+                    "a policy declares each invariant once",
+                    rule,
                 )
             own.add(ref.name)
             first.setdefault(ref.name, ref)
-    return issues
 
 
 # The properties the checker proves today. The names are what users write and read in

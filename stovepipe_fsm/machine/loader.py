@@ -356,7 +356,7 @@ def across_machines(specs: Iterable[MachineSpec], *, lint: bool = True) -> list[
     """What only the machines of a policy together can get wrong: a parameter declared
     differently by two of them, an invariant declared by both."""
     specs = list(specs)
-    issues = clash_issues(specs)
+    issues = list(clash_issues(specs))
     if lint:
         issues += repeated_invariants(specs, DUPLICATE_INVARIANT)
     return issues

@@ -14,7 +14,7 @@ parameters it reads. Lint holds the three together:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -38,21 +38,17 @@ def value_problems(parameter: ParameterSpec, value: Any) -> list[str]:
     return [error.message for error in validator.iter_errors(as_json(value))]
 
 
-def parameter_issues(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]:
+def parameter_issues(spec: MachineSpec, registry: Registry | None) -> Iterator[SpecIssue]:
     """Invalid defaults, and parameters read by used callables but not declared."""
-    issues: list[SpecIssue] = []
     for parameter in spec.parameters:
         for problem in value_problems(parameter, parameter.default):
-            issues.append(
-                SpecIssue(
-                    parameter.default_location,
-                    f"default of parameter {parameter.name!r} does not fit its declaration: "
-                    f"{problem}",
-                    "parameter-default",
-                )
+            yield SpecIssue(
+                parameter.default_location,
+                f"default of parameter {parameter.name!r} does not fit its declaration: {problem}",
+                "parameter-default",
             )
     if registry is None:
-        return issues
+        return
     declared = {p.name for p in spec.parameters}
     reported: set[tuple[str, str]] = set()
     for t in spec.transitions:
@@ -68,47 +64,38 @@ def parameter_issues(spec: MachineSpec, registry: Registry | None) -> list[SpecI
                 if (ref.name, name) in reported:
                     continue
                 reported.add((ref.name, name))
-                issues.append(
-                    SpecIssue(
-                        ref.location,
-                        f"{ref.name!r} reads parameter {name!r}, which machine {spec.name!r} "
-                        f"does not declare; declared parameters: "
-                        f"{', '.join(sorted(declared)) or 'none'}",
-                        "undeclared-parameter",
-                    )
+                yield SpecIssue(
+                    ref.location,
+                    f"{ref.name!r} reads parameter {name!r}, which machine {spec.name!r} "
+                    f"does not declare; declared parameters: "
+                    f"{', '.join(sorted(declared)) or 'none'}",
+                    "undeclared-parameter",
                 )
-    return issues
 
 
-def clash_issues(specs: Iterable[MachineSpec]) -> list[SpecIssue]:
+def clash_issues(specs: Iterable[MachineSpec]) -> Iterator[SpecIssue]:
     """Parameters declared differently by two machines, or named like a runtime key."""
-    issues: list[SpecIssue] = []
     seen: dict[str, tuple[ParameterSpec, str]] = {}
     for spec in specs:
         for parameter in spec.parameters:
             if parameter.name in RUNTIME_KEYS:
-                issues.append(
-                    SpecIssue(
-                        parameter.location,
-                        f"parameter {parameter.name!r} is one of the runtime's own keys "
-                        f"({', '.join(RUNTIME_KEYS)}); choose another name",
-                        "parameter-clash",
-                    )
+                yield SpecIssue(
+                    parameter.location,
+                    f"parameter {parameter.name!r} is one of the runtime's own keys "
+                    f"({', '.join(RUNTIME_KEYS)}); choose another name",
+                    "parameter-clash",
                 )
                 continue
             first = seen.get(parameter.name)
             if first is None:
                 seen[parameter.name] = (parameter, spec.file)
             elif _declaration(first[0]) != _declaration(parameter):
-                issues.append(
-                    SpecIssue(
-                        parameter.location,
-                        f"parameter {parameter.name!r} is declared differently in {first[1]}; "
-                        "one policy has one declaration per parameter",
-                        "parameter-clash",
-                    )
+                yield SpecIssue(
+                    parameter.location,
+                    f"parameter {parameter.name!r} is declared differently in {first[1]}; "
+                    "one policy has one declaration per parameter",
+                    "parameter-clash",
                 )
-    return issues
 
 
 def _declaration(parameter: ParameterSpec) -> tuple[object, ...]:
