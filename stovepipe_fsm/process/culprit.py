@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..domain.culprit_search import (
@@ -533,26 +533,18 @@ async def _announce(
     services.metrics.count("culprits_found" if found else "culprits_unresolved", row.queue)
 
 
+@dataclass(eq=False)
 class CulpritFinder:
     """Runs ``culprit.yaml`` for each build record ends (a head's or a probe's)."""
 
-    def __init__(
-        self,
-        machine: CompiledFlow,
-        services: StageServices,
-        searches: SearchStore,
-        counter: Counter,
-        *,
-        offload: bool = False,
-        probe: StepProbe | None = None,
-    ) -> None:
-        self.machine = machine
-        self.services = services
-        self.searches = searches
-        self.counter = counter
-        self.offload = offload
-        #: Told the name of each action once it ran (the model checker crashes there).
-        self.probe = probe
+    machine: CompiledFlow
+    services: StageServices
+    searches: SearchStore
+    counter: Counter
+    _: KW_ONLY
+    offload: bool = False
+    #: Told the name of each action once it ran (the model checker crashes there).
+    probe: StepProbe | None = None
 
     async def ended(self, request: Request, outcome: Outcome) -> str:
         """Run the search machine for ``request``'s end with ``outcome``; the terminal

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Green, Queue, Request, evolve
@@ -77,35 +78,28 @@ async def update_queue(queues: QueueStore, name: str, change: QueueChange) -> Qu
     raise Retryable(f"queue {name!r}: row contended; gave up after {QUEUE_CAS_ATTEMPTS} CAS")
 
 
+@dataclass(eq=False)
 class RequestLifecycle:
-    def __init__(
-        self,
-        machine: CompiledLifecycle,
-        roles: RequestRoles,
-        requests: RequestStore,
-        queues: QueueStore,
-        *,
-        clock: Clock | None = None,
-        offload: bool = False,
-        greens_kept: GreensKept | None = None,
-    ) -> None:
-        self.machine = machine
-        #: Ask a plugin's guard off the event loop, within its budget (a service).
-        self.offload = offload
-        self.roles = roles
-        self.requests = requests
-        self.queues = queues
-        #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
-        self.clock = clock
-        #: How many recent greens a queue keeps (its ``recent_greens``); without it a
-        #: green end keeps as many as the row holds.
-        self.greens_kept = greens_kept
+    machine: CompiledLifecycle
+    roles: RequestRoles
+    requests: RequestStore
+    queues: QueueStore
+    _: KW_ONLY
+    #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
+    clock: Clock | None = None
+    #: Ask a plugin's guard off the event loop, within its budget (a service).
+    offload: bool = False
+    #: How many recent greens a queue keeps (its ``recent_greens``); without it a
+    #: green end keeps as many as the row holds.
+    greens_kept: GreensKept | None = None
+
+    def __post_init__(self) -> None:
         # Per state, whether ending there is the green outcome's end (end_change asks it
         # on every terminal write).
         self._green_end = {
             state: outcome is not None and outcome.green
-            for state in machine.spec.state_names
-            for outcome in (roles.outcome_of_state(state),)
+            for state in self.machine.spec.state_names
+            for outcome in (self.roles.outcome_of_state(state),)
         }
 
     def new_request(self, request_id: str, queue: str, uri: str) -> Request:
