@@ -342,22 +342,16 @@ def _slot_effect(spec: MachineSpec, t: TransitionSpec) -> str:
     return ""
 
 
-def _used_names(spec: MachineSpec) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def _used_names(spec: MachineSpec) -> tuple[dict[str, dict[str, None]], dict[str, dict[str, None]]]:
     """Condition and action names, each with the triggers that use it (YAML order)."""
-    conditions: dict[str, list[str]] = {}
-    actions: dict[str, list[str]] = {}
+    conditions: dict[str, dict[str, None]] = {}
+    actions: dict[str, dict[str, None]] = {}
     for t in spec.transitions:
         for ref in t.conditions + t.unless:
-            _add_use(conditions, ref.name, t.trigger)
+            conditions.setdefault(ref.name, {})[t.trigger] = None
         for ref in t.actions:
-            _add_use(actions, ref.name, t.trigger)
+            actions.setdefault(ref.name, {})[t.trigger] = None
     return conditions, actions
-
-
-def _add_use(table: dict[str, list[str]], name: str, trigger: str) -> None:
-    uses = table.setdefault(name, [])
-    if trigger not in uses:
-        uses.append(trigger)
 
 
 def _legend_table(spec: MachineSpec, registry: Registry | None) -> list[str]:

@@ -190,10 +190,7 @@ class MachineSpec:
 
     @property
     def triggers(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for t in self.transitions:
-            seen.setdefault(t.trigger, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(t.trigger for t in self.transitions))
 
     def role_trigger(self, role: str) -> str | None:
         """The trigger declared for ``role``, or ``None``."""

@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from ..domain.entities import RUNTIME_KEYS
 from ..located.errors import SpecIssue
 from .model import MachineSpec, NameRef, ParameterSpec
-from .registry import Registry
+from .registry import ActionInfo, ConditionInfo, Registry
 
 
 def as_json(value: Any) -> Any:
@@ -52,14 +52,13 @@ def parameter_issues(spec: MachineSpec, registry: Registry | None) -> Iterator[S
     declared = {p.name for p in spec.parameters}
     reported: set[tuple[str, str]] = set()
     for t in spec.transitions:
-        reads: list[tuple[NameRef, frozenset[str]]] = []
-        for ref in t.conditions + t.unless:
-            condition = registry.conditions.get(ref.name)
-            reads.append((ref, condition.parameters if condition else frozenset()))
-        for ref in t.actions:
-            action = registry.actions.get(ref.name)
-            reads.append((ref, action.parameters if action else frozenset()))
-        for ref, needed in reads:
+        uses: list[tuple[NameRef, Mapping[str, ConditionInfo | ActionInfo]]] = [
+            *((ref, registry.conditions) for ref in t.conditions + t.unless),
+            *((ref, registry.actions) for ref in t.actions),
+        ]
+        for ref, registered in uses:
+            info = registered.get(ref.name)
+            needed = info.parameters if info else frozenset()
             for name in sorted(needed - declared):
                 if (ref.name, name) in reported:
                     continue

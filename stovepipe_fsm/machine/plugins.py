@@ -168,7 +168,6 @@ class _PluginFailed(Exception):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -228,7 +227,7 @@ def policy_registries(
             seen.add(id(register))
             staged, staged_invariants = _run(plugin, register, registries, api, policy_dir)
         except _PluginFailed as failed:
-            issues += _at_plugin(plugin, [failed.message], failed.rule)
+            issues += _at_plugin(plugin, [str(failed)], failed.rule)
             continue
         issues += _merge(plugin, staged, registries)
         issues += _merge_invariants(plugin, staged_invariants, catalog)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..domain.entities import Request
 from ..domain.parameter_text import parameters_text
@@ -39,14 +40,14 @@ log = logging.getLogger("stovepipe_fsm.decisions")
 HELD_LOG_INTERVAL_S = 60.0
 
 
+@dataclass
 class HeldLogLimiter:
     """Rate-limits the log lines of repeated holds the way the trail collapses them: the
     first hold of a (request, reason), then one line per interval with the count."""
 
-    def __init__(self, interval_s: float = HELD_LOG_INTERVAL_S, limit: int = 10_000) -> None:
-        self.interval_s = interval_s
-        self.limit = limit
-        self._runs: dict[str, dict[str, tuple[int, float]]] = {}
+    interval_s: float = HELD_LOG_INTERVAL_S
+    limit: int = 10_000
+    _runs: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict, init=False)
 
     def should_log(self, request_id: str, reason: str) -> int:
         """The holds to report now (0: stay quiet)."""
