@@ -286,12 +286,6 @@ class LoadedPolicy:
     plugin_files: tuple[Path, ...] = ()
 
 
-def policy_dir_of(machines_dir: str | Path) -> Path:
-    """Where a policy's plugin modules are imported from: the directory that contains
-    the machines directory (``.`` for ``machines/``)."""
-    return Path(machines_dir).resolve().parent
-
-
 def check_policy(
     paths: Sequence[str | Path],
     builtins: Mapping[str, Registry],
@@ -340,9 +334,9 @@ def load_policy(
     registered.
     """
     paths = [Path(directory) / filename for filename in present_machine_files(directory, files)]
-    specs, vocabulary, issues = check_policy(
-        paths, builtins, api, policy_dir=policy_dir_of(directory), lint=lint
-    )
+    # Plugin modules are imported from the directory that holds the machines directory.
+    policy_dir = Path(directory).resolve().parent
+    specs, vocabulary, issues = check_policy(paths, builtins, api, policy_dir=policy_dir, lint=lint)
     return LoadedPolicy(
         _by_name(specs, issues, lint=lint),
         vocabulary.registries,

@@ -18,7 +18,6 @@ build published (a crash between the row's write and them is healed there).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -487,13 +486,11 @@ async def announce_culprit(ctx: SearchContext) -> None:
         ctx,
         row,
         True,
-        {
-            "culprit": row.culprit,
-            "green_parent": parent,
-            "reds": str(tally.reds),
-            "blamelist": str(len(row.blamelist)),
-            "probes": str(row.probes_started),
-        },
+        culprit=row.culprit,
+        green_parent=parent,
+        reds=str(tally.reds),
+        blamelist=str(len(row.blamelist)),
+        probes=str(row.probes_started),
     )
 
 
@@ -502,32 +499,20 @@ async def announce_unresolved(ctx: SearchContext) -> None:
     """Announce validation.repository.culprit_unresolved, with why."""
     await _announce_replaced(ctx)
     row = ctx.row
-    await _announce(
-        ctx,
-        row,
-        False,
-        {
-            "reason": row.reason,
-            "blamelist": str(len(row.blamelist)),
-            "probes": str(row.probes_started),
-        },
-    )
+    blamelist, probes = str(len(row.blamelist)), str(row.probes_started)
+    await _announce(ctx, row, False, reason=row.reason, blamelist=blamelist, probes=probes)
 
 
 async def _announce_replaced(ctx: SearchContext) -> None:
     old = ctx.replaced
     if old is not None:
-        await _announce(
-            ctx, old, False, {"reason": "newer red head", "probes": str(old.probes_started)}
-        )
+        await _announce(ctx, old, False, reason="newer red head", probes=str(old.probes_started))
 
 
-async def _announce(
-    ctx: SearchContext, row: CulpritSearch, found: bool, evidence: Mapping[str, str]
-) -> None:
+async def _announce(ctx: SearchContext, row: CulpritSearch, found: bool, **evidence: str) -> None:
     services = ctx.services
     event = culprit_event(
-        found, row.queue, row.red_request_id, row.version, services.clock.now_ms(), dict(evidence)
+        found, row.queue, row.red_request_id, row.version, services.clock.now_ms(), evidence
     )
     await services.publisher.publish_hook(event)
     services.metrics.count("culprits_found" if found else "culprits_unresolved", row.queue)
