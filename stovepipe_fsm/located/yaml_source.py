@@ -161,26 +161,24 @@ class _Builder:
         is the point of a merge, not a duplicate.
         """
         merged, own = self._expand(node, frozenset({id(node)}))
-        own_keys: dict[str, Location] = {}
         entries: dict[str, Pair] = {}
         for key_node, value_node in own:
             key = self._key(key_node)
             if key is None:
                 continue
-            if key in own_keys:
-                first = own_keys[key]
+            if key in entries:
+                first = self.loc(entries[key][0])
                 self._issue(
                     key_node,
                     f"duplicate key {key!r} (first defined at line {first.line}); "
                     "remove one of them",
                 )
                 continue
-            own_keys[key] = self.loc(key_node)
             entries[key] = (key_node, value_node)
         inherited: dict[str, Pair] = {}
         for key_node, value_node in merged:  # lowest precedence first: later ones win
             key = self._key(key_node)
-            if key is not None and key not in own_keys:
+            if key is not None and key not in entries:
                 inherited[key] = (key_node, value_node)
         result: dict[str, Any] = {}
         for key, (key_node, value_node) in (*inherited.items(), *entries.items()):

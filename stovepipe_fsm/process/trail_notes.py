@@ -188,7 +188,6 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
         green = ctx.loaded_queue.last_green_uri if ctx.loaded_queue is not None else ""
         await note(services, SKIPPED, request, stream_seq=seq, green=green, matched=matched)
     elif request.state in roles.admitted_states:
-        chosen, passed, unknown, asked, cause = base_choice_detail(ctx)
         log.info(
             "admitted: %s build on %s (%s)",
             request.build_strategy,
@@ -204,11 +203,7 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             strategy=request.build_strategy,
             base=request.base_uri,
             why=ctx.strategy_reason,
-            base_request=chosen,
-            newer_greens_not_ancestors=passed,
-            greens_ancestry_unknown=unknown,
-            ancestry_queries=asked,
-            full_cause=cause,
+            **base_choice_detail(ctx),
         )
 
 
@@ -220,7 +215,7 @@ def _plugins_of(step: Step | None, origins: Mapping[str, str]) -> list[str]:
     return sorted({origins[c.name] for c in t.conditions if c.name in origins})
 
 
-def base_choice_detail(ctx: DeliveryContext) -> tuple[str, str, str, str, str]:
+def base_choice_detail(ctx: DeliveryContext) -> dict[str, str]:
     """The structured why of an admission's base, as noted: the green chosen
     (``base_request``), how many newer recorded greens are not ancestors of the head
     (``newer_greens_not_ancestors``) and whose ancestry was unknown
@@ -230,15 +225,15 @@ def base_choice_detail(ctx: DeliveryContext) -> tuple[str, str, str, str, str]:
     configured). Empty values are left out of the note."""
     choice = ctx.base_choice
     if choice is None:
-        return "", "", "", "", ""
+        return {}
     searched = choice.asked > 0
-    return (
-        choice.green.request_id if choice.green and ctx.base_uri else "",
-        str(len(choice.passed)) if searched else "",
-        str(len(choice.unknown) or ""),
-        str(choice.asked) if searched else "",
-        ctx.full_cause,
-    )
+    return {
+        "base_request": choice.green.request_id if choice.green and ctx.base_uri else "",
+        "newer_greens_not_ancestors": str(len(choice.passed)) if searched else "",
+        "greens_ancestry_unknown": str(len(choice.unknown) or ""),
+        "ancestry_queries": str(choice.asked) if searched else "",
+        "full_cause": ctx.full_cause,
+    }
 
 
 def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:
