@@ -386,12 +386,9 @@ def _name_info(registry: Registry | None, name: str, kind: str) -> tuple[str, st
     else:
         kind = "action, finishes the delivery" if info.finishes else kind
         facts = _facts(("requires", info.requires), ("provides", info.provides))
-    return _from_plugin(kind, info.origin), markdown_cell(info.doc), facts
-
-
-def _from_plugin(kind: str, origin: str) -> str:
-    """A plugin's names say where they come from; built-in ones say nothing more."""
-    return f"{kind} (plugin `{markdown_cell(origin)}`)" if origin else kind
+    if info.origin:  # a plugin's names say where they come from
+        kind += f" (plugin `{markdown_cell(info.origin)}`)"
+    return kind, markdown_cell(info.doc), facts
 
 
 def _facts(*groups: tuple[str, frozenset[str]]) -> str:

@@ -88,17 +88,13 @@ def clash_issues(specs: Iterable[MachineSpec]) -> Iterator[SpecIssue]:
             first = seen.get(parameter.name)
             if first is None:
                 seen[parameter.name] = (parameter, spec.file)
-            elif _declaration(first[0]) != _declaration(parameter):
+            elif (first[0].schema, first[0].default) != (parameter.schema, parameter.default):
                 yield SpecIssue(
                     parameter.location,
                     f"parameter {parameter.name!r} is declared differently in {first[1]}; "
                     "one policy has one declaration per parameter",
                     "parameter-clash",
                 )
-
-
-def _declaration(parameter: ParameterSpec) -> tuple[object, ...]:
-    return (parameter.schema, parameter.default)
 
 
 def declared_parameters(specs: Iterable[MachineSpec]) -> dict[str, ParameterSpec]:

@@ -289,15 +289,11 @@ def _without_lost_probes(ctx: SearchContext, row: CulpritSearch) -> CulpritSearc
     return row.without_lost_probes(ctx.services.clock.now_ms(), lease)
 
 
-def _choose(ctx: SearchContext, positions: tuple[int, ...]) -> tuple[int, ...]:
-    """``positions`` within what is left of max_probes."""
-    left = int(ctx.param(MAX_PROBES)) - ctx.row.probes_started
-    return positions[: max(0, left)]
-
-
-async def _start(ctx: SearchContext, positions: tuple[int, ...]) -> None:
-    """List a probe of each position in the row (ids minted now, in one step)."""
+async def _start(ctx: SearchContext, chosen: tuple[int, ...]) -> None:
+    """List a probe of each chosen position within what is left of max_probes, in the
+    row (ids minted now, in one step)."""
     row = ctx.row
+    positions = chosen[: max(0, int(ctx.param(MAX_PROBES)) - row.probes_started)]
     if not positions:
         ctx.search = evolve(row, state=SEARCHING)
         return
@@ -324,7 +320,7 @@ async def choose_sections(ctx: SearchContext) -> None:
     chosen = section_probes(
         row.tallies, row.in_flight(), int(ctx.param(PROBE_SLOTS)), int(ctx.param(CONFIRM_REDS))
     )
-    await _start(ctx, _choose(ctx, chosen))
+    await _start(ctx, chosen)
 
 
 @CULPRIT.action(
@@ -343,7 +339,7 @@ async def choose_by_likelihood(ctx: SearchContext) -> None:
         rate,
         confidence,
     )
-    await _start(ctx, _choose(ctx, chosen))
+    await _start(ctx, chosen)
 
 
 @CULPRIT.action()

@@ -47,13 +47,9 @@ def effective_config(
         names = {name for name, _ in resolved.parameters}
         missing = tuple(pair for pair in declared if pair[0] not in names)
         if missing:
-            parameters = tuple(sorted((*resolved.parameters, *missing), key=_name))
+            parameters = tuple(sorted((*resolved.parameters, *missing), key=lambda pair: pair[0]))
             config = evolve(resolved, parameters=parameters)
     return config.with_values(changes) if changes else config
-
-
-def _name(pair: tuple[str, Any]) -> str:
-    return pair[0]
 
 
 class ResolvedConfigs:
