@@ -105,9 +105,8 @@ def _never_with_every_head(parameters: Mapping[str, Any]) -> str:
 def _never_with_one_slot(parameters: Mapping[str, Any]) -> str:
     """With one slot, gate_closed holds a head whenever another request holds the slot,
     so a condition that needs another holder at the later steps never sees one."""
-    if int(parameters.get(MAX_CONCURRENT, 1) or 1) <= 1:
-        return "max_concurrent is 1: gate_closed holds the head first"
-    return ""
+    one_slot = int(parameters.get(MAX_CONCURRENT, 1) or 1) <= 1
+    return "max_concurrent is 1: gate_closed holds the head first" if one_slot else ""
 
 
 def _never_without_lag_bound(parameters: Mapping[str, Any]) -> str:
