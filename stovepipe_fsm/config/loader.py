@@ -114,11 +114,7 @@ def policy_from_document(doc: SourceDocument, parameters: Declarations = None) -
         raise SpecError(issues)
     data: Mapping[str, Any] = doc.data
     entries = tuple(
-        PolicyEntry(
-            key=key,
-            settings=_settings(raw),
-            location=doc.locate((QUEUES, key), key=True),
-        )
+        PolicyEntry(key=key, settings=_settings(raw), location=doc.locate((QUEUES, key), key=True))
         for key, raw in (data.get(QUEUES) or {}).items()
     )
     defaults = QueueConfig.of(**{n: p.default for n, p in (parameters or {}).items()})

@@ -120,11 +120,8 @@ class QueuePolicy:
             if entry.key in exact:
                 problems.append(SpecIssue(where, f"queue {entry.key!r} is listed twice", "tie"))
             exact[entry.key] = entry
-        problems.extend(
-            tie_issues(
-                ((e.key, e.location or Location(self.source, 1, 1)) for e in self.entries),
-            )
-        )
+        located = ((e.key, e.location or Location(self.source, 1, 1)) for e in self.entries)
+        problems += tie_issues(located)
         if problems:
             raise SpecError(problems)
         # Most specific first: the first matching pattern is then the winner.

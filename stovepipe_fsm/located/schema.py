@@ -63,10 +63,7 @@ def _describe(doc: SourceDocument, error: ValidationError) -> list[SpecIssue]:
         ]
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return [
-            SpecIssue(
-                doc.locate((*path, key), key=True),
-                f"unknown key {key!r} in {where}{hint}",
-            )
+            SpecIssue(doc.locate((*path, key), key=True), f"unknown key {key!r} in {where}{hint}")
             for key in extras
         ]
     if error.validator in ("oneOf", "anyOf") and error.context:

@@ -48,13 +48,7 @@ from transitions.core import EventData
 from ..domain.errors import STEP_NOTE, Retryable, StovepipeError
 from ..located.errors import Location
 from .model import FLOW_KINDS, LIFECYCLE, MachineSpec, TransitionSpec
-from .plugin_calls import (
-    StepWatch,
-    Worker,
-    contained,
-    contained_async,
-    within_budget,
-)
+from .plugin_calls import StepWatch, Worker, contained, contained_async, within_budget
 from .registry import Registry
 from .roles import leads_to
 

@@ -193,11 +193,7 @@ def render_mermaid(spec: MachineSpec, registry: Registry | None = None) -> str:
     ``registry`` supplies the one-line doc of each condition and action in the legend;
     without it the legend still lists every name and where it is used.
     """
-    out = [
-        f"<!-- {header_line(spec)} -->",
-        f"# `{spec.name}` state machine",
-        "",
-    ]
+    out = [f"<!-- {header_line(spec)} -->", f"# `{spec.name}` state machine", ""]
     if spec.description:
         out += [" ".join(spec.description.split()), ""]
     out += [
@@ -313,12 +309,7 @@ def _transitions_table(spec: MachineSpec) -> list[str]:
     """
     slots = bool(spec.slot_states)
     head = "| Id | Trigger | From | To | Conditions | Actions |" + (" Slot |" if slots else "")
-    rows = [
-        "## Transitions",
-        "",
-        head + " Description |",
-        "| --- " * (head.count("|")) + "|",
-    ]
+    rows = ["## Transitions", "", head + " Description |", "| --- " * (head.count("|")) + "|"]
     for t, row_id in zip(spec.transitions, transition_ids(spec), strict=True):
         source = "`*` (every state)" if t.wildcard_source else _code(t.source_names)
         guards = [f"`{c.name}`" for c in t.conditions] + [f"not `{u.name}`" for u in t.unless]
@@ -359,10 +350,7 @@ def _legend_table(spec: MachineSpec, registry: Registry | None) -> list[str]:
     rows = ["## Conditions and actions", ""]
     if not conditions and not actions:
         return [*rows, "No transition of this machine names a condition or an action."]
-    rows += [
-        "| Name | Kind | Used by | What it does | Facts |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    rows += ["| Name | Kind | Used by | What it does | Facts |", "| --- | --- | --- | --- | --- |"]
     for name in sorted(conditions):
         kind, doc, facts = _name_info(registry, name, "condition")
         rows.append(f"| `{name}` | {kind} | {_code(conditions[name])} | {doc} | {facts} |")

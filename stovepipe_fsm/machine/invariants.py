@@ -287,8 +287,7 @@ INVARIANTS.built_in(
     "strategy and base) is persisted",
 )
 INVARIANTS.built_in(
-    "one_event_per_admission",
-    "every start event of one admission carries the same id",
+    "one_event_per_admission", "every start event of one admission carries the same id"
 )
 INVARIANTS.built_in(
     "admits_latest",
@@ -301,13 +300,9 @@ INVARIANTS.built_in(
     "a waiting head is superseded only when it is no longer among the newest "
     "keep_newest heads of its queue not yet terminal; with every_head, never",
 )
+INVARIANTS.built_in("newest_not_superseded", "the newest ingested head is never superseded")
 INVARIANTS.built_in(
-    "newest_not_superseded",
-    "the newest ingested head is never superseded",
-)
-INVARIANTS.built_in(
-    "superseded_never_started",
-    "a superseded request never got a start event or a build",
+    "superseded_never_started", "a superseded request never got a start event or a build"
 )
 INVARIANTS.built_in(
     "preempts_only_older",
@@ -315,10 +310,7 @@ INVARIANTS.built_in(
     "queue that is kept, and never once its outcome was recorded (a policy with the "
     "preempt role)",
 )
-INVARIANTS.built_in(
-    "max_concurrent",
-    "never more slot holders than the queue's max_concurrent",
-)
+INVARIANTS.built_in("max_concurrent", "never more slot holders than the queue's max_concurrent")
 INVARIANTS.built_in(
     "base_is_green_ancestor",
     "an incremental admission's base is a recorded green of its queue at its admit and "
@@ -343,17 +335,10 @@ INVARIANTS.built_in(
     "strategy_sound",
     "an incremental build's base is an ancestor of its commit; a full build has no base",
 )
+INVARIANTS.built_in("strategy_immutable", "strategy and base never change once set")
+INVARIANTS.built_in("last_green_forward", "last green never moves back in ingest order")
 INVARIANTS.built_in(
-    "strategy_immutable",
-    "strategy and base never change once set",
-)
-INVARIANTS.built_in(
-    "last_green_forward",
-    "last green never moves back in ingest order",
-)
-INVARIANTS.built_in(
-    "dead_letter_failed_closed",
-    "a request the runtime dead-lettered is terminal and holds no slot",
+    "dead_letter_failed_closed", "a request the runtime dead-lettered is terminal and holds no slot"
 )
 INVARIANTS.built_in(
     "lease_bounds_stall",
@@ -374,8 +359,7 @@ INVARIANTS.built_in(
     "it never starts more than max_probes",
 )
 INVARIANTS.built_in(
-    "probe_slots_bound",
-    "never more probes in flight for a queue than its probe_slots",
+    "probe_slots_bound", "never more probes in flight for a queue than its probe_slots"
 )
 INVARIANTS.built_in(
     "named_soundly",

@@ -55,13 +55,7 @@ from typing import Any, Generic, TypeVar
 from ..located.errors import Location, SpecIssue
 from .invariants import INVARIANTS, InvariantCatalog
 from .model import NameRef
-from .registry import (
-    ActionInfo,
-    ConditionInfo,
-    DuplicateName,
-    RegistrationRefused,
-    Registry,
-)
+from .registry import ActionInfo, ConditionInfo, DuplicateName, RegistrationRefused, Registry
 
 ENTRY_POINT_GROUP = "stovepipe_fsm.plugins"
 REGISTER = "register"

@@ -383,9 +383,7 @@ class RequestLifecycle:
         if not ended:
             return queue
         log.info(
-            "queue %s: finishing the end of %s",
-            queue.name,
-            [f"{r.id} ({r.state})" for r in ended],
+            "queue %s: finishing the end of %s", queue.name, [f"{r.id} ({r.state})" for r in ended]
         )
         changes = [self.end_change(r) for r in ended]
 
@@ -396,5 +394,6 @@ class RequestLifecycle:
             return row
 
         return await self.update_queue(queue.name, finish)
+
 
 __all__ = ["IllegalTransition", "RequestLifecycle", "advance_last_green", "update_queue"]
