@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .roles import RoleShape
@@ -79,15 +79,8 @@ class Registry:
 
     def copy(self, *, origin: str = "", empty: bool = False) -> Registry:
         """The same machine's registry, with its own tables (empty ones if ``empty``)."""
-        return Registry(
-            self.machine,
-            kind=self.kind,
-            roles=self.roles,
-            outcomes=self.outcomes,
-            conditions={} if empty else dict(self.conditions),
-            actions={} if empty else dict(self.actions),
-            origin=origin,
-        )
+        conditions, actions = ({}, {}) if empty else (dict(self.conditions), dict(self.actions))
+        return replace(self, conditions=conditions, actions=actions, origin=origin)
 
     def condition(
         self,
