@@ -16,7 +16,7 @@ from check_mutants.mutants import write_mutant
 
 from stovepipe_fsm.apps.check.invariants import Proof, in_scope
 from stovepipe_fsm.apps.cli import main
-from stovepipe_fsm.config import load_queue_config
+from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.machine.invariants import INVARIANTS
 from stovepipe_fsm.machine.loader import load_machine
 from stovepipe_fsm.process.catalog import load_process_machines

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from stovepipe_fsm.config import (
-    QueuePolicy,
-    Settings,
+from stovepipe_fsm.config.loader import (
     check_queue_config,
     load_queue_config,
     policy_from_mapping,
 )
+from stovepipe_fsm.config.policy import QueuePolicy, Settings
 from stovepipe_fsm.domain.entities import RUNTIME_KEYS, QueueConfig
 from stovepipe_fsm.located.errors import SpecError, SpecIssue
 from stovepipe_fsm.located.schema import load_schema, schema_issues

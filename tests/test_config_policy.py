@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from stovepipe_fsm.config import PolicyEntry, QueuePolicy, Settings, load_queue_config
+from stovepipe_fsm.config.loader import load_queue_config
+from stovepipe_fsm.config.policy import PolicyEntry, QueuePolicy, Settings
 from stovepipe_fsm.domain.entities import QueueConfig
 from stovepipe_fsm.domain.queue_names import InvalidQueueName
 from stovepipe_fsm.located.errors import Location, SpecError, SpecIssue

@@ -12,7 +12,7 @@ import pytest
 from stovepipe_fsm.adapters.file import FileConfigStore
 from stovepipe_fsm.adapters.memory.clock import ManualClock
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
-from stovepipe_fsm.config import load_queue_config
+from stovepipe_fsm.config.loader import load_queue_config
 from stovepipe_fsm.domain.entities import QueueConfig
 from stovepipe_fsm.domain.queue_names import InvalidQueueName
 from stovepipe_fsm.located.errors import SpecError

@@ -8,6 +8,8 @@ problems, so one ``validate`` run reports everything at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..located.errors import Location, SpecIssue
 from ..located.yaml_source import SourceDocument
@@ -17,44 +19,45 @@ from .policy import tie_issues
 QUEUES = "queues"
 
 
-def key_issues(doc: SourceDocument) -> list[SpecIssue]:
+def key_issues(doc: SourceDocument) -> Iterator[SpecIssue]:
     """Invalid exact names, patterns that can match nothing, and ties, all located."""
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get(QUEUES), dict):
-        return []
+        return
     keys = [(key, doc.locate((QUEUES, key), key=True)) for key in data[QUEUES]]
-    issues: list[SpecIssue] = []
     usable: list[tuple[str, Location]] = []
     for key, where in keys:
-        problem = pattern_problem(key) if is_pattern(key) else name_problem(key)
+        problem = key_problem(key)
         if problem is None:
             usable.append((key, where))
         else:
             rule = "pattern" if is_pattern(key) else "queue-name"
-            issues.append(SpecIssue(where, problem, rule))
+            yield SpecIssue(where, problem, rule)
     # A key already reported as unusable would only add noise as one side of a tie.
-    issues.extend(tie_issues(usable))
-    return issues
+    yield from tie_issues(usable)
 
 
 INVARIANTS = "invariants"
 
 
-def invariant_scope_issues(doc: SourceDocument) -> list[SpecIssue]:
+def invariant_scope_issues(doc: SourceDocument) -> Iterator[SpecIssue]:
     """Queue names or patterns under ``invariants:`` that can name no queue, located."""
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get(INVARIANTS), dict):
-        return []
-    issues: list[SpecIssue] = []
+        return
     for name, queues in data[INVARIANTS].items():
         for i, key in enumerate(queues if isinstance(queues, list) else ()):
             if not isinstance(key, str) or not key:
                 continue  # the schema reports it
-            problem = pattern_problem(key) if is_pattern(key) else name_problem(key)
+            problem = key_problem(key)
             if problem is not None:
                 where = doc.locate((INVARIANTS, name, i))
-                issues.append(SpecIssue(where, f"invariants: {name}: {problem}", "queue-name"))
-    return issues
+                yield SpecIssue(where, f"invariants: {name}: {problem}", "queue-name")
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` (a pattern or an exact queue name) can name no queue, or None."""
+    return pattern_problem(key) if is_pattern(key) else name_problem(key)
 
 
 def name_problem(key: str) -> str | None:
@@ -98,7 +101,7 @@ HOLD_DELAY = "gate_wait_delay_ms"
 DEFAULTS = "defaults"
 
 
-def lease_issues(doc: SourceDocument, declared_hold_delay: object) -> list[SpecIssue]:
+def lease_issues(doc: SourceDocument, declared_hold_delay: object) -> Iterator[SpecIssue]:
     """A slot lease shorter than the queue's hold delay, located at the value that sets it.
 
     A lease must outlast at least one hold: a head held by the gate re-checks only after
@@ -110,14 +113,13 @@ def lease_issues(doc: SourceDocument, declared_hold_delay: object) -> list[SpecI
     """
     data = doc.data
     if not isinstance(data, dict):
-        return []
+        return
     raw_defaults = data.get(DEFAULTS)
     defaults: dict[str, object] = raw_defaults if isinstance(raw_defaults, dict) else {}
     blocks: list[tuple[tuple[str, ...], dict[str, object]]] = [((DEFAULTS,), defaults)]
     queues = data.get(QUEUES)
     if isinstance(queues, dict):
         blocks += [((QUEUES, key), body) for key, body in queues.items() if isinstance(body, dict)]
-    issues: list[SpecIssue] = []
     for path, body in blocks:
         lease = body.get(LEASE, defaults.get(LEASE))
         delay = body.get(HOLD_DELAY, defaults.get(HOLD_DELAY, declared_hold_delay))
@@ -128,15 +130,12 @@ def lease_issues(doc: SourceDocument, declared_hold_delay: object) -> list[SpecI
         if LEASE not in body and HOLD_DELAY not in body:
             continue  # reported once, at the defaults that set both
         where = (*path, LEASE) if LEASE in body else (*path, HOLD_DELAY)
-        issues.append(
-            SpecIssue(
-                doc.locate(where),
-                f"{'.'.join(where)}: {LEASE} {lease} is shorter than {HOLD_DELAY} {delay}; a "
-                "slot lease must last at least one hold delay (or be 0: no expiry)",
-                "lease",
-            )
+        yield SpecIssue(
+            doc.locate(where),
+            f"{'.'.join(where)}: {LEASE} {lease} is shorter than {HOLD_DELAY} {delay}; a "
+            "slot lease must last at least one hold delay (or be 0: no expiry)",
+            "lease",
         )
-    return issues
 
 
 def _whole(value: object) -> bool:

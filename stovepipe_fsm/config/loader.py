@@ -29,7 +29,6 @@ from .checks import (
 )
 from .policy import InvariantScope, PolicyEntry, QueuePolicy, Settings
 
-DEFAULT_CONFIG_PATH = Path("config") / "queues.yaml"
 DEFAULTS = "defaults"
 SCHEMA_NAME = "queues"
 MEMORY_SOURCE = "<memory>"
@@ -115,11 +114,7 @@ def policy_from_document(doc: SourceDocument, parameters: Declarations = None) -
         raise SpecError(issues)
     data: Mapping[str, Any] = doc.data
     entries = tuple(
-        PolicyEntry(
-            key=key,
-            settings=_settings(raw),
-            location=doc.locate((QUEUES, key), key=True),
-        )
+        PolicyEntry(key=key, settings=_settings(raw), location=doc.locate((QUEUES, key), key=True))
         for key, raw in (data.get(QUEUES) or {}).items()
     )
     defaults = QueueConfig.of(**{n: p.default for n, p in (parameters or {}).items()})

@@ -19,16 +19,15 @@ name are rejected at load time instead of being ordered by position in the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..domain.entities import RUNTIME_KEYS, QueueConfig
+from ..domain.entities import QueueConfig
 from ..domain.queue_names import validate_stored_queue_name
 from ..located.errors import Location, SpecError, SpecIssue
 from .globs import common_match, glob_match, is_pattern, specificity
 
-SETTING_NAMES = RUNTIME_KEYS
 #: How many queue names a policy keeps resolved configs for before it starts over.
 MAX_RESOLVED_QUEUES = 100_000
 
@@ -121,11 +120,8 @@ class QueuePolicy:
             if entry.key in exact:
                 problems.append(SpecIssue(where, f"queue {entry.key!r} is listed twice", "tie"))
             exact[entry.key] = entry
-        problems.extend(
-            tie_issues(
-                ((e.key, e.location or Location(self.source, 1, 1)) for e in self.entries),
-            )
-        )
+        located = ((e.key, e.location or Location(self.source, 1, 1)) for e in self.entries)
+        problems += tie_issues(located)
         if problems:
             raise SpecError(problems)
         # Most specific first: the first matching pattern is then the winner.
@@ -164,7 +160,7 @@ class QueuePolicy:
         return tuple(e.key for e in self.entries if not e.is_pattern)
 
 
-def tie_issues(keys: Iterable[tuple[str, Location]]) -> list[SpecIssue]:
+def tie_issues(keys: Iterable[tuple[str, Location]]) -> Iterator[SpecIssue]:
     """One issue at *each* location of every pair of equally specific, overlapping patterns.
 
     Such a pair would make the winner depend on file order, which nobody reviewing a
@@ -175,16 +171,14 @@ def tie_issues(keys: Iterable[tuple[str, Location]]) -> list[SpecIssue]:
     for key, location in keys:
         if is_pattern(key):
             by_rank.setdefault(specificity(key), []).append((key, location))
-    issues: list[SpecIssue] = []
     for rank, group in by_rank.items():
         for index, (left, left_at) in enumerate(group):
             for right, right_at in group[index + 1 :]:
                 example = common_match(left, right)
                 if example is None:
                     continue
-                issues.append(_tie(left, right, right_at, rank, example, left_at))
-                issues.append(_tie(right, left, left_at, rank, example, right_at))
-    return issues
+                yield _tie(left, right, right_at, rank, example, left_at)
+                yield _tie(right, left, left_at, rank, example, right_at)
 
 
 def _tie(

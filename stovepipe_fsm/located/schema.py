@@ -46,10 +46,7 @@ def schema_issues(
     from it, e.g. with a policy's declared parameters added).
     """
     validator = _validator(schema_name) if schema is None else Draft202012Validator(schema)
-    issues: list[SpecIssue] = []
-    for error in validator.iter_errors(doc.data):
-        issues.extend(_describe(doc, error))
-    return issues
+    return [issue for error in validator.iter_errors(doc.data) for issue in _describe(doc, error)]
 
 
 def _describe(doc: SourceDocument, error: ValidationError) -> list[SpecIssue]:
@@ -66,10 +63,7 @@ def _describe(doc: SourceDocument, error: ValidationError) -> list[SpecIssue]:
         ]
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
         return [
-            SpecIssue(
-                doc.locate((*path, key), key=True),
-                f"unknown key {key!r} in {where}{hint}",
-            )
+            SpecIssue(doc.locate((*path, key), key=True), f"unknown key {key!r} in {where}{hint}")
             for key in extras
         ]
     if error.validator in ("oneOf", "anyOf") and error.context:

@@ -96,8 +96,7 @@ class _Builder:
         # An aliased node is built once per use: make its location once.
         where = self._locations.get(id(node))
         if where is None:
-            mark = node.start_mark
-            where = self._locations[id(node)] = Location(self.file, mark.line + 1, mark.column + 1)
+            where = self._locations[id(node)] = _at(self.file, node.start_mark)
         return where
 
     def _count(self, node: Node, path: JsonPath, values: int = 1) -> None:
@@ -162,26 +161,24 @@ class _Builder:
         is the point of a merge, not a duplicate.
         """
         merged, own = self._expand(node, frozenset({id(node)}))
-        own_keys: dict[str, Location] = {}
         entries: dict[str, Pair] = {}
         for key_node, value_node in own:
             key = self._key(key_node)
             if key is None:
                 continue
-            if key in own_keys:
-                first = own_keys[key]
+            if key in entries:
+                first = self.loc(entries[key][0])
                 self._issue(
                     key_node,
                     f"duplicate key {key!r} (first defined at line {first.line}); "
                     "remove one of them",
                 )
                 continue
-            own_keys[key] = self.loc(key_node)
             entries[key] = (key_node, value_node)
         inherited: dict[str, Pair] = {}
         for key_node, value_node in merged:  # lowest precedence first: later ones win
             key = self._key(key_node)
-            if key is not None and key not in own_keys:
+            if key is not None and key not in entries:
                 inherited[key] = (key_node, value_node)
         result: dict[str, Any] = {}
         for key, (key_node, value_node) in (*inherited.items(), *entries.items()):
@@ -220,35 +217,36 @@ def parse_yaml(text: str, file: str, *, max_values: int = MAX_VALUES) -> SourceD
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
-        raise SpecError(
-            [SpecIssue(Location(file, 1, 1), "nested too deeply to read", "syntax")]
-        ) from None
+        raise _refused(Location(file, 1, 1), "nested too deeply to read") from None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
+        where = _at(file, exc.problem_mark or exc.context_mark)
         problem = exc.problem or exc.context or "invalid YAML"
-        raise SpecError(
-            [SpecIssue(where, f"YAML syntax error: {problem}{_context(exc)}", "syntax")]
-        ) from None
+        raise _refused(where, f"YAML syntax error: {problem}{_context(exc)}") from None
     except yaml.YAMLError as exc:  # composer errors without marks (e.g. several documents)
-        raise SpecError([SpecIssue(Location(file, 1, 1), f"YAML error: {exc}", "syntax")]) from None
+        raise _refused(Location(file, 1, 1), f"YAML error: {exc}") from None
     if node is None or (node.tag == NULL_TAG and node.value == ""):  # nothing, or a bare ---
-        raise SpecError(
-            [SpecIssue(Location(file, 1, 1), "file is empty; expected a YAML mapping", "syntax")]
-        )
+        raise _refused(Location(file, 1, 1), "file is empty; expected a YAML mapping")
     builder = _Builder(file, max_values)
     try:
         data = builder.build(node, ())
     except _TooLarge as exc:
         raise SpecError([exc.issue]) from None
     except yaml.constructor.ConstructorError as exc:
-        mark = exc.problem_mark
-        where = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
-        raise SpecError([SpecIssue(where, f"YAML error: {exc.problem}", "syntax")]) from None
+        raise _refused(_at(file, exc.problem_mark), f"YAML error: {exc.problem}") from None
     if builder.issues:
         # An alias builds its node once per use: report each defect once.
         raise SpecError(dict.fromkeys(builder.issues))
     return SourceDocument(file, data, builder.values, builder.keys, text)
+
+
+def _refused(where: Location, message: str, rule: str = "syntax") -> SpecError:
+    """The error of a document that cannot be read at all: one issue."""
+    return SpecError([SpecIssue(where, message, rule)])
+
+
+def _at(file: str, mark: yaml.Mark | None) -> Location:
+    """Where ``mark`` points (1-based), or the start of ``file`` without one."""
+    return Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
 
 
 def _context(exc: yaml.MarkedYAMLError) -> str:
@@ -288,16 +286,12 @@ def read_text(path: str | Path, name: str, *, max_bytes: int = MAX_FILE_BYTES) -
         with Path(path).open("rb") as handle:
             raw = handle.read(max_bytes + 1)
     except FileNotFoundError:
-        raise SpecError([SpecIssue(Location(name, 1, 1), "file not found", "io")]) from None
+        raise _refused(Location(name, 1, 1), "file not found", "io") from None
     except OSError as exc:
-        raise SpecError(
-            [SpecIssue(Location(name, 1, 1), f"cannot read: {exc.strerror}", "io")]
-        ) from None
+        raise _refused(Location(name, 1, 1), f"cannot read: {exc.strerror}", "io") from None
     if len(raw) > max_bytes:
         hint = "; a policy file is a few KiB" if max_bytes == MAX_FILE_BYTES else ""
-        raise SpecError(
-            [SpecIssue(Location(name, 1, 1), f"file is larger than {max_bytes} bytes{hint}", "io")]
-        )
+        raise _refused(Location(name, 1, 1), f"file is larger than {max_bytes} bytes{hint}", "io")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -383,13 +377,9 @@ def parse_yaml_fast(text: str, file: str, items_of: str) -> FastDocument | None:
         for key_node, value_node in node.value:
             if not isinstance(key_node, ScalarNode):
                 return None
-            mark = value_node.start_mark
-            top[key_node.value] = Location(file, mark.line + 1, mark.column + 1)
+            top[key_node.value] = _at(file, value_node.start_mark)
             if key_node.value == items_of and isinstance(value_node, SequenceNode):
-                items = tuple(
-                    Location(file, item.start_mark.line + 1, item.start_mark.column + 1)
-                    for item in value_node.value
-                )
+                items = tuple(_at(file, item.start_mark) for item in value_node.value)
         data = loader.construct_document(node)
     except (yaml.YAMLError, _NotFast, RecursionError, ValueError, TypeError):
         return None

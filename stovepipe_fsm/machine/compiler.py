@@ -40,7 +40,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import FunctionType
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 from transitions import Machine, MachineError
 from transitions.core import EventData
@@ -48,15 +48,11 @@ from transitions.core import EventData
 from ..domain.errors import STEP_NOTE, Retryable, StovepipeError
 from ..located.errors import Location
 from .model import FLOW_KINDS, LIFECYCLE, MachineSpec, TransitionSpec
-from .plugin_calls import (
-    StepWatch,
-    Worker,
-    contained,
-    contained_async,
-    within_budget,
-)
+from .plugin_calls import StepWatch, Worker, contained, contained_async, within_budget
 from .registry import Registry
 from .roles import leads_to
+
+T = TypeVar("T")
 
 #: Called with each action's name after it ran (``check`` and the tests observe with it).
 Probe = Callable[[str], None]
@@ -143,8 +139,7 @@ def _where(
     spec: MachineSpec, t: TransitionSpec, source: str, kind: str, name: str, at: Location
 ) -> str:
     return (
-        f"{at}: in machine {spec.name!r}, state {source!r}, trigger {t.trigger!r}, "
-        f"{kind} {name!r}"
+        f"{at}: in machine {spec.name!r}, state {source!r}, trigger {t.trigger!r}, {kind} {name!r}"
     )
 
 
@@ -154,31 +149,28 @@ def _noted(exc: BaseException, where: str) -> None:
         exc.add_note(f"{STEP_NOTE}{where}")
 
 
-class _Guard:
+def _guard(
+    name: str, fn: Callable[[Any], Any], where: str, at: Location
+) -> Callable[[EventData], bool]:
     """A registered condition as one transition names it: asked at most once per fire.
 
     The answers live on the cursor the fire runs on (cleared before each fire).
     """
+    call = _located(_sync_step, at, f"condition {name}")
 
-    __slots__ = ("call", "fn", "name", "where")
-
-    def __init__(self, name: str, fn: Callable[[Any], Any], where: str, at: Location) -> None:
-        self.name = name
-        self.fn = fn
-        self.where = where
-        self.call = _located(_sync_step, at, f"condition {name}")
-
-    def __call__(self, event: EventData) -> bool:
+    def guard(event: EventData) -> bool:
         answers = cast(_Cursor, event.model).answers
-        answer = answers.get(self.name)
+        answer = answers.get(name)
         if answer is None:
             try:
                 ctx = cast("tuple[Any, ...]", event.args)[0]
-                answer = answers[self.name] = bool(self.call(self.fn, ctx))
+                answer = answers[name] = bool(call(fn, ctx))
             except Exception as exc:
-                _noted(exc, self.where)
+                _noted(exc, where)
                 raise
         return answer
+
+    return guard
 
 
 class _Compiled:
@@ -239,9 +231,9 @@ class _Compiled:
         )
         calls = tuple(self._action(t, source, a.name, a.location) for a in t.actions)
 
-        def guards(refs: tuple[Any, ...]) -> list[_Guard]:
+        def guards(refs: tuple[Any, ...]) -> list[Callable[[EventData], bool]]:
             return [
-                _Guard(
+                _guard(
                     ref.name,
                     conditions[ref.name].fn,
                     _where(spec, t, source, "condition", ref.name, ref.location),
@@ -306,14 +298,18 @@ class _Compiled:
         where = self._plugin_guarded.get((state, trigger))
         if where is None:
             return self._fire(state, trigger, ctx)
-        fire = self._fire
-        if not offload:
-            with self.watch.timed(where):
-                return contained(where, lambda: fire(state, trigger, ctx))
-        cursor = self._worker_cursor
-        return await self._worker.run(
-            lambda: contained(where, lambda: fire(state, trigger, ctx, cursor)), self.watch, where
+        cursor = self._worker_cursor if offload else None
+        return await self._plugin_call(
+            lambda: self._fire(state, trigger, ctx, cursor), where, offload
         )
+
+    async def _plugin_call(self, call: Callable[[], T], where: str, offload: bool) -> T:
+        """A synchronous plugin step, timed: with ``offload``, on the worker within the
+        budget; a ``SystemExit`` from it fails the delivery, retryably."""
+        if offload:
+            return await self._worker.run(lambda: contained(where, call), self.watch, where)
+        with self.watch.timed(where):
+            return contained(where, call)
 
     def _fire(self, state: str, trigger: str, ctx: Any, cursor: _Cursor | None = None) -> Picked:
         """Let the machine pick among ``trigger``'s transitions from ``state``.
@@ -494,17 +490,10 @@ class CompiledFlow(_Compiled):
         """A plugin's action: with ``offload``, within its budget, and off the event loop
         if synchronous."""
         where, call = action.where, action.call
-        if offload:
-            if action.is_async:
-                await within_budget(call(ctx), self.watch, where)
-            else:
-                def run() -> Any:
-                    return contained(where, lambda: call(ctx))
-
-                await self._worker.run(run, self.watch, where)
-            return
-        with self.watch.timed(where):
-            if action.is_async:
+        if not action.is_async:
+            await self._plugin_call(lambda: call(ctx), where, offload)
+        elif offload:
+            await within_budget(call(ctx), self.watch, where)
+        else:
+            with self.watch.timed(where):
                 await contained_async(where, call(ctx))
-            else:
-                contained(where, lambda: call(ctx))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .model import FLOW, SEARCH, MachineSpec, StateSpec, TransitionSpec
 from .parameters import as_json
-from .registry import Registry
+from .registry import ConditionInfo, Registry
 
 GENERATOR = "stovepipe-fsm diagram"
 SUFFIXES = (".md", ".dot")
@@ -193,11 +193,7 @@ def render_mermaid(spec: MachineSpec, registry: Registry | None = None) -> str:
     ``registry`` supplies the one-line doc of each condition and action in the legend;
     without it the legend still lists every name and where it is used.
     """
-    out = [
-        f"<!-- {header_line(spec)} -->",
-        f"# `{spec.name}` state machine",
-        "",
-    ]
+    out = [f"<!-- {header_line(spec)} -->", f"# `{spec.name}` state machine", ""]
     if spec.description:
         out += [" ".join(spec.description.split()), ""]
     out += [
@@ -257,7 +253,6 @@ def _roles_table(spec: MachineSpec) -> list[str]:
     return rows
 
 
-
 def _reading_guide(spec: MachineSpec) -> str:
     kind_note = _KIND_NOTES.get(spec.kind, spec.kind)
     guide = (
@@ -314,12 +309,7 @@ def _transitions_table(spec: MachineSpec) -> list[str]:
     """
     slots = bool(spec.slot_states)
     head = "| Id | Trigger | From | To | Conditions | Actions |" + (" Slot |" if slots else "")
-    rows = [
-        "## Transitions",
-        "",
-        head + " Description |",
-        "| --- " * (head.count("|")) + "|",
-    ]
+    rows = ["## Transitions", "", head + " Description |", "| --- " * (head.count("|")) + "|"]
     for t, row_id in zip(spec.transitions, transition_ids(spec), strict=True):
         source = "`*` (every state)" if t.wildcard_source else _code(t.source_names)
         guards = [f"`{c.name}`" for c in t.conditions] + [f"not `{u.name}`" for u in t.unless]
@@ -343,22 +333,16 @@ def _slot_effect(spec: MachineSpec, t: TransitionSpec) -> str:
     return ""
 
 
-def _used_names(spec: MachineSpec) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def _used_names(spec: MachineSpec) -> tuple[dict[str, dict[str, None]], dict[str, dict[str, None]]]:
     """Condition and action names, each with the triggers that use it (YAML order)."""
-    conditions: dict[str, list[str]] = {}
-    actions: dict[str, list[str]] = {}
+    conditions: dict[str, dict[str, None]] = {}
+    actions: dict[str, dict[str, None]] = {}
     for t in spec.transitions:
         for ref in t.conditions + t.unless:
-            _add_use(conditions, ref.name, t.trigger)
+            conditions.setdefault(ref.name, {})[t.trigger] = None
         for ref in t.actions:
-            _add_use(actions, ref.name, t.trigger)
+            actions.setdefault(ref.name, {})[t.trigger] = None
     return conditions, actions
-
-
-def _add_use(table: dict[str, list[str]], name: str, trigger: str) -> None:
-    uses = table.setdefault(name, [])
-    if trigger not in uses:
-        uses.append(trigger)
 
 
 def _legend_table(spec: MachineSpec, registry: Registry | None) -> list[str]:
@@ -366,45 +350,33 @@ def _legend_table(spec: MachineSpec, registry: Registry | None) -> list[str]:
     rows = ["## Conditions and actions", ""]
     if not conditions and not actions:
         return [*rows, "No transition of this machine names a condition or an action."]
-    rows += [
-        "| Name | Kind | Used by | What it does | Facts |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    rows += ["| Name | Kind | Used by | What it does | Facts |", "| --- | --- | --- | --- | --- |"]
     for name in sorted(conditions):
-        kind, doc, facts = _condition_info(registry, name)
+        kind, doc, facts = _name_info(registry, name, "condition")
         rows.append(f"| `{name}` | {kind} | {_code(conditions[name])} | {doc} | {facts} |")
     for name in sorted(actions):
-        kind, doc, facts = _action_info(registry, name)
+        kind, doc, facts = _name_info(registry, name, "action")
         rows.append(f"| `{name}` | {kind} | {_code(actions[name])} | {doc} | {facts} |")
     return rows
 
 
-def _condition_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
+def _name_info(registry: Registry | None, name: str, kind: str) -> tuple[str, str, str]:
+    """A legend row's kind, doc and facts for the condition or action ``name``."""
     if registry is None:
-        return "condition", "", ""
-    info = registry.conditions.get(name)
+        return kind, "", ""
+    info = (registry.conditions if kind == "condition" else registry.actions).get(name)
     if info is None:
-        return "condition", "(not registered)", ""
-    facts = _facts(
-        ("provides when true", info.provides), ("provides when false", info.provides_unless)
-    )
-    return _from_plugin("condition", info.origin), markdown_cell(info.doc), facts
-
-
-def _action_info(registry: Registry | None, name: str) -> tuple[str, str, str]:
-    if registry is None:
-        return "action", "", ""
-    info = registry.actions.get(name)
-    if info is None:
-        return "action", "(not registered)", ""
-    kind = "action, finishes the delivery" if info.finishes else "action"
-    facts = _facts(("requires", info.requires), ("provides", info.provides))
-    return _from_plugin(kind, info.origin), markdown_cell(info.doc), facts
-
-
-def _from_plugin(kind: str, origin: str) -> str:
-    """A plugin's names say where they come from; built-in ones say nothing more."""
-    return f"{kind} (plugin `{markdown_cell(origin)}`)" if origin else kind
+        return kind, "(not registered)", ""
+    if isinstance(info, ConditionInfo):
+        facts = _facts(
+            ("provides when true", info.provides), ("provides when false", info.provides_unless)
+        )
+    else:
+        kind = "action, finishes the delivery" if info.finishes else kind
+        facts = _facts(("requires", info.requires), ("provides", info.provides))
+    if info.origin:  # a plugin's names say where they come from
+        kind += f" (plugin `{markdown_cell(info.origin)}`)"
+    return kind, markdown_cell(info.doc), facts
 
 
 def _facts(*groups: tuple[str, frozenset[str]]) -> str:

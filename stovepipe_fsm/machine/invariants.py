@@ -45,7 +45,7 @@ from jsonschema import Draft202012Validator
 from ..domain.queue_names import InvalidQueueName, validate_queue_name
 from ..located.errors import SpecIssue
 from .model import INVARIANT_QUEUES, InvariantRef, MachineSpec
-from .registry import DuplicateName, RegistrationRefused
+from .registry import DuplicateName, RegistrationRefused, first_paragraph
 
 STATE = "state"
 TRANSITION = "transition"
@@ -82,41 +82,33 @@ class InvariantInfo:
             for name, schema in self.parameters.items()
         }
 
-    def parameter_issues(self, ref: InvariantRef, rule: str) -> list[SpecIssue]:
+    def parameter_issues(self, ref: InvariantRef, rule: str) -> Iterator[SpecIssue]:
         """What is wrong with the parameters ``ref`` gives, each where it is written."""
-        issues: list[SpecIssue] = []
         accepted = ", ".join(sorted(self.parameters)) or "none"
         for given in ref.parameters:
             schema = self.parameters.get(given.name)
             if schema is None:
-                issues.append(
-                    SpecIssue(
-                        given.location,
-                        f"invariant {self.name!r} has no parameter {given.name!r}; "
-                        f"its parameters: {accepted}",
-                        rule,
-                    )
+                yield SpecIssue(
+                    given.location,
+                    f"invariant {self.name!r} has no parameter {given.name!r}; "
+                    f"its parameters: {accepted}",
+                    rule,
                 )
                 continue
             for error in Draft202012Validator(schema).iter_errors(given.value):
-                issues.append(
-                    SpecIssue(
-                        given.value_location,
-                        f"invariant {self.name!r}, parameter {given.name!r}: {error.message}",
-                        rule,
-                    )
+                yield SpecIssue(
+                    given.value_location,
+                    f"invariant {self.name!r}, parameter {given.name!r}: {error.message}",
+                    rule,
                 )
         for name, schema in self.parameters.items():
             if "default" not in schema and name not in ref.values:
-                issues.append(
-                    SpecIssue(
-                        ref.location,
-                        f"invariant {self.name!r} needs parameter {name!r}"
-                        + (f" ({schema['description']})" if schema.get("description") else ""),
-                        rule,
-                    )
+                yield SpecIssue(
+                    ref.location,
+                    f"invariant {self.name!r} needs parameter {name!r}"
+                    + (f" ({schema['description']})" if schema.get("description") else ""),
+                    rule,
                 )
-        return issues
 
 
 class InvariantCatalog:
@@ -220,16 +212,11 @@ class InvariantCatalog:
         parameters: Mapping[str, Schema] | None,
     ) -> Callable[[InvariantCheck], InvariantCheck]:
         def register(fn: InvariantCheck) -> InvariantCheck:
-            text = summary or _first_paragraph(fn)
+            text = summary or first_paragraph(fn)
             self.add(InvariantInfo(name or fn.__name__, text, scope, parameters or {}, fn))
             return fn
 
         return register
-
-
-def _first_paragraph(fn: Callable[..., Any]) -> str:
-    paragraph = (fn.__doc__ or "").strip().split("\n\n", 1)[0]
-    return " ".join(paragraph.split())
 
 
 def unknown_invariant(ref: InvariantRef, catalog: InvariantCatalog, rule: str) -> SpecIssue:
@@ -241,13 +228,12 @@ def unknown_invariant(ref: InvariantRef, catalog: InvariantCatalog, rule: str) -
     )
 
 
-def queue_scope_issues(ref: InvariantRef, rule: str) -> list[SpecIssue]:
+def queue_scope_issues(ref: InvariantRef, rule: str) -> Iterator[SpecIssue]:
     """The ``queues:`` entries of ``ref`` that no valid queue name can be (nor match).
 
     ``*`` matches any run of characters, as in ``config/queues.yaml``: a pattern can
     match a valid name exactly when it does with every ``*`` standing for one ordinary
     character (``docs/config.md``)."""
-    issues: list[SpecIssue] = []
     for pattern in ref.queues:
         probe = pattern.name.replace("*", "0")
         try:
@@ -256,15 +242,12 @@ def queue_scope_issues(ref: InvariantRef, rule: str) -> list[SpecIssue]:
             validate_queue_name(probe)
         except InvalidQueueName as exc:
             reason = str(exc).replace(repr(probe), repr(pattern.name))
-            issues.append(
-                SpecIssue(
-                    pattern.location,
-                    f"invariant {ref.name!r}: {pattern.name!r} is neither a queue name nor a "
-                    f"pattern that can match one: {reason}",
-                    rule,
-                )
+            yield SpecIssue(
+                pattern.location,
+                f"invariant {ref.name!r}: {pattern.name!r} is neither a queue name nor a "
+                f"pattern that can match one: {reason}",
+                rule,
             )
-    return issues
 
 
 def policy_invariants(specs: Iterable[MachineSpec]) -> tuple[InvariantRef, ...]:
@@ -277,26 +260,22 @@ def policy_invariants(specs: Iterable[MachineSpec]) -> tuple[InvariantRef, ...]:
     return tuple(seen.values())
 
 
-def repeated_invariants(specs: Iterable[MachineSpec], rule: str) -> list[SpecIssue]:
+def repeated_invariants(specs: Iterable[MachineSpec], rule: str) -> Iterator[SpecIssue]:
     """An invariant declared by one machine file and again by a later one."""
     first: dict[str, InvariantRef] = {}
-    issues: list[SpecIssue] = []
     for spec in specs:
         own: set[str] = set()
         for ref in spec.invariants:
             earlier = first.get(ref.name)
             if earlier is not None and ref.name not in own:
-                issues.append(
-                    SpecIssue(
-                        ref.location,
-                        f"invariant {ref.name!r} is already declared at {earlier.location}; "
-                        "a policy declares each invariant once",
-                        rule,
-                    )
+                yield SpecIssue(
+                    ref.location,
+                    f"invariant {ref.name!r} is already declared at {earlier.location}; "
+                    "a policy declares each invariant once",
+                    rule,
                 )
             own.add(ref.name)
             first.setdefault(ref.name, ref)
-    return issues
 
 
 # The properties the checker proves today. The names are what users write and read in
@@ -308,8 +287,7 @@ INVARIANTS.built_in(
     "strategy and base) is persisted",
 )
 INVARIANTS.built_in(
-    "one_event_per_admission",
-    "every start event of one admission carries the same id",
+    "one_event_per_admission", "every start event of one admission carries the same id"
 )
 INVARIANTS.built_in(
     "admits_latest",
@@ -322,13 +300,9 @@ INVARIANTS.built_in(
     "a waiting head is superseded only when it is no longer among the newest "
     "keep_newest heads of its queue not yet terminal; with every_head, never",
 )
+INVARIANTS.built_in("newest_not_superseded", "the newest ingested head is never superseded")
 INVARIANTS.built_in(
-    "newest_not_superseded",
-    "the newest ingested head is never superseded",
-)
-INVARIANTS.built_in(
-    "superseded_never_started",
-    "a superseded request never got a start event or a build",
+    "superseded_never_started", "a superseded request never got a start event or a build"
 )
 INVARIANTS.built_in(
     "preempts_only_older",
@@ -336,10 +310,7 @@ INVARIANTS.built_in(
     "queue that is kept, and never once its outcome was recorded (a policy with the "
     "preempt role)",
 )
-INVARIANTS.built_in(
-    "max_concurrent",
-    "never more slot holders than the queue's max_concurrent",
-)
+INVARIANTS.built_in("max_concurrent", "never more slot holders than the queue's max_concurrent")
 INVARIANTS.built_in(
     "base_is_green_ancestor",
     "an incremental admission's base is a recorded green of its queue at its admit and "
@@ -364,17 +335,10 @@ INVARIANTS.built_in(
     "strategy_sound",
     "an incremental build's base is an ancestor of its commit; a full build has no base",
 )
+INVARIANTS.built_in("strategy_immutable", "strategy and base never change once set")
+INVARIANTS.built_in("last_green_forward", "last green never moves back in ingest order")
 INVARIANTS.built_in(
-    "strategy_immutable",
-    "strategy and base never change once set",
-)
-INVARIANTS.built_in(
-    "last_green_forward",
-    "last green never moves back in ingest order",
-)
-INVARIANTS.built_in(
-    "dead_letter_failed_closed",
-    "a request the runtime dead-lettered is terminal and holds no slot",
+    "dead_letter_failed_closed", "a request the runtime dead-lettered is terminal and holds no slot"
 )
 INVARIANTS.built_in(
     "lease_bounds_stall",
@@ -395,8 +359,7 @@ INVARIANTS.built_in(
     "it never starts more than max_probes",
 )
 INVARIANTS.built_in(
-    "probe_slots_bound",
-    "never more probes in flight for a queue than its probe_slots",
+    "probe_slots_bound", "never more probes in flight for a queue than its probe_slots"
 )
 INVARIANTS.built_in(
     "named_soundly",

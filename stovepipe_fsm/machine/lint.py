@@ -43,7 +43,7 @@ two branches exclude each other, just as a decision table would.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ..located.errors import Location, SpecIssue
 from .invariants import INVARIANTS, InvariantCatalog, queue_scope_issues, unknown_invariant
@@ -71,7 +71,7 @@ def lint_machine(
     ``invariants`` is the catalogue its ``invariants:`` names come from (the shipped one,
     or a policy's copy with what its plugins registered).
     """
-    issues = _structure(spec) + _invariants(spec, invariants)
+    issues = [*_structure(spec), *_invariants(spec, invariants)]
     if any(i.rule in ("duplicate-state", "undeclared-state") for i in issues):
         return issues  # graph rules would only repeat the same mistake
     registry = None
@@ -102,29 +102,24 @@ def lint_machine(
     return issues
 
 
-def _structure(spec: MachineSpec) -> list[SpecIssue]:
-    issues: list[SpecIssue] = []
+def _structure(spec: MachineSpec) -> Iterator[SpecIssue]:
     seen: dict[str, Location] = {}
     for state in spec.states:
         if state.name in seen:
             # Not spec.state_map: it keeps the *last* declaration, i.e. this one.
             first = seen[state.name]
-            issues.append(
-                SpecIssue(
-                    state.location,
-                    f"state {state.name!r} is declared twice (first at line {first.line})",
-                    "duplicate-state",
-                )
+            yield SpecIssue(
+                state.location,
+                f"state {state.name!r} is declared twice (first at line {first.line})",
+                "duplicate-state",
             )
         seen.setdefault(state.name, state.location)
         if state.terminal and state.holds_slot:
-            issues.append(
-                SpecIssue(
-                    state.location,
-                    f"terminal state {state.name!r} is declared slot-holding; entering a "
-                    "terminal state releases the slot, so a request there would leak it",
-                    "slot-terminal",
-                )
+            yield SpecIssue(
+                state.location,
+                f"terminal state {state.name!r} is declared slot-holding; entering a "
+                "terminal state releases the slot, so a request there would leak it",
+                "slot-terminal",
             )
     declared = set(seen)
     refs = [spec.initial]
@@ -132,61 +127,50 @@ def _structure(spec: MachineSpec) -> list[SpecIssue]:
         refs += [*t.sources, t.dest]
     for ref in refs:
         if ref.name not in declared:
-            issues.append(
-                SpecIssue(
-                    ref.location,
-                    f"state {ref.name!r} is not declared; declared states: "
-                    f"{', '.join(spec.state_names)}",
-                    "undeclared-state",
-                )
+            yield SpecIssue(
+                ref.location,
+                f"state {ref.name!r} is not declared; declared states: "
+                f"{', '.join(spec.state_names)}",
+                "undeclared-state",
             )
-    return issues
 
 
-def _invariants(spec: MachineSpec, catalog: InvariantCatalog) -> list[SpecIssue]:
-    issues: list[SpecIssue] = []
+def _invariants(spec: MachineSpec, catalog: InvariantCatalog) -> Iterator[SpecIssue]:
     seen: dict[str, Location] = {}
     for ref in spec.invariants:
         if ref.name in seen:
-            issues.append(
-                SpecIssue(
-                    ref.location,
-                    f"invariant {ref.name!r} is declared twice (first at line "
-                    f"{seen[ref.name].line}); declare it once",
-                    DUPLICATE_INVARIANT,
-                )
+            yield SpecIssue(
+                ref.location,
+                f"invariant {ref.name!r} is declared twice (first at line "
+                f"{seen[ref.name].line}); declare it once",
+                DUPLICATE_INVARIANT,
             )
             continue
         seen[ref.name] = ref.location
-        issues += queue_scope_issues(ref, INVARIANT_QUEUES)
+        yield from queue_scope_issues(ref, INVARIANT_QUEUES)
         info = catalog.get(ref.name)
         if info is None:
-            issues.append(unknown_invariant(ref, catalog, UNKNOWN_INVARIANT))
+            yield unknown_invariant(ref, catalog, UNKNOWN_INVARIANT)
         else:
-            issues += info.parameter_issues(ref, INVARIANT_PARAMETER)
-    return issues
+            yield from info.parameter_issues(ref, INVARIANT_PARAMETER)
 
 
-def _registration(spec: MachineSpec, registry: Registry) -> list[SpecIssue]:
-    issues: list[SpecIssue] = []
+def _registration(spec: MachineSpec, registry: Registry) -> Iterator[SpecIssue]:
     if registry.kind is not None and spec.kind != registry.kind:
-        issues.append(
-            SpecIssue(
-                spec.kind_location or spec.location,
-                f"machine {spec.name!r} must be kind {registry.kind!r}, not {spec.kind!r}: "
-                "the process stage drives it that way",
-                "wrong-kind",
-            )
+        yield SpecIssue(
+            spec.kind_location or spec.location,
+            f"machine {spec.name!r} must be kind {registry.kind!r}, not {spec.kind!r}: "
+            "the process stage drives it that way",
+            "wrong-kind",
         )
     for t in spec.transitions:
         for ref in t.conditions + t.unless:
             if ref.name not in registry.conditions:
-                issues.append(_unregistered(ref.name, ref.location, "condition", registry))
+                yield _unregistered(ref.name, ref.location, "condition", registry)
         for ref in t.actions:
             if ref.name not in registry.actions:
-                issues.append(_unregistered(ref.name, ref.location, "action", registry))
-    issues += role_issues(spec, registry.roles, needs_outcomes=registry.outcomes)
-    return issues
+                yield _unregistered(ref.name, ref.location, "action", registry)
+    yield from role_issues(spec, registry.roles, needs_outcomes=registry.outcomes)
 
 
 def _unregistered(name: str, location: Location, kind: str, registry: Registry) -> SpecIssue:
@@ -211,37 +195,30 @@ def _reachable(spec: MachineSpec) -> set[str]:
     return seen
 
 
-def _graph(spec: MachineSpec, reachable: set[str]) -> list[SpecIssue]:
-    issues: list[SpecIssue] = []
+def _graph(spec: MachineSpec, reachable: set[str]) -> Iterator[SpecIssue]:
     for state in spec.states:
         if state.name not in reachable:
-            issues.append(
-                SpecIssue(
-                    state.location,
-                    f"state {state.name!r} is unreachable from initial state {spec.initial.name!r}",
-                    "unreachable",
-                )
+            yield SpecIssue(
+                state.location,
+                f"state {state.name!r} is unreachable from initial state {spec.initial.name!r}",
+                "unreachable",
             )
         outgoing = spec.outgoing(state.name)
         if state.terminal:
             for t in outgoing:
+                where = next(s.location for s in t.sources if s.name == state.name)
                 if t.wildcard_source:
-                    where = next(s.location for s in t.sources if s.name == state.name)
                     text = f"source '*' includes terminal state {state.name!r}; list sources"
                 else:
-                    where = next(s.location for s in t.sources if s.name == state.name)
                     text = f"terminal state {state.name!r} has an outgoing transition"
-                issues.append(SpecIssue(where, f"{text} (trigger {t.trigger!r})", "terminal-exit"))
+                yield SpecIssue(where, f"{text} (trigger {t.trigger!r})", "terminal-exit")
         elif not outgoing:
-            issues.append(
-                SpecIssue(
-                    state.location,
-                    f"non-terminal state {state.name!r} has no way out; add a transition "
-                    "or mark it terminal",
-                    "dead-end",
-                )
+            yield SpecIssue(
+                state.location,
+                f"non-terminal state {state.name!r} has no way out; add a transition "
+                "or mark it terminal",
+                "dead-end",
             )
-    return issues
 
 
 def _groups(spec: MachineSpec) -> dict[tuple[str, str], list[TransitionSpec]]:
@@ -266,18 +243,14 @@ def _truth_table(transitions: list[TransitionSpec]) -> list[dict[str, bool]] | N
     ]
 
 
-def _determinism(spec: MachineSpec) -> list[SpecIssue]:
-    issues: list[SpecIssue] = []
+def _determinism(spec: MachineSpec) -> Iterator[SpecIssue]:
     for t in spec.transitions:
         both = {c.name for c in t.conditions} & {u.name for u in t.unless}
         for name in sorted(both):
-            issues.append(
-                SpecIssue(
-                    t.location,
-                    f"condition {name!r} is both required and excluded; this transition "
-                    "can never fire",
-                    "never-fires",
-                )
+            yield SpecIssue(
+                t.location,
+                f"condition {name!r} is both required and excluded; this transition can never fire",
+                "never-fires",
             )
     reported: set[tuple[int, int]] = set()
     for (source, trigger), group in _groups(spec).items():
@@ -292,16 +265,13 @@ def _determinism(spec: MachineSpec) -> list[SpecIssue]:
                 if (first.index, second.index) in reported:
                     continue
                 reported.add((first.index, second.index))
-                issues.append(
-                    SpecIssue(
-                        second.location,
-                        f"non-deterministic: this transition and the one at line "
-                        f"{first.location.line} both fire on trigger {trigger!r} from state "
-                        f"{source!r} when {_describe(values)}; add 'unless' to separate them",
-                        "nondeterministic",
-                    )
+                yield SpecIssue(
+                    second.location,
+                    f"non-deterministic: this transition and the one at line "
+                    f"{first.location.line} both fire on trigger {trigger!r} from state "
+                    f"{source!r} when {_describe(values)}; add 'unless' to separate them",
+                    "nondeterministic",
                 )
-    return issues
 
 
 def _describe(values: Mapping[str, bool]) -> str:
@@ -310,19 +280,16 @@ def _describe(values: Mapping[str, bool]) -> str:
     return ", ".join(f"{k}={'true' if v else 'false'}" for k, v in values.items())
 
 
-def _flow_shape(spec: MachineSpec) -> list[SpecIssue]:
-    issues: list[SpecIssue] = []
+def _flow_shape(spec: MachineSpec) -> Iterator[SpecIssue]:
     for state in spec.states:
         outgoing = spec.outgoing(state.name)
         triggers = sorted({t.trigger for t in outgoing})
         if len(triggers) > 1:
-            issues.append(
-                SpecIssue(
-                    state.location,
-                    f"flow state {state.name!r} leaves on several triggers "
-                    f"({', '.join(triggers)}); a flow step needs exactly one",
-                    "flow-trigger",
-                )
+            yield SpecIssue(
+                state.location,
+                f"flow state {state.name!r} leaves on several triggers "
+                f"({', '.join(triggers)}); a flow step needs exactly one",
+                "flow-trigger",
             )
             continue
         if not outgoing or state.terminal:
@@ -330,49 +297,40 @@ def _flow_shape(spec: MachineSpec) -> list[SpecIssue]:
         table = _truth_table(list(outgoing))
         for values in table or []:
             if not any(_fires(t, values) for t in outgoing):
-                issues.append(
-                    SpecIssue(
-                        state.location,
-                        f"flow state {state.name!r} has no transition when "
-                        f"{_describe(values)}; the delivery would stop there",
-                        "flow-exhaustive",
-                    )
+                yield SpecIssue(
+                    state.location,
+                    f"flow state {state.name!r} has no transition when "
+                    f"{_describe(values)}; the delivery would stop there",
+                    "flow-exhaustive",
                 )
                 break
-    return issues
 
 
-def _flow_finish(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]:
+def _flow_finish(spec: MachineSpec, registry: Registry | None) -> Iterator[SpecIssue]:
     """Every transition into a terminal state of a flow ends with one finishing action
     (the delivery is settled once); none before."""
-    issues: list[SpecIssue] = []
     if registry is None:
-        return issues
+        return
     terminal = spec.terminal_states
     for t in spec.transitions:
         actions = t.actions
         finishing = [i for i, a in enumerate(actions) if _finishes(registry, a.name)]
         if t.dest.name in terminal:
             if not finishing or finishing[-1] != len(actions) - 1 or len(finishing) > 1:
-                issues.append(
-                    SpecIssue(
-                        t.location,
-                        f"transition into terminal state {t.dest.name!r} must end with "
-                        "exactly one finishing action (ack or hold) as its last action",
-                        "flow-finish",
-                    )
+                yield SpecIssue(
+                    t.location,
+                    f"transition into terminal state {t.dest.name!r} must end with "
+                    "exactly one finishing action (ack or hold) as its last action",
+                    "flow-finish",
                 )
         elif finishing:
             ref = actions[finishing[0]]
-            issues.append(
-                SpecIssue(
-                    ref.location,
-                    f"action {ref.name!r} finishes the delivery but the flow goes on to "
-                    f"non-terminal state {t.dest.name!r}",
-                    "flow-finish",
-                )
+            yield SpecIssue(
+                ref.location,
+                f"action {ref.name!r} finishes the delivery but the flow goes on to "
+                f"non-terminal state {t.dest.name!r}",
+                "flow-finish",
             )
-    return issues
 
 
 def _finishes(registry: Registry, name: str) -> bool:
@@ -404,23 +362,21 @@ def _persist_before_publish(
             facts |= registry.conditions[u.name].provides_unless
         return frozenset(facts)
 
+    steps = [(t, s) for t in spec.transitions for s in t.source_names if s in reachable]
     changed = True
     while changed:
         changed = False
-        for t in spec.transitions:
-            for source in t.source_names:
-                if source not in reachable:
-                    continue
-                out = set(entry_facts(t, source))
-                for a in t.actions:
-                    out |= registry.actions[a.name].provides
-                dest = t.dest.name
-                merged = facts_in[dest] & frozenset(out)
-                if dest == spec.initial.name:
-                    merged = frozenset()
-                if merged != facts_in[dest]:
-                    facts_in[dest] = merged
-                    changed = True
+        for t, source in steps:
+            out = set(entry_facts(t, source))
+            for a in t.actions:
+                out |= registry.actions[a.name].provides
+            dest = t.dest.name
+            merged = facts_in[dest] & frozenset(out)
+            if dest == spec.initial.name:
+                merged = frozenset()
+            if merged != facts_in[dest]:
+                facts_in[dest] = merged
+                changed = True
 
     issues: list[SpecIssue] = []
     # What the message suggests as the fix: the actions to run first, or the guards that
@@ -434,39 +390,25 @@ def _persist_before_publish(
         ]
         for fact in universe
     }
-    for t in spec.transitions:
-        for source in t.source_names:
-            if source not in reachable:
-                continue
-            facts = set(entry_facts(t, source))
-            for a in t.actions:
-                info = registry.actions[a.name]
-                missing = sorted(info.requires - facts)
-                if missing:  # one issue per misplaced action, naming every missing fact
-                    needs = ", ".join(
-                        f"{fact!r} (established by "
-                        f"{', '.join(providers.get(fact, [])) or 'nothing registered'})"
-                        for fact in missing
+    for t, source in steps:
+        facts = set(entry_facts(t, source))
+        for a in t.actions:
+            info = registry.actions[a.name]
+            missing = sorted(info.requires - facts)
+            if missing:  # one issue per misplaced action, naming every missing fact
+                needs = ", ".join(
+                    f"{fact!r} (established by "
+                    f"{', '.join(providers.get(fact, [])) or 'nothing registered'})"
+                    for fact in missing
+                )
+                it = "it is" if len(missing) == 1 else "they are"
+                issues.append(
+                    SpecIssue(
+                        a.location,
+                        f"persist before publish: {a.name!r} needs {needs} but runs from "
+                        f"state {source!r} on a path where {it} not yet established",
+                        "persist-before-publish",
                     )
-                    it = "it is" if len(missing) == 1 else "they are"
-                    issues.append(
-                        SpecIssue(
-                            a.location,
-                            f"persist before publish: {a.name!r} needs {needs} but runs from "
-                            f"state {source!r} on a path where {it} not yet established",
-                            "persist-before-publish",
-                        )
-                    )
-                facts |= info.provides
-    return _dedupe(issues)
-
-
-def _dedupe(issues: list[SpecIssue]) -> list[SpecIssue]:
-    seen: set[tuple[object, str]] = set()
-    out = []
-    for issue in issues:
-        key = (issue.location, issue.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(issue)
-    return out
+                )
+            facts |= info.provides
+    return list(dict.fromkeys(issues))  # one issue per place and message

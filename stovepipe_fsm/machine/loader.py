@@ -100,7 +100,6 @@ def parse_machine(doc: SourceDocument) -> MachineSpec:
             doc.locate(("invariants",), key=True) if "invariants" in data else None
         ),
         plugins=_names(doc, data.get("plugins"), ("plugins",)),
-        plugins_location=doc.locate(("plugins",), key=True) if "plugins" in data else None,
         source=doc.text,
     )
 
@@ -229,17 +228,6 @@ def load_machine(
     return spec
 
 
-def check_machine(
-    path: str | Path, registries: Mapping[str, Registry] | None = None
-) -> tuple[MachineSpec | None, list[SpecIssue]]:
-    """Every issue of one machine file, without raising: for ``validate``."""
-    try:
-        spec = parse_machine(read_yaml(path))
-    except SpecError as exc:
-        return None, list(exc.issues)
-    return spec, lint_machine(spec, registries)
-
-
 def load_machine_dir(
     directory: str | Path,
     registries: Mapping[str, Registry] | None = None,
@@ -258,16 +246,15 @@ def load_machine_dir(
             specs.append(load_machine(Path(directory) / filename, registries, lint=lint))
         except SpecError as exc:
             issues.extend(exc.issues)
-    by_name, duplicates = _by_name(specs)
-    issues += duplicates + across_machines(by_name.values(), lint=lint)
-    if issues:
-        raise SpecError(issues)
-    return by_name
+    return _by_name(specs, issues, lint=lint)
 
 
-def _by_name(specs: Iterable[MachineSpec]) -> tuple[dict[str, MachineSpec], list[SpecIssue]]:
+def _by_name(
+    specs: Iterable[MachineSpec], issues: list[SpecIssue], *, lint: bool
+) -> dict[str, MachineSpec]:
+    """The machines by name, raising with ``issues`` and what only a policy's machines
+    together get wrong (a name used twice, :func:`across_machines`)."""
     by_name: dict[str, MachineSpec] = {}
-    issues: list[SpecIssue] = []
     for spec in specs:
         if spec.name in by_name:
             first = by_name[spec.name].file
@@ -280,7 +267,10 @@ def _by_name(specs: Iterable[MachineSpec]) -> tuple[dict[str, MachineSpec], list
             )
             continue
         by_name[spec.name] = spec
-    return by_name, issues
+    issues += across_machines(by_name.values(), lint=lint)
+    if issues:
+        raise SpecError(issues)
+    return by_name
 
 
 @dataclass(frozen=True)
@@ -294,12 +284,6 @@ class LoadedPolicy:
     invariants: InvariantCatalog = INVARIANTS
     plugin_sources: Mapping[str, bytes] = field(default_factory=dict)
     plugin_files: tuple[Path, ...] = ()
-
-
-def policy_dir_of(machines_dir: str | Path) -> Path:
-    """Where a policy's plugin modules are imported from: the directory that contains
-    the machines directory (``.`` for ``machines/``)."""
-    return Path(machines_dir).resolve().parent
 
 
 def check_policy(
@@ -350,15 +334,11 @@ def load_policy(
     registered.
     """
     paths = [Path(directory) / filename for filename in present_machine_files(directory, files)]
-    specs, vocabulary, issues = check_policy(
-        paths, builtins, api, policy_dir=policy_dir_of(directory), lint=lint
-    )
-    by_name, duplicates = _by_name(specs)
-    issues += duplicates + across_machines(by_name.values(), lint=lint)
-    if issues:
-        raise SpecError(issues)
+    # Plugin modules are imported from the directory that holds the machines directory.
+    policy_dir = Path(directory).resolve().parent
+    specs, vocabulary, issues = check_policy(paths, builtins, api, policy_dir=policy_dir, lint=lint)
     return LoadedPolicy(
-        by_name,
+        _by_name(specs, issues, lint=lint),
         vocabulary.registries,
         vocabulary.invariants,
         vocabulary.plugin_sources,
@@ -370,7 +350,7 @@ def across_machines(specs: Iterable[MachineSpec], *, lint: bool = True) -> list[
     """What only the machines of a policy together can get wrong: a parameter declared
     differently by two of them, an invariant declared by both."""
     specs = list(specs)
-    issues = clash_issues(specs)
+    issues = list(clash_issues(specs))
     if lint:
         issues += repeated_invariants(specs, DUPLICATE_INVARIANT)
     return issues

@@ -168,7 +168,6 @@ class MachineSpec:
     # ``plugins:``: modules adding conditions and actions (see :mod:`.plugins`), each
     # located at its list item so a plugin that fails is reported where it is named.
     plugins: tuple[NameRef, ...] = ()
-    plugins_location: Location | None = None
     #: The YAML text the spec was read from ("" for one built in code): what the service
     #: records so that operator commands run the very machine it runs.
     source: str = field(default="", compare=False, repr=False)
@@ -191,10 +190,7 @@ class MachineSpec:
 
     @property
     def triggers(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for t in self.transitions:
-            seen.setdefault(t.trigger, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(t.trigger for t in self.transitions))
 
     def role_trigger(self, role: str) -> str | None:
         """The trigger declared for ``role``, or ``None``."""

@@ -14,7 +14,7 @@ parameters it reads. Lint holds the three together:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from ..domain.entities import RUNTIME_KEYS
 from ..located.errors import SpecIssue
 from .model import MachineSpec, NameRef, ParameterSpec
-from .registry import Registry
+from .registry import ActionInfo, ConditionInfo, Registry
 
 
 def as_json(value: Any) -> Any:
@@ -38,81 +38,63 @@ def value_problems(parameter: ParameterSpec, value: Any) -> list[str]:
     return [error.message for error in validator.iter_errors(as_json(value))]
 
 
-def parameter_issues(spec: MachineSpec, registry: Registry | None) -> list[SpecIssue]:
+def parameter_issues(spec: MachineSpec, registry: Registry | None) -> Iterator[SpecIssue]:
     """Invalid defaults, and parameters read by used callables but not declared."""
-    issues: list[SpecIssue] = []
     for parameter in spec.parameters:
         for problem in value_problems(parameter, parameter.default):
-            issues.append(
-                SpecIssue(
-                    parameter.default_location,
-                    f"default of parameter {parameter.name!r} does not fit its declaration: "
-                    f"{problem}",
-                    "parameter-default",
-                )
+            yield SpecIssue(
+                parameter.default_location,
+                f"default of parameter {parameter.name!r} does not fit its declaration: {problem}",
+                "parameter-default",
             )
     if registry is None:
-        return issues
+        return
     declared = {p.name for p in spec.parameters}
     reported: set[tuple[str, str]] = set()
     for t in spec.transitions:
-        reads: list[tuple[NameRef, frozenset[str]]] = []
-        for ref in t.conditions + t.unless:
-            condition = registry.conditions.get(ref.name)
-            reads.append((ref, condition.parameters if condition else frozenset()))
-        for ref in t.actions:
-            action = registry.actions.get(ref.name)
-            reads.append((ref, action.parameters if action else frozenset()))
-        for ref, needed in reads:
+        uses: list[tuple[NameRef, Mapping[str, ConditionInfo | ActionInfo]]] = [
+            *((ref, registry.conditions) for ref in t.conditions + t.unless),
+            *((ref, registry.actions) for ref in t.actions),
+        ]
+        for ref, registered in uses:
+            info = registered.get(ref.name)
+            needed = info.parameters if info else frozenset()
             for name in sorted(needed - declared):
                 if (ref.name, name) in reported:
                     continue
                 reported.add((ref.name, name))
-                issues.append(
-                    SpecIssue(
-                        ref.location,
-                        f"{ref.name!r} reads parameter {name!r}, which machine {spec.name!r} "
-                        f"does not declare; declared parameters: "
-                        f"{', '.join(sorted(declared)) or 'none'}",
-                        "undeclared-parameter",
-                    )
+                yield SpecIssue(
+                    ref.location,
+                    f"{ref.name!r} reads parameter {name!r}, which machine {spec.name!r} "
+                    f"does not declare; declared parameters: "
+                    f"{', '.join(sorted(declared)) or 'none'}",
+                    "undeclared-parameter",
                 )
-    return issues
 
 
-def clash_issues(specs: Iterable[MachineSpec]) -> list[SpecIssue]:
+def clash_issues(specs: Iterable[MachineSpec]) -> Iterator[SpecIssue]:
     """Parameters declared differently by two machines, or named like a runtime key."""
-    issues: list[SpecIssue] = []
     seen: dict[str, tuple[ParameterSpec, str]] = {}
     for spec in specs:
         for parameter in spec.parameters:
             if parameter.name in RUNTIME_KEYS:
-                issues.append(
-                    SpecIssue(
-                        parameter.location,
-                        f"parameter {parameter.name!r} is one of the runtime's own keys "
-                        f"({', '.join(RUNTIME_KEYS)}); choose another name",
-                        "parameter-clash",
-                    )
+                yield SpecIssue(
+                    parameter.location,
+                    f"parameter {parameter.name!r} is one of the runtime's own keys "
+                    f"({', '.join(RUNTIME_KEYS)}); choose another name",
+                    "parameter-clash",
                 )
                 continue
             first = seen.get(parameter.name)
             if first is None:
                 seen[parameter.name] = (parameter, spec.file)
-            elif _declaration(first[0]) != _declaration(parameter):
-                issues.append(
-                    SpecIssue(
-                        parameter.location,
-                        f"parameter {parameter.name!r} is declared differently in {first[1]}; "
-                        "one policy has one declaration per parameter",
-                        "parameter-clash",
-                    )
+            elif (first[0].schema, first[0].default) != (parameter.schema, parameter.default):
+                yield SpecIssue(
+                    parameter.location,
+                    f"parameter {parameter.name!r} is declared differently in {first[1]}; "
+                    "one policy has one declaration per parameter",
+                    "parameter-clash",
                 )
-    return issues
-
-
-def _declaration(parameter: ParameterSpec) -> tuple[object, ...]:
-    return (parameter.schema, parameter.default)
 
 
 def declared_parameters(specs: Iterable[MachineSpec]) -> dict[str, ParameterSpec]:

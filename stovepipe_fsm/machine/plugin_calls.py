@@ -107,9 +107,9 @@ class Worker:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._jobs: queue.SimpleQueue[
-            tuple[Callable[[], Any], concurrent.futures.Future[Any]]
-        ] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+            queue.SimpleQueue()
+        )
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 

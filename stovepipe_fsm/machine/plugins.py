@@ -55,13 +55,7 @@ from typing import Any, Generic, TypeVar
 from ..located.errors import Location, SpecIssue
 from .invariants import INVARIANTS, InvariantCatalog
 from .model import NameRef
-from .registry import (
-    ActionInfo,
-    ConditionInfo,
-    DuplicateName,
-    RegistrationRefused,
-    Registry,
-)
+from .registry import ActionInfo, ConditionInfo, DuplicateName, RegistrationRefused, Registry
 
 ENTRY_POINT_GROUP = "stovepipe_fsm.plugins"
 REGISTER = "register"
@@ -109,7 +103,7 @@ class MachineVocabulary(Generic[Ctx]):
 
         def register(fn: Callable[[Ctx], bool]) -> Callable[[Ctx], bool]:
             self._check_name(name or fn.__name__, "condition")
-            inner(fn)
+            inner(self._wrap(fn))
             return fn
 
         return register
@@ -133,10 +127,14 @@ class MachineVocabulary(Generic[Ctx]):
 
         def register(fn: Callable[[Ctx], Any]) -> Callable[[Ctx], Any]:
             self._check_name(name or fn.__name__, "action")
-            inner(fn)
+            inner(self._wrap(fn))
             return fn
 
         return register
+
+    def _wrap(self, fn: Callable[[Ctx], Any]) -> Callable[[Any], Any]:
+        """What the registry stores for ``fn``: ``fn`` itself here."""
+        return fn
 
     def _check_name(self, key: str, kind: str) -> None:
         if not IDENTIFIER.match(key):
@@ -164,7 +162,6 @@ class _PluginFailed(Exception):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -224,7 +221,7 @@ def policy_registries(
             seen.add(id(register))
             staged, staged_invariants = _run(plugin, register, registries, api, policy_dir)
         except _PluginFailed as failed:
-            issues += [SpecIssue(where, failed.message, failed.rule) for where in plugin.locations]
+            issues += _at_plugin(plugin, [str(failed)], failed.rule)
             continue
         issues += _merge(plugin, staged, registries)
         issues += _merge_invariants(plugin, staged_invariants, catalog)
@@ -262,9 +259,7 @@ def _register_function(plugin: _Plugin) -> tuple[Callable[[object], object], Mod
     """The plugin's ``register`` function, and the module it was found in (if one)."""
     try:
         loaded = plugin.load()
-    except _PluginFailed:
-        raise
-    except KeyboardInterrupt:
+    except (_PluginFailed, KeyboardInterrupt):
         raise
     except BaseException as exc:  # SystemExit too: a plugin never ends the process
         raise _PluginFailed(
@@ -324,27 +319,22 @@ def _merge(
     problems: list[str] = []
     for machine, registry in staged.items():
         target = registries[machine]
-        entries: list[tuple[str, ConditionInfo | ActionInfo]] = [
-            *(("condition", info) for info in registry.conditions.values()),
-            *(("action", info) for info in registry.actions.values()),
+        tables: list[tuple[str, Mapping[str, ConditionInfo | ActionInfo], dict[str, Any]]] = [
+            ("condition", registry.conditions, target.conditions),
+            ("action", registry.actions, target.actions),
         ]
-        for kind, info in entries:
-            taken = target.conditions.get(info.name) or target.actions.get(info.name)
-            if taken is not None:
+        for kind, entries, into in tables:
+            for info in entries.values():
+                taken = target.conditions.get(info.name) or target.actions.get(info.name)
+                if taken is None:
+                    into[info.name] = info
+                    continue
                 owner = f"plugin {taken.origin!r}" if taken.origin else "the built-in vocabulary"
                 problems.append(
                     f"{plugin.label} registers {kind} {info.name!r} for machine {machine!r}, "
                     f"which {owner} already registers; choose another name"
                 )
-            elif isinstance(info, ConditionInfo):
-                target.conditions[info.name] = info
-            else:
-                target.actions[info.name] = info
-    return [
-        SpecIssue(where, problem, "plugin-duplicate")
-        for problem in problems
-        for where in plugin.locations
-    ]
+    return _at_plugin(plugin, problems, "plugin-duplicate")
 
 
 def _merge_invariants(
@@ -360,11 +350,12 @@ def _merge_invariants(
             )
         else:
             catalog.add(info)
-    return [
-        SpecIssue(where, problem, "plugin-duplicate")
-        for problem in problems
-        for where in plugin.locations
-    ]
+    return _at_plugin(plugin, problems, "plugin-duplicate")
+
+
+def _at_plugin(plugin: _Plugin, problems: Iterable[str], rule: str) -> list[SpecIssue]:
+    """Each problem at every place that names ``plugin``."""
+    return [SpecIssue(where, problem, rule) for problem in problems for where in plugin.locations]
 
 
 # --- importing a listed module ------------------------------------------------------------
@@ -389,7 +380,6 @@ def _source_of(module: ModuleType) -> tuple[bytes, Path | None]:
             cached = (b"", None)
         _SOURCES[module] = cached
     return cached
-
 
 
 def _import(name: str, policy_dir: Path | None) -> ModuleType:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .roles import RoleShape
@@ -79,15 +79,8 @@ class Registry:
 
     def copy(self, *, origin: str = "", empty: bool = False) -> Registry:
         """The same machine's registry, with its own tables (empty ones if ``empty``)."""
-        return Registry(
-            self.machine,
-            kind=self.kind,
-            roles=self.roles,
-            outcomes=self.outcomes,
-            conditions={} if empty else dict(self.conditions),
-            actions={} if empty else dict(self.actions),
-            origin=origin,
-        )
+        conditions, actions = ({}, {}) if empty else (dict(self.conditions), dict(self.actions))
+        return replace(self, conditions=conditions, actions=actions, origin=origin)
 
     def condition(
         self,
@@ -122,7 +115,7 @@ class Registry:
                 fn,
                 frozenset(provides),
                 frozenset(provides_unless),
-                _doc(fn),
+                first_paragraph(fn),
                 frozenset(parameters),
                 self.origin,
                 never_when,
@@ -157,7 +150,7 @@ class Registry:
                 frozenset(provides),
                 frozenset(requires),
                 finishes,
-                _doc(fn),
+                first_paragraph(fn),
                 frozenset(parameters),
                 self.origin,
             )
@@ -175,7 +168,7 @@ def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
-def _doc(fn: Callable[..., Any]) -> str:
+def first_paragraph(fn: Callable[..., Any]) -> str:
     """The first paragraph of a docstring on one line (shown in diagram legends)."""
     paragraph = (fn.__doc__ or "").strip().split("\n\n", 1)[0]
     return " ".join(paragraph.split())

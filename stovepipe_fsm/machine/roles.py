@@ -20,7 +20,7 @@ Rules (ids as in ``validate --format json``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ..located.errors import Location, SpecIssue
@@ -57,110 +57,91 @@ class RoleShape:
 
 def role_issues(
     spec: MachineSpec, shapes: Mapping[str, RoleShape], *, needs_outcomes: bool
-) -> list[SpecIssue]:
+) -> Iterator[SpecIssue]:
     """Every role issue of ``spec`` against the roles its code declares it needs."""
-    issues: list[SpecIssue] = []
     declared = {r.role: r for r in spec.roles}
     known = ", ".join(sorted(shapes)) or "none"
     for role in spec.roles:
         if role.role not in shapes:
-            issues.append(
-                SpecIssue(
-                    role.location,
-                    f"role {role.role!r} is not one the code of machine {spec.name!r} uses; "
-                    f"its roles: {known}",
-                    "unknown-role",
-                )
+            yield SpecIssue(
+                role.location,
+                f"role {role.role!r} is not one the code of machine {spec.name!r} uses; "
+                f"its roles: {known}",
+                "unknown-role",
             )
     for name, shape in shapes.items():
         found = declared.get(name)
         if found is None and shape.optional:
             continue
         if found is None:
-            issues.append(
-                SpecIssue(
-                    spec.roles_location or spec.location,
-                    f"machine {spec.name!r} must declare role {name!r} under 'roles:' "
-                    f"({shape.purpose}): name the trigger that plays it",
-                    "missing-role",
-                )
+            yield SpecIssue(
+                spec.roles_location or spec.location,
+                f"machine {spec.name!r} must declare role {name!r} under 'roles:' "
+                f"({shape.purpose}): name the trigger that plays it",
+                "missing-role",
             )
             continue
         trigger = found.trigger
-        issues += _shape_issues(spec, f"role {name!r}", trigger.name, trigger.location, shape)
-    issues += _outcome_issues(spec, needs_outcomes)
-    return issues
+        yield from _shape_issues(spec, f"role {name!r}", trigger.name, trigger.location, shape)
+    yield from _outcome_issues(spec, needs_outcomes)
 
 
-def _outcome_issues(spec: MachineSpec, needs_outcomes: bool) -> list[SpecIssue]:
+def _outcome_issues(spec: MachineSpec, needs_outcomes: bool) -> Iterator[SpecIssue]:
     if not needs_outcomes:
-        if spec.outcomes_location is None:
-            return []
-        return [
-            SpecIssue(
+        if spec.outcomes_location is not None:
+            yield SpecIssue(
                 spec.outcomes_location,
                 f"machine {spec.name!r} records no build outcomes; remove 'outcomes:'",
                 "unknown-role",
             )
-        ]
+        return
     if not spec.outcomes:
-        return [
-            SpecIssue(
-                spec.outcomes_location or spec.location,
-                f"machine {spec.name!r} must declare 'outcomes:' (the build outcomes record "
-                "accepts, each with the trigger it fires; exactly one green: true)",
-                "missing-role",
-            )
-        ]
-    issues: list[SpecIssue] = []
+        yield SpecIssue(
+            spec.outcomes_location or spec.location,
+            f"machine {spec.name!r} must declare 'outcomes:' (the build outcomes record "
+            "accepts, each with the trigger it fires; exactly one green: true)",
+            "missing-role",
+        )
+        return
     shape = RoleShape("record fires it for a build outcome", TERMINAL)
     holding = sorted(s.name for s in spec.states if s.holds_slot and not s.terminal)
     for outcome in spec.outcomes:
         what = f"outcome {outcome.name!r}"
         found = _shape_issues(spec, what, outcome.trigger.name, outcome.trigger.location, shape)
-        issues += found
+        yield from found
         if found:
             continue
         missing = sorted(set(holding) - _sources(spec, outcome.trigger.name))
         if missing:
-            issues.append(
-                SpecIssue(
-                    outcome.trigger.location,
-                    f"{what}: trigger {outcome.trigger.name!r} must leave every slot-holding "
-                    f"state (a build runs while its request holds a slot); it does not leave "
-                    f"{', '.join(missing)}",
-                    "role-shape",
-                )
+            yield SpecIssue(
+                outcome.trigger.location,
+                f"{what}: trigger {outcome.trigger.name!r} must leave every slot-holding "
+                f"state (a build runs while its request holds a slot); it does not leave "
+                f"{', '.join(missing)}",
+                "role-shape",
             )
     greens = [o for o in spec.outcomes if o.green]
     if not greens:
-        issues.append(
-            SpecIssue(
-                spec.outcomes_location or spec.location,
-                "exactly one outcome must be 'green: true' (recording it advances the queue's "
-                "last green); none is",
-                "role-shape",
-            )
+        yield SpecIssue(
+            spec.outcomes_location or spec.location,
+            "exactly one outcome must be 'green: true' (recording it advances the queue's "
+            "last green); none is",
+            "role-shape",
         )
     for both in (o for o in spec.outcomes if o.green and o.red):
-        issues.append(
-            SpecIssue(
-                both.location,
-                f"outcome {both.name!r} is both green and red; a build outcome says the commit "
-                "works or that it is broken, not both",
-                "role-shape",
-            )
+        yield SpecIssue(
+            both.location,
+            f"outcome {both.name!r} is both green and red; a build outcome says the commit "
+            "works or that it is broken, not both",
+            "role-shape",
         )
     for extra in greens[1:]:
-        issues.append(
-            SpecIssue(
-                extra.location,
-                f"outcome {extra.name!r} is green, but so is {greens[0].name!r}; exactly one "
-                "outcome advances last green",
-                "role-shape",
-            )
+        yield SpecIssue(
+            extra.location,
+            f"outcome {extra.name!r} is green, but so is {greens[0].name!r}; exactly one "
+            "outcome advances last green",
+            "role-shape",
         )
-    return issues
 
 
 def _shape_issues(
@@ -177,6 +158,11 @@ def _shape_issues(
             )
         ]
     issues: list[SpecIssue] = []
+
+    def wrong(must: str, but: str = "", at: Location = where) -> None:
+        text = f"{what}: trigger {trigger!r} must {must} ({shape.purpose}){but}"
+        issues.append(SpecIssue(at, text, "role-shape"))
+
     states = spec.state_map
     for t in transitions:
         dest = states.get(t.dest.name)
@@ -188,34 +174,15 @@ def _shape_issues(
             else dest.terminal
         )
         if not fits:
-            issues.append(
-                SpecIssue(
-                    t.dest.location,
-                    f"{what}: trigger {trigger!r} must lead to a {shape.leads_to} state "
-                    f"({shape.purpose}); {dest.name!r} is not one",
-                    "role-shape",
-                )
+            wrong(
+                f"lead to a {shape.leads_to} state", f"; {dest.name!r} is not one", t.dest.location
             )
     sources = _sources(spec, trigger)
+    initial = f"the initial state {spec.initial.name!r}"
     if shape.from_initial and spec.initial.name not in sources:
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave the initial state "
-                f"{spec.initial.name!r} ({shape.purpose})",
-                "role-shape",
-            )
-        )
-    extra = sorted(sources - {spec.initial.name}) if shape.only_from_initial else []
-    if extra:
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave only the initial state "
-                f"{spec.initial.name!r} ({shape.purpose}); it also leaves {', '.join(extra)}",
-                "role-shape",
-            )
-        )
+        wrong(f"leave {initial}")
+    if shape.only_from_initial and (extra := sorted(sources - {spec.initial.name})):
+        wrong(f"leave only {initial}", f"; it also leaves {', '.join(extra)}")
     green = {
         t.dest.name
         for o in spec.outcomes
@@ -224,54 +191,15 @@ def _shape_issues(
         if t.trigger == o.trigger.name
     }
     if shape.never_green and (leads := sorted(leads_to(spec, trigger) & green)):
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must not lead to a state of the green outcome "
-                f"({shape.purpose}); it leads to {', '.join(leads)}",
-                "role-shape",
-            )
-        )
-    if shape.only_from_holding:
-        issues += _holding_issues(spec, what, trigger, where, shape, sources)
-    if shape.from_every_open_state:
-        open_states = {s.name for s in spec.states if not s.terminal}
-        missing = sorted(open_states - sources)
-        if missing:
-            issues.append(
-                SpecIssue(
-                    where,
-                    f"{what}: trigger {trigger!r} must leave every non-terminal state "
-                    f"({shape.purpose}); it does not leave {', '.join(missing)}",
-                    "role-shape",
-                )
-            )
-    return issues
-
-
-def _holding_issues(
-    spec: MachineSpec, what: str, trigger: str, where: Location, shape: RoleShape, sources: set[str]
-) -> list[SpecIssue]:
+        wrong("not lead to a state of the green outcome", f"; it leads to {', '.join(leads)}")
     holding = {s.name for s in spec.states if s.holds_slot and not s.terminal}
-    issues: list[SpecIssue] = []
-    if extra := sorted(sources - holding):
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave only slot-holding states "
-                f"({shape.purpose}); it also leaves {', '.join(extra)}",
-                "role-shape",
-            )
-        )
-    if missing := sorted(holding - sources):
-        issues.append(
-            SpecIssue(
-                where,
-                f"{what}: trigger {trigger!r} must leave every slot-holding state "
-                f"({shape.purpose}); it does not leave {', '.join(missing)}",
-                "role-shape",
-            )
-        )
+    if shape.only_from_holding and (extra := sorted(sources - holding)):
+        wrong("leave only slot-holding states", f"; it also leaves {', '.join(extra)}")
+    if shape.only_from_holding and (missing := sorted(holding - sources)):
+        wrong("leave every slot-holding state", f"; it does not leave {', '.join(missing)}")
+    open_states = {s.name for s in spec.states if not s.terminal}
+    if shape.from_every_open_state and (missing := sorted(open_states - sources)):
+        wrong("leave every non-terminal state", f"; it does not leave {', '.join(missing)}")
     return issues
 
 

@@ -36,7 +36,7 @@ allows on JetStream (``docs/jetstream.md``, fact H), and ``check`` explores it t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from ..domain.settle import Attempt
 from ..machine.compiler import FlowCursor, Probe, Step
@@ -73,17 +73,16 @@ class Decision:
         return Attempt.finished(self.outcome, self.hold_ms)
 
 
+@dataclass(eq=False)
 class ProcessController:
     """Runs deliveries through the compiled ``queue_gate`` flow on fixed services."""
 
-    def __init__(
-        self, machines: ProcessMachines, services: StageServices, *, offload_plugins: bool = False
-    ) -> None:
-        self.machines = machines
-        self.services = services
-        #: A service's controller runs plugin steps off its event loop, within a budget
-        #: (machine/plugin_calls.py); a simulated world's runs them inline.
-        self.offload_plugins = offload_plugins
+    machines: ProcessMachines
+    services: StageServices
+    _: KW_ONLY
+    #: A service's controller runs plugin steps off its event loop, within a budget
+    #: (machine/plugin_calls.py); a simulated world's runs them inline.
+    offload_plugins: bool = False
 
     async def handle(self, delivery: Delivery, *, probe: Probe | None = None) -> Attempt:
         """Run one delivery to the end of its flow; return what it decided, to settle."""

@@ -18,8 +18,7 @@ build published (a crash between the row's write and them is healed there).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..domain.culprit_search import (
@@ -290,15 +289,11 @@ def _without_lost_probes(ctx: SearchContext, row: CulpritSearch) -> CulpritSearc
     return row.without_lost_probes(ctx.services.clock.now_ms(), lease)
 
 
-def _choose(ctx: SearchContext, positions: tuple[int, ...]) -> tuple[int, ...]:
-    """``positions`` within what is left of max_probes."""
-    left = int(ctx.param(MAX_PROBES)) - ctx.row.probes_started
-    return positions[: max(0, left)]
-
-
-async def _start(ctx: SearchContext, positions: tuple[int, ...]) -> None:
-    """List a probe of each position in the row (ids minted now, in one step)."""
+async def _start(ctx: SearchContext, chosen: tuple[int, ...]) -> None:
+    """List a probe of each chosen position within what is left of max_probes, in the
+    row (ids minted now, in one step)."""
     row = ctx.row
+    positions = chosen[: max(0, int(ctx.param(MAX_PROBES)) - row.probes_started)]
     if not positions:
         ctx.search = evolve(row, state=SEARCHING)
         return
@@ -325,7 +320,7 @@ async def choose_sections(ctx: SearchContext) -> None:
     chosen = section_probes(
         row.tallies, row.in_flight(), int(ctx.param(PROBE_SLOTS)), int(ctx.param(CONFIRM_REDS))
     )
-    await _start(ctx, _choose(ctx, chosen))
+    await _start(ctx, chosen)
 
 
 @CULPRIT.action(
@@ -344,7 +339,7 @@ async def choose_by_likelihood(ctx: SearchContext) -> None:
         rate,
         confidence,
     )
-    await _start(ctx, _choose(ctx, chosen))
+    await _start(ctx, chosen)
 
 
 @CULPRIT.action()
@@ -487,13 +482,11 @@ async def announce_culprit(ctx: SearchContext) -> None:
         ctx,
         row,
         True,
-        {
-            "culprit": row.culprit,
-            "green_parent": parent,
-            "reds": str(tally.reds),
-            "blamelist": str(len(row.blamelist)),
-            "probes": str(row.probes_started),
-        },
+        culprit=row.culprit,
+        green_parent=parent,
+        reds=str(tally.reds),
+        blamelist=str(len(row.blamelist)),
+        probes=str(row.probes_started),
     )
 
 
@@ -502,57 +495,37 @@ async def announce_unresolved(ctx: SearchContext) -> None:
     """Announce validation.repository.culprit_unresolved, with why."""
     await _announce_replaced(ctx)
     row = ctx.row
-    await _announce(
-        ctx,
-        row,
-        False,
-        {
-            "reason": row.reason,
-            "blamelist": str(len(row.blamelist)),
-            "probes": str(row.probes_started),
-        },
-    )
+    blamelist, probes = str(len(row.blamelist)), str(row.probes_started)
+    await _announce(ctx, row, False, reason=row.reason, blamelist=blamelist, probes=probes)
 
 
 async def _announce_replaced(ctx: SearchContext) -> None:
     old = ctx.replaced
     if old is not None:
-        await _announce(
-            ctx, old, False, {"reason": "newer red head", "probes": str(old.probes_started)}
-        )
+        await _announce(ctx, old, False, reason="newer red head", probes=str(old.probes_started))
 
 
-async def _announce(
-    ctx: SearchContext, row: CulpritSearch, found: bool, evidence: Mapping[str, str]
-) -> None:
+async def _announce(ctx: SearchContext, row: CulpritSearch, found: bool, **evidence: str) -> None:
     services = ctx.services
     event = culprit_event(
-        found, row.queue, row.red_request_id, row.version, services.clock.now_ms(), dict(evidence)
+        found, row.queue, row.red_request_id, row.version, services.clock.now_ms(), evidence
     )
     await services.publisher.publish_hook(event)
     services.metrics.count("culprits_found" if found else "culprits_unresolved", row.queue)
 
 
+@dataclass(eq=False)
 class CulpritFinder:
     """Runs ``culprit.yaml`` for each build record ends (a head's or a probe's)."""
 
-    def __init__(
-        self,
-        machine: CompiledFlow,
-        services: StageServices,
-        searches: SearchStore,
-        counter: Counter,
-        *,
-        offload: bool = False,
-        probe: StepProbe | None = None,
-    ) -> None:
-        self.machine = machine
-        self.services = services
-        self.searches = searches
-        self.counter = counter
-        self.offload = offload
-        #: Told the name of each action once it ran (the model checker crashes there).
-        self.probe = probe
+    machine: CompiledFlow
+    services: StageServices
+    searches: SearchStore
+    counter: Counter
+    _: KW_ONLY
+    offload: bool = False
+    #: Told the name of each action once it ran (the model checker crashes there).
+    probe: StepProbe | None = None
 
     async def ended(self, request: Request, outcome: Outcome) -> str:
         """Run the search machine for ``request``'s end with ``outcome``; the terminal

@@ -19,6 +19,7 @@ configs is read as it is.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,13 +47,9 @@ def effective_config(
         names = {name for name, _ in resolved.parameters}
         missing = tuple(pair for pair in declared if pair[0] not in names)
         if missing:
-            parameters = tuple(sorted((*resolved.parameters, *missing), key=_name))
+            parameters = tuple(sorted((*resolved.parameters, *missing), key=lambda pair: pair[0]))
             config = evolve(resolved, parameters=parameters)
     return config.with_values(changes) if changes else config
-
-
-def _name(pair: tuple[str, Any]) -> str:
-    return pair[0]
 
 
 class ResolvedConfigs:
@@ -114,14 +111,7 @@ class ResolvedConfigs:
 
     def clone(self) -> ResolvedConfigs:
         """An independent copy; it shares everything until one of the two steps."""
-        twin = object.__new__(ResolvedConfigs)
-        twin.policy = self.policy
-        twin.declared = self.declared
-        twin.overrides = self.overrides
-        twin.changes = self.changes
-        twin._current = self._current
-        twin._resolved = self._resolved
-        return twin
+        return copy.copy(self)
 
 
 class LiveConfigs:

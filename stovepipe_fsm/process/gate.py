@@ -105,9 +105,8 @@ def _never_with_every_head(parameters: Mapping[str, Any]) -> str:
 def _never_with_one_slot(parameters: Mapping[str, Any]) -> str:
     """With one slot, gate_closed holds a head whenever another request holds the slot,
     so a condition that needs another holder at the later steps never sees one."""
-    if int(parameters.get(MAX_CONCURRENT, 1) or 1) <= 1:
-        return "max_concurrent is 1: gate_closed holds the head first"
-    return ""
+    one_slot = int(parameters.get(MAX_CONCURRENT, 1) or 1) <= 1
+    return "max_concurrent is 1: gate_closed holds the head first" if one_slot else ""
 
 
 def _never_without_lag_bound(parameters: Mapping[str, Any]) -> str:
@@ -519,8 +518,9 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
             ctx.strategy_reason = f"last green {last_green} is not an ancestor (rewrite)"
         return
     base = choice.green.uri
+    globs = tuple(_declared(ctx, FULL_BUILD_PATHS, ()))  # the diff is asked only for them
     try:
-        hit = await _build_file_changed(ctx, source_control, base)
+        changed = await _changed_since_green(ctx, source_control, base) if globs else frozenset()
     except NotFound as exc:
         log.warning(
             "queue %s request %s: the diff from %s is unknown (%s); full build",
@@ -532,7 +532,16 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
         ctx.strategy_reason = f"unknown commit: the diff from green {base} is unknown"
         ctx.full_cause, ctx.rewrite = ANCESTRY_UNKNOWN, True
         return
+    hit = first_match(changed, globs)
     if hit:
+        log.info(
+            "queue %s request %s: %s changed since green %s (matches %s); full build",
+            request.queue,
+            request.id,
+            hit[0],
+            base,
+            hit[1],
+        )
         ctx.strategy_reason = f"{hit[0]} changed since last green (full_build_paths {hit[1]})"
         ctx.full_cause = PATH_RULE
         return
@@ -541,32 +550,6 @@ async def derive_strategy(ctx: DeliveryContext) -> None:
         ctx.strategy_reason = f"descends from green {base}, not from last green {last_green}"
     else:
         ctx.strategy_reason = f"descends from last green {last_green}"
-
-
-async def _build_file_changed(
-    ctx: DeliveryContext, source_control: SourceControl, base: str
-) -> tuple[str, str] | None:
-    """The first (path, glob) of full_build_paths changed since the green ``base``, if
-    any; the diff is asked only when the queue has such globs."""
-    globs = _full_build_paths(ctx)
-    if not globs:
-        return None
-    hit = first_match(await _changed_since_green(ctx, source_control, base), globs)
-    if hit is not None:
-        log.info(
-            "queue %s request %s: %s changed since green %s (matches %s); full build",
-            ctx.request.queue,
-            ctx.request.id,
-            hit[0],
-            base,
-            hit[1],
-        )
-    return hit
-
-
-def _full_build_paths(ctx: DeliveryContext) -> tuple[str, ...]:
-    """The queue's full_build_paths globs; none when the policy does not declare them."""
-    return tuple(dict(ctx.config.parameters).get(FULL_BUILD_PATHS, ()))
 
 
 @GATE.action(requires=[STRATEGY_DERIVED])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..domain.entities import FULL, INCREMENTAL_SINCE_GREEN, Green, Queue, Request, evolve
@@ -77,35 +78,28 @@ async def update_queue(queues: QueueStore, name: str, change: QueueChange) -> Qu
     raise Retryable(f"queue {name!r}: row contended; gave up after {QUEUE_CAS_ATTEMPTS} CAS")
 
 
+@dataclass(eq=False)
 class RequestLifecycle:
-    def __init__(
-        self,
-        machine: CompiledLifecycle,
-        roles: RequestRoles,
-        requests: RequestStore,
-        queues: QueueStore,
-        *,
-        clock: Clock | None = None,
-        offload: bool = False,
-        greens_kept: GreensKept | None = None,
-    ) -> None:
-        self.machine = machine
-        #: Ask a plugin's guard off the event loop, within its budget (a service).
-        self.offload = offload
-        self.roles = roles
-        self.requests = requests
-        self.queues = queues
-        #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
-        self.clock = clock
-        #: How many recent greens a queue keeps (its ``recent_greens``); without it a
-        #: green end keeps as many as the row holds.
-        self.greens_kept = greens_kept
+    machine: CompiledLifecycle
+    roles: RequestRoles
+    requests: RequestStore
+    queues: QueueStore
+    _: KW_ONLY
+    #: Stamps admitted_at_ms and ended_at_ms on the writes that admit and end.
+    clock: Clock | None = None
+    #: Ask a plugin's guard off the event loop, within its budget (a service).
+    offload: bool = False
+    #: How many recent greens a queue keeps (its ``recent_greens``); without it a
+    #: green end keeps as many as the row holds.
+    greens_kept: GreensKept | None = None
+
+    def __post_init__(self) -> None:
         # Per state, whether ending there is the green outcome's end (end_change asks it
         # on every terminal write).
         self._green_end = {
             state: outcome is not None and outcome.green
-            for state in machine.spec.state_names
-            for outcome in (roles.outcome_of_state(state),)
+            for state in self.machine.spec.state_names
+            for outcome in (self.roles.outcome_of_state(state),)
         }
 
     def new_request(self, request_id: str, queue: str, uri: str) -> Request:
@@ -194,9 +188,7 @@ class RequestLifecycle:
         this one and releases its claim (or, had it crashed, leaves a terminal holder the
         gate reclaims).
         """
-        return await self.apply(
-            request, self.roles.supersede, settled_in=loaded, superseded_by=by
-        )
+        return await self.apply(request, self.roles.supersede, settled_in=loaded, superseded_by=by)
 
     async def skip(self, request: Request, *, loaded: Queue | None = None) -> Request:
         """End ``request`` unbuilt (the ``skip`` role): nothing it changed needs a build.
@@ -204,12 +196,8 @@ class RequestLifecycle:
         ``loaded`` as for :meth:`supersede`. Raises ``ValueError`` when the policy's
         request machine declares no ``skip`` role.
         """
-        if not self.roles.skip:
-            raise ValueError(
-                f"machine {self.machine.spec.name!r} declares no role 'skip'; a queue with "
-                "skip_paths needs one (a terminal state for heads ended unbuilt)"
-            )
-        return await self.apply(request, self.roles.skip, settled_in=loaded)
+        why = "a queue with skip_paths needs one (a terminal state for heads ended unbuilt)"
+        return await self.apply(request, self._declared("skip", why), settled_in=loaded)
 
     async def preempt(self, request: Request, by: str) -> Request:
         """End ``request``'s running build for the newer head ``by`` (the ``preempt``
@@ -219,12 +207,15 @@ class RequestLifecycle:
         role, ``IllegalTransition`` when ``request`` is not in a state it leaves (it
         ended meanwhile) and ``VersionMismatch`` when it changed underneath.
         """
-        if not self.roles.preempt:
-            raise ValueError(
-                f"machine {self.machine.spec.name!r} declares no role 'preempt'; a gate "
-                "that preempts running builds needs one (a terminal state for them)"
-            )
-        return await self.apply(request, self.roles.preempt, superseded_by=by)
+        why = "a gate that preempts running builds needs one (a terminal state for them)"
+        return await self.apply(request, self._declared("preempt", why), superseded_by=by)
+
+    def _declared(self, role: str, why: str) -> str:
+        """The trigger of the optional ``role``; ``ValueError`` saying ``why`` without one."""
+        trigger: str = getattr(self.roles, role)
+        if not trigger:
+            raise ValueError(f"machine {self.machine.spec.name!r} declares no role {role!r}; {why}")
+        return trigger
 
     async def fail_closed(self, request: Request) -> Request:
         return await self.apply(request, self.roles.dead_letter)
@@ -392,9 +383,7 @@ class RequestLifecycle:
         if not ended:
             return queue
         log.info(
-            "queue %s: finishing the end of %s",
-            queue.name,
-            [f"{r.id} ({r.state})" for r in ended],
+            "queue %s: finishing the end of %s", queue.name, [f"{r.id} ({r.state})" for r in ended]
         )
         changes = [self.end_change(r) for r in ended]
 
@@ -405,5 +394,6 @@ class RequestLifecycle:
             return row
 
         return await self.update_queue(queue.name, finish)
+
 
 __all__ = ["IllegalTransition", "RequestLifecycle", "advance_last_green", "update_queue"]

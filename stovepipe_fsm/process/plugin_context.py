@@ -23,6 +23,7 @@ from ..domain.errors import NotFound
 from ..domain.hooks import HookEvent, name_based_id
 from ..ports.source_control import SourceControl
 from .context import DeliveryContext
+from .services import StageServices
 from .trail_notes import note_plugin
 
 
@@ -209,7 +210,12 @@ class PluginContext:
         await self._ctx.services.publisher.publish_hook(event)
 
     def _source_control(self) -> SourceControl:
-        source = self._ctx.services.source_control.for_queue(self._ctx.request.queue)
-        if source is None:
-            raise NotFound(f"queue {self._ctx.request.queue!r} has no repository configured")
-        return source
+        return source_control_of(self._ctx.services, self._ctx.request.queue)
+
+
+def source_control_of(services: StageServices, queue: str) -> SourceControl:
+    """The source control of ``queue``; ``NotFound`` when it has no repository."""
+    source = services.source_control.for_queue(queue)
+    if source is None:
+        raise NotFound(f"queue {queue!r} has no repository configured")
+    return source

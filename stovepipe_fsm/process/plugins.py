@@ -32,9 +32,9 @@ from __future__ import annotations
 import inspect
 import re
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import wraps
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from ..domain.entities import Request
 from ..domain.errors import PLUGIN_FRAME_NOTE
@@ -72,12 +72,10 @@ REQUEST_RUNS_NO_ACTIONS = (
 )
 
 
-PluginCondition = Callable[[PluginContext], bool]
-PluginAction = Callable[[PluginContext], Any]
 View = TypeVar("View", PluginContext, SearchView)
 
 
-class _ViewedVocabulary(Generic[View]):
+class _ViewedVocabulary(MachineVocabulary[View]):
     """Registers conditions and actions of one machine whose callables receive a view
     (``view(internal context)``), never the internal context itself.
 
@@ -89,54 +87,11 @@ class _ViewedVocabulary(Generic[View]):
     """
 
     def __init__(self, inner: MachineVocabulary[Any], view: Callable[[Any], View]) -> None:
-        self._inner = inner
+        super().__init__(inner._registry, no_actions=inner._no_actions)
         self._view: Callable[[Any], View] = view
 
-    @property
-    def machine(self) -> str:
-        """The machine these names belong to."""
-        return self._inner.machine
-
-    def condition(
-        self,
-        name: str | None = None,
-        *,
-        provides: Iterable[str] = (),
-        provides_unless: Iterable[str] = (),
-        parameters: Iterable[str] = (),
-    ) -> Callable[[Callable[[View], bool]], Callable[[View], bool]]:
-        """Register a synchronous predicate over the view; ``provides[_unless]``:
-        facts when true/false; ``parameters``: the machine parameters it reads."""
-        inner = self._inner.condition(
-            name, provides=provides, provides_unless=provides_unless, parameters=parameters
-        )
-
-        def register(fn: Callable[[View], bool]) -> Callable[[View], bool]:
-            inner(_viewed(fn, self._view))
-            return fn
-
-        return register
-
-    def action(
-        self,
-        name: str | None = None,
-        *,
-        provides: Iterable[str] = (),
-        requires: Iterable[str] = (),
-        finishes: bool = False,
-        parameters: Iterable[str] = (),
-    ) -> Callable[[Callable[[View], Any]], Callable[[View], Any]]:
-        """Register a step (a function or a coroutine function) that may do I/O through
-        the view; ``parameters``: the machine parameters it reads."""
-        inner = self._inner.action(
-            name, provides=provides, requires=requires, finishes=finishes, parameters=parameters
-        )
-
-        def register(fn: Callable[[View], Any]) -> Callable[[View], Any]:
-            inner(_viewed(fn, self._view))
-            return fn
-
-        return register
+    def _wrap(self, fn: Callable[[View], Any]) -> Callable[[Any], Any]:
+        return _viewed(fn, self._view)
 
 
 class GateVocabulary(_ViewedVocabulary[PluginContext]):

@@ -16,8 +16,8 @@ from typing import Any
 
 from ..domain.culprit_search import CulpritSearch
 from ..domain.entities import Request
-from ..domain.errors import NotFound
 from .culprit import SearchContext
+from .plugin_context import source_control_of
 
 
 class SearchView:
@@ -72,10 +72,7 @@ class SearchView:
         """The paths whose content differs between commits ``base`` and ``head``.
         ``NotFound``: a commit (or the repository) is unknown; ``Retryable``: a
         transient failure."""
-        queue = self._ctx.ended.queue
-        source = self._ctx.services.source_control.for_queue(queue)
-        if source is None:
-            raise NotFound(f"queue {queue!r} has no repository configured")
+        source = source_control_of(self._ctx.services, self._ctx.ended.queue)
         return await source.changed_paths(base, head)
 
     def count(self, metric: str, amount: int = 1) -> None:

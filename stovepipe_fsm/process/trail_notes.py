@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..domain.entities import Request
 from ..domain.parameter_text import parameters_text
@@ -39,14 +40,14 @@ log = logging.getLogger("stovepipe_fsm.decisions")
 HELD_LOG_INTERVAL_S = 60.0
 
 
+@dataclass
 class HeldLogLimiter:
     """Rate-limits the log lines of repeated holds the way the trail collapses them: the
     first hold of a (request, reason), then one line per interval with the count."""
 
-    def __init__(self, interval_s: float = HELD_LOG_INTERVAL_S, limit: int = 10_000) -> None:
-        self.interval_s = interval_s
-        self.limit = limit
-        self._runs: dict[str, dict[str, tuple[int, float]]] = {}
+    interval_s: float = HELD_LOG_INTERVAL_S
+    limit: int = 10_000
+    _runs: dict[str, dict[str, tuple[int, float]]] = field(default_factory=dict, init=False)
 
     def should_log(self, request_id: str, reason: str) -> int:
         """The holds to report now (0: stay quiet)."""
@@ -96,15 +97,30 @@ async def note(
     **why: object,
 ) -> None:
     """Append one decision about ``request`` now, under the policy in force."""
+    await _append(services, kind, request.queue, request.id, why, tag=tag, stream_seq=stream_seq)
+
+
+async def _append(
+    services: StageServices,
+    kind: str,
+    queue: str,
+    request_id: str,
+    why: Mapping[str, object],
+    *,
+    tag: str = "",
+    stream_seq: int = 0,
+    at_ms: int | None = None,
+) -> None:
+    """Append one record about ``request_id`` (at ``at_ms``; None: now)."""
     if isinstance(services.trail, DiscardedTrail):
         return  # nothing keeps it: do not build the record (check forks worlds by the
         # hundred thousand, each delivery noting a decision)
     await services.trail.append(
         TrailRecord(
             kind=kind,
-            queue=request.queue,
-            request_id=request.id,
-            at_ms=services.clock.now_ms(),
+            queue=queue,
+            request_id=request_id,
+            at_ms=services.clock.now_ms() if at_ms is None else at_ms,
             detail=detail(**why),
             tag=tag,
             stream_seq=stream_seq,
@@ -172,7 +188,6 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
         green = ctx.loaded_queue.last_green_uri if ctx.loaded_queue is not None else ""
         await note(services, SKIPPED, request, stream_seq=seq, green=green, matched=matched)
     elif request.state in roles.admitted_states:
-        chosen, passed, unknown, asked, cause = base_choice_detail(ctx)
         log.info(
             "admitted: %s build on %s (%s)",
             request.build_strategy,
@@ -188,11 +203,7 @@ async def note_decision(ctx: DeliveryContext, *, held: bool) -> None:
             strategy=request.build_strategy,
             base=request.base_uri,
             why=ctx.strategy_reason,
-            base_request=chosen,
-            newer_greens_not_ancestors=passed,
-            greens_ancestry_unknown=unknown,
-            ancestry_queries=asked,
-            full_cause=cause,
+            **base_choice_detail(ctx),
         )
 
 
@@ -204,7 +215,7 @@ def _plugins_of(step: Step | None, origins: Mapping[str, str]) -> list[str]:
     return sorted({origins[c.name] for c in t.conditions if c.name in origins})
 
 
-def base_choice_detail(ctx: DeliveryContext) -> tuple[str, str, str, str, str]:
+def base_choice_detail(ctx: DeliveryContext) -> dict[str, str]:
     """The structured why of an admission's base, as noted: the green chosen
     (``base_request``), how many newer recorded greens are not ancestors of the head
     (``newer_greens_not_ancestors``) and whose ancestry was unknown
@@ -214,15 +225,15 @@ def base_choice_detail(ctx: DeliveryContext) -> tuple[str, str, str, str, str]:
     configured). Empty values are left out of the note."""
     choice = ctx.base_choice
     if choice is None:
-        return "", "", "", "", ""
+        return {}
     searched = choice.asked > 0
-    return (
-        choice.green.request_id if choice.green and ctx.base_uri else "",
-        str(len(choice.passed)) if searched else "",
-        str(len(choice.unknown) or ""),
-        str(choice.asked) if searched else "",
-        ctx.full_cause,
-    )
+    return {
+        "base_request": choice.green.request_id if choice.green and ctx.base_uri else "",
+        "newer_greens_not_ancestors": str(len(choice.passed)) if searched else "",
+        "greens_ancestry_unknown": str(len(choice.unknown) or ""),
+        "ancestry_queries": str(choice.asked) if searched else "",
+        "full_cause": ctx.full_cause,
+    }
 
 
 def skip_matches_text(matches: tuple[tuple[str, str], ...]) -> str:
@@ -238,19 +249,10 @@ async def note_reclaimed(
 ) -> None:
     """The slots the gate took back (from requests whose end had not freed them, or whose
     lease ran out), noted on each of those requests (by the delivery that found them)."""
-    services = ctx.services
+    reclaimed = {"by": ctx.request.id, "why": why}
+    seq, queue = ctx.delivery.stream_seq, ctx.request.queue
     for holder in holders:
-        await services.trail.append(
-            TrailRecord(
-                kind=RECLAIMED,
-                queue=ctx.request.queue,
-                request_id=holder,
-                at_ms=services.clock.now_ms(),
-                detail=detail(by=ctx.request.id, why=why),
-                stream_seq=ctx.delivery.stream_seq,
-                policy=services.policy_hash(),
-            )
-        )
+        await _append(ctx.services, RECLAIMED, queue, holder, reclaimed, stream_seq=seq)
 
 
 async def note_failed_attempt(
@@ -268,22 +270,15 @@ async def note_failed_attempt(
     budget failed and when the next try is due. Keyed by the delivery and the failure
     count, so the performer noting it again after a crash writes the same record."""
     now = services.clock.now_ms()
-    await services.trail.append(
-        TrailRecord(
-            kind=ATTEMPT_FAILED,
-            queue=queue,
-            request_id=request_id,
-            at_ms=now,
-            detail=detail(
-                error=error,
-                attempt=failures,
-                max_attempts=max_attempts or "",
-                next_try_at_ms=now + retry_in_ms,
-            ),
-            tag=f"{stream_seq}:{failures}",
-            stream_seq=stream_seq,
-            policy=services.policy_hash(),
-        )
+    why = {
+        "error": error,
+        "attempt": failures,
+        "max_attempts": max_attempts or "",
+        "next_try_at_ms": now + retry_in_ms,
+    }
+    tag = f"{stream_seq}:{failures}"
+    await _append(
+        services, ATTEMPT_FAILED, queue, request_id, why, tag=tag, stream_seq=stream_seq, at_ms=now
     )
 
 
