@@ -283,24 +283,27 @@ async def test_a_long_step_keeps_its_message_past_the_ack_wait(js_env: JsEnv) ->
 
 async def test_the_heartbeat_stops_once_the_flow_has_decided() -> None:
     calls: list[str] = []
+    two_sent = asyncio.Event()
 
     class Recording:
         queue, request_id = "q", "request/q/1"
 
         async def in_progress(self) -> None:
             calls.append("progress")
+            if len(calls) >= 2:
+                two_sent.set()
 
     class Holds:
         async def handle(self, delivery: Any) -> Attempt:
-            await asyncio.sleep(0.12)
+            # Decides only once the heartbeat has beaten twice, however late the loop runs.
+            await asyncio.wait_for(two_sent.wait(), timeout=30)
             return Attempt.held(100)
 
     assert await KeptAlive(Holds(), 0.2).handle(Recording()) == Attempt.held(100)  # type: ignore[arg-type]
     sent = calls.count("progress")
     assert sent >= 2
-    await asyncio.sleep(0.2)  # the hold is now the consumer's to perform: no signal follows
+    await asyncio.sleep(0.2)  # four periods: the hold is now the consumer's, no signal follows
     assert calls.count("progress") == sent
-
 
 
 class _TimedDelivery:
