@@ -281,7 +281,7 @@ class Rig:
         )
         await service.start()
         for queue in queues:
-            await service.add_queue(queue)
+            await service.crew.queues.add_queue(queue)
         return service
 
     async def leftovers(self, request_ids: list[str]) -> tuple[Counter[str], int]:

@@ -146,7 +146,7 @@ async def running_service(
     try:
         await asyncio.wait_for(service.start(), WAIT_S)
         if warmed and options.warm_up:
-            await asyncio.wait_for(service.warmed(), WAIT_S)
+            await asyncio.wait_for(service.crew.queues.warmed(), WAIT_S)
         yield Running(service, events, nc)
     finally:
         try:

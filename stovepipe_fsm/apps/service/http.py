@@ -43,6 +43,7 @@ async def render_metrics(service: Service) -> str:
     """Counters of the controller and the runtime, the policy hash, and slots in use per
     queue."""
     lines: list[str] = []
+    crew, events = service.crew, service.health.events
 
     def family(name: str, kind: str, help_text: str) -> None:
         lines.append(f"# HELP {name} {help_text}")
@@ -56,13 +57,13 @@ async def render_metrics(service: Service) -> str:
             f"{value}"
         )
     family("stovepipe_runtime_events_total", "counter", "Settled deliveries by outcome.")
-    for (event, queue), value in sorted(service.events.items()):
+    for (event, queue), value in sorted(events.items()):
         lines.append(
             f'stovepipe_runtime_events_total{{event="{_label(event)}",queue="{_label(queue)}"}} '
             f"{value}"
         )
     family("stovepipe_dead_letters_total", "counter", "Messages dead-lettered by this replica.")
-    dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
+    dead = sum(v for (event, _), v in events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
     family(
         "stovepipe_dead_letters_by_reason_total",
@@ -70,14 +71,14 @@ async def render_metrics(service: Service) -> str:
         "Messages dead-lettered by this replica, by reason (gave_up after max_attempts, "
         "non_retryable, undecodable, orphan).",
     )
-    for reason, value in sorted(service.dead_letter_reasons.items()):
+    for reason, value in sorted(service.health.dead_letter_reasons.items()):
         lines.append(f'stovepipe_dead_letters_by_reason_total{{reason="{_label(reason)}"}} {value}')
     family(
         "stovepipe_outcomes_refused_total",
         "counter",
         "Build outcomes this replica refused (nothing applied; counted per queue, `dlq list`).",
     )
-    for (event, queue), value in sorted(service.events.items()):
+    for (event, queue), value in sorted(events.items()):
         if event == "outcome_refused":
             lines.append(f'stovepipe_outcomes_refused_total{{queue="{_label(queue)}"}} {value}')
     family(
@@ -85,7 +86,7 @@ async def render_metrics(service: Service) -> str:
         "counter",
         "Messages on a process subject with no queue row, dead-lettered by this replica.",
     )
-    orphans = sum(v for (event, _), v in service.events.items() if event == "orphan")
+    orphans = sum(v for (event, _), v in events.items() if event == "orphan")
     lines.append(f"stovepipe_orphan_messages_total {orphans}")
     latency = service.metrics.latency
     family("stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery.")
@@ -112,17 +113,18 @@ async def render_metrics(service: Service) -> str:
     for step, value in sorted(watch.over_budget.items()):
         lines.append(f'stovepipe_plugin_over_budget_total{{step="{_label(step)}"}} {value}')
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
-    lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
+    lines.append(f"stovepipe_queue_consumers {len(crew.queues.consumers)}")
     family("stovepipe_queues_refused", "gauge", "Queues left unserved: no partition had room.")
-    lines.append(f"stovepipe_queues_refused {len(service.refused)}")
+    lines.append(f"stovepipe_queues_refused {len(crew.queues.refused)}")
     family(
         "stovepipe_subscription_refused",
         "gauge",
         "1 where the broker refused this replica a plain subscription (publish wakes, "
         "leader advisories, pause writes): it runs on the slower backstop.",
     )
-    for wake in service.wakes():
-        refused = int(wake.name in service.refused_subscriptions)
+    subscriptions = crew.wakeups.subscriptions
+    for wake in subscriptions.wakes.values():
+        refused = int(wake.name in subscriptions.refused)
         lines.append(f'stovepipe_subscription_refused{{subscription="{wake.name}"}} {refused}')
     if service.policy_hash:
         family("stovepipe_policy_info", "gauge", "The policy in force: 1, labelled by its hash.")
@@ -158,7 +160,7 @@ async def render_metrics(service: Service) -> str:
         "gauge",
         "The effective max_concurrent of each queue (where the policy declares it).",
     )
-    for name in sorted(service.consumers):
+    for name in sorted(crew.queues.consumers):
         try:
             slots = dict(service.config.get(name).parameters).get("max_concurrent")
         except Exception:  # a scrape must not fail because one queue's config did
@@ -291,7 +293,7 @@ async def _in_flight_lines(service: Service) -> list[str]:
         return []
     queues = service.pipeline.lifecycle.queues
     out = []
-    for name in sorted(service.consumers):
+    for name in sorted(service.crew.queues.consumers):
         try:
             row = await asyncio.wait_for(queues.get(name), IN_FLIGHT_READ_TIMEOUT_S)
         except NotFound:
@@ -317,7 +319,7 @@ class HttpEndpoint(BoundedHttpServer):
         if head.method not in ("GET", "HEAD"):
             return Answer("405 Method Not Allowed", "read-only: GET and HEAD only\n")
         if path == "/healthz":
-            problems = self.service.health_problems()
+            problems = self.service.health.problems()
             if not problems:
                 return Answer("200 OK", "ok\n")
             return Answer("503 Service Unavailable", _listed("unhealthy", problems))

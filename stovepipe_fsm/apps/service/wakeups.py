@@ -92,15 +92,6 @@ class Wakeups:
             self.refused_retry_s,
         )
 
-    @property
-    def refused(self) -> dict[str, str]:
-        """The subscriptions the broker refused (by name): why."""
-        return self.subscriptions.refused
-
-    def wakes(self) -> tuple[Wake, ...]:
-        """The plain subscriptions, each with its backstop."""
-        return tuple(self.subscriptions.wakes.values())
-
     async def start(self) -> None:
         self._reconnects = self.nc.stats.get("reconnects", 0)
         if self.connection_errors is not None:
