@@ -1,12 +1,12 @@
 """The process stage as a long-running JetStream consumer service, and its operator commands.
 
-- ``runtime``         :class:`Service`: the World of ``simulate``, wired on JetStream
+- ``supervisor``      :class:`Service`: the World of ``simulate``, wired on JetStream
   instead; a supervisor of the collaborators below
 - ``broker_pipeline`` the stages on one broker's stores
 - ``service_options`` a service's waits, intervals and concurrency
 - ``policy_watch``    the policy and operator pauses in force, reloaded and recorded
 - ``queue_consumers`` one consumer per queue, on its partition (``placement``)
-- ``discovery``       the queues to serve, and orphan messages (``orphans``)
+- ``discovery``       the queues to serve, and orphan messages
 - ``wakeups``         plain subscriptions and reconnects that renew parked pull requests
 - ``health``          heartbeat, health check, runtime events
 - ``tasks``           a service's loops, chores and stop signal

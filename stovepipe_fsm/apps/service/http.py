@@ -122,9 +122,8 @@ async def render_metrics(service: Service) -> str:
         "1 where the broker refused this replica a plain subscription (publish wakes, "
         "leader advisories, pause writes): it runs on the slower backstop.",
     )
-    subscriptions = crew.wakeups.subscriptions
-    for wake in subscriptions.wakes.values():
-        refused = int(wake.name in subscriptions.refused)
+    for wake in crew.wakeups.wakes.values():
+        refused = int(wake.name in crew.wakeups.refused)
         lines.append(f'stovepipe_subscription_refused{{subscription="{wake.name}"}} {refused}')
     if service.policy_hash:
         family("stovepipe_policy_info", "gauge", "The policy in force: 1, labelled by its hash.")
