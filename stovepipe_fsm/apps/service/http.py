@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 from ...adapters.jetstream.partitions import partitions
-from ...domain.errors import NotFound
 from ..options import installed_version
 from .bounded_http import LOOPBACK, Answer, BoundedHttpServer, HttpLimits, RequestHead
 from .status_page import StatusPage
@@ -288,16 +287,13 @@ def _stored_at(message: Any) -> float | None:
 
 
 async def _in_flight_lines(service: Service) -> list[str]:
-    if service.pipeline is None:
-        return []
-    queues = service.pipeline.lifecycle.queues
+    crew = service.crew
+    rows = crew.pipeline.lifecycle.queues
     out = []
-    for name in sorted(service.crew.queues.consumers):
+    for name in sorted(crew.queues.consumers):
         try:
-            row = await asyncio.wait_for(queues.get(name), IN_FLIGHT_READ_TIMEOUT_S)
-        except NotFound:
-            continue
-        except Exception:  # a scrape must not fail because one read did
+            row = await asyncio.wait_for(rows.get(name), IN_FLIGHT_READ_TIMEOUT_S)
+        except Exception:  # not found, or a read failed: a scrape must not fail for it
             continue
         out.append(f'stovepipe_queue_in_flight{{queue="{_label(name)}"}} {row.in_flight_count}')
     return out

@@ -216,7 +216,7 @@ class Wakeups:
         )
 
     def loops(self) -> list[PullLoop]:
-        return [*self.queues.loops(), *self.stage_loops]
+        return [*self.queues.consumers.values(), *self.stage_loops]
 
     def wake_all(self) -> None:
         """Renew every parked pull request (and let every loop see a stop)."""
