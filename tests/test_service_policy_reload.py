@@ -141,7 +141,7 @@ async def test_a_broken_edit_keeps_the_policy_and_logs_where(
     gate = policy / "machines" / GATE_YAML.name
     async with serving(js_env, policy) as run:
         before = run.service.policy_hash
-        in_force = run.service.pipeline.stages if run.service.pipeline else None
+        in_force = run.service.crew.pipeline.stages
         edit(gate, "initial: received\n", "initial: recieved\n")
         with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
             assert not await run.service.crew.policy.reload()
@@ -150,7 +150,7 @@ async def test_a_broken_edit_keeps_the_policy_and_logs_where(
         assert "new version not loaded, keeping the policy in force" in warning
         assert f"{gate}:{line}:10:" in warning and "recieved" in warning
         assert run.service.policy_hash == before and await shown_hash(js_env) == before
-        assert run.service.pipeline is not None and run.service.pipeline.stages is in_force
+        assert run.service.crew.pipeline.stages is in_force
         # status and /readyz say so: which part, where, since when; still ready.
         refused = (await status_document(js_env.js, js_env.topology))["policy"]["refused"]
         assert (refused["part"], refused["now"]) == ("machines", True)

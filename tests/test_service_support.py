@@ -80,8 +80,7 @@ class Running:
 
     @property
     def pipeline(self) -> Any:
-        assert self.service.pipeline is not None
-        return self.service.pipeline
+        return self.service.crew.pipeline
 
     async def ingest(self, queue: str, uri: str) -> str:
         return (await self.pipeline.ingest.ingest(queue, uri)).request_id

@@ -12,7 +12,6 @@
 - ``tasks``           a service's loops, chores and stop signal
 - ``connect``         nats connection options (auth, seed lists, reconnects)
 - ``keepalive``       the heartbeat that keeps a long step's ack deadline ahead of it
-- ``logs``            one JSON object per log line
 - ``bounded_http``    the HTTP server both endpoints run on, bounded per client
 - ``http``            ``/healthz`` and Prometheus-text ``/metrics`` on loopback
 - ``poll``            every commit pushed to git refs, from a cursor per ref (shared
@@ -24,5 +23,5 @@
 - ``demo``            the seed's A→F walkthrough on an embedded broker and a real git
   repository
 - ``arguments``       what the command lines name (broker, topology, durations, sizes)
-- ``command``         the CLI subcommands
+- ``command``         the CLI subcommands; ``serve`` logs one JSON object per line
 """

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
 from ...domain.queue_names import InvalidQueueName, normalize_queue_name
@@ -326,11 +326,51 @@ def _stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
     return stop
 
 
+CONTEXT_FIELDS = ("queue", "request_id")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, so a log pipeline never parses prose.
+
+    Every record carries ``level`` and ``message``; records about a queue or a request
+    carry ``queue`` and ``request_id`` (pass them with ``extra=``), so an operator can
+    follow one request across replicas with a single filter.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value:
+                body[name] = value
+        if record.exc_info:
+            body["exc"] = self.formatException(record.exc_info)
+        return json.dumps(body, ensure_ascii=False)
+
+
+def configure_json_logging(level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send the package's logs to ``stream`` (stderr) as JSON lines; idempotent."""
+    root = logging.getLogger("stovepipe_fsm")
+    for handler in list(root.handlers):
+        if getattr(handler, "_stovepipe_json", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler._stovepipe_json = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
+    root.propagate = False
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import nats.errors
 
     from ...adapters.jetstream import NatsServerError
-    from .logs import configure_json_logging
 
     configure_json_logging(getattr(logging, args.log_level.upper()))
     try:

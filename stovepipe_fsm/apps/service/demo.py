@@ -134,9 +134,9 @@ async def _build_runner(service: Service, timeline: Timeline, build_s: float, st
 
     async def finish(request_id: str) -> None:
         await asyncio.sleep(build_s)
-        assert service.pipeline is not None
-        green = service.pipeline.stages.services.roles.green_outcome.name
-        await service.pipeline.record.complete(request_id, green)
+        pipeline = service.crew.pipeline
+        green = pipeline.stages.services.roles.green_outcome.name
+        await pipeline.record.complete(request_id, green)
         timeline.line(f"{'build green':<12} {request_id} ({timeline.uris.get(request_id, '?')})")
 
     while not stop.is_set():
@@ -206,9 +206,9 @@ async def run_demo(
 
 
 async def _walkthrough(service: Service, timeline: Timeline) -> None:
-    assert service.pipeline is not None
-    ingest, requests = service.pipeline.ingest, service.pipeline.lifecycle.requests
-    roles = service.pipeline.stages.services.roles
+    pipeline = service.crew.pipeline
+    ingest, requests = pipeline.ingest, pipeline.lifecycle.requests
+    roles = pipeline.stages.services.roles
     ids: dict[str, str] = {}
 
     async def put(uri: str) -> None:

@@ -30,7 +30,6 @@ JetStream, so any number of replicas may run against the same broker.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -46,7 +45,6 @@ from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.prune import prune_terminal_requests
 from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.memory import SystemClock
-from ...config.policy import QueuePolicy
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -291,19 +289,7 @@ class Service:
             await crew.outcomes.close()
         log.info("service stopped")
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Start, serve until ``stop`` is set, stop gracefully."""
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()
-
     # -- what the collaborators hold, read by the HTTP endpoint and operators ----------
-
-    @property
-    def pipeline(self) -> Pipeline | None:
-        return self._crew.pipeline if self._crew is not None else None
 
     @property
     def machines(self) -> ProcessMachines:
@@ -326,11 +312,6 @@ class Service:
             for queue, why in sorted(self._crew.queues.refused.items()):
                 problems.append(f"queue {queue!r} has no consumer: {why}")
         return problems
-
-    def queue_policy(self) -> QueuePolicy | None:
-        """The queue config in force as loaded (None for a store that is no file's)."""
-        policy = getattr(self.config, "policy", None)
-        return policy if isinstance(policy, QueuePolicy) else None
 
     def readiness_notes(self) -> list[str]:
         """What ``/readyz`` adds without failing: a refused policy edit, still on disk
