@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import KW_ONLY, dataclass, field
 
 from nats.js import JetStreamContext
@@ -176,7 +176,11 @@ class Discovery:
         await self.queues.retry_refused()
         rows = set(known)
         waiting = []
-        for queue, partition in self._addresses(subjects):
+        for subject in subjects:
+            try:
+                queue, partition = self.topology.process_address(subject)
+            except ValueError:
+                continue  # an orphan subject, which decodes to no queue
             consumer = self.queues.consumers.get(queue)
             if consumer is None:
                 if queue in rows:
@@ -192,17 +196,6 @@ class Discovery:
             )
         self.queues.expect((*self.config.configured_queues(), *known))
         return started
-
-    def _addresses(self, subjects: Iterable[str]) -> list[tuple[str, int]]:
-        """The queue and partition of process subjects (orphan subjects, which decode to
-        none, left out)."""
-        out = []
-        for subject in subjects:
-            try:
-                out.append(self.topology.process_address(subject))
-            except ValueError:
-                continue
-        return out
 
     def published(self, queue: str) -> None:
         """A publish for ``queue``, which has no consumer: one is started, if ingest made
