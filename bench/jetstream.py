@@ -79,7 +79,8 @@ from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceContr
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.broker_pipeline import Pipeline, open_pipeline
 from stovepipe_fsm.apps.service.keepalive import KeptAlive
-from stovepipe_fsm.apps.service.supervisor import Service, ServiceOptions
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
+from stovepipe_fsm.apps.service.supervisor import Service
 from stovepipe_fsm.domain.entities import Queue, QueueConfig, Request
 from stovepipe_fsm.domain.errors import Retryable, VersionMismatch
 from stovepipe_fsm.domain.ids import format_request_id

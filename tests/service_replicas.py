@@ -15,7 +15,8 @@ from stovepipe_fsm.adapters.jetstream import Topology
 from stovepipe_fsm.adapters.memory import MemorySourceControlProvider
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
-from stovepipe_fsm.apps.service.supervisor import Service, ServiceOptions
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
+from stovepipe_fsm.apps.service.supervisor import Service
 from stovepipe_fsm.process.catalog import load_process_machines
 
 #: Short fetches and discovery rounds: the tests wait on what the replicas do.

@@ -27,7 +27,8 @@ from stovepipe_fsm.adapters.jetstream.policy_record import read_policy_record
 from stovepipe_fsm.apps.service.http import render_metrics
 from stovepipe_fsm.apps.service.operators import status_document
 from stovepipe_fsm.apps.service.policy import PolicyReloader
-from stovepipe_fsm.apps.service.supervisor import Service, ServiceOptions
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
+from stovepipe_fsm.apps.service.supervisor import Service
 from stovepipe_fsm.located.yaml_source import MAX_VALUES
 
 QUEUE = "team/app"

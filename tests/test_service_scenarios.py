@@ -15,7 +15,7 @@ from stovepipe_fsm.apps.options import load_policy_store
 from stovepipe_fsm.apps.service.broker_pipeline import open_pipeline
 from stovepipe_fsm.apps.service.demo import make_repository
 from stovepipe_fsm.apps.service.operators import status_document
-from stovepipe_fsm.apps.service.supervisor import ServiceOptions
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
 from stovepipe_fsm.domain.errors import StovepipeError
 from stovepipe_fsm.simulation.replay import result_json, simulate
 from stovepipe_fsm.simulation.timeline import load_timeline

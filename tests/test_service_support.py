@@ -20,7 +20,8 @@ from stovepipe_fsm.adapters.jetstream import NatsServer, Topology
 from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceControlProvider
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.connect import ConnectionErrors
-from stovepipe_fsm.apps.service.supervisor import Service, ServiceOptions
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
+from stovepipe_fsm.apps.service.supervisor import Service
 from stovepipe_fsm.domain.entities import Queue, Request
 from stovepipe_fsm.domain.errors import NotFound
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines

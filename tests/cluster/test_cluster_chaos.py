@@ -33,7 +33,8 @@ from stovepipe_fsm.adapters.memory import MemorySourceControl, MemorySourceContr
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.broker_pipeline import Pipeline, open_pipeline
 from stovepipe_fsm.apps.service.operators import status_document
-from stovepipe_fsm.apps.service.supervisor import Service, ServiceOptions
+from stovepipe_fsm.apps.service.service_options import ServiceOptions
+from stovepipe_fsm.apps.service.supervisor import Service
 from stovepipe_fsm.domain.errors import StovepipeError
 from stovepipe_fsm.process.catalog import ProcessMachines, load_process_machines
 

@@ -3,6 +3,7 @@
 - ``supervisor``      :class:`Service`: the World of ``simulate``, wired on JetStream
   instead; a supervisor of the collaborators below
 - ``broker_pipeline`` the stages on one broker's stores
+- ``service_options`` a service's waits, intervals and concurrency
 - ``policy_watch``    the policy and operator pauses in force, reloaded and recorded
 - ``queue_consumers`` one consumer per queue, on its partition (``placement``)
 - ``discovery``       the queues to serve, and orphan messages

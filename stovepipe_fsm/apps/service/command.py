@@ -400,7 +400,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from .connect import ConnectionErrors, connect
     from .http import HttpEndpoint, HttpLimits
     from .policy import PolicyReloader
-    from .supervisor import Service, ServiceOptions
+    from .service_options import ServiceOptions
+    from .supervisor import Service
 
     # What the service creates (the embedded store, by the server it starts) is its own.
     os.umask(0o077)

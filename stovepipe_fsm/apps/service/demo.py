@@ -27,7 +27,8 @@ from ...process.roles import RequestRoles
 from .connect import NatsOptions, connect
 from .operators import render_status, status_document
 from .policy import PolicyReloader
-from .supervisor import Service, ServiceOptions
+from .service_options import ServiceOptions
+from .supervisor import Service
 
 QUEUE = "monorepo/main"
 COMMITS = "ABCDEF"

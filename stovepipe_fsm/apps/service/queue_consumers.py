@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
-from typing import TYPE_CHECKING
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
@@ -39,10 +38,8 @@ from ...ports.stores import QueueStore
 from .broker_pipeline import Pipeline
 from .keepalive import KeptAlive
 from .placement import Placement
+from .service_options import ServiceOptions
 from .tasks import ServiceTasks
-
-if TYPE_CHECKING:
-    from .supervisor import ServiceOptions
 
 log = logging.getLogger("stovepipe_fsm.service")
 
