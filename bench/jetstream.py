@@ -281,7 +281,7 @@ class Rig:
         )
         await service.start()
         for queue in queues:
-            await service.add_queue(queue)
+            await service.crew.queues.add_queue(queue)
         return service
 
     async def leftovers(self, request_ids: list[str]) -> tuple[Counter[str], int]:
@@ -408,8 +408,7 @@ async def latency(url: str, machines: ProcessMachines, samples: int) -> Latency:
     admitted: dict[str, float] = {}
     green: set[str] = set()
     service = await rig.start_service([queue], lambda *args: None)
-    assert service.pipeline is not None
-    controller = service.pipeline.controller
+    controller = service.crew.pipeline.controller
     stamping = StampingPublisher(
         controller.services.publisher,
         lambda request_id: admitted.setdefault(request_id, time.perf_counter()),

@@ -12,7 +12,7 @@ source control in memory) so that its CPU is its own. Per scenario it prints:
 - **start**: seconds of ``Service.start()``: until the service serves every queue that
   can have work (the consumers that exist are bound; a first start creates none for queues
   with nothing waiting), and **all consumers**: until every queue's consumer exists and is
-  bound (``Service.warmed()``; the same as start for a service without it);
+  bound (``QueueConsumers.warmed()``; the same as start for a service without it);
 - **service CPU** and **broker CPU**, in % of one core, over a fixed idle window with no
   traffic (``utime + stime`` from ``/proc/<pid>/stat``);
 - **broker msgs/s**: the server's ``in_msgs`` and ``out_msgs`` deltas from ``/varz``
@@ -136,7 +136,9 @@ async def _serve(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     await service.start()
     start_s = time.perf_counter() - started
-    warmed = getattr(service, "warmed", None)  # a service from --tree may not have it
+    # A service from --tree may not warm up, or have it on the service itself.
+    queues = getattr(getattr(service, "crew", None), "queues", service)
+    warmed = getattr(queues, "warmed", None)
     if warmed is not None:
         await warmed()
     warm_s = time.perf_counter() - started

@@ -43,7 +43,7 @@ async def replicas(
     ]
     try:
         await asyncio.wait_for(asyncio.gather(*(s.start() for s in services)), 90)
-        await asyncio.wait_for(asyncio.gather(*(s.warmed() for s in services)), 90)
+        await asyncio.wait_for(asyncio.gather(*(s.crew.queues.warmed() for s in services)), 90)
         yield services
     finally:
         for service in services:

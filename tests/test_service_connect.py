@@ -11,7 +11,7 @@ import pytest
 from nats.errors import NoServersError
 
 from stovepipe_fsm.apps.service.connect import ConnectionErrors, NatsOptions, connect
-from stovepipe_fsm.apps.service.subscriptions import refuses
+from stovepipe_fsm.apps.service.wakeups import refuses
 
 
 def closed_port() -> int:

@@ -251,8 +251,8 @@ async def test_a_queue_past_the_streams_consumer_limit_has_the_limit_raised(
             async with running_service(
                 js_env.server, topology, {"defaults": {"max_attempts": 3}, "queues": queues}
             ) as run:
-                assert sorted(run.service.consumers) == sorted(queues)
-                assert run.service.refused == {}
+                assert sorted(run.service.crew.queues.consumers) == sorted(queues)
+                assert run.service.crew.queues.refused == {}
                 after = await raw_stream_config(js_env.nc, topology.process_stream)
                 # Refused at 2 consumers: doubled, and at least 1,000 above the count.
                 # Every other field as the server reported it, known to the client or not.
@@ -280,10 +280,10 @@ async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path)
         topology = Topology.isolated(unique_tag(), initial_queue_limit=2)
         config = {"defaults": {"max_attempts": 3}, "queues": queues}
         async with running_service(server, topology, config) as run:
-            service = run.service
-            assert service.consumers and service.refused
-            assert sorted([*service.consumers, *service.refused]) == sorted(queues)
-            for why in service.refused.values():
+            crew = run.service.crew
+            assert crew.queues.consumers and crew.queues.refused
+            assert sorted([*crew.queues.consumers, *crew.queues.refused]) == sorted(queues)
+            for why in crew.queues.refused.values():
                 assert "maximum consumers limit reached" in why
                 assert "caps each stream at the account's JetStream consumer limit (5)" in why
                 assert "creating partition 1 failed" in why
@@ -291,9 +291,9 @@ async def test_a_queue_with_no_partition_left_is_refused_clearly(tmp_path: Path)
             info = await run.nc.jetstream().stream_info(topology.process_stream)
             # Raised as far as the account lets it, not to the wanted 1,000 more.
             assert info.config.max_consumers <= 5
-            assert info.state.consumer_count == len(service.consumers)
-            assert await service.discover() == []  # not retried every round
-            served = sorted(service.consumers)[0]
+            assert info.state.consumer_count == len(crew.queues.consumers)
+            assert await crew.discovery.discover() == []  # not retried every round
+            served = sorted(crew.queues.consumers)[0]
             rid = await run.ingest(served, "A")  # the served queues keep working
             await run.wait_state(rid, "processing")
 
@@ -318,21 +318,22 @@ async def test_refused_queues_are_served_once_the_accounts_limit_is_raised(
         options = dataclasses.replace(FAST, refused_retry_s=0.3)
         async with running_service(server, topology, config, options=options) as run:
             service = run.service
-            assert len(service.consumers) == 3 and len(service.refused) == 1
-            (refused,) = service.refused
+            crew = service.crew
+            assert len(crew.queues.consumers) == 3 and len(crew.queues.refused) == 1
+            (refused,) = crew.queues.refused
             await asyncio.sleep(0.6)  # retry rounds pass: no room, nothing tried
-            assert refused in service.refused and refused not in service.consumers
+            assert refused in crew.queues.refused and refused not in crew.queues.consumers
 
             account_limited_config(tmp_path, **{**limits, **raised})
             assert server.pid is not None
             os.kill(server.pid, signal.SIGHUP)  # nats-server reloads its config
 
             async def served() -> bool:
-                return refused in service.consumers
+                return refused in crew.queues.consumers
 
             await wait_for(served, "the refused queue served after the raise", timeout=10)
-            assert service.refused == {} and service.ready
-            assert service.consumers[refused].partition == partition
+            assert crew.queues.refused == {} and service.ready
+            assert crew.queues.consumers[refused].partition == partition
             stream = topology.process_stream_of(partition)
             info = await run.nc.jetstream().stream_info(stream)
             assert info.state.consumer_count == (4 if partition == 0 else 1)

@@ -96,7 +96,7 @@ async def test_readyz_names_a_queue_without_a_consumer(tmp_path: Path) -> None:
                 status, body = await get(http.port, "/readyz")
                 assert status == 503
                 # Consumers open concurrently: which queue the limit leaves out varies.
-                [left_out] = run.service.refused
+                [left_out] = run.service.crew.queues.refused
                 assert body.startswith(f"not ready\n- queue '{left_out}' has no consumer: ")
             finally:
                 await http.close()

@@ -214,7 +214,7 @@ async def test_every_recorded_end_is_announced_once_and_a_superseded_head_never(
         await running.wait_state(c, "processing")
         await complete(options(js_env), js_env.topology, QUEUE, "C", "failed", WAIT_S)
         # Recording C's outcome again (a redelivery) re-announces under the same id.
-        await running.service.pipeline.record_outcome(c, "failed")
+        await running.service.crew.pipeline.record_outcome(c, "failed")
 
         async def announced() -> list[dict] | None:  # type: ignore[type-arg]
             events = await hooks(js_env)

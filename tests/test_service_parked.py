@@ -31,7 +31,7 @@ CONFIG = {
 
 async def _parked(run: Running, queue: str) -> None:
     async def check() -> bool:
-        consumer = run.service.consumers.get(queue)
+        consumer = run.service.crew.queues.consumers.get(queue)
         return consumer is not None and consumer.parked
 
     await wait_for(check, f"{queue} to park its pull request", SOON_S)
@@ -64,10 +64,10 @@ async def test_a_new_queue_gets_a_consumer_from_its_first_publish(
         nats_server, Topology.isolated("parked-new"), CONFIG, options=PARKED
     ) as run:
         await _parked(run, QUEUE)
-        assert "tools/new" not in run.service.consumers
+        assert "tools/new" not in run.service.crew.queues.consumers
         request_id = await run.ingest("tools/new", "A")
         await run.wait_state(request_id, "processing", timeout=SOON_S)
-        assert "tools/new" in run.service.consumers
+        assert "tools/new" in run.service.crew.queues.consumers
 
 
 async def test_a_forged_publish_for_a_queue_never_ingested_starts_no_consumer(
@@ -90,7 +90,7 @@ async def test_a_forged_publish_for_a_queue_never_ingested_starts_no_consumer(
             return run.events.count("orphan") == 1
 
         await wait_for(swept, "the forged message dead-lettered as an orphan", SOON_S)
-        assert ghost not in run.service.consumers
+        assert ghost not in run.service.crew.queues.consumers
         listed = await existing_consumers(js_env.js, topology.process_stream)
         assert topology.process_consumer_name(ghost) not in listed
 
@@ -164,7 +164,7 @@ async def test_a_restart_binds_the_listed_consumers_and_rewrites_no_unchanged_pa
         kv = await run.service.js.key_value(topology.service_bucket)
         written = (await kv.get(key)).revision
     async with running_service(nats_server, topology, many, options=PARKED) as run:
-        assert len(run.service.consumers) == 300
+        assert len(run.service.crew.queues.consumers) == 300
         kv = await run.service.js.key_value(topology.service_bucket)
         assert (await kv.get(key)).revision == written  # the same parameters: not rewritten
         request_id = await run.ingest("team/q123", "A")

@@ -60,7 +60,7 @@ async def assert_every_queue_on_its_rows_partition(run: Running, queues: list[st
         except NotFound:  # configured, nothing ingested, and never moved
             partition = 0
         assert held[topology.process_consumer_name(queue)] == [partition], queue
-        assert run.service.consumers[queue].partition == partition
+        assert run.service.crew.queues.consumers[queue].partition == partition
 
 
 async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
@@ -72,8 +72,8 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
         with caplog.at_level(logging.INFO, logger="stovepipe_fsm.service"):
             async with running_service(server, topology, config_of(queues)) as run:
                 js = run.nc.jetstream()
-                assert run.service.refused == {}
-                assert sorted(run.service.consumers) == queues
+                assert run.service.crew.queues.refused == {}
+                assert sorted(run.service.crew.queues.consumers) == queues
                 assert await partitions(js, topology) == [0, 1, 2]
                 held = await consumers_by_partition(js, topology)
                 counts = [sum(p == [k] for p in held.values()) for k in (0, 1, 2)]
@@ -86,7 +86,7 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
                     await run.wait_state(rid, "processing")
                 # Each partition numbers its messages from its own span, so the attempts
                 # and termination ledgers (keyed by sequence) never confuse two of them.
-                used = {run.service.consumers[queue].partition for queue in rids}
+                used = {run.service.crew.queues.consumers[queue].partition for queue in rids}
                 assert used == {0, 1, 2}
                 for partition in used:
                     stream = topology.process_stream_of(partition)
@@ -102,7 +102,7 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
                 # status names the partition of each moved queue, and of no other.
                 doc = await status_document(js, topology)
                 listed = {q["name"]: q.get("partition", 0) for q in doc["queues"]}
-                assert listed == {q: run.service.consumers[q].partition for q in listed}
+                assert listed == {q: run.service.crew.queues.consumers[q].partition for q in listed}
                 assert sorted(set(listed.values())) == [0, 1, 2]
                 text = render_status(doc)
                 assert f"{queues[0]}: " in text and "partition=2" in text
@@ -121,7 +121,7 @@ async def test_queues_past_the_accounts_consumer_limit_spread_over_partitions(
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="stovepipe_fsm.service"):
             async with running_service(server, topology, config_of(queues)) as run:
-                assert sorted(run.service.consumers) == queues
+                assert sorted(run.service.crew.queues.consumers) == queues
                 await assert_every_queue_on_its_rows_partition(run, queues)
                 rid = await run.ingest(queues[-1], "A")
                 await run.wait_state(rid, "processing")
@@ -148,7 +148,7 @@ async def test_a_head_published_on_the_old_partition_is_moved_to_the_queues_own(
     with account_limited_server(tmp_path, max_consumers=1) as server:
         topology = Topology.isolated(unique_tag())
         async with running_service(server, topology, config_of(queues)) as run:
-            moved = next(q for q in queues if run.service.consumers[q].partition == 1)
+            moved = next(q for q in queues if run.service.crew.queues.consumers[q].partition == 1)
             ingest = run.pipeline.ingest
             ingest.publisher = StalePublisher(ingest.publisher)
             rid = await run.ingest(moved, "A")
@@ -178,7 +178,7 @@ async def test_a_head_published_on_the_old_partition_is_moved_to_the_queues_own(
             async def dead_lettered() -> bool:
                 return run.events.count("orphan") == 1
 
-            await run.service.discover()
+            await run.service.crew.discovery.discover()
             await wait_for(dead_lettered, "the orphan on partition 1 dead-lettered")
             info = await js.stream_info(topology.process_stream_of(1))
             assert info.state.messages == 0
@@ -197,7 +197,7 @@ async def test_two_replicas_agree_on_each_queues_partition(tmp_path: Path) -> No
                 stack.enter_async_context(running_service(server, topology, config_of(queues))),
             )
             for run in (first, second):
-                assert run.service.refused == {}
+                assert run.service.crew.queues.refused == {}
                 await assert_every_queue_on_its_rows_partition(run, queues)
             held = await consumers_by_partition(first.nc.jetstream(), topology)
             assert sorted(held) == sorted(topology.process_consumer_name(q) for q in queues)
@@ -229,7 +229,7 @@ async def test_a_consumer_on_a_partition_its_row_no_longer_names_follows_the_row
         topology = Topology.isolated(unique_tag())
         async with running_service(server, topology, config_of(queues)) as run:
             js = run.nc.jetstream()
-            assert run.service.consumers["h/b"].partition == 0
+            assert run.service.crew.queues.consumers["h/b"].partition == 0
             # What the replica refused on partition 0 did: a partition made, the row moved.
             other = Placement(js, topology, run.pipeline.ports.queues)
             await other.refresh()
@@ -241,7 +241,7 @@ async def test_a_consumer_on_a_partition_its_row_no_longer_names_follows_the_row
                 await run.wait_state(rid, "processing")
 
                 async def followed() -> bool:
-                    consumer = run.service.consumers.get("h/b")
+                    consumer = run.service.crew.queues.consumers.get("h/b")
                     return consumer is not None and consumer.partition == 1
 
                 await wait_for(followed, "the consumer of h/b on partition 1")
@@ -279,17 +279,17 @@ async def test_a_start_binds_a_queue_listed_on_two_partitions_where_its_row_says
             first = await stack.enter_async_context(
                 running_service(server, topology, config_of(queues))
             )
-            assert first.service.consumers["d/a"].partition == 1  # bound where listed
+            assert first.service.crew.queues.consumers["d/a"].partition == 1  # bound where listed
             js = first.nc.jetstream()
             await durable_on(js, topology, "d/a", 0)  # as the moving replica made it
             second = await stack.enter_async_context(
                 running_service(server, topology, config_of(queues))
             )
-            assert second.service.consumers["d/a"].partition == 0
+            assert second.service.crew.queues.consumers["d/a"].partition == 0
             assert (await consumers_by_partition(js, topology))[name] == [0]
 
             async def followed() -> bool:
-                consumer = first.service.consumers.get("d/a")
+                consumer = first.service.crew.queues.consumers.get("d/a")
                 return consumer is not None and consumer.partition == 0
 
             await wait_for(followed, "the first replica's consumer of d/a on partition 0")
@@ -316,6 +316,6 @@ async def test_a_durable_deleted_where_the_row_says_is_made_again(tmp_path: Path
                 return (await consumers_by_partition(js, topology)).get(name) == [0]
 
             await wait_for(made_again, "the durable of g/a made again on partition 0")
-            assert run.service.consumers["g/a"].partition == 0
+            assert run.service.crew.queues.consumers["g/a"].partition == 0
             rid = await run.ingest("g/a", "A")
             await run.wait_state(rid, "processing")

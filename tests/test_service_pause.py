@@ -40,7 +40,7 @@ async def test_a_paused_glob_holds_its_queues_until_resumed_across_a_restart(js_
         again, new_again = await pause(js, topology, "team/*")
         assert not new_again and again == done  # idempotent: the first pause stands
         async def taken_up() -> bool:
-            await run.service.refresh_pauses()
+            await run.service.crew.policy.refresh_pauses()
             return run.service.config.paused(QUEUE)
 
         await wait_for(taken_up, "the service took the pause up", timeout=5)
@@ -95,7 +95,7 @@ async def test_a_pause_and_a_resume_are_taken_up_as_they_are_written(js_env) -> 
     js, topology = js_env.js, js_env.topology
     slow_reads = dataclasses.replace(FAST, policy_check_interval_s=60.0)
     async with running_service(js_env.server, topology, CONFIG, options=slow_reads) as run:
-        assert run.service.refused_subscriptions == {}
+        assert run.service.crew.wakeups.refused == {}
         await pause(js, topology, "team/*", reason="incident 43")
 
         async def paused() -> bool:
@@ -128,8 +128,8 @@ async def test_a_user_not_allowed_the_pause_subjects_still_gets_every_pause(
         topology = Topology.isolated(unique_tag())
         async with running_service(server, topology, CONFIG) as run:
             service = run.service
-            assert list(service.refused_subscriptions) == ["pause"]
-            assert "permissions violation" in service.refused_subscriptions["pause"]
+            assert list(service.crew.wakeups.refused) == ["pause"]
+            assert "permissions violation" in service.crew.wakeups.refused["pause"]
             warned = [r.getMessage() for r in caplog.records if "not allowed" in r.getMessage()]
             assert len(warned) == 1
             assert f"$KV.{topology.service_bucket}.pause.>" in warned[0]
@@ -171,20 +171,20 @@ async def test_a_subscription_a_broker_reload_takes_away_is_reported_and_taken_b
         topology = Topology.isolated(unique_tag())
         async with running_service(server, topology, CONFIG, options=options) as run:
             service = run.service
-            assert service.refused_subscriptions == {}
+            assert service.crew.wakeups.refused == {}
 
             subscribe_denied_config(tmp_path, [pauses])
             os.kill(server.pid, signal.SIGHUP)  # nats-server reloads its config
 
             async def refused() -> bool:
-                return "pause" in service.refused_subscriptions
+                return "pause" in service.crew.wakeups.refused
 
             await wait_for(refused, "the removed subscription reported", timeout=10)
-            assert list(service.refused_subscriptions) == ["pause"]
+            assert list(service.crew.wakeups.refused) == ["pause"]
             metrics = await render_metrics(service)
             assert 'stovepipe_subscription_refused{subscription="pause"} 1' in metrics
             await asyncio.sleep(1.0)  # five retries or so, each refused again
-            assert list(service.refused_subscriptions) == ["pause"]
+            assert list(service.crew.wakeups.refused) == ["pause"]
             said = [r.getMessage() for r in caplog.records if "pause.>" in r.getMessage()]
             assert len(said) == 1, said  # neither the retries nor the client repeat it
             assert said[0].startswith("not allowed to subscribe to")
@@ -193,7 +193,7 @@ async def test_a_subscription_a_broker_reload_takes_away_is_reported_and_taken_b
             os.kill(server.pid, signal.SIGHUP)
 
             async def allowed_again() -> bool:
-                return service.refused_subscriptions == {}
+                return service.crew.wakeups.refused == {}
 
             await wait_for(allowed_again, "the subscription made again", timeout=10)
             metrics = await render_metrics(service)

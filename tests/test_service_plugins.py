@@ -63,7 +63,7 @@ async def test_a_blocking_plugin_condition_fails_its_delivery_and_the_service_go
         await wait_for(over_budget, "a delivery failing past the plugin's budget")
         assert flag.exists(), "it failed while the condition still blocked"
         # The event loop is free: the service answers, this test runs.
-        assert run.service.healthy
+        assert run.service.health.problems() == []
         text = await render_metrics(run.service)
         [line] = [ln for ln in text.splitlines() if ln.startswith("stovepipe_plugin_over_budget")]
         assert "queue_gate.yaml:" in line and "in machine 'queue_gate'" in line

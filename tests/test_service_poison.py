@@ -208,7 +208,7 @@ async def test_messages_on_a_subject_without_a_queue_row_are_dead_lettered(
         assert "stovepipe_orphan_messages_total 3" in metrics
         # The queue with a row is served as before.
         assert await run.state(a) == "processing"
-        assert ghost not in run.service.consumers
+        assert ghost not in run.service.crew.queues.consumers
 
 
 async def test_when_the_failure_count_cannot_be_stored_the_message_is_nakked_with_backoff(

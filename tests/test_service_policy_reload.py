@@ -128,10 +128,10 @@ async def test_a_config_edit_changes_the_hash_too(js_env, tmp_path) -> None:
     async with serving(js_env, policy) as run:
         before = run.service.policy_hash
         (policy / "config" / "queues.yaml").write_text(CONFIG + "queues: {team/app: {}}\n")
-        assert await run.service.reload_policy()
+        assert await run.service.crew.policy.reload()
         assert run.service.policy_hash not in ("", before)
         assert await shown_hash(js_env) == run.service.policy_hash
-        assert not await run.service.reload_policy()  # nothing new: nothing reloaded
+        assert not await run.service.crew.policy.reload()  # nothing new: nothing reloaded
 
 
 async def test_a_broken_edit_keeps_the_policy_and_logs_where(
@@ -141,16 +141,16 @@ async def test_a_broken_edit_keeps_the_policy_and_logs_where(
     gate = policy / "machines" / GATE_YAML.name
     async with serving(js_env, policy) as run:
         before = run.service.policy_hash
-        in_force = run.service.pipeline.stages if run.service.pipeline else None
+        in_force = run.service.crew.pipeline.stages
         edit(gate, "initial: received\n", "initial: recieved\n")
         with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
-            assert not await run.service.reload_policy()
+            assert not await run.service.crew.policy.reload()
         warning = "\n".join(r.getMessage() for r in caplog.records)
         line = gate.read_text().splitlines().index("initial: recieved") + 1
         assert "new version not loaded, keeping the policy in force" in warning
         assert f"{gate}:{line}:10:" in warning and "recieved" in warning
         assert run.service.policy_hash == before and await shown_hash(js_env) == before
-        assert run.service.pipeline is not None and run.service.pipeline.stages is in_force
+        assert run.service.crew.pipeline.stages is in_force
         # status and /readyz say so: which part, where, since when; still ready.
         refused = (await status_document(js_env.js, js_env.topology))["policy"]["refused"]
         assert (refused["part"], refused["now"]) == ("machines", True)
@@ -166,7 +166,7 @@ async def test_a_broken_edit_keeps_the_policy_and_logs_where(
         # Fixed, with the new default: taken up, error cleared.
         edit(gate, "initial: recieved\n", "initial: received\n")
         edit(gate, ONE_SLOT, TWO_SLOTS)
-        assert await run.service.reload_policy()
+        assert await run.service.crew.policy.reload()
         assert run.service.reloader is not None and run.service.reloader.last_error is None
         await run.wait_state(b, "processing")
         shown = (await status_document(js_env.js, js_env.topology))["policy"]
@@ -186,7 +186,7 @@ async def test_removing_a_request_state_is_refused_with_the_reason(
         for cut in CANCELLED:
             edit(request, cut, "")
         with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
-            assert not await run.service.reload_policy()
+            assert not await run.service.crew.policy.reload()
         warning = "\n".join(r.getMessage() for r in caplog.records)
         assert "removes state(s) 'cancelled' of the machine in force" in warning
         assert "stored requests may be in them" in warning
@@ -215,7 +215,7 @@ async def test_new_machines_the_config_does_not_fit_are_refused(js_env, tmp_path
         before = run.service.policy_hash
         machines = run.service.machines
         edit(gate, declared, "parameters:\n")
-        assert not await run.service.reload_policy()
+        assert not await run.service.crew.policy.reload()
         reloader = run.service.reloader
         assert reloader is not None and reloader.last_error is not None
         assert f"{config}:1:" in reloader.last_error and "build_window" in reloader.last_error
@@ -223,7 +223,7 @@ async def test_new_machines_the_config_does_not_fit_are_refused(js_env, tmp_path
         assert run.service.config.get(QUEUE).param("build_window") == "nights"
         # The config edited to fit the new machines: the refused version is taken up.
         config.write_text("defaults: {gate_wait_delay_ms: 100}\n")
-        assert await run.service.reload_policy()
+        assert await run.service.crew.policy.reload()
         assert reloader.last_error is None and run.service.machines is not machines
         assert "build_window" not in run.service.machines.parameters
 
@@ -265,7 +265,7 @@ async def test_an_alias_bomb_hot_reloaded_into_the_config_is_refused_fast_and_lo
         task = asyncio.ensure_future(ticker())
         built = counted_values(monkeypatch)
         try:
-            assert not await run.service.reload_policy()
+            assert not await run.service.crew.policy.reload()
         finally:
             ticking = False
             await task
@@ -296,7 +296,7 @@ async def test_a_plugin_that_exits_on_import_is_refused_and_the_service_keeps_se
         machines = run.service.machines
         edit(gate, "initial: received\n", "initial: received\nplugins: [exiting_rules]\n")
         with caplog.at_level(logging.WARNING, logger="stovepipe_fsm.service"):
-            assert not await run.service.reload_policy()
+            assert not await run.service.crew.policy.reload()
         line = gate.read_text().splitlines().index("plugins: [exiting_rules]") + 1
         expected = f"{gate}:{line}:11: plugin 'exiting_rules' cannot be imported: SystemExit: 3"
         warning = "\n".join(r.getMessage() for r in caplog.records)
@@ -311,7 +311,7 @@ async def test_a_plugin_that_exits_on_import_is_refused_and_the_service_keeps_se
         # The plugin fixed (and the machine touched): the new version is taken up.
         (policy / "exiting_rules.py").write_text("def register(plugin):\n    pass\n")
         edit(gate, ONE_SLOT, TWO_SLOTS)
-        assert await run.service.reload_policy()
+        assert await run.service.crew.policy.reload()
         assert reloader.last_error is None and run.service.machines is not machines
 
 
@@ -332,11 +332,11 @@ async def test_culprit_yaml_added_under_the_running_service_starts_searches(
             "failed: {trigger: fail, red: true}",
         )
         shutil.copyfile(Path("machines") / "culprit.yaml", machines / "culprit.yaml")
-        assert await run.service.reload_policy()
+        assert await run.service.crew.policy.reload()
         (policy / "config" / "queues.yaml").write_text(
             CONFIG + "queues: {team/app: {probe_slots: 1}}\n"
         )
-        assert await run.service.reload_policy()
+        assert await run.service.crew.policy.reload()
         d = (await run.pipeline.ingest.ingest(QUEUE, "D")).request_id
         await run.wait_state(d, "processing")
         await run.pipeline.record_outcome(d, "failed")

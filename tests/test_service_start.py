@@ -34,13 +34,13 @@ async def _listed(run_js: object, topology: Topology) -> set[str]:
 async def test_start_creates_no_consumer_for_queues_without_work(nats_server: NatsServer) -> None:
     topology = Topology.isolated("start-cold")
     async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
-        assert run.service.consumers == {}
+        assert run.service.crew.queues.consumers == {}
         assert await _listed(run.service.js, topology) == set()
         assert run.service.ready  # nothing the service knows of waits for a consumer
         # A queue's first head creates its consumer (the publish subscription) at once.
         request_id = await run.ingest("team/q042", "A")
         await run.wait_state(request_id, "processing", timeout=8.0)
-        assert list(run.service.consumers) == ["team/q042"]
+        assert list(run.service.crew.queues.consumers) == ["team/q042"]
         assert await _listed(run.service.js, topology) == {
             topology.process_consumer_name("team/q042")
         }
@@ -65,7 +65,7 @@ async def test_a_head_waiting_before_start_is_served_by_start_itself(
         await nc.close()
     async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
         # start() returned with that queue's consumer open, and only that one.
-        assert list(run.service.consumers) == ["team/q007"]
+        assert list(run.service.crew.queues.consumers) == ["team/q007"]
         await run.wait_state(request_id, "processing", timeout=8.0)
         assert await _listed(run.service.js, topology) == {
             topology.process_consumer_name("team/q007")
@@ -75,15 +75,15 @@ async def test_a_head_waiting_before_start_is_served_by_start_itself(
 async def test_the_missing_consumers_are_created_behind_start(nats_server: NatsServer) -> None:
     topology = Topology.isolated("start-warm")
     async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
-        await asyncio.wait_for(run.service.warmed(), 60.0)
-        assert set(run.service.consumers) == set(QUEUES)
+        await asyncio.wait_for(run.service.crew.queues.warmed(), 60.0)
+        assert set(run.service.crew.queues.consumers) == set(QUEUES)
         names = {topology.process_consumer_name(q) for q in QUEUES}
         assert await _listed(run.service.js, topology) == names
         assert run.service.ready
     # A restart finds them all and binds them before it returns.
     async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
-        assert set(run.service.consumers) == set(QUEUES)
-        await asyncio.wait_for(run.service.warmed(), 1.0)
+        assert set(run.service.crew.queues.consumers) == set(QUEUES)
+        await asyncio.wait_for(run.service.crew.queues.warmed(), 1.0)
 
 
 async def test_a_queue_row_without_work_gets_its_consumer_behind_start(
@@ -99,16 +99,16 @@ async def test_a_queue_row_without_work_gets_its_consumer_behind_start(
     finally:
         await nc.close()
     async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
-        assert "tools/new" not in run.service.consumers  # no work: start does not wait
+        assert "tools/new" not in run.service.crew.queues.consumers  # no work: start does not wait
         assert await _listed(run.service.js, topology) == set()
     async with running_service(nats_server, topology, CONFIG, warmed=False) as run:
 
         async def served() -> bool:
-            return "tools/new" in run.service.consumers
+            return "tools/new" in run.service.crew.queues.consumers
 
         await wait_for(served, "the queue's consumer created behind start", 30.0)
-        await asyncio.wait_for(run.service.warmed(), 60.0)
-        assert set(run.service.consumers) == {"tools/new", *QUEUES}
+        await asyncio.wait_for(run.service.crew.queues.warmed(), 60.0)
+        assert set(run.service.crew.queues.consumers) == {"tools/new", *QUEUES}
 
 
 async def test_discovery_rounds_run_one_at_a_time(nats_server: NatsServer) -> None:

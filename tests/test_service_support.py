@@ -80,8 +80,7 @@ class Running:
 
     @property
     def pipeline(self) -> Any:
-        assert self.service.pipeline is not None
-        return self.service.pipeline
+        return self.service.crew.pipeline
 
     async def ingest(self, queue: str, uri: str) -> str:
         return (await self.pipeline.ingest.ingest(queue, uri)).request_id
@@ -146,7 +145,7 @@ async def running_service(
     try:
         await asyncio.wait_for(service.start(), WAIT_S)
         if warmed and options.warm_up:
-            await asyncio.wait_for(service.warmed(), WAIT_S)
+            await asyncio.wait_for(service.crew.queues.warmed(), WAIT_S)
         yield Running(service, events, nc)
     finally:
         try:

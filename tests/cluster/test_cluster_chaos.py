@@ -406,8 +406,7 @@ async def test_a_replica_killed_with_a_message_in_hand_hands_over_by_redelivery(
         provider=MemorySourceControlProvider(default=Hanging(stuck)),
         options=options,
     ) as doomed:
-        pipeline = doomed.service.pipeline
-        assert pipeline is not None
+        pipeline = doomed.service.crew.pipeline
         first = (await pipeline.ingest.ingest(queue, "A")).request_id
         await wait_for(lambda: _admitted(pipeline, first), "A admitted")
         await pipeline.record.complete(first, green)  # last green: the next head asks git
@@ -418,8 +417,8 @@ async def test_a_replica_killed_with_a_message_in_hand_hands_over_by_redelivery(
         ) as heir:
             # The doomed replica's heartbeat holds the message well past the ack wait.
             await asyncio.sleep(2.5 * ack_wait)
-            assert await heir.service.pipeline.lifecycle.requests.get(second)  # type: ignore[union-attr]
-            assert not await _admitted(heir.service.pipeline, second)
+            assert await heir.service.crew.pipeline.lifecycle.requests.get(second)
+            assert not await _admitted(heir.service.crew.pipeline, second)
             consumer = (topology.process_stream, topology.process_consumer_name(queue))
             js = heir.nc.jetstream()
             held = await js.consumer_info(*consumer)
@@ -428,7 +427,7 @@ async def test_a_replica_killed_with_a_message_in_hand_hands_over_by_redelivery(
             killed_at = time.monotonic()
             await doomed.nc.close()
             await wait_for(
-                lambda: _admitted(heir.service.pipeline, second),
+                lambda: _admitted(heir.service.crew.pipeline, second),
                 "B admitted by the other replica",
                 timeout=30,
             )

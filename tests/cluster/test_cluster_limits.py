@@ -28,7 +28,10 @@ async def test_two_replicas_raise_a_replicated_streams_consumer_limit(
         assert (await js.stream_info(topology.process_stream)).config.max_consumers == 2
         async with replicas(nats_cluster, topology, CONFIG) as services:
             for service in services:
-                assert sorted(service.consumers) == QUEUES and service.refused == {}
+                assert (
+                    sorted(service.crew.queues.consumers) == QUEUES
+                    and service.crew.queues.refused == {}
+                )
             info = await js.stream_info(topology.process_stream)
             assert info.config.num_replicas == 3
             assert info.state.consumer_count == len(QUEUES)

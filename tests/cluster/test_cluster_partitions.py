@@ -44,7 +44,10 @@ async def test_two_replicas_spread_queues_over_replicated_partitions(
         js = nc.jetstream()
         async with replicas(nats_cluster, topology, CONFIG) as services:
             for service in services:
-                assert sorted(service.consumers) == QUEUES and service.refused == {}
+                assert (
+                    sorted(service.crew.queues.consumers) == QUEUES
+                    and service.crew.queues.refused == {}
+                )
             numbers = await partitions(js, topology)
             assert numbers == [0, 1, 2]
             held: dict[str, list[int]] = {}
@@ -59,7 +62,7 @@ async def test_two_replicas_spread_queues_over_replicated_partitions(
             for queue in QUEUES:
                 where = held[topology.process_consumer_name(queue)]
                 assert len(where) == 1
-                assert {s.consumers[queue].partition for s in services} == set(where)
+                assert {s.crew.queues.consumers[queue].partition for s in services} == set(where)
             await admit_a_head_of_each(js, topology, CONFIG, QUEUES)
     finally:
         await nc.close()

@@ -117,10 +117,8 @@ class BoundedHttpServer:
         """The request's body, by its ``Content-Length``; :class:`BodyRefused` with a 411
         without one (or with a chunked body), a 413 past ``max_bytes``, a 408 when it is
         not all there within ``deadline_s``."""
-        if "transfer-encoding" in head.headers:
-            raise BodyRefused(Answer("411 Length Required", "send a Content-Length body\n"))
         text = head.headers.get("content-length", "")
-        if not text.isdigit():
+        if "transfer-encoding" in head.headers or not text.isdigit():
             raise BodyRefused(Answer("411 Length Required", "send a Content-Length body\n"))
         size = int(text)
         if size > max_bytes:

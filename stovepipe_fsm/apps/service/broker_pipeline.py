@@ -22,7 +22,6 @@ from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.memory import SystemClock
 from ...domain.settle import Attempt, Settlement
-from ...pipeline.dlq import DeadLetterReconciler
 from ...pipeline.ingest import Ingest
 from ...pipeline.record import Record
 from ...pipeline.wiring import Ports, Stages, build_stages
@@ -93,10 +92,6 @@ class Pipeline:
     @property
     def record(self) -> Record:
         return self.stages.record
-
-    @property
-    def reconciler(self) -> DeadLetterReconciler:
-        return self.stages.reconciler
 
     @property
     def lifecycle(self) -> RequestLifecycle:

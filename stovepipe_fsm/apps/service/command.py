@@ -25,12 +25,13 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ...domain.errors import IllegalOperation, NotFound, StovepipeError
-from ...pipeline.ingest import IngestResult, InvalidUri
+from ...domain.queue_names import InvalidQueueName, normalize_queue_name
+from ...pipeline.ingest import Head, IngestResult, InvalidUri
 from ..options import DEFAULT_MACHINES, EXIT_FAIL, EXIT_OK, EXIT_USAGE, MACHINES_HELP
 from .arguments import (
     ACK_WAIT_ENV,
@@ -325,11 +326,51 @@ def _stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
     return stop
 
 
+CONTEXT_FIELDS = ("queue", "request_id")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, so a log pipeline never parses prose.
+
+    Every record carries ``level`` and ``message``; records about a queue or a request
+    carry ``queue`` and ``request_id`` (pass them with ``extra=``), so an operator can
+    follow one request across replicas with a single filter.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value:
+                body[name] = value
+        if record.exc_info:
+            body["exc"] = self.formatException(record.exc_info)
+        return json.dumps(body, ensure_ascii=False)
+
+
+def configure_json_logging(level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send the package's logs to ``stream`` (stderr) as JSON lines; idempotent."""
+    root = logging.getLogger("stovepipe_fsm")
+    for handler in list(root.handlers):
+        if getattr(handler, "_stovepipe_json", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler._stovepipe_json = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
+    root.propagate = False
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import nats.errors
 
     from ...adapters.jetstream import NatsServerError
-    from .logs import configure_json_logging
 
     configure_json_logging(getattr(logging, args.log_level.upper()))
     try:
@@ -461,7 +502,6 @@ def _one_request(args: argparse.Namespace) -> None:
 
 
 async def _ingest(args: argparse.Namespace) -> None:
-    from ...domain.queue_names import normalize_queue_name
     from .operators import operator_ingest
 
     if args.from_file is not None:
@@ -476,7 +516,6 @@ async def _ingest(args: argparse.Namespace) -> None:
 
 async def _ingest_batch(args: argparse.Namespace) -> None:
     """``ingest --from``: every line is read and checked before the broker is touched."""
-    from .heads_file import read_heads
     from .operators import operator_ingest
 
     if args.queue is not None or args.uri is not None or args.at_head:
@@ -493,6 +532,54 @@ async def _ingest_batch(args: argparse.Namespace) -> None:
         results = await ingest.ingest_many(heads)
     for head, result in zip(heads, results, strict=True):
         _print_json({"queue": head.queue, "uri": head.uri, **_ingest_report(result)})
+
+
+_HEAD_KEYS = frozenset({"queue", "uri", "at_head", "parents"})
+
+
+def read_heads(lines: Iterable[str], source: str) -> list[Head]:
+    """``ingest --from``: heads as JSON lines, read and checked whole before any write.
+
+    One JSON object per line: ``queue`` and ``uri`` (strings, required), ``at_head``
+    (boolean, optional: the uri is what the ref names right now) and ``parents`` (a list
+    of commit ids, optional: accepted so a timeline's or an export's head lines can be
+    fed as they are; ingest takes ancestry from source control, not from the line).
+    Blank lines are skipped. Any other key, a value of the wrong type, a bad queue name or
+    uri is a ``ValueError`` naming the line: the command exits 2 before it connects, and
+    a batch with a bad line writes nothing at all.
+    """
+    heads: list[Head] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            heads.append(_head_line(line))
+        except (ValueError, InvalidQueueName, InvalidUri) as exc:
+            raise ValueError(f"{source}:{number}: {exc}") from None
+    return heads
+
+
+def _head_line(line: str) -> Head:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(item, dict):
+        raise ValueError(f"expected a JSON object, got {type(item).__name__}")
+    unknown = sorted(set(item) - _HEAD_KEYS)
+    if unknown:
+        allowed = ", ".join(sorted(_HEAD_KEYS))
+        raise ValueError(f"unknown key(s) {', '.join(unknown)}; allowed: {allowed}")
+    for key in ("queue", "uri"):
+        if not isinstance(item.get(key), str):
+            raise ValueError(f"{key!r} must be a string")
+    at_head = item.get("at_head", False)
+    if not isinstance(at_head, bool):
+        raise ValueError("'at_head' must be true or false")
+    parents = item.get("parents", [])
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise ValueError("'parents' must be a list of strings")
+    return Head(normalize_queue_name(item["queue"]), item["uri"], at_head).checked()
 
 
 def _ingest_report(result: IngestResult) -> dict[str, object]:
@@ -656,7 +743,6 @@ async def _status(args: argparse.Namespace) -> None:
 
 
 async def _poll(args: argparse.Namespace) -> None:
-    from ...domain.queue_names import normalize_queue_name
     from .poll import PollTarget, operator_poller, poll_forever, poll_round, print_report
 
     if len(args.ref) != len(args.queue):

@@ -77,21 +77,16 @@ class NatsOptions:
             "disconnected_cb": _on_disconnected,
             "reconnected_cb": _on_reconnected,
         }
-        if self.creds:
-            options["user_credentials"] = self.creds
-        if self.user:
-            options["user"] = self.user
-        if self.password:
-            options["password"] = self.password
-        if self.token:
-            options["token"] = self.token
-        if self.nkey_seed:
-            options["nkeys_seed"] = self.nkey_seed
-        context = self.tls_context()
-        if context is not None:
-            options["tls"] = context
-        if self.tls_hostname:
-            options["tls_hostname"] = self.tls_hostname
+        given = {
+            "user_credentials": self.creds,
+            "user": self.user,
+            "password": self.password,
+            "token": self.token,
+            "nkeys_seed": self.nkey_seed,
+            "tls": self.tls_context(),
+            "tls_hostname": self.tls_hostname,
+        }
+        options.update((name, value) for name, value in given.items() if value)
         return options
 
     def tls_context(self) -> ssl.SSLContext | None:

@@ -60,11 +60,11 @@ def make_repository(path: Path, commits: str = COMMITS) -> Path:
     return path
 
 
-def write_config(path: Path, repository: Path, gate_wait_ms: int) -> Path:
+def write_config(path: Path, repository: Path) -> Path:
     path.write_text(
         "defaults:\n"
         "  max_concurrent: 1\n"
-        f"  gate_wait_delay_ms: {gate_wait_ms}\n"
+        f"  gate_wait_delay_ms: {GATE_WAIT_MS}\n"
         "  max_attempts: 5\n"
         "queues:\n"
         f'  "{QUEUE}": {{repository: "{repository}"}}\n',
@@ -120,8 +120,8 @@ async def _watch_requests(  # type: ignore[no-untyped-def]
             await watcher.stop()
 
 
-async def _build_runner(service: Service, timeline: Timeline, build_s: float, stop: asyncio.Event):  # type: ignore[no-untyped-def]
-    """Stand-in build stage: take each build message, report it green ``build_s`` later."""
+async def _build_runner(service: Service, timeline: Timeline, stop: asyncio.Event):  # type: ignore[no-untyped-def]
+    """Stand-in build stage: take each build message, report it green :data:`BUILD_S` later."""
     js, topology = service.js, service.topology
     config = api.ConsumerConfig(
         durable_name="demo-builder",
@@ -133,10 +133,10 @@ async def _build_runner(service: Service, timeline: Timeline, build_s: float, st
     pending: set[asyncio.Task[None]] = set()
 
     async def finish(request_id: str) -> None:
-        await asyncio.sleep(build_s)
-        assert service.pipeline is not None
-        green = service.pipeline.stages.services.roles.green_outcome.name
-        await service.pipeline.record.complete(request_id, green)
+        await asyncio.sleep(BUILD_S)
+        pipeline = service.crew.pipeline
+        green = pipeline.stages.services.roles.green_outcome.name
+        await pipeline.record.complete(request_id, green)
         timeline.line(f"{'build green':<12} {request_id} ({timeline.uris.get(request_id, '?')})")
 
     while not stop.is_set():
@@ -155,18 +155,12 @@ async def _build_runner(service: Service, timeline: Timeline, build_s: float, st
         task.cancel()
 
 
-async def run_demo(
-    out: Print = print,
-    *,
-    machines_dir: str = "machines",
-    gate_wait_ms: int = GATE_WAIT_MS,
-    build_s: float = BUILD_S,
-) -> int:
+async def run_demo(out: Print = print, *, machines_dir: str = "machines") -> int:
     with tempfile.TemporaryDirectory(prefix="stovepipe-demo-") as tmp:
         root = Path(tmp)
         repository = make_repository(root / "repo")
-        config_path = write_config(root / "queues.yaml", repository, gate_wait_ms)
-        out(f"queue {QUEUE}: max_concurrent 1, gate_wait_delay_ms {gate_wait_ms}; heads A..F")
+        config_path = write_config(root / "queues.yaml", repository)
+        out(f"queue {QUEUE}: max_concurrent 1, gate_wait_delay_ms {GATE_WAIT_MS}; heads A..F")
         async with NatsServer(root / "nats") as server:
             nc = await connect(NatsOptions(url=server.url, max_reconnect_attempts=0))
             timeline = Timeline(out)
@@ -190,7 +184,7 @@ async def run_demo(
                     asyncio.ensure_future(
                         _watch_requests(nc.jetstream(), topology, machines.roles, timeline, stop)
                     ),
-                    asyncio.ensure_future(_build_runner(service, timeline, build_s, stop)),
+                    asyncio.ensure_future(_build_runner(service, timeline, stop)),
                 ]
                 await asyncio.wait_for(_walkthrough(service, timeline), STEP_TIMEOUT_S * 3)
                 stop.set()
@@ -206,9 +200,9 @@ async def run_demo(
 
 
 async def _walkthrough(service: Service, timeline: Timeline) -> None:
-    assert service.pipeline is not None
-    ingest, requests = service.pipeline.ingest, service.pipeline.lifecycle.requests
-    roles = service.pipeline.stages.services.roles
+    pipeline = service.crew.pipeline
+    ingest, requests = pipeline.ingest, pipeline.lifecycle.requests
+    roles = pipeline.stages.services.roles
     ids: dict[str, str] = {}
 
     async def put(uri: str) -> None:

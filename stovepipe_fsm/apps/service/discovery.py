@@ -5,34 +5,98 @@ Behind that, a discovery round every ``discover_interval_s`` lists the process s
 with messages waiting and the queues bucket's rows (one request each, whatever the
 number of queues): a queue with work and no consumer gets one, every other queue known
 gets one behind the round (:meth:`.QueueConsumers.expect`), and the messages of process
-subjects that no queue row stands for are dead-lettered (:mod:`.orphans`) instead of
-sitting there for ever. One round runs at a time, whether the loop, a publish of an
-unknown queue or a reconnect started it.
+subjects that no queue row stands for are dead-lettered instead of sitting there for
+ever. One round runs at a time, whether the loop, a publish of an unknown queue or a
+reconnect started it.
+
+Orphans: ingest creates a queue's row before it publishes the queue's first message, so
+a message on a process subject whose queue has no row (published by hand or by a broken
+producer, or on a token that decodes to no queue name) has no consumer and never will.
+It gets the treatment of a poison message: a termination mark, a bounded dead-letter
+record, then its deletion from the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import KW_ONLY, dataclass, field
 
 from nats.js import JetStreamContext
 
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.consumer import Observer
+from ...adapters.jetstream.dead_letter import DeadLetter, publish_dead_letter
 from ...adapters.jetstream.errors import translated
 from ...adapters.jetstream.names import InvalidToken, decode_queue_token
-from ...adapters.jetstream.partitions import waiting_subjects
-from ...adapters.jetstream.terminations import TerminationLedger
+from ...adapters.jetstream.partitions import delete_stored, stored_messages, waiting_subjects
+from ...adapters.jetstream.terminations import TerminationLedger, TerminationMark
+from ...domain.bounded_text import clip
 from ...domain.errors import NotFound
 from ...ports.config import ConfigStore
 from ...ports.stores import QueueStore
-from .orphans import dead_letter_orphans, orphan_subjects
 from .queue_consumers import QueueConsumers
 from .tasks import ServiceTasks
 
 log = logging.getLogger("stovepipe_fsm.service")
+
+#: The most messages of one subject dead-lettered per round: a flood is worked off over
+#: several rounds instead of stalling discovery.
+MAX_PER_SUBJECT = 100
+
+
+def orphan_subjects(
+    topology: Topology, subjects: dict[str, int], served: Collection[str]
+) -> dict[str, str]:
+    """``{subject: queue}`` of the subjects no consumer serves; the queue is the decoded
+    name, or the raw token when it decodes to none."""
+    head = _head(topology)
+    out = {}
+    for subject in subjects:
+        try:
+            queue = topology.queue_of_process_subject(subject)
+        except ValueError:
+            out[subject] = subject[len(head) :] if subject.startswith(head) else subject
+            continue
+        if queue not in served:
+            out[subject] = queue
+    return out
+
+
+async def dead_letter_orphans(
+    js: JetStreamContext,
+    topology: Topology,
+    terminations: TerminationLedger,
+    orphans: dict[str, str],
+    observe: Observer,
+) -> int:
+    """Dead-letter the messages of ``orphans`` (at most :data:`MAX_PER_SUBJECT` each);
+    how many were."""
+    done = 0
+    for subject, queue in sorted(orphans.items()):
+        stream = topology.process_stream_of_subject(subject)
+        async for raw in stored_messages(js, stream, subject, MAX_PER_SUBJECT):
+            seq = int(raw.seq or 0)
+            reason = f"no queue row for {clip(queue, 200)!r}: no consumer serves its subject"
+            letter = DeadLetter.bounded(queue, "", reason, 0, seq)
+            await terminations.mark(seq, TerminationMark(letter.queue, ""))
+            token = subject[len(_head(topology)) :]
+            dlq_subject = f"{topology.prefix}.dlq.process.{token}"
+            await publish_dead_letter(js, topology, letter, subject=dlq_subject)
+            if not await delete_stored(js, stream, seq):
+                # Two discovery rounds at once (the loop's and one a reconnect or a
+                # publish started): the other deleted it, after the same mark and the
+                # same dead letter (its msg id dedupes), and counted it.
+                continue
+            observe("orphan", queue, "", reason)
+            log.error("orphan dead-lettered: %s", reason, extra={"queue": clip(queue, 200)})
+            done += 1
+    return done
+
+
+def _head(topology: Topology) -> str:
+    return f"{topology.prefix}.process."
 
 
 async def known_queues(js: JetStreamContext, topology: Topology) -> list[str]:
@@ -89,7 +153,7 @@ class Discovery:
 
     async def discover(self) -> list[str]:
         """Start the consumers of queues with messages waiting, dead-letter the messages of
-        process subjects that no queue row stands for (:mod:`.orphans`), and have every
+        process subjects that no queue row stands for (orphans), and have every
         other queue of the queues bucket and the config get its consumer behind it.
         Returns the queues started now, for waiting messages."""
         async with self._discovering:
@@ -112,7 +176,11 @@ class Discovery:
         await self.queues.retry_refused()
         rows = set(known)
         waiting = []
-        for queue, partition in self._addresses(subjects):
+        for subject in subjects:
+            try:
+                queue, partition = self.topology.process_address(subject)
+            except ValueError:
+                continue  # an orphan subject, which decodes to no queue
             consumer = self.queues.consumers.get(queue)
             if consumer is None:
                 if queue in rows:
@@ -128,17 +196,6 @@ class Discovery:
             )
         self.queues.expect((*self.config.configured_queues(), *known))
         return started
-
-    def _addresses(self, subjects: Iterable[str]) -> list[tuple[str, int]]:
-        """The queue and partition of process subjects (orphan subjects, which decode to
-        none, left out)."""
-        out = []
-        for subject in subjects:
-            try:
-                out.append(self.topology.process_address(subject))
-            except ValueError:
-                continue
-        return out
 
     def published(self, queue: str) -> None:
         """A publish for ``queue``, which has no consumer: one is started, if ingest made

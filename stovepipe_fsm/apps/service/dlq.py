@@ -109,11 +109,10 @@ def render_letters(letters: list[StoredLetter]) -> str:
     rows = []
     for s in letters:
         row = s.as_json()
-        at = utc_text(s.at_ms)
         rows.append(
             (
                 f"{row['id']:>6}",
-                at,
+                utc_text(s.at_ms),
                 row["stage"] or "-",
                 row["queue"] or "-",
                 row["request_id"] or "-",
@@ -155,12 +154,8 @@ class DeadLetterListing:
         }
 
     def render(self) -> str:
-        refused = render_refusals(self.refusals)
-        return (
-            f"{render_letters(self.letters)}\n{refused}"
-            if refused
-            else render_letters(self.letters)
-        )
+        letters, refused = render_letters(self.letters), render_refusals(self.refusals)
+        return f"{letters}\n{refused}" if refused else letters
 
 
 async def list_letters(

@@ -72,12 +72,11 @@ async def export_timeline(
     *,
     since_ms: int,
     queue_glob: str,
-    until_ms: int | None = None,
     repositories: Mapping[str, str] | None = None,
 ) -> Export:
-    """Read what the deployment recorded; build the timeline up to ``until_ms`` (default:
-    now). ``repositories``: queue -> the git repository its history is read from (a
-    queue without one is taken as first-parent trunk, each head a child of the last)."""
+    """Read what the deployment recorded; build the timeline up to now. ``repositories``:
+    queue -> the git repository its history is read from (a queue without one is taken as
+    first-parent trunk, each head a child of the last)."""
     # Damaged rows are left out: status lists them; a history cannot use them.
     requests = await decoded_rows(js, topology.requests_bucket, decode_request, [])
     requests = [r for r in requests if glob_match(queue_glob, r.queue)]
@@ -104,8 +103,8 @@ async def export_timeline(
         f"for queues {queue_glob}: recorded heads, builds and operator verbs at their "
         f"relative times; {said}"
     )
-    end = until_ms if until_ms is not None else int(time.time() * 1000)
     recorded = Recorded(requests, outcome_of_state, trails, queue_verbs, history)
+    end = int(time.time() * 1000)
     return recorded_timeline(
         recorded, since_ms=since_ms, until_ms=end, queue_glob=queue_glob, description=description
     )

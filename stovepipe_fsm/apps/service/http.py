@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 from ...adapters.jetstream.partitions import partitions
-from ...domain.errors import NotFound
 from ..options import installed_version
 from .bounded_http import LOOPBACK, Answer, BoundedHttpServer, HttpLimits, RequestHead
 from .status_page import StatusPage
@@ -43,6 +42,7 @@ async def render_metrics(service: Service) -> str:
     """Counters of the controller and the runtime, the policy hash, and slots in use per
     queue."""
     lines: list[str] = []
+    crew, events = service.crew, service.health.events
 
     def family(name: str, kind: str, help_text: str) -> None:
         lines.append(f"# HELP {name} {help_text}")
@@ -56,13 +56,13 @@ async def render_metrics(service: Service) -> str:
             f"{value}"
         )
     family("stovepipe_runtime_events_total", "counter", "Settled deliveries by outcome.")
-    for (event, queue), value in sorted(service.events.items()):
+    for (event, queue), value in sorted(events.items()):
         lines.append(
             f'stovepipe_runtime_events_total{{event="{_label(event)}",queue="{_label(queue)}"}} '
             f"{value}"
         )
     family("stovepipe_dead_letters_total", "counter", "Messages dead-lettered by this replica.")
-    dead = sum(v for (event, _), v in service.events.items() if event == "dead_letter")
+    dead = sum(v for (event, _), v in events.items() if event == "dead_letter")
     lines.append(f"stovepipe_dead_letters_total {dead}")
     family(
         "stovepipe_dead_letters_by_reason_total",
@@ -70,14 +70,14 @@ async def render_metrics(service: Service) -> str:
         "Messages dead-lettered by this replica, by reason (gave_up after max_attempts, "
         "non_retryable, undecodable, orphan).",
     )
-    for reason, value in sorted(service.dead_letter_reasons.items()):
+    for reason, value in sorted(service.health.dead_letter_reasons.items()):
         lines.append(f'stovepipe_dead_letters_by_reason_total{{reason="{_label(reason)}"}} {value}')
     family(
         "stovepipe_outcomes_refused_total",
         "counter",
         "Build outcomes this replica refused (nothing applied; counted per queue, `dlq list`).",
     )
-    for (event, queue), value in sorted(service.events.items()):
+    for (event, queue), value in sorted(events.items()):
         if event == "outcome_refused":
             lines.append(f'stovepipe_outcomes_refused_total{{queue="{_label(queue)}"}} {value}')
     family(
@@ -85,7 +85,7 @@ async def render_metrics(service: Service) -> str:
         "counter",
         "Messages on a process subject with no queue row, dead-lettered by this replica.",
     )
-    orphans = sum(v for (event, _), v in service.events.items() if event == "orphan")
+    orphans = sum(v for (event, _), v in events.items() if event == "orphan")
     lines.append(f"stovepipe_orphan_messages_total {orphans}")
     latency = service.metrics.latency
     family("stovepipe_decision_latency_ms", "histogram", "Time the controller took per delivery.")
@@ -112,17 +112,17 @@ async def render_metrics(service: Service) -> str:
     for step, value in sorted(watch.over_budget.items()):
         lines.append(f'stovepipe_plugin_over_budget_total{{step="{_label(step)}"}} {value}')
     family("stovepipe_queue_consumers", "gauge", "Queue consumers this replica runs.")
-    lines.append(f"stovepipe_queue_consumers {len(service.consumers)}")
+    lines.append(f"stovepipe_queue_consumers {len(crew.queues.consumers)}")
     family("stovepipe_queues_refused", "gauge", "Queues left unserved: no partition had room.")
-    lines.append(f"stovepipe_queues_refused {len(service.refused)}")
+    lines.append(f"stovepipe_queues_refused {len(crew.queues.refused)}")
     family(
         "stovepipe_subscription_refused",
         "gauge",
         "1 where the broker refused this replica a plain subscription (publish wakes, "
         "leader advisories, pause writes): it runs on the slower backstop.",
     )
-    for wake in service.wakes():
-        refused = int(wake.name in service.refused_subscriptions)
+    for wake in crew.wakeups.wakes.values():
+        refused = int(wake.name in crew.wakeups.refused)
         lines.append(f'stovepipe_subscription_refused{{subscription="{wake.name}"}} {refused}')
     if service.policy_hash:
         family("stovepipe_policy_info", "gauge", "The policy in force: 1, labelled by its hash.")
@@ -158,7 +158,7 @@ async def render_metrics(service: Service) -> str:
         "gauge",
         "The effective max_concurrent of each queue (where the policy declares it).",
     )
-    for name in sorted(service.consumers):
+    for name in sorted(crew.queues.consumers):
         try:
             slots = dict(service.config.get(name).parameters).get("max_concurrent")
         except Exception:  # a scrape must not fail because one queue's config did
@@ -287,16 +287,13 @@ def _stored_at(message: Any) -> float | None:
 
 
 async def _in_flight_lines(service: Service) -> list[str]:
-    if service.pipeline is None:
-        return []
-    queues = service.pipeline.lifecycle.queues
+    crew = service.crew
+    rows = crew.pipeline.lifecycle.queues
     out = []
-    for name in sorted(service.consumers):
+    for name in sorted(crew.queues.consumers):
         try:
-            row = await asyncio.wait_for(queues.get(name), IN_FLIGHT_READ_TIMEOUT_S)
-        except NotFound:
-            continue
-        except Exception:  # a scrape must not fail because one read did
+            row = await asyncio.wait_for(rows.get(name), IN_FLIGHT_READ_TIMEOUT_S)
+        except Exception:  # not found, or a read failed: a scrape must not fail for it
             continue
         out.append(f'stovepipe_queue_in_flight{{queue="{_label(name)}"}} {row.in_flight_count}')
     return out
@@ -317,7 +314,7 @@ class HttpEndpoint(BoundedHttpServer):
         if head.method not in ("GET", "HEAD"):
             return Answer("405 Method Not Allowed", "read-only: GET and HEAD only\n")
         if path == "/healthz":
-            problems = self.service.health_problems()
+            problems = self.service.health.problems()
             if not problems:
                 return Answer("200 OK", "ok\n")
             return Answer("503 Service Unavailable", _listed("unhealthy", problems))

@@ -82,10 +82,6 @@ class PolicyWatch:
     #: The refusal (and whether it was current) the last record written carries.
     _recorded_refusal: tuple[object, bool] = field(init=False, default=(None, False))
 
-    @property
-    def hash(self) -> str:
-        return hash_in_force(self.reloader)
-
     async def start(self) -> None:
         """Record the policy (operator commands such as ingest read it) and take up the
         pauses, before any consumer runs; then check the pauses every interval."""
@@ -209,7 +205,8 @@ class PolicyWatch:
 
     async def _record_policy(self) -> None:
         now_ms = int(time.time() * 1000)
-        record = policy_record(self.machines, self.hash, self.replica, now_ms, self.reloader)
+        hash_ = hash_in_force(self.reloader)
+        record = policy_record(self.machines, hash_, self.replica, now_ms, self.reloader)
         self._recorded_refusal = self._refusal_now()
         try:
             await write_policy_record(self.js, self.topology, record)

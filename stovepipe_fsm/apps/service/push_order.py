@@ -42,9 +42,6 @@ class PushOrder:
     cursors: KvRefCursors
     git_repo: Path | None
 
-    async def cursor(self, queue: str, push: PushEvent) -> RefCursor:
-        return await self.cursors.read(queue, push.ref)
-
     async def stale(self, queue: str, push: PushEvent, cursor: RefCursor, *, forced: bool) -> str:
         """Why the push is older than the commit the ref was reported at ("" when not)."""
         if forced or push.forced or not cursor.commit or push.before == cursor.commit:

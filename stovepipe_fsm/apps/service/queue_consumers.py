@@ -345,9 +345,6 @@ class QueueConsumers:
         refused one): start returns before the consumers of queues without work exist."""
         await self._warmed.wait()
 
-    def loops(self) -> list[ProcessConsumer]:
-        return list(self.consumers.values())
-
     async def close(self) -> None:
         """Close every consumer and the shared inbox (their loops ended first)."""
         for consumer in self.consumers.values():

@@ -1,4 +1,4 @@
-"""How a :class:`~.runtime.Service` runs: waits, intervals and how much it does at once."""
+"""How a :class:`~.supervisor.Service` runs: waits, intervals and how much it does at once."""
 
 from __future__ import annotations
 

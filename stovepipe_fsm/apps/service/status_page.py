@@ -25,6 +25,7 @@ from ...adapters.jetstream.policy_record import (
     queue_parameters,
     read_policy_record,
 )
+from ...config.policy import QueuePolicy
 from ...domain.errors import NotFound
 from ...domain.trail_record import HELD, TrailRecord
 from ...machine.diagrams import header_line, mermaid_diagram, render_dot
@@ -159,7 +160,7 @@ class StatusPage:
         """The policy card of the machines and config this replica runs."""
         service = self.service
         machines = service.machines
-        policy = service.queue_policy()
+        policy = getattr(service.config, "policy", None)  # the queue config as loaded
         sections = (
             card_sections(
                 machines.queue_gate.spec,
@@ -167,7 +168,7 @@ class StatusPage:
                 policy,
                 machines.parameter_defaults,
             )
-            if policy is not None
+            if isinstance(policy, QueuePolicy)
             else []
         )
         return page.render_card(service.policy_hash, sections)

@@ -30,24 +30,21 @@ JetStream, so any number of replicas may run against the same broker.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 from nats.aio.client import Client
 
 from ...adapters.jetstream import Topology
 from ...adapters.jetstream.broker_clock import SYNC_INTERVAL_S, BrokerClock
-from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer, ProcessConsumer
+from ...adapters.jetstream.consumer import DeadLetterConsumer, Observer
 from ...adapters.jetstream.outcome_consumer import OutcomeConsumer
 from ...adapters.jetstream.prune import prune_terminal_requests
 from ...adapters.jetstream.shared_inbox import SharedInbox
 from ...adapters.memory import SystemClock
-from ...config.policy import QueuePolicy
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
@@ -62,7 +59,6 @@ from .policy import PolicyReloader
 from .policy_watch import PolicyWatch, hash_in_force
 from .queue_consumers import QueueConsumers
 from .service_options import ServiceOptions
-from .subscriptions import Wake
 from .tasks import ServiceTasks
 from .unpublished import UnpublishedHeads
 from .wakeups import Wakeups
@@ -293,19 +289,7 @@ class Service:
             await crew.outcomes.close()
         log.info("service stopped")
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Start, serve until ``stop`` is set, stop gracefully."""
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()
-
     # -- what the collaborators hold, read by the HTTP endpoint and operators ----------
-
-    @property
-    def pipeline(self) -> Pipeline | None:
-        return self._crew.pipeline if self._crew is not None else None
 
     @property
     def machines(self) -> ProcessMachines:
@@ -317,73 +301,17 @@ class Service:
         """The hash of the policy in force; empty when the service was not given paths."""
         return hash_in_force(self.reloader)
 
-    @property
-    def consumers(self) -> dict[str, ProcessConsumer]:
-        return self.crew.queues.consumers
-
-    @property
-    def refused(self) -> dict[str, str]:
-        """The queues no consumer could be created for: why."""
-        return self.crew.queues.refused
-
-    @property
-    def refused_subscriptions(self) -> dict[str, str]:
-        """The plain subscriptions the broker refused (by name, :meth:`wakes`): why."""
-        return self.crew.wakeups.refused
-
-    def wakes(self) -> tuple[Wake, ...]:
-        """The plain subscriptions (:mod:`.wakeups`), each with its backstop."""
-        return self.crew.wakeups.wakes()
-
-    @property
-    def events(self) -> Counter[tuple[str, str]]:
-        return self.health.events
-
-    @property
-    def dead_letter_reasons(self) -> Counter[str]:
-        return self.health.dead_letter_reasons
-
-    async def add_queue(self, queue: str) -> bool:
-        return await self.crew.queues.add_queue(queue)
-
-    async def warmed(self) -> None:
-        await self.crew.queues.warmed()
-
-    async def discover(self) -> list[str]:
-        return await self.crew.discovery.discover()
-
-    async def refresh_pauses(self) -> bool:
-        return await self.crew.policy.refresh_pauses()
-
-    async def reload_policy(self) -> bool:
-        return await self.crew.policy.reload()
-
-    # -- health -----------------------------------------------------------------------
-
-    @property
-    def healthy(self) -> bool:
-        """Running, and the broker answered a JetStream request within the health window
-        (:mod:`.health`)."""
-        return not self.health_problems()
-
-    def health_problems(self) -> list[str]:
-        """Why the service is not healthy; empty when it is."""
-        return self.health.problems()
+    # -- readiness --------------------------------------------------------------------
 
     def readiness_problems(self) -> list[str]:
         """Why the service is not ready: unhealthy, or a queue was refused a consumer.
         (Consumers still being created behind start do not count: a head for such a queue
         creates its consumer at once.)"""
-        problems = self.health_problems()
+        problems = self.health.problems()
         if self._crew is not None:
             for queue, why in sorted(self._crew.queues.refused.items()):
                 problems.append(f"queue {queue!r} has no consumer: {why}")
         return problems
-
-    def queue_policy(self) -> QueuePolicy | None:
-        """The queue config in force as loaded (None for a store that is no file's)."""
-        policy = getattr(self.config, "policy", None)
-        return policy if isinstance(policy, QueuePolicy) else None
 
     def readiness_notes(self) -> list[str]:
         """What ``/readyz`` adds without failing: a refused policy edit, still on disk

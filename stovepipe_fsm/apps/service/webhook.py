@@ -186,7 +186,9 @@ class WebhookServer(BoundedHttpServer):
         queue = self.settings.follows[push.ref]
         if await self.deliveries.seen(forge, delivery):
             return _json("200 OK", {"delivery": delivery, "duplicate": True})
-        cursor, plan = await asyncio.gather(self.order.cursor(queue, push), self._commits(push))
+        cursor, plan = await asyncio.gather(
+            self.order.cursors.read(queue, push.ref), self._commits(push)
+        )
         stale = await self.order.stale(queue, push, cursor, forced=plan.forced)
         if stale:
             return await self._answer_stale(forge, queue, push, stale)
