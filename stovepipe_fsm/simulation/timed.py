@@ -130,7 +130,7 @@ def _stamp(run: TimedRun, written: list[Request]) -> None:
         return
     now = run.world.clock.now_ms()
     roles = run.world.machines.roles
-    terminal = run.world.lifecycle.is_terminal
+    terminal = run.world.stages.lifecycle.is_terminal
     times = run.times
     for request in written:
         entry = times.get(request.id)

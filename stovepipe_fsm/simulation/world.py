@@ -1,8 +1,8 @@
 """A whole pipeline on in-memory adapters and a simulated clock, step by step.
 
 The :class:`World` runs the real controller, ingest, record and reconciler against
-in-memory stores and the simulated runtime of :mod:`.runtime`: a process topic
-(:class:`~.runtime.SimBroker`) that behaves like the JetStream runtime, with one message
+in-memory stores and a simulated process topic
+(:class:`~.broker.SimBroker`) that behaves like the JetStream runtime, with one message
 in flight per queue and a held or failed message staying at the head of its queue (a
 barrier for that queue only) until it falls due again.
 
@@ -13,7 +13,7 @@ forgets them), redelivers a failure after the same backoff, and dead-letters a m
 at its queue's ``max_attempts``: the record is kept, the message removed, and the
 reconciler fails the request closed, as the dead-letter consumer does on JetStream.
 
-Every step is an ordinary function call (:func:`~.runtime.run_sync`). That keeps
+Every step is an ordinary function call (:func:`~.broker.run_sync`). That keeps
 ``simulate`` deterministic and lets ``check`` fork a world (``clone``) and explore
 thousands of interleavings without an event loop.
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,34 +49,28 @@ from ..adapters.memory import (
     MemoryRequestStore,
     MemorySearchStore,
     MemorySourceControl,
+    MemorySourceControlProvider,
     MemoryUriIndex,
 )
 from ..adapters.memory.decision_trail import MemoryTrail
 from ..adapters.memory.source_control import SourceControlOutage
 from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound, Retryable
+from ..domain.hooks import HookEvent
 from ..domain.ids import parse_request_id
 from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
 from ..pipeline import verbs
-from ..pipeline.ingest import Ingest, IngestResult
+from ..pipeline.ingest import IngestResult
 from ..pipeline.wiring import Ports, Stages, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
-from ..process.controller import Decision, PausedDelivery, ProcessController
+from ..process.controller import Decision, PausedDelivery
 from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
 from ..process.trail_notes import hold_reason
-from .broker import (
-    Crash,
-    Message,
-    SimBroker,
-    SimDelivery,
-    SimPublisher,
-    SingleSourceControl,
-    run_sync,
-)
+from .broker import Crash, Message, SimBroker, run_sync
 from .builds import BuildModel
 
 ADMIT_CRASH_POINTS = (
@@ -102,6 +96,9 @@ RAISED_OUTCOMES = {
     SettleKind.DEAD_LETTER: "dead_letter",
 }
 
+
+#: What a delivery's flow ends with: a decision, or a pause in hand.
+Flowed = Decision | PausedDelivery
 
 RECORDED_FAILURE = "every delivery of this head failed in the recorded run"
 
@@ -132,25 +129,40 @@ class Hold:
 
 @dataclass(frozen=True)
 class InHand:
-    """A stalled delivery: the message it carries, its delivery and its paused flow."""
+    """A stalled delivery: the message it carries (its delivery) and its paused flow."""
 
-    delivery: SimDelivery
+    message: Message
     paused: PausedDelivery
     point: str
     state_before: str
 
-    @property
-    def message(self) -> Message:
-        return self.delivery.message
-
     def rebind(self, twin: World) -> InHand:
         """The same delivery in ``twin``: its message, its controller, its stores."""
         message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
-        delivery = SimDelivery(twin, message)
-        ctx = dataclasses.replace(self.paused.ctx, services=twin.stages.services, delivery=delivery)
+        ctx = dataclasses.replace(self.paused.ctx, services=twin.stages.services, delivery=message)
         return dataclasses.replace(
-            self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
+            self, message=message, paused=dataclasses.replace(self.paused, ctx=ctx)
         )
+
+
+class SimPublisher:
+    """Process messages go to the world's topic; every publish is recorded, and a build
+    published is started when its delivery settles (when the world models builds)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        await self.world.published.publish_process(queue, request_id, partition)
+        self.world.broker.publish(queue, request_id, self.world.clock.now_ms())
+
+    async def publish_build(self, queue: str, request_id: str) -> None:
+        await self.world.published.publish_build(queue, request_id)
+        if self.world.builds is not None:
+            self.world.published_builds.append(request_id)
+
+    async def publish_hook(self, event: HookEvent) -> None:
+        await self.world.published.publish_hook(event)
 
 
 class World:
@@ -215,7 +227,7 @@ class World:
         #: Requests every delivery of which fails (a timeline's ``failing`` step).
         self.failing: frozenset[str] = frozenset()
         #: Builds published by the delivery in progress, started when it settles.
-        self._published_builds: list[str] = []
+        self.published_builds: list[str] = []
         #: Called after every event a timed step runs (a delivery, a build's end), at
         #: the instant it happened (a replay timing its requests stamps its writes).
         self.after_event: Callable[[], None] | None = None
@@ -245,7 +257,7 @@ class World:
         twin.raised = list(self.raised)
         twin._stages = None
         twin.builds = self.builds.clone() if self.builds is not None else None
-        twin._published_builds = list(self._published_builds)
+        twin.published_builds = list(self.published_builds)
         twin.after_event = None
         twin.in_hand = [held.rebind(twin) for held in self.in_hand]
         return twin
@@ -273,29 +285,12 @@ class World:
             uri_index=self.uri_index,
             counter=self.counter,
             config=self.config,
-            source_control=SingleSourceControl(self.graph),
-            publisher=SimPublisher(
-                self.broker,
-                self.clock,
-                self.published,
-                self._published_builds.append if self.builds is not None else None,
-            ),
+            source_control=MemorySourceControlProvider(default=self.graph),
+            publisher=SimPublisher(self),
             clock=self.clock,
             trail=self.trail,
             searches=self.searches,
         )
-
-    @property
-    def controller(self) -> ProcessController:
-        return self.stages.controller
-
-    @property
-    def ingester(self) -> Ingest:
-        return self.stages.ingest
-
-    @property
-    def lifecycle(self) -> RequestLifecycle:
-        return self.stages.lifecycle
 
     # --- steps -------------------------------------------------------------------
 
@@ -304,33 +299,47 @@ class World:
         queue moved on from is a new request, as the poller's ingest makes)."""
         return run_sync(self.stages.ingest.ingest(queue, uri, at_head=at_head))
 
-    def deliver(self, message: Message) -> DeliveryReport:
-        """Deliver ``message`` once through the real controller."""
+    def deliver(self, message: Message, point: str = "") -> DeliveryReport:
+        """Deliver ``message`` once through the real controller; with a ``point``, stop
+        that delivery after it, in hand (:meth:`stall`)."""
         message.deliveries += 1
         if message.request_id in self.failing:
             return self._failed(message, RecordedFailure(RECORDED_FAILURE), before="")
-        delivery = SimDelivery(self, message)
-        probe = self._probe if self.armed_crash else None
         # Recorded so a report can tell an admission from the re-announce of a request
         # that was already processing: both end with the request processing.
         before = self._state_of(message.request_id)
+        controller = self.stages.controller
+        probe = self._probe if self.armed_crash else None
+        flow: Coroutine[Any, Any, Flowed]
+        if point:
+            action = point.removeprefix("after_")
+            flow = controller.begin(message, pause_after=action, probe=probe)
+        else:
+            flow = controller.decide(message, probe=probe)
+        return self._run(message, flow, before, point)
+
+    def _run(
+        self,
+        message: Message,
+        flow: Coroutine[Any, Any, Flowed],
+        before: str,
+        point: str = "",
+        detail: str = "",
+    ) -> DeliveryReport:
+        """Run ``flow`` for a delivery of ``message``: keep it in hand when it paused at
+        ``point``, else settle it and record why, if it postponed its message (a hold of
+        a message another delivery already settled changes nothing on the topic, and is
+        not recorded)."""
         holds = self.holds
         try:
-            decision = run_sync(self.stages.controller.decide(delivery, probe=probe))
+            result = run_sync(flow)
         except Exception as exc:
             return self._failed(message, exc, before)
-        return self._finished(message, decision, before, holds)
-
-    def _finished(
-        self, message: Message, decision: Decision, before: str, holds: int, detail: str = ""
-    ) -> DeliveryReport:
-        """Settle a delivery that ran to the end; record why, if it postponed its message.
-
-        ``holds`` is the hold count before the delivery: a hold of a message another
-        delivery already settled changes nothing on the topic, and is not recorded.
-        """
-        reason = hold_reason(decision.via) if decision.outcome == "held" else ""
-        report = self._settle(message, decision.attempt, before, detail)
+        if not isinstance(result, Decision):
+            self.in_hand.append(InHand(message, result, point, before))
+            return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
+        reason = hold_reason(result.via) if result.outcome == "held" else ""
+        report = self._settle(message, result.attempt, before, detail)
         if self.holds > holds:
             self.hold_log.append(Hold(message.request_id, message.queue, reason))
         return evolve(report, hold_reason=reason) if reason else report
@@ -416,23 +425,7 @@ class World:
         if point not in STALL_POINTS:
             raise ValueError(f"unknown stall point {point!r}; one of {', '.join(STALL_POINTS)}")
         message = self.broker.first_due(self.clock.now_ms())
-        if message is None:
-            return None
-        message.deliveries += 1
-        delivery = SimDelivery(self, message)
-        probe = self._probe if self.armed_crash else None
-        before = self._state_of(message.request_id)
-        holds = self.holds
-        action = point.removeprefix("after_")
-        try:
-            begun = self.stages.controller.begin(delivery, pause_after=action, probe=probe)
-            result = run_sync(begun)
-        except Exception as exc:
-            return self._failed(message, exc, before)
-        if isinstance(result, Decision):
-            return self._finished(message, result, before, holds)
-        self.in_hand.append(InHand(delivery, result, point, before))
-        return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
+        return self.deliver(message, point) if message is not None else None
 
     def resume(self, request_id: str) -> DeliveryReport:
         """Run the rest of the oldest stalled delivery of ``request_id``."""
@@ -440,16 +433,10 @@ class World:
         if held is None:
             raise ValueError(f"no stalled delivery of {request_id!r} is in hand")
         self.in_hand.remove(held)
-        message = held.message
+        settled = "" if self.broker.find(held.message.seq) else "message already settled"
         probe = self._probe if self.armed_crash else None
-        settled = "" if self.broker.find(message.seq) else "message already settled"
-        holds = self.holds
-        try:
-            result = run_sync(self.stages.controller.resume(held.paused, probe=probe))
-        except Exception as exc:
-            return self._failed(message, exc, held.state_before)
-        assert isinstance(result, Decision), "a resumed delivery runs to the end"
-        return self._finished(message, result, held.state_before, holds, settled)
+        flow = self.stages.controller.resume(held.paused, probe=probe)
+        return self._run(held.message, flow, held.state_before, detail=settled)
 
     def _state_of(self, request_id: str) -> str:
         request = self.find_request(request_id)
@@ -471,14 +458,14 @@ class World:
     def _start_builds(self) -> None:
         """Start the build of every request the last delivery (or recorded outcome)
         published to build."""
-        if not self._published_builds or self.builds is None:
+        if not self.published_builds or self.builds is None:
             return
         now = self.clock.now_ms()
-        for request_id in self._published_builds:
+        for request_id in self.published_builds:
             request = run_sync(self.requests.get(request_id))
             probe = bool(request.probe_of)
             self.builds.start(request.queue, request.uri, request_id, now, probe=probe)
-        self._published_builds.clear()
+        self.published_builds.clear()
 
     def end_due_build(self) -> Request | None:
         """End the first build due by now with its outcome (:mod:`.builds`); the request
@@ -540,7 +527,7 @@ class World:
         queue = parse_request_id(request_id).queue
         parameters = dict(self.config.get(queue).parameters)
         coalesces = verbs.queue_coalesces(self.machines.coalesces, parameters)
-        stages = (self.lifecycle, self.ingester, self.uri_index)
+        stages = (self.stages.lifecycle, self.stages.ingest, self.uri_index)
         return run_sync(verbs.retry(*stages, request_id, by="timeline", coalesces=coalesces))
 
     def deliver_next(self) -> DeliveryReport | None:
@@ -560,8 +547,8 @@ class World:
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
         world's stores (``IllegalOperation`` when it refuses, as the command does)."""
-        verb = verbs.cancel(self.lifecycle, self.trail, self.clock, request_id, by="timeline")
-        return run_sync(verb)
+        lifecycle = self.stages.lifecycle
+        return run_sync(verbs.cancel(lifecycle, self.trail, self.clock, request_id, by="timeline"))
 
     def dead_letter(self, request_id: str) -> Request | None:
         return run_sync(self.stages.reconciler.reconcile(request_id))
