@@ -136,7 +136,7 @@ async def _build_runner(service: Service, timeline: Timeline, build_s: float, st
         await asyncio.sleep(build_s)
         assert service.pipeline is not None
         green = service.pipeline.stages.services.roles.green_outcome.name
-        await service.pipeline.record.complete(request_id, green)
+        await service.pipeline.stages.record.complete(request_id, green)
         timeline.line(f"{'build green':<12} {request_id} ({timeline.uris.get(request_id, '?')})")
 
     while not stop.is_set():
@@ -207,7 +207,7 @@ async def run_demo(
 
 async def _walkthrough(service: Service, timeline: Timeline) -> None:
     assert service.pipeline is not None
-    ingest, requests = service.pipeline.ingest, service.pipeline.lifecycle.requests
+    ingest, requests = service.pipeline.stages.ingest, service.pipeline.stages.lifecycle.requests
     roles = service.pipeline.stages.services.roles
     ids: dict[str, str] = {}
 

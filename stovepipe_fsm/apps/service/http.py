@@ -289,7 +289,7 @@ def _stored_at(message: Any) -> float | None:
 async def _in_flight_lines(service: Service) -> list[str]:
     if service.pipeline is None:
         return []
-    queues = service.pipeline.lifecycle.queues
+    queues = service.pipeline.stages.lifecycle.queues
     out = []
     for name in sorted(service.consumers):
         try:
