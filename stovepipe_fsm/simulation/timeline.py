@@ -158,22 +158,11 @@ def _fast_timeline(
             return None
         steps.append(_step(raw, where, queue))
         check_queue(steps[-1].queue, where)
-    history = {str(k): tuple(v) for k, v in history_data.items()}
-    changes = {str(k): _paths(v) for k, v in changes_data.items()}
-    if (
-        issues
-        or any(commit not in history for commit in changes)
-        or any(parent not in history for parents in history.values() for parent in parents)
-        or parents_first(history)[1]
-    ):
-        return None
     builds = []
     for index, raw in enumerate(builds_data):
         builds.append(_build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue))
         check_queue(builds[-1].queue, builds[-1].location)
-    if "config" not in data:
-        config_at = Location(file, 1, 1)
-    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(builds))
+    parts = (file, queue, tuple(steps), tuple(builds), config_at)
     return _timeline(data, parts, lambda *_: Location(file, 1, 1), issues)
 
 
@@ -201,48 +190,41 @@ def located_timeline(doc: SourceDocument) -> Timeline:
             if step.queue != queue:
                 _check_queue(step.queue, where, issues)
         steps.append(step)
-    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
-    _check_history(history, doc, issues)
-    changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
-    for commit in (c for c in changes if c not in history):
-        where = doc.locate(("changes", commit), key=True)
-        issues.append(SpecIssue(where, f"changes: {commit!r} is not a commit of the history"))
     builds = []
     for index, raw in enumerate(data.get("builds", [])):
         build = _build(raw, doc.locate(("builds", index)), queue)
         if build.queue != queue:
             _check_queue(build.queue, build.location, issues)
         builds.append(build)
-    config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
-    parts = (doc.file, queue, tuple(steps), history, config_at, changes, tuple(builds))
+    parts = (doc.file, queue, tuple(steps), tuple(builds), doc.locate(("config",)))
     timeline = _timeline(data, parts, lambda path, key: doc.locate(path, key=key), issues)
     if timeline is None:
         raise SpecError(issues)
     return timeline
 
 
-_Parts = tuple[
-    str,
-    str,
-    tuple[TimelineStep, ...],
-    dict[str, tuple[str, ...]],
-    Location,
-    dict[str, Changes],
-    tuple[RecordedBuild, ...],
-]
+_Parts = tuple[str, str, tuple[TimelineStep, ...], tuple[RecordedBuild, ...], Location]
 
 
 def _timeline(
     data: dict[str, Any], parts: _Parts, locate: Locate, issues: list[SpecIssue]
 ) -> Timeline | None:
-    """The timeline of ``parts`` (file, queue, steps, history, where its config is,
-    changes, builds) with ``data``'s config, culprits and flake rate; ``None`` when
+    """The timeline of ``parts`` (file, queue, steps, builds, where its config is) with
+    ``data``'s history, changes, config, culprits and flake rate; ``None`` when
     ``issues`` holds any (these checks' or the caller's)."""
-    file, queue, steps, history, config_at, changes, builds = parts
+    file, queue, steps, builds, config_at = parts
+    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
+    _check_history(history, locate, issues)
+    changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
+    for commit in (c for c in changes if c not in history):
+        where = locate(("changes", commit), True)
+        issues.append(SpecIssue(where, f"changes: {commit!r} is not a commit of the history"))
     culprits, flake_rate = read_culprits(data, history, locate, issues)
     if issues:
         return None
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
+    if "config" not in data:
+        config_at = Location(file, 1, 1)
     return Timeline(
         file, queue, steps, config, history, config_at, changes, builds, culprits, flake_rate
     )
@@ -329,7 +311,7 @@ def _check_queue(queue: str, where: Location, issues: list[SpecIssue]) -> None:
 
 
 def _check_history(
-    history: dict[str, tuple[str, ...]], doc: SourceDocument, issues: list[SpecIssue]
+    history: dict[str, tuple[str, ...]], locate: Locate, issues: list[SpecIssue]
 ) -> None:
     """Report parents the graph does not define, and parent cycles, at their location.
 
@@ -343,7 +325,7 @@ def _check_history(
                     f"history: parent {parent!r} of commit {commit!r} is not a commit "
                     "of the history; list it with its own parents (a root has [])"
                 )
-                issues.append(SpecIssue(doc.locate(("history", commit, index)), message))
+                issues.append(SpecIssue(locate(("history", commit, index), False), message))
     # Place commits after their parents; what cannot be placed is on or behind a cycle
     # (an undefined parent, already reported above, counts as placed).
     _, pending = parents_first(
@@ -351,7 +333,7 @@ def _check_history(
     )
     for commit in sorted(pending):
         message = f"history: commit {commit!r} is on or descends from a parent cycle"
-        issues.append(SpecIssue(doc.locate(("history", commit)), message))
+        issues.append(SpecIssue(locate(("history", commit), False), message))
 
 
 def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineStep:
