@@ -31,7 +31,7 @@ from . import timeline_shape as shape
 from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
 from .timeline_culprits import Locate, read_culprits
-from .timeline_lines import is_lines, parse_lines
+from .timeline_lines import BULK, is_lines, parse_lines
 
 DEFAULT_QUEUE = "monorepo/main"
 #: The largest timeline file read: recorded history runs to tens of MB, policy files
@@ -133,7 +133,7 @@ def _fast_timeline(
     steps_data = data.get("steps")
     if type(steps_data) is not list or len(steps_data) != len(steps_at):
         return None
-    header = {k: v for k, v in data.items() if k not in shape.BULK_KEYS}
+    header = {k: v for k, v in data.items() if k not in BULK}
     if not shape.header_valid(header):
         return None
     history_data = data.get("history", {})
