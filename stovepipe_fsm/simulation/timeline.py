@@ -8,7 +8,7 @@ in :attr:`TimelineStep.expect` and is never applied to the world.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,14 @@ from ..machine.parameters import as_json, value_problems
 from . import timeline_shape as shape
 from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
-from .timeline_culprits import Locate, read_culprits
 from .timeline_lines import BULK, is_lines, parse_lines
 
 DEFAULT_QUEUE = "monorepo/main"
 #: The largest timeline file read: recorded history runs to tens of MB, policy files
 #: (bounded far lower) to a few KiB.
 MAX_TIMELINE_BYTES = 512 * 1024 * 1024
+
+Locate = Callable[[tuple[str | int, ...], bool], Location]
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,72 @@ def _timeline(
     return Timeline(
         file, queue, steps, config, history, config_at, changes, builds, culprits, flake_rate
     )
+
+
+# --- culprits: and flake_rate ---------------------------------------------------------
+# Which commits broke the build, and how flaky builds are (what :mod:`.builds` ends
+# builds with). The schema checks their shape; what it cannot see is checked here, each
+# at its location: a culprit (and its fix) must be a commit of the history, a fix must
+# descend from its culprit on the first-parent line (elsewhere it would fix nothing),
+# and both keys need recorded builds, whose durations the builds they end take.
+
+
+def read_culprits(
+    data: Mapping[str, Any],
+    history: Mapping[str, Sequence[str]],
+    locate: Locate,
+    issues: list[SpecIssue],
+) -> tuple[tuple[Culprit, ...] | None, float]:
+    """The declared culprits (``None`` when the timeline declares none) and the flake
+    rate of a timeline whose shape the schema accepted; problems go to ``issues``."""
+    flake_rate = float(data.get("flake_rate", 0.0))
+    culprits = None
+    if "culprits" in data:
+        listed = enumerate(data["culprits"])
+        culprits = tuple(_culprit(raw, i, history, locate, issues) for i, raw in listed)
+    for key in ("culprits", "flake_rate"):
+        if key in data and not data.get("builds"):
+            needs = "needs the timeline's recorded builds (builds:), whose durations the builds"
+            issues.append(SpecIssue(locate((key,), True), f"{key}: {needs} it ends take"))
+    return culprits, flake_rate
+
+
+def _culprit(
+    raw: str | Mapping[str, str],
+    index: int,
+    history: Mapping[str, Sequence[str]],
+    locate: Locate,
+    issues: list[SpecIssue],
+) -> Culprit:
+    commit = raw if isinstance(raw, str) else raw["commit"]
+    fixed_by = "" if isinstance(raw, str) else raw.get("fixed_by", "")
+    where = locate(("culprits", index), False)
+    problem = ""
+    if commit not in history:
+        problem = f"{commit!r} is not a commit of the history"
+    elif fixed_by and fixed_by not in history:
+        problem = f"fixed_by {fixed_by!r} is not a commit of the history"
+    elif fixed_by and not _on_first_parents(history, fixed_by, commit):
+        problem = (
+            f"fixed_by {fixed_by!r} does not descend from {commit!r} on its first-parent "
+            "line, so it fixes nothing"
+        )
+    if problem:
+        issues.append(SpecIssue(where, f"culprits[{index}]: {problem}"))
+    return Culprit(commit, fixed_by, where)
+
+
+def _on_first_parents(history: Mapping[str, Sequence[str]], head: str, commit: str) -> bool:
+    """Whether ``commit`` is a strict first-parent ancestor of ``head``."""
+    seen: set[str] = set()
+    parents = history.get(head, ())
+    while parents and parents[0] not in seen:
+        first = parents[0]
+        if first == commit:
+            return True
+        seen.add(first)
+        parents = history.get(first, ())
+    return False
 
 
 def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> list[SpecIssue]:
