@@ -58,7 +58,7 @@ from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound, Retryable
 from ..domain.hooks import HookEvent
 from ..domain.ids import parse_request_id
-from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
+from ..domain.settle import Attempt, Backoff, SettleKind, settle
 from ..pipeline import verbs
 from ..pipeline.ingest import IngestResult
 from ..pipeline.wiring import Ports, Stages, build_stages
@@ -366,11 +366,10 @@ class World:
         """
         self._start_builds()
         pending = self.broker.find(message.seq)
+        max_attempts = self.config.get(message.queue).max_attempts
+        failures = (pending or message).failures
         decision = settle(
-            attempt,
-            failures=(pending or message).failures,
-            max_attempts=self.config.get(message.queue).max_attempts,
-            backoff=RETRY_BACKOFF,
+            attempt, failures=failures, max_attempts=max_attempts, backoff=RETRY_BACKOFF
         )
         if pending is not None:
             pending.failures = decision.failures
@@ -381,7 +380,9 @@ class World:
                 self.holds += 1
             elif decision.kind is SettleKind.RETRY:
                 pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
-                self._note_retry(pending, decision)
+                if self.trail is not None:  # noted, as the service notes it before its NAK
+                    retry = (pending.queue, pending.request_id, pending.seq, decision, max_attempts)
+                    run_sync(self.stages.note_retry(*retry))
             elif decision.kind is SettleKind.NONE:
                 pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once
             elif decision.kind is SettleKind.DEAD_LETTER:
@@ -389,17 +390,6 @@ class World:
         outcome = attempt.outcome or RAISED_OUTCOMES[decision.kind]
         return DeliveryReport(
             message.seq, message.request_id, outcome, detail or decision.reason, before
-        )
-
-    def _note_retry(self, message: Message, decision: Settlement) -> None:
-        """The failed attempt in the trail, as the service notes it before its NAK."""
-        if self.trail is None:
-            return
-        max_attempts = self.config.get(message.queue).max_attempts
-        run_sync(
-            self.stages.note_retry(
-                message.queue, message.request_id, message.seq, decision, max_attempts
-            )
         )
 
     def _dead_letter(self, message: Message, reason: str) -> None:
