@@ -186,8 +186,8 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
         verb = "created" if result.created else "existing"
         sent = "published" if result.published else "not published"
         return [f"{result.request_id} ({verb}, {sent})"]
-    if kind == "deliver":
-        report = world.deliver_next()
+    if kind in ("deliver", "stall"):
+        report = world.stall(step.value) if kind == "stall" else world.deliver_next()
         return [say(world, report)] if report else ["nothing due"]
     if kind == "run":
         out = []
@@ -208,9 +208,6 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
     if kind == "advance_ms":
         world.advance(step.amount)
         return [f"clock at {world.clock.now_ms()} ms"]
-    if kind == "stall":
-        report = world.stall(step.value)
-        return [say(world, report)] if report else ["nothing due"]
     if kind == "crash":
         world.armed_crash = step.value
         return [f"next delivery reaching {step.value} dies there"]

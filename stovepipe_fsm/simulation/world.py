@@ -79,9 +79,9 @@ ADMIT_CRASH_POINTS = (
     "after_announce",
     "after_publish_build",
 )
-#: After a policy with the ``preempt`` role ended older heads' builds, before R's admission.
-PREEMPT_CRASH_POINT = "after_preempt_older_builds"
-CRASH_POINTS = (*ADMIT_CRASH_POINTS, PREEMPT_CRASH_POINT)
+# The last: after a policy with the ``preempt`` role ended older heads' builds, before
+# R's admission.
+CRASH_POINTS = (*ADMIT_CRASH_POINTS, "after_preempt_older_builds")
 # Where a delivery can be stalled in hand: after loading the queue (the coalesce and
 # gate decisions are then taken on what it loaded), after deriving the strategy, and at
 # every crash point of the admit path.
@@ -99,8 +99,6 @@ RAISED_OUTCOMES = {
 
 #: What a delivery's flow ends with: a decision, or a pause in hand.
 Flowed = Decision | PausedDelivery
-
-RECORDED_FAILURE = "every delivery of this head failed in the recorded run"
 
 
 class RecordedFailure(Retryable):
@@ -266,31 +264,26 @@ class World:
 
     @property
     def stages(self) -> Stages:
-        """This world's stages, built on its own ports the first time they are needed."""
-        stages = self._stages
-        if stages is None:
-            stages = self._stages = build_stages(
-                self.machines,
-                self.ports(),
-                metrics=self.metrics,
-                lifecycle_factory=self.lifecycle_factory,
+        """This world's stages, built the first time they are needed on its own ports: its
+        stores, config, topic, commit graph, clock and trail."""
+        if self._stages is None:
+            ports = Ports(
+                requests=self.requests,
+                queues=self.queues,
+                uri_index=self.uri_index,
+                counter=self.counter,
+                config=self.config,
+                source_control=MemorySourceControlProvider(default=self.graph),
+                publisher=SimPublisher(self),
+                clock=self.clock,
+                trail=self.trail,
+                searches=self.searches,
             )
-        return stages
-
-    def ports(self) -> Ports:
-        """This world's stores, config, topic, commit graph, clock and trail."""
-        return Ports(
-            requests=self.requests,
-            queues=self.queues,
-            uri_index=self.uri_index,
-            counter=self.counter,
-            config=self.config,
-            source_control=MemorySourceControlProvider(default=self.graph),
-            publisher=SimPublisher(self),
-            clock=self.clock,
-            trail=self.trail,
-            searches=self.searches,
-        )
+            factory = self.lifecycle_factory
+            self._stages = build_stages(
+                self.machines, ports, metrics=self.metrics, lifecycle_factory=factory
+            )
+        return self._stages
 
     # --- steps -------------------------------------------------------------------
 
@@ -304,7 +297,8 @@ class World:
         that delivery after it, in hand (:meth:`stall`)."""
         message.deliveries += 1
         if message.request_id in self.failing:
-            return self._failed(message, RecordedFailure(RECORDED_FAILURE), before="")
+            failure = RecordedFailure("every delivery of this head failed in the recorded run")
+            return self._failed(message, failure, before="")
         # Recorded so a report can tell an admission from the re-announce of a request
         # that was already processing: both end with the request processing.
         before = self._state_of(message.request_id)
@@ -473,10 +467,7 @@ class World:
 
     def next_event(self) -> DeliveryReport | Request | None:
         """Run the first thing due now: a build's end, else a delivery (``None``: none)."""
-        ended = self.end_due_build()
-        if ended is not None:
-            return ended
-        return self.deliver_next()
+        return self.end_due_build() or self.deliver_next()
 
     def run_for(self, ms: int, limit: int) -> list[DeliveryReport | Request]:
         """Move the clock ``ms`` on, running every delivery and ending every build at the
