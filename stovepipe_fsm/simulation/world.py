@@ -143,24 +143,31 @@ class InHand:
         )
 
 
+@dataclass(frozen=True)
 class SimPublisher:
-    """Process messages go to the world's topic; every publish is recorded, and a build
-    published is started when its delivery settles (when the world models builds)."""
+    """Process messages go to the world's topic; every publish is recorded, and the
+    request of every build published goes to ``builds`` (when the world models builds).
 
-    def __init__(self, world: World) -> None:
-        self.world = world
+    It holds the world's parts, not the world: a world reaching itself through its
+    stages would be a cycle only the collector frees, and ``check`` drops many worlds.
+    """
+
+    broker: SimBroker
+    clock: ManualClock
+    record: MemoryPublisher
+    builds: list[str] | None
 
     async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
-        await self.world.published.publish_process(queue, request_id, partition)
-        self.world.broker.publish(queue, request_id, self.world.clock.now_ms())
+        await self.record.publish_process(queue, request_id, partition)
+        self.broker.publish(queue, request_id, self.clock.now_ms())
 
     async def publish_build(self, queue: str, request_id: str) -> None:
-        await self.world.published.publish_build(queue, request_id)
-        if self.world.builds is not None:
-            self.world.published_builds.append(request_id)
+        await self.record.publish_build(queue, request_id)
+        if self.builds is not None:
+            self.builds.append(request_id)
 
     async def publish_hook(self, event: HookEvent) -> None:
-        await self.world.published.publish_hook(event)
+        await self.record.publish_hook(event)
 
 
 class World:
@@ -267,6 +274,7 @@ class World:
         """This world's stages, built the first time they are needed on its own ports: its
         stores, config, topic, commit graph, clock and trail."""
         if self._stages is None:
+            builds = self.published_builds if self.builds is not None else None
             ports = Ports(
                 requests=self.requests,
                 queues=self.queues,
@@ -274,7 +282,7 @@ class World:
                 counter=self.counter,
                 config=self.config,
                 source_control=MemorySourceControlProvider(default=self.graph),
-                publisher=SimPublisher(self),
+                publisher=SimPublisher(self.broker, self.clock, self.published, builds),
                 clock=self.clock,
                 trail=self.trail,
                 searches=self.searches,
