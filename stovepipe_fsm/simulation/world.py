@@ -97,9 +97,6 @@ RAISED_OUTCOMES = {
 }
 
 
-#: What a delivery's flow ends with: a decision, or a pause in hand.
-Flowed = Decision | PausedDelivery
-
 
 class RecordedFailure(Retryable):
     """The failure of a delivery a timeline says fails (``failing``): what a live run's
@@ -309,10 +306,11 @@ class World:
             return self._failed(message, failure, before="")
         # Recorded so a report can tell an admission from the re-announce of a request
         # that was already processing: both end with the request processing.
-        before = self._state_of(message.request_id)
+        request = self.find_request(message.request_id)
+        before = request.state if request is not None else ""
         controller = self.stages.controller
         probe = self._probe if self.armed_crash else None
-        flow: Coroutine[Any, Any, Flowed]
+        flow: Coroutine[Any, Any, Decision | PausedDelivery]
         if point:
             action = point.removeprefix("after_")
             flow = controller.begin(message, pause_after=action, probe=probe)
@@ -323,7 +321,7 @@ class World:
     def _run(
         self,
         message: Message,
-        flow: Coroutine[Any, Any, Flowed],
+        flow: Coroutine[Any, Any, Decision | PausedDelivery],
         before: str,
         point: str = "",
         detail: str = "",
@@ -429,10 +427,6 @@ class World:
         probe = self._probe if self.armed_crash else None
         flow = self.stages.controller.resume(held.paused, probe=probe)
         return self._run(held.message, flow, held.state_before, detail=settled)
-
-    def _state_of(self, request_id: str) -> str:
-        request = self.find_request(request_id)
-        return request.state if request is not None else ""
 
     def find_request(self, request_id: str) -> Request | None:
         """The request ``request_id`` as stored; ``None`` when there is none."""
