@@ -245,7 +245,7 @@ class Rig:
         async def green(request_id: str) -> None:
             for _ in range(5):  # a bounded retry of a lost compare-and-set race
                 try:
-                    await self.load.record.complete(request_id, "succeeded")
+                    await self.load.stages.record.complete(request_id, "succeeded")
                     break
                 except (Retryable, VersionMismatch):
                     await asyncio.sleep(0.005)
@@ -265,7 +265,7 @@ class Rig:
             await asyncio.wait(pending, timeout=5.0)
 
     async def ingest(self, queue: str, uri: str) -> str:
-        return (await self.load.ingest.ingest(queue, uri)).request_id
+        return (await self.load.stages.ingest.ingest(queue, uri)).request_id
 
     async def start_service(self, queues: list[str], observer: Any) -> Service:
         service = Service(
@@ -287,7 +287,7 @@ class Rig:
     async def leftovers(self, request_ids: list[str]) -> tuple[Counter[str], int]:
         """Request states and messages left in the process stream (untimed check)."""
         states: Counter[str] = Counter()
-        requests = self.load.lifecycle.requests
+        requests = self.load.stages.lifecycle.requests
         for request_id in request_ids:
             states[(await requests.get(request_id)).state] += 1
         deadline = time.monotonic() + 5.0
@@ -408,7 +408,7 @@ async def latency(url: str, machines: ProcessMachines, samples: int) -> Latency:
     admitted: dict[str, float] = {}
     green: set[str] = set()
     service = await rig.start_service([queue], lambda *args: None)
-    controller = service.crew.pipeline.controller
+    controller = service.crew.pipeline.stages.controller
     stamping = StampingPublisher(
         controller.services.publisher,
         lambda request_id: admitted.setdefault(request_id, time.perf_counter()),
@@ -476,7 +476,7 @@ async def ours_admit(rig: Rig, counter: OpCounter, n: int, offset: int) -> Rate:
     queue = f"bench/admit{offset}"
     consumer = await _consumer(rig, queue)
     spans = Spans()
-    record = rig.load.record
+    record = rig.load.stages.record
     try:
         for i in range(n + 1):
             request_id = await rig.ingest(queue, sha(offset + i + 1))
@@ -526,7 +526,7 @@ async def _consumer(rig: Rig, queue: str) -> ProcessConsumer:
         js,
         rig.topology,
         queue,
-        handler=KeptAlive(pipeline.controller, DEFAULT_ACK_WAIT_S),
+        handler=KeptAlive(pipeline.stages.controller, DEFAULT_ACK_WAIT_S),
         inbox=rig.inbox,
         config=bench_config(),
         ledger=pipeline.ledger,
@@ -934,7 +934,7 @@ async def ingest_rates(url: str, machines: ProcessMachines, n: int, queues: int)
     await rig.open()
     await ensure_topology(rig.load_nc.jetstream(), rig.topology)
     counter = OpCounter(rig.load_nc)
-    ingest = rig.load.ingest
+    ingest = rig.load.stages.ingest
     floor = IngestFloor(rig)
     await floor.open()
     try:

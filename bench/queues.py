@@ -331,7 +331,7 @@ async def admit_latencies(
         for n, queue in enumerate(chosen, start=1):
             await asyncio.sleep(0.05)  # light load: one head at a time, a little apart
             started = time.perf_counter()
-            await pipeline.ingest.ingest(queue, f"{n:040x}")
+            await pipeline.stages.ingest.ingest(queue, f"{n:040x}")
             published = time.perf_counter()
             try:
                 await asyncio.wait_for(builds.get(), 10.0)

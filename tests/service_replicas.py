@@ -61,10 +61,10 @@ async def admit_a_head_of_each(
     load = await open_pipeline(
         js, topology, load_process_machines("machines"), StaticConfigStore(config)
     )
-    ids = [(await load.ingest.ingest(queue, "A")).request_id for queue in queues]
+    ids = [(await load.stages.ingest.ingest(queue, "A")).request_id for queue in queues]
 
     async def admitted() -> bool:
-        states = [(await load.lifecycle.requests.get(rid)).state for rid in ids]
+        states = [(await load.stages.lifecycle.requests.get(rid)).state for rid in ids]
         return states == ["processing"] * len(ids)
 
     await wait_for(admitted, "a head of every queue admitted", 60)

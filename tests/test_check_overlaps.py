@@ -87,6 +87,23 @@ def test_a_paused_flow_resumes_to_what_an_uninterrupted_run_does(
     assert observe(paused) == observe(plain)
 
 
+def test_a_stalled_delivery_of_a_failing_head_fails_as_every_delivery_of_it_does(
+    machines: ProcessMachines,
+) -> None:
+    """A timeline's ``failing`` step makes every delivery of the head fail: one stalled
+    in hand too, which then fails before its first action and is never in hand."""
+    plain, stalled = (setup_for(machines).new_world() for _ in range(2))
+    for world in (plain, stalled):
+        world.ingest(Q, "A1")
+        world.fail_deliveries(A1)
+    expected = plain.deliver_next()
+    report = stalled.stall("after_claim_slot")
+    assert report == expected and report.outcome == "retry"
+    assert not stalled.in_hand
+    assert state_of(stalled, A1) == "accepted"
+    assert stalled.raised == plain.raised
+
+
 def test_a_stalled_delivery_is_forked_with_its_world(machines: ProcessMachines) -> None:
     world = setup_for(machines).new_world()
     world.ingest(Q, "A1")
@@ -98,8 +115,8 @@ def test_a_stalled_delivery_is_forked_with_its_world(machines: ProcessMachines) 
     world.stall("after_claim_slot")
     twin = world.clone()
     (mine,), (theirs,) = world.in_hand, twin.in_hand
-    assert theirs.paused.ctx.services is twin.controller.services
-    assert theirs.delivery.world is twin
+    assert theirs.paused.ctx.services is twin.stages.controller.services
+    assert theirs.paused.ctx.delivery is theirs.message
     assert theirs.message is twin.broker.find(mine.message.seq)
 
     twin.resume(A1)

@@ -45,7 +45,7 @@ def test_a_retry_that_ignores_a_newer_head_is_caught(
     def blind_retry(world: World, request_id: str) -> verbs.RetryResult:
         return run_sync(
             verbs.retry(
-                world.lifecycle,
+                world.stages.lifecycle,
                 world.stages.ingest,
                 world.uri_index,
                 request_id,

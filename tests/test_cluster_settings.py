@@ -377,8 +377,9 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
 ) -> None:
     machines = load_process_machines("machines")
     pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
-    ids = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B", "C", "D")]
-    lifecycle = pipeline.lifecycle
+    ingest = pipeline.stages.ingest
+    ids = [(await ingest.ingest("q", uri)).request_id for uri in ("A", "B", "C", "D")]
+    lifecycle = pipeline.stages.lifecycle
     roles = machines.roles
     # A and B: superseded by C (terminal); C: admitted and finished (last green);
     # D: the latest head, still waiting (live).
@@ -386,7 +387,7 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
         await lifecycle.supersede(await lifecycle.requests.get(old), ids[2])
     third = await lifecycle.requests.get(ids[2])
     admitted = await lifecycle.admit(third, await lifecycle.plan_admit(third), "full", "")
-    await pipeline.record.complete(admitted.id, roles.green_outcome.name)
+    await pipeline.stages.record.complete(admitted.id, roles.green_outcome.name)
     terminal = machines.request.terminal
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2)
 
@@ -397,7 +398,7 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
         js_env.js, js_env.topology, terminal, 86400.0, now=later, dry_run=True
     )
     assert sorted(dry.pruned) == ids[:2]
-    assert await pipeline.ingest.uri_index.get("q", "A") == ids[0]  # dry run: all there
+    assert await pipeline.stages.ingest.uri_index.get("q", "A") == ids[0]  # dry run: all there
 
     report = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
     assert sorted(report.pruned) == ids[:2]
@@ -405,9 +406,9 @@ async def test_prune_removes_only_old_terminal_requests_nothing_named_by_a_queue
     assert report.live == 1
     for pruned, uri in zip(ids[:2], "AB", strict=True):
         assert not await _exists(pipeline, pruned)
-        assert await pipeline.ingest.uri_index.get("q", uri) is None
+        assert await pipeline.stages.ingest.uri_index.get("q", uri) is None
     assert await _exists(pipeline, ids[2]) and await _exists(pipeline, ids[3])
-    assert await pipeline.ingest.uri_index.get("q", "D") == ids[3]
+    assert await pipeline.stages.ingest.uri_index.get("q", "D") == ids[3]
     again = await prune_terminal_requests(js_env.js, js_env.topology, terminal, 86400.0, now=later)
     assert again.pruned == []
 
@@ -419,8 +420,8 @@ async def test_prune_keeps_the_red_head_and_the_probes_a_culprit_search_names(
     missing would be started again: neither is removed while the queue's row names it."""
     machines = load_process_machines("machines")
     pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
-    a, b, c, d = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in "ABCD"]
-    lifecycle = pipeline.lifecycle
+    a, b, c, d = [(await pipeline.stages.ingest.ingest("q", uri)).request_id for uri in "ABCD"]
+    lifecycle = pipeline.stages.lifecycle
     for old in (a, b, c):
         await lifecycle.supersede(await lifecycle.requests.get(old), d)
     search = CulpritSearch("q", "searching", red_request_id=a, probes=(Probe(b, "B"),))
@@ -443,8 +444,8 @@ async def _kept_on(js_env: JsEnv, bucket: str, key: str) -> int:
 async def test_prune_removes_the_delete_markers_of_earlier_runs(js_env: JsEnv) -> None:
     machines = load_process_machines("machines")
     pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
-    a, b = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
-    lifecycle, terminal = pipeline.lifecycle, machines.request.terminal
+    a, b = [(await pipeline.stages.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
+    lifecycle, terminal = pipeline.stages.lifecycle, machines.request.terminal
     await lifecycle.supersede(await lifecycle.requests.get(a), b)
     topology = js_env.topology
     request_key, entry_key = request_key_of(a), uri_key("q", "A")
@@ -462,10 +463,10 @@ async def test_prune_removes_the_delete_markers_of_earlier_runs(js_env: JsEnv) -
     assert again.pruned == [] and again.purged_markers == 2
     assert await _kept_on(js_env, topology.requests_bucket, request_key) == 0
     assert await _kept_on(js_env, topology.uris_bucket, entry_key) == 0
-    assert await pipeline.ingest.uri_index.get("q", "B") == b
+    assert await pipeline.stages.ingest.uri_index.get("q", "B") == b
     # The head reported again is a new request, its uri entry written where the marker was.
-    back = await pipeline.ingest.ingest("q", "A")
-    assert back.created and await pipeline.ingest.uri_index.get("q", "A") == back.request_id
+    back = await pipeline.stages.ingest.ingest("q", "A")
+    assert back.created and await pipeline.stages.ingest.uri_index.get("q", "A") == back.request_id
 
 
 async def test_a_marker_purge_keeps_a_value_written_after_the_marker(js_env: JsEnv) -> None:
@@ -486,12 +487,13 @@ async def test_prune_keeps_every_recent_green_a_queue_row_lists(js_env: JsEnv) -
     trail names its request: it is not pruned, though it is no longer last green."""
     machines = load_process_machines("machines")
     pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
-    lifecycle = pipeline.lifecycle
+    lifecycle = pipeline.stages.lifecycle
     ids = []
     for uri in ("A", "B"):
-        head = await lifecycle.requests.get((await pipeline.ingest.ingest("q", uri)).request_id)
+        ingested = await pipeline.stages.ingest.ingest("q", uri)
+        head = await lifecycle.requests.get(ingested.request_id)
         admitted = await lifecycle.admit(head, await lifecycle.plan_admit(head), "full", "")
-        await pipeline.record.complete(admitted.id, machines.roles.green_outcome.name)
+        await pipeline.stages.record.complete(admitted.id, machines.roles.green_outcome.name)
         ids.append(head.id)
     row = await lifecycle.queues.get("q")
     assert row.last_green_request_id == ids[1]
@@ -506,7 +508,7 @@ async def _exists(pipeline: Any, request_id: str) -> bool:
     from stovepipe_fsm.domain.errors import NotFound
 
     try:
-        await pipeline.lifecycle.requests.get(request_id)
+        await pipeline.stages.lifecycle.requests.get(request_id)
     except NotFound:
         return False
     return True
@@ -515,7 +517,7 @@ async def _exists(pipeline: Any, request_id: str) -> bool:
 async def test_the_service_prunes_by_itself_when_told_to(js_env: JsEnv) -> None:
     machines = load_process_machines("machines")
     pipeline = await open_pipeline(js_env.js, js_env.topology, machines, StaticConfigStore(CONFIG))
-    old, latest = [(await pipeline.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
+    old, latest = [(await pipeline.stages.ingest.ingest("q", uri)).request_id for uri in ("A", "B")]
     options = replace(FAST, prune_older_than_s=1.0, prune_interval_s=0.2)
     async with running_service(js_env.server, js_env.topology, CONFIG, options=options):
 
@@ -523,7 +525,7 @@ async def test_the_service_prunes_by_itself_when_told_to(js_env: JsEnv) -> None:
             return not await _exists(pipeline, old)
 
         await wait_for(old_gone, "the superseded request pruned")
-        assert await pipeline.ingest.uri_index.get("q", "A") is None
+        assert await pipeline.stages.ingest.uri_index.get("q", "A") is None
         await asyncio.sleep(1.5)  # well past the bound: the latest request is never pruned
         assert await _exists(pipeline, latest)
-        assert await pipeline.ingest.uri_index.get("q", "B") == latest
+        assert await pipeline.stages.ingest.uri_index.get("q", "B") == latest

@@ -106,11 +106,11 @@ def test_a_world_and_its_fork_run_their_own_stages_on_their_own_stores() -> None
     world.ingest(Q, "A")
     twin = world.clone()
     for each in (world, twin):
-        services = each.controller.services
+        services = each.stages.controller.services
         assert services.requests is each.requests and services.queues is each.queues
         assert services.config is each.config
-        assert each.ingester.uri_index is each.uri_index
-    assert twin.controller is not world.controller
+        assert each.stages.ingest.uri_index is each.uri_index
+    assert twin.stages.controller is not world.stages.controller
     twin.ingest(Q, "B")
     twin.deliver_next()
     assert [r.uri for r in world.requests.snapshot()] == ["A"]

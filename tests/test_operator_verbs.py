@@ -57,7 +57,7 @@ def do_cancel(w: World, request_id: str, machine: CompiledLifecycle = MACHINES.r
 
 
 def do_retry(w: World, request_id: str):  # type: ignore[no-untyped-def]
-    return run_sync(retry(lifecycle(w), w.ingester, w.uri_index, request_id, by="op"))
+    return run_sync(retry(lifecycle(w), w.stages.ingest, w.uri_index, request_id, by="op"))
 
 
 def request_machine(edits: tuple[tuple[str, str], ...], *conditions: str) -> CompiledLifecycle:
@@ -376,7 +376,7 @@ def test_two_retries_at_once_make_one_request() -> None:
         async def repoint(self, queue: str, uri: str, expected: str, request_id: str) -> str:
             if self.other is None:
                 try:
-                    self.other = await retry(lifecycle(w), w.ingester, w.uri_index, A1)
+                    self.other = await retry(lifecycle(w), w.stages.ingest, w.uri_index, A1)
                 except IllegalOperation as refused:
                     self.other = refused
             return await w.uri_index.repoint(queue, uri, expected, request_id)
@@ -399,8 +399,8 @@ def test_a_retry_that_finds_the_same_head_retried_since_joins_it() -> None:
     w.ingest(Q, "A1")
     w.deliver_next()
     w.complete(A1, "failed")
-    first = run_sync(retry(lifecycle(w), w.ingester, w.uri_index, A1))
-    second = run_sync(retry(lifecycle(w), w.ingester, w.uri_index, A1))
+    first = run_sync(retry(lifecycle(w), w.stages.ingest, w.uri_index, A1))
+    second = run_sync(retry(lifecycle(w), w.stages.ingest, w.uri_index, A1))
     assert first.created and not second.created
     assert first.request_id == second.request_id == A2
 
@@ -413,7 +413,7 @@ def test_a_retry_racing_a_new_head_never_takes_an_id_above_it() -> None:
     w.ingest(Q, "A1")
     w.deliver_next()
     w.complete(A1, "failed")
-    counter = w.ingester.counter
+    counter = w.stages.ingest.counter
 
     class RacingCounter:
         async def next(self, queue: str) -> int:
@@ -439,7 +439,7 @@ def test_a_retry_racing_a_new_head_never_takes_an_id_above_it() -> None:
 def replace_index(w: World, index: object):  # type: ignore[no-untyped-def]
     from stovepipe_fsm.pipeline.ingest import Ingest
 
-    ingest = w.ingester
+    ingest = w.stages.ingest
     return Ingest(
         initial_state=ingest.initial_state,
         requests=ingest.requests,
@@ -494,7 +494,7 @@ def test_a_queue_that_validates_every_head_retries_one_behind_a_newer_head() -> 
     again = run_sync(
         retry(
             lifecycle(w),
-            w.ingester,
+            w.stages.ingest,
             w.uri_index,
             A1,
             coalesces=queue_coalesces(machines.coalesces, keeps_every_head),

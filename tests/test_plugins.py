@@ -96,7 +96,7 @@ def drain(w: World) -> None:
 
 def test_a_plugin_beside_the_machines_is_loaded_and_runs_on_the_delivery_context() -> None:
     w = world(FIXTURE / "machines")
-    metrics = w.controller.services.metrics
+    metrics = w.stages.controller.services.metrics
     w.ingest(Q, "A")
     drain(w)  # 00:00 UTC: inside the freeze
     [request] = w.requests.snapshot()
@@ -350,7 +350,7 @@ def test_a_request_condition_guards_a_lifecycle_trigger(tmp_path: Path) -> None:
     drain(w)
     [request] = w.requests.snapshot()
     assert (request.state, request.build_strategy) == ("processing", "full")
-    lifecycle = w.lifecycle
+    lifecycle = w.stages.lifecycle
     assert run_sync(lifecycle.plan(request, "cancel")).dest == "cancelled"
     incremental = replace(request, build_strategy="incremental_since_green")
     with pytest.raises(IllegalTransition, match="had its conditions met"):
@@ -391,7 +391,7 @@ def guarded_cancel(tmp_path: Path, body: str) -> tuple[World, Request]:
 
 def offloaded(w: World) -> RequestLifecycle:
     """The world's request lifecycle as a service builds it: plugin guards offloaded."""
-    lc = w.lifecycle
+    lc = w.stages.lifecycle
     return RequestLifecycle(lc.machine, lc.roles, lc.requests, lc.queues, offload=True)
 
 

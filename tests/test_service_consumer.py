@@ -91,7 +91,7 @@ async def test_held_head_is_a_barrier_for_its_own_queue_only(js_env) -> None:
             return run.events.count("held", c) >= 1
 
         await wait_for(c_held, "C held")
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         await run.wait_state(c, "processing")
         request = await run.request(c)
         assert (request.build_strategy, request.base_uri) == ("incremental_since_green", "A")
@@ -121,7 +121,7 @@ async def test_retries_then_dead_letters_and_reconciles(js_env) -> None:
     ) as run:
         a = await run.ingest(Q1, "A")
         await run.wait_state(a, "processing")
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         graph.set_available(False)  # ancestry of B against last green A now fails
         b = await run.ingest(Q1, "B")
         await run.wait_state(b, "failed")
@@ -209,7 +209,7 @@ async def test_a_retried_message_that_succeeds_leaves_no_failure_record(js_env) 
     ) as run:
         a = await run.ingest(Q1, "A")
         await run.wait_state(a, "processing")
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         graph.set_available(False)
         b = await run.ingest(Q1, "B")
 

@@ -164,7 +164,7 @@ async def culprit_service(js_env: Any, repo: Repo) -> AsyncIterator[tuple[Runnin
     provider = GitSourceControlProvider({QUEUE: repo.path})
     async with running_service(js_env.server, js_env.topology, config, provider=provider) as run:
         cursors = KvRefCursors(await open_cell(js_env.js, js_env.topology.service_bucket))
-        yield run, Poller(run.pipeline.ingest, cursors)
+        yield run, Poller(run.pipeline.stages.ingest, cursors)
 
 
 async def poll(poller: Poller, repo: Repo) -> list[str]:

@@ -70,7 +70,7 @@ async def run_walkthrough(run: Running) -> dict[str, str]:
     assert detail["parameters"]["gate_wait_delay_ms"] == 200
     text = render_status(doc)
     assert f"holding: {ids['A']} for " in text and "waiting: 1, oldest F for " in text
-    await run.pipeline.record.complete(ids["A"], "succeeded")
+    await run.pipeline.stages.record.complete(ids["A"], "succeeded")
     await run.wait_state(ids["F"], "processing")
     return ids
 
@@ -151,7 +151,7 @@ async def test_explain_tells_the_walkthrough_and_survives_a_restart(js_env, tmp_
 
     # A second service on the same broker: every record still there, none doubled.
     async with running_service(js_env.server, js_env.topology, config, provider=provider) as run:
-        await run.pipeline.record.complete(ids["F"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["F"], "succeeded")
         await run.wait_state(ids["F"], "succeeded")
         after = {uri: await explain(js_env, rid) for uri, rid in ids.items()}
     for uri in "ABCDE":

@@ -57,7 +57,7 @@ async def test_after_a_force_push_the_next_admission_builds_on_the_older_green(
         for name in "ABC":
             ids[name] = await run.ingest(QUEUE, name)
             await run.wait_state(ids[name], "processing")
-            await run.pipeline.record.complete(ids[name], "succeeded")
+            await run.pipeline.stages.record.complete(ids[name], "succeeded")
             await run.wait_state(ids[name], "succeeded")
         row = await run.queue(QUEUE)
         assert [(g.uri, g.request_id) for g in row.greens] == [

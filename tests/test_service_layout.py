@@ -65,7 +65,7 @@ async def test_an_old_layout_store_runs_on_this_release(js_env) -> None:
     ]
     config = {"defaults": {"gate_wait_delay_ms": 100}}
     async with running_service(js_env.server, js_env.topology, config) as run:
-        await run.pipeline.record.complete(A, "succeeded")
+        await run.pipeline.stages.record.complete(A, "succeeded")
         await run.wait_state(B, "processing")
         a, b = await run.request(A), await run.request(B)
     assert a.state == "succeeded" and a.ended_at_ms > 0 and a.admitted_at_ms == 0
@@ -81,7 +81,7 @@ async def test_request_layout_one_keeps_rows_readable_by_the_older_release(js_en
     await seed_old_store(js_env.js, old_readers)
     config = {"defaults": {"gate_wait_delay_ms": 100}}
     async with running_service(js_env.server, old_readers, config) as run:
-        await run.pipeline.record.complete(A, "succeeded")
+        await run.pipeline.stages.record.complete(A, "succeeded")
         await run.wait_state(B, "processing")
     bucket = await js_env.js.key_value(old_readers.requests_bucket)
     for rid in (A, B):

@@ -309,7 +309,7 @@ async def test_complete_by_uri_names_the_request_building_that_commit(js_env) ->
         building = await running.ingest(QUEUE, "P0")
         await running.wait_state(building, "processing")
         await running.ingest(QUEUE, "P1")
-        returned = await running.pipeline.ingest.ingest(QUEUE, "P0", at_head=True)
+        returned = await running.pipeline.stages.ingest.ingest(QUEUE, "P0", at_head=True)
         assert returned.returned and returned.request_id != building
         answer = await complete(options(js_env), js_env.topology, QUEUE, "P0", "failed", WAIT_S)
         assert answer["request_id"] == building

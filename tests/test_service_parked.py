@@ -49,7 +49,7 @@ async def test_a_head_into_a_parked_queue_is_admitted_at_once(nats_server: NatsS
         # request the loop parked after the hold, and is admitted when the slot frees.
         second = await run.ingest(QUEUE, "B")
         await wait_for(lambda: _count(run, "held", second), f"{second} to be held", timeout=SOON_S)
-        await run.pipeline.record.complete(first, "succeeded")
+        await run.pipeline.stages.record.complete(first, "succeeded")
         await run.wait_state(second, "processing", timeout=SOON_S)
 
 
@@ -143,7 +143,7 @@ async def test_two_parked_replicas_share_the_queues_and_settle_each_head_once(
             request_id = await one.ingest(queue, f"h{n}")
             ids.append(request_id)
             await one.wait_state(request_id, "processing", timeout=SOON_S)
-            await one.pipeline.record.complete(request_id, "succeeded")
+            await one.pipeline.stages.record.complete(request_id, "succeeded")
         for request_id in ids:
             await one.wait_state(request_id, "succeeded", timeout=SOON_S)
         admitted = sum(

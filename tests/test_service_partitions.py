@@ -149,7 +149,7 @@ async def test_a_head_published_on_the_old_partition_is_moved_to_the_queues_own(
         topology = Topology.isolated(unique_tag())
         async with running_service(server, topology, config_of(queues)) as run:
             moved = next(q for q in queues if run.service.crew.queues.consumers[q].partition == 1)
-            ingest = run.pipeline.ingest
+            ingest = run.pipeline.stages.ingest
             ingest.publisher = StalePublisher(ingest.publisher)
             rid = await run.ingest(moved, "A")
             await run.wait_state(rid, "processing")

@@ -220,7 +220,7 @@ async def test_when_the_failure_count_cannot_be_stored_the_message_is_nakked_wit
     ) as run:
         a = await run.ingest(Q1, "A")
         await run.wait_state(a, "processing")
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         attempts = f"KV_{js_env.topology.attempts_bucket}"
         info = await js_env.js.stream_info(attempts)
         await js_env.js.update_stream(dataclasses.replace(info.config, max_msg_size=1))

@@ -337,7 +337,7 @@ async def test_culprit_yaml_added_under_the_running_service_starts_searches(
             CONFIG + "queues: {team/app: {probe_slots: 1}}\n"
         )
         assert await run.service.crew.policy.reload()
-        d = (await run.pipeline.ingest.ingest(QUEUE, "D")).request_id
+        d = (await run.pipeline.stages.ingest.ingest(QUEUE, "D")).request_id
         await run.wait_state(d, "processing")
         await run.pipeline.record_outcome(d, "failed")
         search = await run.pipeline.ports.searches.get(QUEUE)

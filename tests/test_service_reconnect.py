@@ -31,7 +31,7 @@ async def test_service_keeps_working_across_a_broker_restart(tmp_path) -> None:
             await run.wait_state(a, "processing")
             await asyncio.to_thread(server.restart)
             b = await asyncio.wait_for(_ingest_when_back(run, "B"), 20)
-            await run.pipeline.record.complete(a, "succeeded")
+            await run.pipeline.stages.record.complete(a, "succeeded")
             await run.wait_state(b, "processing")
             assert run.service.health.problems() == []
             assert (await run.request(b)).base_uri == "A"

@@ -20,6 +20,7 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWX"
 async def test_a_retry_racing_a_new_head_never_becomes_latest(js_env) -> None:  # type: ignore[no-untyped-def]
     async with running_service(js_env.server, js_env.topology, CONFIG) as run:
         pipeline = run.pipeline
+        stages = pipeline.stages
 
         async def idle() -> bool:
             return (await run.queue(Q)).slot_holders == ()
@@ -29,11 +30,11 @@ async def test_a_retry_racing_a_new_head_never_becomes_latest(js_env) -> None:  
         for round_, (old_uri, new_uri) in enumerate(pairs):
             old = await run.ingest(Q, old_uri)
             await run.wait_state(old, "processing")
-            await pipeline.record.complete(old, "failed")
+            await pipeline.stages.record.complete(old, "failed")
             await wait_for(idle, "the failed head's slot is free")
 
             retried, new = await asyncio.gather(
-                retry(pipeline.lifecycle, pipeline.ingest, pipeline.ingest.uri_index, old),
+                retry(stages.lifecycle, stages.ingest, stages.ingest.uri_index, old),
                 _later(round_ * 0.002, run.ingest(Q, new_uri)),
                 return_exceptions=True,
             )
@@ -52,9 +53,9 @@ async def test_a_retry_racing_a_new_head_never_becomes_latest(js_env) -> None:  
 
                 await wait_for(settled, f"{again} admitted or superseded")
                 if await run.state(again) == "processing":
-                    await pipeline.record.complete(again, "failed")
+                    await pipeline.stages.record.complete(again, "failed")
             await run.wait_state(new, "processing")
-            await pipeline.record.complete(new, "succeeded")
+            await pipeline.stages.record.complete(new, "succeeded")
             await wait_for(idle, "the new head's slot is free")
         # The staggered starts let the retry win some rounds and lose others.
         print(f"retries accepted: {accepted} of {len(LETTERS) // 2}")

@@ -26,7 +26,7 @@ async def test_an_unresolvable_revision_is_a_full_build(js_env: JsEnv, tmp_path:
     async with running_service(js_env.server, js_env.topology, config, provider=provider) as run:
         a = await run.ingest(Q1, first)
         await run.wait_state(a, "processing")
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         b = await run.ingest(Q1, "HEAD@{upstream}")
         await run.wait_state(b, "processing")
         request = await run.request(b)

@@ -61,7 +61,7 @@ async def test_walkthrough_ends_like_simulate(js_env, tmp_path) -> None:
             ids[uri] = await run.ingest(queue, uri)
         for uri in "DE":
             await run.wait_state(ids[uri], "superseded")
-        await run.pipeline.record.complete(ids["A"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["A"], "succeeded")
         await run.wait_state(ids["F"], "processing")
         doc = await status_document(js_env.js, js_env.topology)
     # The times are each clock's own (the world's from 0, the service's the wall clock).
@@ -73,7 +73,7 @@ async def ingest_burst(pipeline, count: int, offset: int = 0) -> list[str]:  # t
     ids = []
     for n in range(offset, offset + count):
         queue = QUEUES[n % len(QUEUES)]
-        ids.append((await pipeline.ingest.ingest(queue, f"c{n:03d}")).request_id)
+        ids.append((await pipeline.stages.ingest.ingest(queue, f"c{n:03d}")).request_id)
         await asyncio.sleep(0.005)
     return ids
 
@@ -98,7 +98,7 @@ async def settle_everything(js_env, pipeline) -> dict:  # type: ignore[no-untype
         for r in open_:
             if r["state"] == "processing":
                 with contextlib.suppress(StovepipeError):
-                    await pipeline.record.complete(r["id"], "succeeded")
+                    await pipeline.stages.record.complete(r["id"], "succeeded")
         return None if open_ else doc
 
     # At a quiet moment the slots match the processing requests exactly.
@@ -144,7 +144,7 @@ async def test_two_replicas_keep_each_queue_serialized(js_env) -> None:
     handled: collections.Counter[int] = collections.Counter()
 
     def instrument(run, replica: int) -> None:  # type: ignore[no-untyped-def]
-        controller = run.pipeline.controller
+        controller = run.pipeline.stages.controller
         original = controller.handle
 
         async def handle(delivery, **kwargs):  # type: ignore[no-untyped-def]
@@ -186,7 +186,7 @@ async def test_a_crash_with_a_message_in_hand_is_redelivered_after_ack_wait(js_e
             stuck.set()
             await asyncio.Event().wait()  # the process "dies" holding the message
 
-        dead.pipeline.controller.handle = hang
+        dead.pipeline.stages.controller.handle = hang
         rid = await dead.ingest(queue, "A")
         await asyncio.wait_for(stuck.wait(), 10)
         await dead.nc.close()  # gone without ack or NAK: only the ack deadline frees it

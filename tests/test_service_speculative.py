@@ -68,20 +68,20 @@ async def test_speculative_worked_example_ends_like_simulate(js_env, tmp_path) -
         await run.wait_state(ids["C"], "superseded")
         await _held(run, ids["D"])
         # 4.-5. A green: D admitted since A; E held (B and D hold the slots).
-        await run.pipeline.record.complete(ids["A"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["A"], "succeeded")
         await _admitted(run, ids["D"], "incremental_since_green", "A")
         await _held(run, ids["E"])
         # 6.-8. F ingested; B green: E, still among the newest two, admitted since B.
         ids["F"] = await run.ingest(Q, "F")
-        await run.pipeline.record.complete(ids["B"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["B"], "succeeded")
         await _admitted(run, ids["E"], "incremental_since_green", "B")
         await _held(run, ids["F"])
         # 9.-10. D green: F admitted since D.
-        await run.pipeline.record.complete(ids["D"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["D"], "succeeded")
         await _admitted(run, ids["F"], "incremental_since_green", "D")
         # 11.-12. F green, then E's late green: recorded, moot.
-        await run.pipeline.record.complete(ids["F"], "succeeded")
-        await run.pipeline.record.complete(ids["E"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["F"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["E"], "succeeded")
         row = await run.queue(Q)
         assert (row.last_green_uri, row.slot_holders) == ("F", ())
         doc = await status_document(js_env.js, js_env.topology)
@@ -129,7 +129,7 @@ async def test_an_expired_lease_frees_the_slot_without_an_operator(js_env) -> No
         assert (await run.queue(Q)).slot_holders == (waiting,)
         # A's late green is still recorded (the newest green so far: adopted); its
         # release finds no slot and leaves B's alone.
-        await run.pipeline.record.complete(stuck, "succeeded")
+        await run.pipeline.stages.record.complete(stuck, "succeeded")
         row = await run.queue(Q)
         assert (row.last_green_uri, row.slot_holders) == ("A", (waiting,))
         hooks = await stream_messages(

@@ -60,7 +60,7 @@ async def test_a_head_waiting_before_start_is_served_by_start_itself(
             StaticConfigStore(CONFIG),
             source_control=memory_provider()[1],
         )
-        request_id = (await pipeline.ingest.ingest("team/q007", "A")).request_id
+        request_id = (await pipeline.stages.ingest.ingest("team/q007", "A")).request_id
     finally:
         await nc.close()
     async with running_service(nats_server, topology, CONFIG, options=COLD) as run:
@@ -95,7 +95,7 @@ async def test_a_queue_row_without_work_gets_its_consumer_behind_start(
         pipeline = await open_pipeline(
             nc.jetstream(), topology, machines(), StaticConfigStore(CONFIG)
         )
-        await pipeline.lifecycle.queues.create(Queue(name="tools/new"))
+        await pipeline.stages.lifecycle.queues.create(Queue(name="tools/new"))
     finally:
         await nc.close()
     async with running_service(nats_server, topology, CONFIG, options=COLD) as run:

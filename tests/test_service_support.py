@@ -83,13 +83,13 @@ class Running:
         return self.service.crew.pipeline
 
     async def ingest(self, queue: str, uri: str) -> str:
-        return (await self.pipeline.ingest.ingest(queue, uri)).request_id
+        return (await self.pipeline.stages.ingest.ingest(queue, uri)).request_id
 
     async def request(self, request_id: str) -> Request:
-        return await self.pipeline.lifecycle.requests.get(request_id)
+        return await self.pipeline.stages.lifecycle.requests.get(request_id)
 
     async def queue(self, name: str) -> Queue:
-        return await self.pipeline.lifecycle.queues.get(name)
+        return await self.pipeline.stages.lifecycle.queues.get(name)
 
     async def state(self, request_id: str) -> str:
         try:

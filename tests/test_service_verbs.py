@@ -55,7 +55,7 @@ async def test_cancel_a_waiting_head_refuse_a_running_one_and_retry_it(js_env) -
         assert await run.state(a) == "processing"
 
         # B's delivery is acked as terminal; A keeps its slot, nothing else waits on B.
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         await wait_for(lambda: _idle(run), "the queue row holds no slot")
 
         retried = await run_cli("retry", b, *where)
@@ -131,7 +131,7 @@ async def test_dlq_list_replay_and_prune(js_env) -> None:
     ) as run:
         a = await run.ingest(Q, "A")
         await run.wait_state(a, "processing")
-        await run.pipeline.record.complete(a, "succeeded")
+        await run.pipeline.stages.record.complete(a, "succeeded")
         graph.set_available(False)  # B's ancestry cannot be read: dead-lettered
         b = await run.ingest(Q, "B")
         await run.wait_state(b, "failed")
@@ -241,7 +241,7 @@ async def test_retry_behind_a_newer_head_on_a_queue_that_keeps_every_head(js_env
         for queue in ("rel/1", Q):
             a = await run.ingest(queue, "A")
             await run.wait_state(a, "processing")
-            await run.pipeline.record.complete(a, "failed")
+            await run.pipeline.stages.record.complete(a, "failed")
             b = await run.ingest(queue, "B")
             await run.wait_state(b, "processing")
             answer = await run_cli("retry", a, *where)

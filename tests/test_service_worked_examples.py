@@ -57,7 +57,7 @@ async def test_concurrency_lifecycle_ends_like_simulate(js_env, tmp_path) -> Non
         await _wait_held(run, ids["D"], "D")
         assert await run.state(ids["D"]) == "accepted"  # held, not admitted past A
         # 4.-5. A completes, the slot frees, D re-checks and is admitted since A.
-        await run.pipeline.record.complete(ids["A"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["A"], "succeeded")
         await run.wait_state(ids["D"], "processing")
         # 6. E, F ingested while D runs: E superseded, F waits for the slot.
         for uri in "EF":
@@ -66,7 +66,7 @@ async def test_concurrency_lifecycle_ends_like_simulate(js_env, tmp_path) -> Non
         await _wait_held(run, ids["F"], "F")
         assert await run.state(ids["F"]) == "accepted"
         # 7. D completes, F admitted since D.
-        await run.pipeline.record.complete(ids["D"], "succeeded")
+        await run.pipeline.stages.record.complete(ids["D"], "succeeded")
         await run.wait_state(ids["F"], "processing")
         doc = await status_document(js_env.js, js_env.topology)
 

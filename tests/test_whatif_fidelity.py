@@ -82,7 +82,7 @@ class Live:
 
     async def burst(self, *uris: str) -> list[str]:
         heads = [Head(QUEUE, uri) for uri in uris]
-        return [r.request_id for r in await self.run.pipeline.ingest.ingest_many(heads)]
+        return [r.request_id for r in await self.run.pipeline.stages.ingest.ingest_many(heads)]
 
     async def held(self, request_id: str) -> None:
         """Until the gate holds ``request_id`` once more, and a little after: the next
@@ -100,7 +100,7 @@ class Live:
     async def build(self, request_id: str, ms: int, outcome: str) -> None:
         await self.run.wait_state(request_id, "processing")
         await asyncio.sleep(ms / 1000)
-        await self.run.pipeline.record.complete(request_id, outcome)
+        await self.run.pipeline.stages.record.complete(request_id, outcome)
         await asyncio.sleep(0.15)  # the next step comes after the outcome, live or replayed
 
 
@@ -112,13 +112,13 @@ async def live_run(live: Live, c: dict[str, str], repo: Path) -> None:
     await asyncio.sleep(0.1)
     _, b6 = await live.burst(c["c5"], c["c6"])  # c5 superseded, c6 held behind c4
     await live.held(b6)
-    await live.run.pipeline.record.complete(b4, "succeeded")
+    await live.run.pipeline.stages.record.complete(b4, "succeeded")
     await live.build(b6, 300, "failed")  # full: c6 changed build/BUILD
     retried = await retry_request(live.options, live.env.topology, b6, "", "", "test")
     await live.build(retried["request_id"], 200, "succeeded")
     (r1,) = await live.burst(c["r1"])  # a force-push: full, a rewrite
     await live.build(r1, 300, "succeeded")
-    back = await live.run.pipeline.ingest.ingest(QUEUE, c["c6"], at_head=True)  # rollback
+    back = await live.run.pipeline.stages.ingest.ingest(QUEUE, c["c6"], at_head=True)  # rollback
     assert back.returned
     await live.build(back.request_id, 200, "succeeded")
     js, topology = live.env.js, live.env.topology
@@ -136,7 +136,7 @@ async def live_run(live: Live, c: dict[str, str], repo: Path) -> None:
     await live.held(h9)
     await cancel_request(live.options, topology, h9, "", "", "test")
     await asyncio.sleep(0.1)
-    await live.run.pipeline.record.complete(h8, "succeeded")
+    await live.run.pipeline.stages.record.complete(h8, "succeeded")
     await asyncio.sleep(0.15)
     hidden = repo.with_name("away")
     repo.rename(hidden)  # git cannot answer: every delivery of c10 fails
@@ -151,7 +151,7 @@ async def live_run(live: Live, c: dict[str, str], repo: Path) -> None:
     await asyncio.sleep(0.1)
     (h12,) = await live.burst(c["c12"])  # held behind c11, then green
     await live.held(h12)
-    await live.run.pipeline.record.complete(h11, "succeeded")
+    await live.run.pipeline.stages.record.complete(h11, "succeeded")
     await live.build(h12, 300, "succeeded")
 
 

@@ -1,10 +1,8 @@
-"""The simulated runtime a :class:`~.world.World` runs on: topic, deliveries, fakes.
+"""The simulated process topic a :class:`~.world.World` runs on.
 
-These stand where the JetStream runtime stands in ``serve``: :class:`SimBroker` is the
-process topic (one message in flight per queue, a held or failed message stays at the
-head of its queue and falls due again later), :class:`SimDelivery` the Delivery port over
-one of its messages, :class:`SimPublisher` the publisher, and the small adapter that lets
-every queue share one in-memory commit graph.
+:class:`SimBroker` stands where the JetStream runtime stands in ``serve``: one message in
+flight per queue, a held or failed message stays at the head of its queue and falls due
+again later. Each :class:`Message` is also the Delivery port over itself.
 
 Because in-memory adapters never suspend, every coroutine completes in one
 ``send(None)``; :func:`run_sync` exploits that so a step is an ordinary function call.
@@ -13,12 +11,10 @@ Because in-memory adapters never suspend, every coroutine completes in one
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from ..adapters.memory import ManualClock, MemoryPublisher, MemorySourceControl
-from ..domain.hooks import HookEvent
 from ..process.together import is_stepwise, stepwise
 
 T = TypeVar("T")
@@ -44,7 +40,7 @@ class Crash(Exception):
 
 @dataclass
 class Message:
-    """One process message on the simulated topic."""
+    """One process message on the simulated topic, and the Delivery port over it."""
 
     seq: int
     queue: str
@@ -52,6 +48,13 @@ class Message:
     due_ms: int
     deliveries: int = 0
     failures: int = 0  # failed attempts so far, as the settle policy counts them
+
+    @property
+    def stream_seq(self) -> int:
+        return self.seq
+
+    async def in_progress(self) -> None:
+        return None
 
 
 class SimBroker:
@@ -126,72 +129,3 @@ def _copied(message: Message) -> Message:
     twin = object.__new__(Message)
     twin.__dict__ = message.__dict__.copy()
     return twin
-
-
-class SimPublisher:
-    """Process messages go to the simulated topic; build and hook publishes are recorded."""
-
-    def __init__(
-        self,
-        broker: SimBroker,
-        clock: ManualClock,
-        record: MemoryPublisher,
-        on_build: Callable[[str], None] | None = None,
-    ) -> None:
-        self.broker = broker
-        self.clock = clock
-        self.record = record
-        self.on_build = on_build  # told the request id of every build published
-
-    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
-        await self.record.publish_process(queue, request_id, partition)
-        self.broker.publish(queue, request_id, self.clock.now_ms())
-
-    async def publish_build(self, queue: str, request_id: str) -> None:
-        await self.record.publish_build(queue, request_id)
-        if self.on_build is not None:
-            self.on_build(request_id)
-
-    async def publish_hook(self, event: HookEvent) -> None:
-        await self.record.publish_hook(event)
-
-
-class DeliveryHost(Protocol):
-    """What a delivery settles against: the world's topic, clock and hold count."""
-
-    broker: SimBroker
-    clock: ManualClock
-    holds: int
-
-
-class SimDelivery:
-    """A delivery of one :class:`Message` (the world settles the message)."""
-
-    def __init__(self, world: DeliveryHost, message: Message) -> None:
-        self.world = world
-        self.message = message
-
-    @property
-    def queue(self) -> str:
-        return self.message.queue
-
-    @property
-    def request_id(self) -> str:
-        return self.message.request_id
-
-    @property
-    def stream_seq(self) -> int:
-        return self.message.seq
-
-    async def in_progress(self) -> None:
-        return None
-
-
-class SingleSourceControl:
-    """Every queue asks the same in-memory commit graph."""
-
-    def __init__(self, graph: MemorySourceControl) -> None:
-        self.graph = graph
-
-    def for_queue(self, queue: str) -> MemorySourceControl:
-        return self.graph

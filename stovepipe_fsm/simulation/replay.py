@@ -108,9 +108,7 @@ def simulate(
     ``config`` is a loaded policy, fixed for the run: the world resolves each queue's
     config once (``config`` steps still apply above it).
     """
-    issues = input_issues(timeline, machines)
-    if issues:
-        raise SpecError(issues)
+    check_input(timeline, machines)
     world = build_world(timeline, machines, config, seed=seed)
     sim = Simulation(world, expects=has_expectations(timeline))
     with stepwise():  # once for the whole run, not once per step
@@ -140,9 +138,10 @@ def _run(sim: Simulation, timeline: Timeline) -> None:
         sim.rows += [LogRow(number, now, said, result) for result in results or ["-"]]
 
 
-def input_issues(timeline: Timeline, machines: ProcessMachines) -> list[SpecIssue]:
-    """What the timeline asks of the machines that they do not declare: expected states,
-    and the parameters it sets (unknown, or values their declarations refuse)."""
+def check_input(timeline: Timeline, machines: ProcessMachines) -> None:
+    """``SpecError`` for what the timeline asks of the machines that they do not declare:
+    expected states, and the parameters it sets (unknown, or values their declarations
+    refuse)."""
     issues = [
         issue
         for step in timeline.steps
@@ -155,7 +154,9 @@ def input_issues(timeline: Timeline, machines: ProcessMachines) -> list[SpecIssu
             declared = ", ".join(sorted(outcomes))
             message = f"builds: outcome {build.outcome!r} is not one of {declared}"
             issues.append(SpecIssue(build.location, message))
-    return issues + config_issues(timeline, machines.parameters)
+    issues += config_issues(timeline, machines.parameters)
+    if issues:
+        raise SpecError(issues)
 
 
 def _check(sim: Simulation, expectation: Expectation) -> list[str]:
@@ -185,8 +186,8 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
         verb = "created" if result.created else "existing"
         sent = "published" if result.published else "not published"
         return [f"{result.request_id} ({verb}, {sent})"]
-    if kind == "deliver":
-        report = world.deliver_next()
+    if kind in ("deliver", "stall"):
+        report = world.stall(step.value) if kind == "stall" else world.deliver_next()
         return [say(world, report)] if report else ["nothing due"]
     if kind == "run":
         out = []
@@ -207,9 +208,6 @@ def apply_step(world: World, step: TimelineStep, *, rows: bool = True) -> list[s
     if kind == "advance_ms":
         world.advance(step.amount)
         return [f"clock at {world.clock.now_ms()} ms"]
-    if kind == "stall":
-        report = world.stall(step.value)
-        return [say(world, report)] if report else ["nothing due"]
     if kind == "crash":
         world.armed_crash = step.value
         return [f"next delivery reaching {step.value} dies there"]

@@ -31,7 +31,7 @@ from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
 from ..process.together import stepwise
 from .broker import run_sync
-from .replay import apply_step, build_world, input_issues, request_id_of
+from .replay import apply_step, build_world, check_input, request_id_of
 from .timeline import Timeline, TimelineStep
 from .world import World
 
@@ -87,9 +87,7 @@ def replay_timed(
     Input problems are reported as :func:`~.replay.simulate` reports them: located
     ``SpecError``\\ s, before anything runs, or at the step that cannot apply.
     """
-    issues = input_issues(timeline, machines)
-    if issues:
-        raise SpecError(issues)
+    check_input(timeline, machines)
     # No decision trail: a what-if compares outcomes, and a long timeline's trail costs.
     log = WriteLog()
     world = build_world(timeline, machines, config, keep_trail=False, requests=log, seed=seed)
@@ -130,7 +128,7 @@ def _stamp(run: TimedRun, written: list[Request]) -> None:
         return
     now = run.world.clock.now_ms()
     roles = run.world.machines.roles
-    terminal = run.world.lifecycle.is_terminal
+    terminal = run.world.stages.lifecycle.is_terminal
     times = run.times
     for request in written:
         entry = times.get(request.id)

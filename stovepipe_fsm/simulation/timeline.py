@@ -8,7 +8,7 @@ in :attr:`TimelineStep.expect` and is never applied to the world.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,14 @@ from ..machine.parameters import as_json, value_problems
 from . import timeline_shape as shape
 from .builds import Culprit, RecordedBuild
 from .expectations import Expectation, parse_expectation
-from .timeline_culprits import Locate, read_culprits
-from .timeline_lines import is_lines, parse_lines
+from .timeline_lines import BULK, is_lines, parse_lines
 
 DEFAULT_QUEUE = "monorepo/main"
 #: The largest timeline file read: recorded history runs to tens of MB, policy files
 #: (bounded far lower) to a few KiB.
 MAX_TIMELINE_BYTES = 512 * 1024 * 1024
+
+Locate = Callable[[tuple[str | int, ...], bool], Location]
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def _fast_timeline(
     steps_data = data.get("steps")
     if type(steps_data) is not list or len(steps_data) != len(steps_at):
         return None
-    header = {k: v for k, v in data.items() if k not in shape.BULK_KEYS}
+    header = {k: v for k, v in data.items() if k not in BULK}
     if not shape.header_valid(header):
         return None
     history_data = data.get("history", {})
@@ -158,22 +159,11 @@ def _fast_timeline(
             return None
         steps.append(_step(raw, where, queue))
         check_queue(steps[-1].queue, where)
-    history = {str(k): tuple(v) for k, v in history_data.items()}
-    changes = {str(k): _paths(v) for k, v in changes_data.items()}
-    if (
-        issues
-        or any(commit not in history for commit in changes)
-        or any(parent not in history for parents in history.values() for parent in parents)
-        or parents_first(history)[1]
-    ):
-        return None
     builds = []
     for index, raw in enumerate(builds_data):
         builds.append(_build(raw, builds_at[index] if builds_at else Location(file, 1, 1), queue))
         check_queue(builds[-1].queue, builds[-1].location)
-    if "config" not in data:
-        config_at = Location(file, 1, 1)
-    parts = (file, queue, tuple(steps), history, config_at, changes, tuple(builds))
+    parts = (file, queue, tuple(steps), tuple(builds), config_at)
     return _timeline(data, parts, lambda *_: Location(file, 1, 1), issues)
 
 
@@ -201,51 +191,110 @@ def located_timeline(doc: SourceDocument) -> Timeline:
             if step.queue != queue:
                 _check_queue(step.queue, where, issues)
         steps.append(step)
-    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
-    _check_history(history, doc, issues)
-    changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
-    for commit in (c for c in changes if c not in history):
-        where = doc.locate(("changes", commit), key=True)
-        issues.append(SpecIssue(where, f"changes: {commit!r} is not a commit of the history"))
     builds = []
     for index, raw in enumerate(data.get("builds", [])):
         build = _build(raw, doc.locate(("builds", index)), queue)
         if build.queue != queue:
             _check_queue(build.queue, build.location, issues)
         builds.append(build)
-    config_at = doc.locate(("config",)) if "config" in data else Location(doc.file, 1, 1)
-    parts = (doc.file, queue, tuple(steps), history, config_at, changes, tuple(builds))
+    parts = (doc.file, queue, tuple(steps), tuple(builds), doc.locate(("config",)))
     timeline = _timeline(data, parts, lambda path, key: doc.locate(path, key=key), issues)
     if timeline is None:
         raise SpecError(issues)
     return timeline
 
 
-_Parts = tuple[
-    str,
-    str,
-    tuple[TimelineStep, ...],
-    dict[str, tuple[str, ...]],
-    Location,
-    dict[str, Changes],
-    tuple[RecordedBuild, ...],
-]
+_Parts = tuple[str, str, tuple[TimelineStep, ...], tuple[RecordedBuild, ...], Location]
 
 
 def _timeline(
     data: dict[str, Any], parts: _Parts, locate: Locate, issues: list[SpecIssue]
 ) -> Timeline | None:
-    """The timeline of ``parts`` (file, queue, steps, history, where its config is,
-    changes, builds) with ``data``'s config, culprits and flake rate; ``None`` when
+    """The timeline of ``parts`` (file, queue, steps, builds, where its config is) with
+    ``data``'s history, changes, config, culprits and flake rate; ``None`` when
     ``issues`` holds any (these checks' or the caller's)."""
-    file, queue, steps, history, config_at, changes, builds = parts
+    file, queue, steps, builds, config_at = parts
+    history = {str(k): tuple(v) for k, v in data.get("history", {}).items()}
+    _check_history(history, locate, issues)
+    changes = {str(k): _paths(v) for k, v in data.get("changes", {}).items()}
+    for commit in (c for c in changes if c not in history):
+        where = locate(("changes", commit), True)
+        issues.append(SpecIssue(where, f"changes: {commit!r} is not a commit of the history"))
     culprits, flake_rate = read_culprits(data, history, locate, issues)
     if issues:
         return None
     config = {str(k): _hashable(v) for k, v in data.get("config", {}).items()}
+    if "config" not in data:
+        config_at = Location(file, 1, 1)
     return Timeline(
         file, queue, steps, config, history, config_at, changes, builds, culprits, flake_rate
     )
+
+
+# --- culprits: and flake_rate ---------------------------------------------------------
+# Which commits broke the build, and how flaky builds are (what :mod:`.builds` ends
+# builds with). The schema checks their shape; what it cannot see is checked here, each
+# at its location: a culprit (and its fix) must be a commit of the history, a fix must
+# descend from its culprit on the first-parent line (elsewhere it would fix nothing),
+# and both keys need recorded builds, whose durations the builds they end take.
+
+
+def read_culprits(
+    data: Mapping[str, Any],
+    history: Mapping[str, Sequence[str]],
+    locate: Locate,
+    issues: list[SpecIssue],
+) -> tuple[tuple[Culprit, ...] | None, float]:
+    """The declared culprits (``None`` when the timeline declares none) and the flake
+    rate of a timeline whose shape the schema accepted; problems go to ``issues``."""
+    flake_rate = float(data.get("flake_rate", 0.0))
+    culprits = None
+    if "culprits" in data:
+        listed = enumerate(data["culprits"])
+        culprits = tuple(_culprit(raw, i, history, locate, issues) for i, raw in listed)
+    for key in ("culprits", "flake_rate"):
+        if key in data and not data.get("builds"):
+            needs = "needs the timeline's recorded builds (builds:), whose durations the builds"
+            issues.append(SpecIssue(locate((key,), True), f"{key}: {needs} it ends take"))
+    return culprits, flake_rate
+
+
+def _culprit(
+    raw: str | Mapping[str, str],
+    index: int,
+    history: Mapping[str, Sequence[str]],
+    locate: Locate,
+    issues: list[SpecIssue],
+) -> Culprit:
+    commit = raw if isinstance(raw, str) else raw["commit"]
+    fixed_by = "" if isinstance(raw, str) else raw.get("fixed_by", "")
+    where = locate(("culprits", index), False)
+    problem = ""
+    if commit not in history:
+        problem = f"{commit!r} is not a commit of the history"
+    elif fixed_by and fixed_by not in history:
+        problem = f"fixed_by {fixed_by!r} is not a commit of the history"
+    elif fixed_by and not _on_first_parents(history, fixed_by, commit):
+        problem = (
+            f"fixed_by {fixed_by!r} does not descend from {commit!r} on its first-parent "
+            "line, so it fixes nothing"
+        )
+    if problem:
+        issues.append(SpecIssue(where, f"culprits[{index}]: {problem}"))
+    return Culprit(commit, fixed_by, where)
+
+
+def _on_first_parents(history: Mapping[str, Sequence[str]], head: str, commit: str) -> bool:
+    """Whether ``commit`` is a strict first-parent ancestor of ``head``."""
+    seen: set[str] = set()
+    parents = history.get(head, ())
+    while parents and parents[0] not in seen:
+        first = parents[0]
+        if first == commit:
+            return True
+        seen.add(first)
+        parents = history.get(first, ())
+    return False
 
 
 def config_issues(timeline: Timeline, declared: Mapping[str, ParameterSpec]) -> list[SpecIssue]:
@@ -329,7 +378,7 @@ def _check_queue(queue: str, where: Location, issues: list[SpecIssue]) -> None:
 
 
 def _check_history(
-    history: dict[str, tuple[str, ...]], doc: SourceDocument, issues: list[SpecIssue]
+    history: dict[str, tuple[str, ...]], locate: Locate, issues: list[SpecIssue]
 ) -> None:
     """Report parents the graph does not define, and parent cycles, at their location.
 
@@ -343,7 +392,7 @@ def _check_history(
                     f"history: parent {parent!r} of commit {commit!r} is not a commit "
                     "of the history; list it with its own parents (a root has [])"
                 )
-                issues.append(SpecIssue(doc.locate(("history", commit, index)), message))
+                issues.append(SpecIssue(locate(("history", commit, index), False), message))
     # Place commits after their parents; what cannot be placed is on or behind a cycle
     # (an undefined parent, already reported above, counts as placed).
     _, pending = parents_first(
@@ -351,7 +400,7 @@ def _check_history(
     )
     for commit in sorted(pending):
         message = f"history: commit {commit!r} is on or descends from a parent cycle"
-        issues.append(SpecIssue(doc.locate(("history", commit)), message))
+        issues.append(SpecIssue(locate(("history", commit), False), message))
 
 
 def _step(raw: str | dict[str, Any], where: Location, queue: str) -> TimelineStep:

@@ -34,6 +34,7 @@ from ..located.yaml_source import JsonPath, SourceDocument
 FORMAT_KEY = "timeline"
 FORMAT_VERSION = 1
 SUFFIXES = (".jsonl", ".ndjson")
+#: The keys a header leaves out (given line by line), which the fast path checks by shape.
 BULK = ("steps", "history", "changes", "builds")
 
 

@@ -21,21 +21,15 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..located.schema import load_schema
+from .world import CRASH_POINTS, STALL_POINTS
 
 _TARGET_KINDS = frozenset(
     {"ingest", "redeliver", "dead_letter", "resume", "cancel", "return", "retry", "failing"}
 )
 _BARE = frozenset({"deliver", "run"})
-_ADMIT_POINTS = frozenset(
-    {"after_claim_slot", "after_mark_processing", "after_announce", "after_publish_build"}
-)
-_CRASH_POINTS = _ADMIT_POINTS | {"after_preempt_older_builds"}
-_STALL_POINTS = _ADMIT_POINTS | {"after_load_queue", "after_derive_strategy"}
 _SOURCE_CONTROL = frozenset({"down", "up"})
 _OUTCOME = re.compile("^[a-z][a-z0-9_]*$")  # the schema's pattern, searched as it searches
 _PARAMETER_TYPES = (bool, int, float, str, list)
-#: Header keys whose values are checked here by shape (the rest by the schema, once).
-BULK_KEYS = ("steps", "history", "changes", "builds")
 
 
 def _text(value: Any) -> bool:
@@ -93,11 +87,11 @@ def step_valid(raw: Any) -> bool:
     if kind == "complete":
         return _complete(value)
     if kind == "crash":
-        return type(value) is str and value in _CRASH_POINTS
+        return type(value) is str and value in CRASH_POINTS
     if kind == "source_control":
         return type(value) is str and value in _SOURCE_CONTROL
     if kind == "stall":
-        return type(value) is str and value in _STALL_POINTS
+        return type(value) is str and value in STALL_POINTS
     if kind == "config":
         return _config(value)
     return False
@@ -161,7 +155,7 @@ _BUILD_KEYS = frozenset({"uri", "queue", "admitted_ms", "duration_ms", "outcome"
 
 
 def header_valid(header: Mapping[str, Any]) -> bool:
-    """Whether the schema accepts a timeline whose bulk keys (:data:`BULK_KEYS`) are
+    """Whether the schema accepts a timeline whose bulk keys (:data:`~.timeline_lines.BULK`) are
     empty and whose other keys are ``header``'s: the header alone, by the schema."""
     return bool(_header_validator().is_valid({**header, "steps": []}))
 

@@ -1,8 +1,8 @@
 """A whole pipeline on in-memory adapters and a simulated clock, step by step.
 
 The :class:`World` runs the real controller, ingest, record and reconciler against
-in-memory stores and the simulated runtime of :mod:`.runtime`: a process topic
-(:class:`~.runtime.SimBroker`) that behaves like the JetStream runtime, with one message
+in-memory stores and a simulated process topic
+(:class:`~.broker.SimBroker`) that behaves like the JetStream runtime, with one message
 in flight per queue and a held or failed message staying at the head of its queue (a
 barrier for that queue only) until it falls due again.
 
@@ -13,7 +13,7 @@ forgets them), redelivers a failure after the same backoff, and dead-letters a m
 at its queue's ``max_attempts``: the record is kept, the message removed, and the
 reconciler fails the request closed, as the dead-letter consumer does on JetStream.
 
-Every step is an ordinary function call (:func:`~.runtime.run_sync`). That keeps
+Every step is an ordinary function call (:func:`~.broker.run_sync`). That keeps
 ``simulate`` deterministic and lets ``check`` fork a world (``clone``) and explore
 thousands of interleavings without an event loop.
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,34 +49,28 @@ from ..adapters.memory import (
     MemoryRequestStore,
     MemorySearchStore,
     MemorySourceControl,
+    MemorySourceControlProvider,
     MemoryUriIndex,
 )
 from ..adapters.memory.decision_trail import MemoryTrail
 from ..adapters.memory.source_control import SourceControlOutage
 from ..domain.entities import Request, evolve
 from ..domain.errors import NotFound, Retryable
+from ..domain.hooks import HookEvent
 from ..domain.ids import parse_request_id
-from ..domain.settle import Attempt, Backoff, SettleKind, Settlement, settle
+from ..domain.settle import Attempt, Backoff, SettleKind, settle
 from ..pipeline import verbs
-from ..pipeline.ingest import Ingest, IngestResult
+from ..pipeline.ingest import IngestResult
 from ..pipeline.wiring import Ports, Stages, build_stages
 from ..ports.config import ConfigStore
 from ..process.catalog import ProcessMachines
-from ..process.controller import Decision, PausedDelivery, ProcessController
+from ..process.controller import Decision, PausedDelivery
 from ..process.effective_config import ResolvedConfigs
 from ..process.lifecycle import RequestLifecycle
 from ..process.metrics import Metrics
 from ..process.services import LifecycleFactory
 from ..process.trail_notes import hold_reason
-from .broker import (
-    Crash,
-    Message,
-    SimBroker,
-    SimDelivery,
-    SimPublisher,
-    SingleSourceControl,
-    run_sync,
-)
+from .broker import Crash, Message, SimBroker, run_sync
 from .builds import BuildModel
 
 ADMIT_CRASH_POINTS = (
@@ -85,9 +79,9 @@ ADMIT_CRASH_POINTS = (
     "after_announce",
     "after_publish_build",
 )
-#: After a policy with the ``preempt`` role ended older heads' builds, before R's admission.
-PREEMPT_CRASH_POINT = "after_preempt_older_builds"
-CRASH_POINTS = (*ADMIT_CRASH_POINTS, PREEMPT_CRASH_POINT)
+# The last: after a policy with the ``preempt`` role ended older heads' builds, before
+# R's admission.
+CRASH_POINTS = (*ADMIT_CRASH_POINTS, "after_preempt_older_builds")
 # Where a delivery can be stalled in hand: after loading the queue (the coalesce and
 # gate decisions are then taken on what it loaded), after deriving the strategy, and at
 # every crash point of the admit path.
@@ -102,8 +96,6 @@ RAISED_OUTCOMES = {
     SettleKind.DEAD_LETTER: "dead_letter",
 }
 
-
-RECORDED_FAILURE = "every delivery of this head failed in the recorded run"
 
 
 class RecordedFailure(Retryable):
@@ -132,25 +124,47 @@ class Hold:
 
 @dataclass(frozen=True)
 class InHand:
-    """A stalled delivery: the message it carries, its delivery and its paused flow."""
+    """A stalled delivery: the message it carries (its delivery) and its paused flow."""
 
-    delivery: SimDelivery
+    message: Message
     paused: PausedDelivery
     point: str
     state_before: str
 
-    @property
-    def message(self) -> Message:
-        return self.delivery.message
-
     def rebind(self, twin: World) -> InHand:
         """The same delivery in ``twin``: its message, its controller, its stores."""
         message = twin.broker.find(self.message.seq) or dataclasses.replace(self.message)
-        delivery = SimDelivery(twin, message)
-        ctx = dataclasses.replace(self.paused.ctx, services=twin.stages.services, delivery=delivery)
+        ctx = dataclasses.replace(self.paused.ctx, services=twin.stages.services, delivery=message)
         return dataclasses.replace(
-            self, delivery=delivery, paused=dataclasses.replace(self.paused, ctx=ctx)
+            self, message=message, paused=dataclasses.replace(self.paused, ctx=ctx)
         )
+
+
+@dataclass(frozen=True)
+class SimPublisher:
+    """Process messages go to the world's topic; every publish is recorded, and the
+    request of every build published goes to ``builds`` (when the world models builds).
+
+    It holds the world's parts, not the world: a world reaching itself through its
+    stages would be a cycle only the collector frees, and ``check`` drops many worlds.
+    """
+
+    broker: SimBroker
+    clock: ManualClock
+    record: MemoryPublisher
+    builds: list[str] | None
+
+    async def publish_process(self, queue: str, request_id: str, partition: int = 0) -> None:
+        await self.record.publish_process(queue, request_id, partition)
+        self.broker.publish(queue, request_id, self.clock.now_ms())
+
+    async def publish_build(self, queue: str, request_id: str) -> None:
+        await self.record.publish_build(queue, request_id)
+        if self.builds is not None:
+            self.builds.append(request_id)
+
+    async def publish_hook(self, event: HookEvent) -> None:
+        await self.record.publish_hook(event)
 
 
 class World:
@@ -215,7 +229,7 @@ class World:
         #: Requests every delivery of which fails (a timeline's ``failing`` step).
         self.failing: frozenset[str] = frozenset()
         #: Builds published by the delivery in progress, started when it settles.
-        self._published_builds: list[str] = []
+        self.published_builds: list[str] = []
         #: Called after every event a timed step runs (a delivery, a build's end), at
         #: the instant it happened (a replay timing its requests stamps its writes).
         self.after_event: Callable[[], None] | None = None
@@ -245,7 +259,7 @@ class World:
         twin.raised = list(self.raised)
         twin._stages = None
         twin.builds = self.builds.clone() if self.builds is not None else None
-        twin._published_builds = list(self._published_builds)
+        twin.published_builds = list(self.published_builds)
         twin.after_event = None
         twin.in_hand = [held.rebind(twin) for held in self.in_hand]
         return twin
@@ -254,48 +268,27 @@ class World:
 
     @property
     def stages(self) -> Stages:
-        """This world's stages, built on its own ports the first time they are needed."""
-        stages = self._stages
-        if stages is None:
-            stages = self._stages = build_stages(
-                self.machines,
-                self.ports(),
-                metrics=self.metrics,
-                lifecycle_factory=self.lifecycle_factory,
+        """This world's stages, built the first time they are needed on its own ports: its
+        stores, config, topic, commit graph, clock and trail."""
+        if self._stages is None:
+            builds = self.published_builds if self.builds is not None else None
+            ports = Ports(
+                requests=self.requests,
+                queues=self.queues,
+                uri_index=self.uri_index,
+                counter=self.counter,
+                config=self.config,
+                source_control=MemorySourceControlProvider(default=self.graph),
+                publisher=SimPublisher(self.broker, self.clock, self.published, builds),
+                clock=self.clock,
+                trail=self.trail,
+                searches=self.searches,
             )
-        return stages
-
-    def ports(self) -> Ports:
-        """This world's stores, config, topic, commit graph, clock and trail."""
-        return Ports(
-            requests=self.requests,
-            queues=self.queues,
-            uri_index=self.uri_index,
-            counter=self.counter,
-            config=self.config,
-            source_control=SingleSourceControl(self.graph),
-            publisher=SimPublisher(
-                self.broker,
-                self.clock,
-                self.published,
-                self._published_builds.append if self.builds is not None else None,
-            ),
-            clock=self.clock,
-            trail=self.trail,
-            searches=self.searches,
-        )
-
-    @property
-    def controller(self) -> ProcessController:
-        return self.stages.controller
-
-    @property
-    def ingester(self) -> Ingest:
-        return self.stages.ingest
-
-    @property
-    def lifecycle(self) -> RequestLifecycle:
-        return self.stages.lifecycle
+            factory = self.lifecycle_factory
+            self._stages = build_stages(
+                self.machines, ports, metrics=self.metrics, lifecycle_factory=factory
+            )
+        return self._stages
 
     # --- steps -------------------------------------------------------------------
 
@@ -304,33 +297,49 @@ class World:
         queue moved on from is a new request, as the poller's ingest makes)."""
         return run_sync(self.stages.ingest.ingest(queue, uri, at_head=at_head))
 
-    def deliver(self, message: Message) -> DeliveryReport:
-        """Deliver ``message`` once through the real controller."""
+    def deliver(self, message: Message, point: str = "") -> DeliveryReport:
+        """Deliver ``message`` once through the real controller; with a ``point``, stop
+        that delivery after it, in hand (:meth:`stall`)."""
         message.deliveries += 1
         if message.request_id in self.failing:
-            return self._failed(message, RecordedFailure(RECORDED_FAILURE), before="")
-        delivery = SimDelivery(self, message)
-        probe = self._probe if self.armed_crash else None
+            failure = RecordedFailure("every delivery of this head failed in the recorded run")
+            return self._failed(message, failure, before="")
         # Recorded so a report can tell an admission from the re-announce of a request
         # that was already processing: both end with the request processing.
-        before = self._state_of(message.request_id)
+        request = self.find_request(message.request_id)
+        before = request.state if request is not None else ""
+        controller = self.stages.controller
+        probe = self._probe if self.armed_crash else None
+        flow: Coroutine[Any, Any, Decision | PausedDelivery]
+        if point:
+            action = point.removeprefix("after_")
+            flow = controller.begin(message, pause_after=action, probe=probe)
+        else:
+            flow = controller.decide(message, probe=probe)
+        return self._run(message, flow, before, point)
+
+    def _run(
+        self,
+        message: Message,
+        flow: Coroutine[Any, Any, Decision | PausedDelivery],
+        before: str,
+        point: str = "",
+        detail: str = "",
+    ) -> DeliveryReport:
+        """Run ``flow`` for a delivery of ``message``: keep it in hand when it paused at
+        ``point``, else settle it and record why, if it postponed its message (a hold of
+        a message another delivery already settled changes nothing on the topic, and is
+        not recorded)."""
         holds = self.holds
         try:
-            decision = run_sync(self.stages.controller.decide(delivery, probe=probe))
+            result = run_sync(flow)
         except Exception as exc:
             return self._failed(message, exc, before)
-        return self._finished(message, decision, before, holds)
-
-    def _finished(
-        self, message: Message, decision: Decision, before: str, holds: int, detail: str = ""
-    ) -> DeliveryReport:
-        """Settle a delivery that ran to the end; record why, if it postponed its message.
-
-        ``holds`` is the hold count before the delivery: a hold of a message another
-        delivery already settled changes nothing on the topic, and is not recorded.
-        """
-        reason = hold_reason(decision.via) if decision.outcome == "held" else ""
-        report = self._settle(message, decision.attempt, before, detail)
+        if not isinstance(result, Decision):
+            self.in_hand.append(InHand(message, result, point, before))
+            return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
+        reason = hold_reason(result.via) if result.outcome == "held" else ""
+        report = self._settle(message, result.attempt, before, detail)
         if self.holds > holds:
             self.hold_log.append(Hold(message.request_id, message.queue, reason))
         return evolve(report, hold_reason=reason) if reason else report
@@ -357,11 +366,10 @@ class World:
         """
         self._start_builds()
         pending = self.broker.find(message.seq)
+        max_attempts = self.config.get(message.queue).max_attempts
+        failures = (pending or message).failures
         decision = settle(
-            attempt,
-            failures=(pending or message).failures,
-            max_attempts=self.config.get(message.queue).max_attempts,
-            backoff=RETRY_BACKOFF,
+            attempt, failures=failures, max_attempts=max_attempts, backoff=RETRY_BACKOFF
         )
         if pending is not None:
             pending.failures = decision.failures
@@ -372,7 +380,9 @@ class World:
                 self.holds += 1
             elif decision.kind is SettleKind.RETRY:
                 pending.due_ms = self.clock.now_ms() + round(decision.delay_s * 1000)
-                self._note_retry(pending, decision)
+                if self.trail is not None:  # noted, as the service notes it before its NAK
+                    retry = (pending.queue, pending.request_id, pending.seq, decision, max_attempts)
+                    run_sync(self.stages.note_retry(*retry))
             elif decision.kind is SettleKind.NONE:
                 pending.due_ms = self.clock.now_ms()  # the lease lapses: due again at once
             elif decision.kind is SettleKind.DEAD_LETTER:
@@ -380,17 +390,6 @@ class World:
         outcome = attempt.outcome or RAISED_OUTCOMES[decision.kind]
         return DeliveryReport(
             message.seq, message.request_id, outcome, detail or decision.reason, before
-        )
-
-    def _note_retry(self, message: Message, decision: Settlement) -> None:
-        """The failed attempt in the trail, as the service notes it before its NAK."""
-        if self.trail is None:
-            return
-        max_attempts = self.config.get(message.queue).max_attempts
-        run_sync(
-            self.stages.note_retry(
-                message.queue, message.request_id, message.seq, decision, max_attempts
-            )
         )
 
     def _dead_letter(self, message: Message, reason: str) -> None:
@@ -416,23 +415,7 @@ class World:
         if point not in STALL_POINTS:
             raise ValueError(f"unknown stall point {point!r}; one of {', '.join(STALL_POINTS)}")
         message = self.broker.first_due(self.clock.now_ms())
-        if message is None:
-            return None
-        message.deliveries += 1
-        delivery = SimDelivery(self, message)
-        probe = self._probe if self.armed_crash else None
-        before = self._state_of(message.request_id)
-        holds = self.holds
-        action = point.removeprefix("after_")
-        try:
-            begun = self.stages.controller.begin(delivery, pause_after=action, probe=probe)
-            result = run_sync(begun)
-        except Exception as exc:
-            return self._failed(message, exc, before)
-        if isinstance(result, Decision):
-            return self._finished(message, result, before, holds)
-        self.in_hand.append(InHand(delivery, result, point, before))
-        return DeliveryReport(message.seq, message.request_id, "stalled", point, before)
+        return self.deliver(message, point) if message is not None else None
 
     def resume(self, request_id: str) -> DeliveryReport:
         """Run the rest of the oldest stalled delivery of ``request_id``."""
@@ -440,20 +423,10 @@ class World:
         if held is None:
             raise ValueError(f"no stalled delivery of {request_id!r} is in hand")
         self.in_hand.remove(held)
-        message = held.message
+        settled = "" if self.broker.find(held.message.seq) else "message already settled"
         probe = self._probe if self.armed_crash else None
-        settled = "" if self.broker.find(message.seq) else "message already settled"
-        holds = self.holds
-        try:
-            result = run_sync(self.stages.controller.resume(held.paused, probe=probe))
-        except Exception as exc:
-            return self._failed(message, exc, held.state_before)
-        assert isinstance(result, Decision), "a resumed delivery runs to the end"
-        return self._finished(message, result, held.state_before, holds, settled)
-
-    def _state_of(self, request_id: str) -> str:
-        request = self.find_request(request_id)
-        return request.state if request is not None else ""
+        flow = self.stages.controller.resume(held.paused, probe=probe)
+        return self._run(held.message, flow, held.state_before, detail=settled)
 
     def find_request(self, request_id: str) -> Request | None:
         """The request ``request_id`` as stored; ``None`` when there is none."""
@@ -471,14 +444,14 @@ class World:
     def _start_builds(self) -> None:
         """Start the build of every request the last delivery (or recorded outcome)
         published to build."""
-        if not self._published_builds or self.builds is None:
+        if not self.published_builds or self.builds is None:
             return
         now = self.clock.now_ms()
-        for request_id in self._published_builds:
+        for request_id in self.published_builds:
             request = run_sync(self.requests.get(request_id))
             probe = bool(request.probe_of)
             self.builds.start(request.queue, request.uri, request_id, now, probe=probe)
-        self._published_builds.clear()
+        self.published_builds.clear()
 
     def end_due_build(self) -> Request | None:
         """End the first build due by now with its outcome (:mod:`.builds`); the request
@@ -496,10 +469,7 @@ class World:
 
     def next_event(self) -> DeliveryReport | Request | None:
         """Run the first thing due now: a build's end, else a delivery (``None``: none)."""
-        ended = self.end_due_build()
-        if ended is not None:
-            return ended
-        return self.deliver_next()
+        return self.end_due_build() or self.deliver_next()
 
     def run_for(self, ms: int, limit: int) -> list[DeliveryReport | Request]:
         """Move the clock ``ms`` on, running every delivery and ending every build at the
@@ -540,7 +510,7 @@ class World:
         queue = parse_request_id(request_id).queue
         parameters = dict(self.config.get(queue).parameters)
         coalesces = verbs.queue_coalesces(self.machines.coalesces, parameters)
-        stages = (self.lifecycle, self.ingester, self.uri_index)
+        stages = (self.stages.lifecycle, self.stages.ingest, self.uri_index)
         return run_sync(verbs.retry(*stages, request_id, by="timeline", coalesces=coalesces))
 
     def deliver_next(self) -> DeliveryReport | None:
@@ -560,8 +530,8 @@ class World:
     def cancel(self, request_id: str) -> verbs.CancelResult:
         """An operator's ``cancel`` of ``request_id``: the verb the command runs, on this
         world's stores (``IllegalOperation`` when it refuses, as the command does)."""
-        verb = verbs.cancel(self.lifecycle, self.trail, self.clock, request_id, by="timeline")
-        return run_sync(verb)
+        lifecycle = self.stages.lifecycle
+        return run_sync(verbs.cancel(lifecycle, self.trail, self.clock, request_id, by="timeline"))
 
     def dead_letter(self, request_id: str) -> Request | None:
         return run_sync(self.stages.reconciler.reconcile(request_id))

@@ -142,7 +142,7 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
         for n in range(HEADS):
             queue, uri = queues[n % len(queues)], f"c{n:04d}"
             result = await _retrying(
-                f"ingest {uri}", lambda q=queue, u=uri: pipeline.ingest.ingest(q, u)
+                f"ingest {uri}", lambda q=queue, u=uri: pipeline.stages.ingest.ingest(q, u)
             )
             ingested.append(result.request_id)
             ingested_at.setdefault(result.request_id, time.monotonic())
@@ -179,7 +179,7 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
                 unconfirmed.update(processing)
             for request_id in sorted(unconfirmed):
                 with contextlib.suppress(StovepipeError, TimeoutError):
-                    await pipeline.record.complete(request_id, green)
+                    await pipeline.stages.record.complete(request_id, green)
                     unconfirmed.discard(request_id)
             await asyncio.sleep(0.3)
 
@@ -189,7 +189,7 @@ async def test_a_burst_rides_out_killed_stream_and_bucket_leaders(
         while not stop_builds.is_set():
             for name, limit in MAX_CONCURRENT.items():
                 with contextlib.suppress(StovepipeError, TimeoutError):
-                    row = await pipeline.lifecycle.queues.get(name)
+                    row = await pipeline.stages.lifecycle.queues.get(name)
                     samples += 1
                     slot_looks.append((time.monotonic(), name, row.in_flight_count))
                     if row.in_flight_count > limit:
@@ -407,17 +407,17 @@ async def test_a_replica_killed_with_a_message_in_hand_hands_over_by_redelivery(
         options=options,
     ) as doomed:
         pipeline = doomed.service.crew.pipeline
-        first = (await pipeline.ingest.ingest(queue, "A")).request_id
+        first = (await pipeline.stages.ingest.ingest(queue, "A")).request_id
         await wait_for(lambda: _admitted(pipeline, first), "A admitted")
-        await pipeline.record.complete(first, green)  # last green: the next head asks git
-        second = (await pipeline.ingest.ingest(queue, "B")).request_id
+        await pipeline.stages.record.complete(first, green)  # last green: the next head asks git
+        second = (await pipeline.stages.ingest.ingest(queue, "B")).request_id
         await asyncio.wait_for(stuck.wait(), 20)
         async with _replica(
             nats_cluster, topology, provider=memory_provider()[1], options=options
         ) as heir:
             # The doomed replica's heartbeat holds the message well past the ack wait.
             await asyncio.sleep(2.5 * ack_wait)
-            assert await heir.service.crew.pipeline.lifecycle.requests.get(second)
+            assert await heir.service.crew.pipeline.stages.lifecycle.requests.get(second)
             assert not await _admitted(heir.service.crew.pipeline, second)
             consumer = (topology.process_stream, topology.process_consumer_name(queue))
             js = heir.nc.jetstream()
@@ -442,7 +442,7 @@ async def test_a_replica_killed_with_a_message_in_hand_hands_over_by_redelivery(
 
 async def _admitted(pipeline: Any, request_id: str) -> bool:
     try:
-        request = await pipeline.lifecycle.requests.get(request_id)
+        request = await pipeline.stages.lifecycle.requests.get(request_id)
         return request.state in _machines().roles.admitted_states
     except StovepipeError:
         return False

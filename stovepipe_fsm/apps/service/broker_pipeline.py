@@ -22,15 +22,11 @@ from ...adapters.jetstream.publisher import JetStreamPublisher
 from ...adapters.jetstream.terminations import TerminationLedger
 from ...adapters.memory import SystemClock
 from ...domain.settle import Attempt, Settlement
-from ...pipeline.ingest import Ingest
-from ...pipeline.record import Record
 from ...pipeline.wiring import Ports, Stages, build_stages
 from ...ports.clock import Clock
 from ...ports.config import ConfigStore
 from ...ports.source_control import SourceControlProvider
 from ...process.catalog import ProcessMachines
-from ...process.controller import ProcessController
-from ...process.lifecycle import RequestLifecycle
 from ...process.metrics import Metrics
 
 
@@ -80,22 +76,6 @@ class Pipeline:
         return await self.stages.reconciler.reconcile(
             letter.request_id, error=letter.error, attempts=letter.attempts
         )
-
-    @property
-    def controller(self) -> ProcessController:
-        return self.stages.controller
-
-    @property
-    def ingest(self) -> Ingest:
-        return self.stages.ingest
-
-    @property
-    def record(self) -> Record:
-        return self.stages.record
-
-    @property
-    def lifecycle(self) -> RequestLifecycle:
-        return self.stages.lifecycle
 
 
 async def open_pipeline(

@@ -136,7 +136,7 @@ async def _build_runner(service: Service, timeline: Timeline, stop: asyncio.Even
         await asyncio.sleep(BUILD_S)
         pipeline = service.crew.pipeline
         green = pipeline.stages.services.roles.green_outcome.name
-        await pipeline.record.complete(request_id, green)
+        await pipeline.stages.record.complete(request_id, green)
         timeline.line(f"{'build green':<12} {request_id} ({timeline.uris.get(request_id, '?')})")
 
     while not stop.is_set():
@@ -201,7 +201,7 @@ async def run_demo(out: Print = print, *, machines_dir: str = "machines") -> int
 
 async def _walkthrough(service: Service, timeline: Timeline) -> None:
     pipeline = service.crew.pipeline
-    ingest, requests = pipeline.ingest, pipeline.lifecycle.requests
+    ingest, requests = pipeline.stages.ingest, pipeline.stages.lifecycle.requests
     roles = pipeline.stages.services.roles
     ids: dict[str, str] = {}
 

@@ -288,7 +288,7 @@ def _stored_at(message: Any) -> float | None:
 
 async def _in_flight_lines(service: Service) -> list[str]:
     crew = service.crew
-    rows = crew.pipeline.lifecycle.queues
+    rows = crew.pipeline.stages.lifecycle.queues
     out = []
     for name in sorted(crew.queues.consumers):
         try:

@@ -204,7 +204,7 @@ class Service:
             ports.queues,
             ports.publisher,
             self.clock,
-            lambda: pipeline.lifecycle.roles.initial,
+            lambda: pipeline.stages.lifecycle.roles.initial,
             queues.placement.refresh,
             observe,
             options.unpublished_after_s,
