@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Final
 
 from nats.aio.msg import Msg
 
@@ -30,8 +31,8 @@ class JetStreamDelivery:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._msg = msg
-        self.queue = queue
-        self.request_id = request_id
+        self.queue: Final = queue
+        self.request_id: Final = request_id
         self._clock = clock
         self._half_wait = ack_wait_s / 2 if ack_wait_s else 0.0
         self._extend_after = clock() + self._half_wait

@@ -25,9 +25,9 @@ class MemoryDelivery:
     """``Delivery`` recording its outcome (``acked`` or ``held`` with a delay)."""
 
     def __init__(self, queue: str, request_id: str, stream_seq: int = 0) -> None:
-        self.queue = queue
-        self.request_id = request_id
-        self.stream_seq = stream_seq
+        self.queue: Final = queue
+        self.request_id: Final = request_id
+        self.stream_seq: Final = stream_seq
         self._outcome: Outcome | None = None
         self._delay_ms: int | None = None
         self.in_progress_calls = 0
