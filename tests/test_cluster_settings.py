@@ -27,6 +27,7 @@ from stovepipe_fsm.adapters.jetstream.names import request_key as request_key_of
 from stovepipe_fsm.adapters.jetstream.names import uri_key
 from stovepipe_fsm.adapters.jetstream.prune import _purge_markers, prune_terminal_requests
 from stovepipe_fsm.adapters.jetstream.server import free_port
+from stovepipe_fsm.adapters.jetstream.topology import BucketSpec, StreamSpec
 from stovepipe_fsm.adapters.memory.config import StaticConfigStore
 from stovepipe_fsm.apps.service.arguments import (
     parse_duration,
@@ -59,6 +60,33 @@ async def test_a_replica_count_differing_from_the_existing_topology_is_an_error(
     assert "left unchanged" in text
     info = await js_env.js.stream_info(js_env.topology.process_stream)
     assert info.config.num_replicas == 1  # nothing was modified
+
+
+def test_several_differences_are_listed_in_the_order_the_fields_are_checked() -> None:
+    """Storage, then what the stream or bucket itself needs, then replicas."""
+    stream = StreamSpec(
+        "s", ("a.>",), api.RetentionPolicy.LIMITS, api.StorageType.FILE, 3, 120.0,
+        allow_rollup=True,
+    )
+    actual = api.StreamConfig(
+        name="s", subjects=["a.>"], retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.MEMORY, num_replicas=1, allow_rollup_hdrs=False,
+        duplicate_window=120,
+    )
+    assert stream.differences(actual) == [
+        "storage: have memory, want file",
+        "allow_rollup_hdrs: have false, want true (held records roll up)",
+        "replicas: have 1, want 3",
+    ]
+    bucket = BucketSpec("b", api.StorageType.FILE, 3, history=1)
+    actual = api.StreamConfig(
+        name="KV_b", storage=api.StorageType.MEMORY, num_replicas=1, max_msgs_per_subject=0
+    )
+    assert bucket.differences(actual) == [
+        "storage: have memory, want file",
+        "history: have 0, want 1",
+        "replicas: have 1, want 3",
+    ]
 
 
 async def test_a_bucket_with_another_replica_count_is_a_difference(js_env: JsEnv) -> None:

@@ -133,9 +133,10 @@ class StreamSpec:
             diffs.append(
                 f"retention: have {_enum_value(actual.retention)}, want {self.retention.value}"
             )
-        diffs += _storage_differences(self.storage, self.replicas, actual)
+        diffs += _storage_differences(self.storage, actual)
         if self.allow_rollup and not actual.allow_rollup_hdrs:
             diffs.append("allow_rollup_hdrs: have false, want true (held records roll up)")
+        diffs += _replicas_differences(self.replicas, actual)
         if self.owns_max_age and _age(actual.max_age) != _age(self.max_age_s):
             diffs.append(
                 f"max_age: have {_age_text(actual.max_age)}, want {_age_text(self.max_age_s)}"
@@ -171,10 +172,10 @@ class BucketSpec:
         )
 
     def differences(self, actual: api.StreamConfig) -> list[str]:
-        diffs = _storage_differences(self.storage, self.replicas, actual)
+        diffs = _storage_differences(self.storage, actual)
         if actual.max_msgs_per_subject < 1:
             diffs.append(f"history: have {actual.max_msgs_per_subject}, want {self.history}")
-        return diffs
+        return diffs + _replicas_differences(self.replicas, actual)
 
 
 @dataclass(frozen=True)
@@ -585,16 +586,15 @@ async def _ensure(
         return False
 
 
-def _storage_differences(
-    storage: api.StorageType, replicas: int, actual: api.StreamConfig
-) -> list[str]:
-    diffs: list[str] = []
-    if _enum_value(actual.storage) != storage.value:
-        diffs.append(f"storage: have {_enum_value(actual.storage)}, want {storage.value}")
-    have_replicas = actual.num_replicas or 1
-    if have_replicas != replicas:
-        diffs.append(f"replicas: have {have_replicas}, want {replicas}")
-    return diffs
+def _storage_differences(storage: api.StorageType, actual: api.StreamConfig) -> list[str]:
+    if _enum_value(actual.storage) == storage.value:
+        return []
+    return [f"storage: have {_enum_value(actual.storage)}, want {storage.value}"]
+
+
+def _replicas_differences(replicas: int, actual: api.StreamConfig) -> list[str]:
+    have = actual.num_replicas or 1
+    return [f"replicas: have {have}, want {replicas}"] if have != replicas else []
 
 
 def _age(seconds: float | None) -> float:
