@@ -602,10 +602,10 @@ def waiting_heads(requests: list[Request], queue: str, policy: PolicyRecord) -> 
     """The heads of ``queue`` that wait (the request machine's initial state), in the
     order the queue's consumer delivers them: by counter, front first."""
     mine = [r for r in requests if r.queue == queue and r.state == policy.request_initial]
-    return sorted(mine, key=lambda r: request_counter(r.id))
+    return sorted(mine, key=lambda r: delivery_order(r.id))
 
 
-def request_counter(request_id: str) -> int:
+def delivery_order(request_id: str) -> int:
     """The counter of ``request_id`` (0 for a damaged id): the queue's delivery order."""
     try:
         return parse_request_id(request_id).counter

@@ -45,7 +45,10 @@ class Pause:
     by: str = ""
 
     def matches(self, queue: str) -> bool:
-        return glob_match(self.pattern, queue)  # a name without ``*`` matches itself
+        # Asked at every config read while any pause stands: a plain name by equality.
+        if not is_pattern(self.pattern):
+            return self.pattern == queue
+        return glob_match(self.pattern, queue)
 
 
 def checked_pattern(pattern: str) -> str:

@@ -33,7 +33,7 @@ from ...views import page
 from ..diagram_files import DiagramError, find_dot, render_svg
 from ..policy_card import card_sections
 from .bounded_http import Answer
-from .operators import request_counter, request_history, status_document, status_rows
+from .operators import delivery_order, request_history, status_document, status_rows
 from .pauses import Pause
 from .supervisor import Service
 
@@ -128,7 +128,7 @@ class StatusPage:
         doc = overview.doc
         initial = str((doc.get("policy") or {}).get("request_initial", ""))
         mine = [r for r in doc["requests"] if r["queue"] == name]
-        mine.sort(key=lambda r: request_counter(str(r["id"])))
+        mine.sort(key=lambda r: delivery_order(str(r["id"])))
         waiting = [r for r in mine if initial and r["state"] == initial]
         trail = JetStreamTrail(service.js, service.topology)
         histories: dict[str, list[TrailRecord]] = {}
