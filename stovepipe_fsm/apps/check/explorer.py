@@ -437,6 +437,9 @@ class Explorer(SearchTree[Action]):
             for finish in self.finishes:
                 if counterexample is None and not violated and complete:
                     counterexample = self._finish_pass(finish)
+        # The search's worlds and index are not read again: a search run again after a
+        # split must not hold them beside its own.
+        self._index, self._worlds = {}, _Worlds()
         if part is not None and (violated or counterexample is not None):
             return self._search_again(started, cpu)
         return Result(
